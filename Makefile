@@ -1,0 +1,124 @@
+# lpgossip — build, test, run, bench.
+#
+# Sources are discovered, not listed: every nn/ lowprec/ topology/ gossip/ node/
+# .c file goes into build/liblpgossip.a, except node/node_main.c which is the
+# `lpgossip` binary.  tests/test_*.c become cmocka programs, bench/bench_*.c
+# benchmark programs, tests/fuzz/fuzz_*.c libFuzzer targets (clang only).
+# Files ending in _avx2.c / _avx512.c get the matching -m flags; the code in
+# them is only called after a run-time CPU check (lowprec/lp_cpu.c).
+#
+#   make                 build/lpgossip and the library
+#   make test            install missing packages, build, run every test
+#   make run             install missing packages, build, run the default experiment
+#   make bench           benchmark programs (ratios printed, no pass/fail)
+#   make SANITIZE=address,undefined test   everything under ASan/UBSan (build/san/)
+#   make install PREFIX=/usr/local
+
+PREFIX   ?= /usr/local
+SANITIZE ?=
+CC       ?= cc
+
+ifeq ($(SANITIZE),)
+BUILD    ?= build
+OPT      ?= -O2
+else
+BUILD    ?= build/san
+OPT      ?= -O1
+endif
+
+PKGS     := libczmq libzmq yaml-0.1 openblas zlib
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
+CMOCKA_LIBS   := $(shell pkg-config --libs cmocka 2>/dev/null)
+
+WARN     := -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
+CFLAGS   ?= $(OPT) -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -I. $(PKG_CFLAGS) -fno-strict-aliasing
+LDLIBS   += $(PKG_LIBS) -lm -lpthread
+ifneq ($(SANITIZE),)
+CFLAGS   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS  += -fsanitize=$(SANITIZE)
+endif
+
+MODULES  := nn lowprec topology gossip node
+LIB_SRC  := $(filter-out node/node_main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB      := $(BUILD)/liblpgossip.a
+BIN      := $(BUILD)/lpgossip
+TEST_SRC := $(wildcard tests/test_*.c)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_HELPER_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+TEST_HELPER_OBJ := $(TEST_HELPER_SRC:%.c=$(BUILD)/obj/%.o)
+BENCH_SRC := $(wildcard bench/bench_*.c)
+BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+
+SIMD_AVX2   := -mavx2 -mfma
+SIMD_AVX512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+
+.PHONY: all test unit-test run bench install clean deps fuzz sanitize-test repro compare
+all: $(BIN) $(TESTS) $(BENCHES)
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SIMD_AVX2) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(SIMD_AVX512) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN): $(BUILD)/obj/node/node_main.o $(LIB)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/obj/tests/%.o: CFLAGS += $(CMOCKA_CFLAGS)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_HELPER_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS) $(CMOCKA_LIBS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+deps:
+	@scripts/deps.sh
+
+# Unit and integration tests; the last line printed is "N passed, N failed".
+test: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/run-tests.sh $(BUILD)
+
+unit-test: all
+	@scripts/run-tests.sh $(BUILD)
+
+# The default experiment (see README).  Until the gossip node lands this is
+# a short single-node run on Fashion-MNIST.
+run: deps
+	@$(MAKE) --no-print-directory $(BIN)
+	@scripts/run-default.sh $(BIN)
+
+bench: $(BENCHES) $(BIN)
+	@for b in $(BENCHES); do echo "== $$b"; OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
+
+# libFuzzer targets: clang only, bounded time each (FUZZ_SECONDS).
+FUZZ_SECONDS ?= 20
+fuzz:
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+install: $(BIN)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/lpgossip/topologies
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/lpgossip
+	install -m 644 topologies/*.yaml $(DESTDIR)$(PREFIX)/share/lpgossip/topologies/
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
