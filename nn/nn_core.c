@@ -229,6 +229,16 @@ void nn_arena_free(nn_arena *a)
     nn_arena_init(a);
 }
 
+void nn_namef(char *dst, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(dst, NN_NAME_MAX, fmt, ap);
+    va_end(ap);
+    assert(n >= 0 && n < NN_NAME_MAX && "tensor name too long");
+    (void)n;
+}
+
 double nn_now(void)
 {
     struct timespec ts;

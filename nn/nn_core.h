@@ -91,6 +91,10 @@ void   nn_arena_free(nn_arena *a);
 
 /* ---- small helpers ----------------------------------------------------- */
 
+/* Formats a tensor/op name into dst (NN_NAME_MAX bytes); names come from our
+ * own model code, so truncation is a bug (asserted). */
+void nn_namef(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Seconds from a monotonic clock. */
 double nn_now(void);
 

@@ -1,0 +1,813 @@
+/* nn_model — the op graph, its storage, and the FP32 op classes.
+ * See nn_model.h for the contract.  The FP32 ops are thin adapters from the
+ * graph to the kernels of nn_layers.h. */
+#include "nn/nn_model.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/nn_layers.h"
+
+#define NN_EVO_GROUPS_DEFAULT 8
+
+struct nn_model {
+    nn_model_config cfg;
+    nn_arena params, grads, buffers;
+    nn_param_init *pinit;     /* per parameter view */
+    int     *pfan;
+    size_t   cap_pinit;
+
+    nn_op *ops;
+    int    nops, cap_ops;
+
+    nn_shape *shapes;   /* per slot */
+    int       nslots, cap_slots;
+    int       input_slot, logits_slot;
+
+    /* prepared storage */
+    int       maxN, lastN;
+    float   **act, **dact;
+    int      *written;  /* per slot: gradient already written this backward */
+    int      *needs;    /* per slot: gradient needed */
+    float    *scratch;
+    size_t    scratch_n;
+    float    *gtmp;
+    float    *probs;
+    uint8_t  *labels;
+    nn_rng    rng;
+    int       backward_ready;
+};
+
+/* ---- graph construction ------------------------------------------------ */
+
+static int s_new_slot(nn_model *m, nn_shape s)
+{
+    if (m->nslots == m->cap_slots) {
+        m->cap_slots = m->cap_slots ? 2 * m->cap_slots : 32;
+        m->shapes = nn_xrealloc(m->shapes, (size_t)m->cap_slots * sizeof *m->shapes);
+    }
+    m->shapes[m->nslots] = s;
+    return m->nslots++;
+}
+
+nn_op *nn_model_add_op(nn_model *m, const nn_op_class *cls, const char *name, int in, int in2,
+                       nn_shape oshape)
+{
+    assert(m->maxN == 0 && "ops are added before nn_model_prepare");
+    assert(in >= 0 && in < m->nslots && in2 < m->nslots);
+    if (m->nops == m->cap_ops) {
+        m->cap_ops = m->cap_ops ? 2 * m->cap_ops : 32;
+        m->ops = nn_xrealloc(m->ops, (size_t)m->cap_ops * sizeof *m->ops);
+    }
+    nn_op *op = &m->ops[m->nops];
+    memset(op, 0, sizeof *op);
+    op->cls = cls;
+    nn_namef(op->name, "%s", name);
+    op->in = in;
+    op->in2 = in2;
+    op->ishape = m->shapes[in];
+    op->oshape = oshape;
+    for (int i = 0; i < 4; i++)
+        op->p[i] = op->b[i] = -1;
+    op->tag = m->nops;
+    op->out = s_new_slot(m, oshape);
+    m->nops++;
+    return op;
+}
+
+int nn_model_op_out(const nn_op *op)
+{
+    return op->out;
+}
+
+nn_shape nn_model_slot_shape(const nn_model *m, int slot)
+{
+    assert(slot >= 0 && slot < m->nslots);
+    return m->shapes[slot];
+}
+
+int nn_model_add_param(nn_model *m, const char *name, int ndim, const int *shape,
+                       nn_param_init init, int fan)
+{
+    int v = nn_arena_add(&m->params, name, ndim, shape);
+    if ((size_t)v >= m->cap_pinit) {
+        m->cap_pinit = m->cap_pinit ? 2 * m->cap_pinit : 64;
+        m->pinit = nn_xrealloc(m->pinit, m->cap_pinit * sizeof *m->pinit);
+        m->pfan = nn_xrealloc(m->pfan, m->cap_pinit * sizeof *m->pfan);
+    }
+    m->pinit[v] = init;
+    m->pfan[v] = fan;
+    return v;
+}
+
+int nn_model_add_buffer(nn_model *m, const char *name, int ndim, const int *shape)
+{
+    return nn_arena_add(&m->buffers, name, ndim, shape);
+}
+
+/* ---- accessors for op classes ------------------------------------------ */
+
+float *nn_model_act(nn_model *m, int slot)      { return m->act[slot]; }
+float *nn_model_param(nn_model *m, int view)    { return nn_arena_ptr(&m->params, view); }
+float *nn_model_grad(nn_model *m, int view)     { return nn_arena_ptr(&m->grads, view); }
+float *nn_model_buffer(nn_model *m, int view)   { return nn_arena_ptr(&m->buffers, view); }
+float *nn_model_scratch(nn_model *m)            { return m->scratch; }
+nn_rng *nn_model_rng(nn_model *m)               { return &m->rng; }
+float *nn_model_dout(nn_model *m, int slot)     { return m->dact[slot]; }
+int    nn_model_input_slot(const nn_model *m)   { return m->input_slot; }
+int    nn_model_needs_din(const nn_model *m, int slot) { return m->needs[slot]; }
+
+float *nn_model_din(nn_model *m, int slot)
+{
+    assert(m->needs[slot]);
+    return m->written[slot] ? m->gtmp : m->dact[slot];
+}
+
+void nn_model_din_done(nn_model *m, int slot, float *din)
+{
+    if (din == m->gtmp) {
+        float *d = m->dact[slot];
+        size_t n = (size_t)m->lastN * nn_shape_numel(m->shapes[slot]);
+        for (size_t i = 0; i < n; i++)
+            d[i] += din[i];
+    } else {
+        assert(din == m->dact[slot]);
+        m->written[slot] = 1;
+    }
+}
+
+nn_arena *nn_model_params(nn_model *m)          { return &m->params; }
+nn_arena *nn_model_grads(nn_model *m)           { return &m->grads; }
+nn_arena *nn_model_buffers(nn_model *m)         { return &m->buffers; }
+const nn_model_config *nn_model_cfg(const nn_model *m) { return &m->cfg; }
+int nn_model_nops(const nn_model *m)            { return m->nops; }
+const nn_op *nn_model_op(const nn_model *m, int i) { return &m->ops[i]; }
+const float *nn_model_logits(const nn_model *m) { return m->act[m->logits_slot]; }
+const float *nn_model_probs(const nn_model *m)  { return m->probs; }
+
+/* ---- FP32 op classes --------------------------------------------------- */
+
+static nn_conv_dims s_conv_dims(const nn_op *op, int N)
+{
+    return nn_conv_dims_make(N, op->ishape.c, op->ishape.h, op->ishape.w, op->oshape.c, op->k,
+                             op->stride, op->pad);
+}
+
+static size_t s_conv_scratch(const nn_op *op, int N)
+{
+    nn_conv_dims d = s_conv_dims(op, N);
+    return nn_conv_scratch_floats(&d);
+}
+
+static void s_conv_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    (void)train;
+    nn_conv_dims d = s_conv_dims(op, N);
+    nn_conv2d_forward(m->act[op->out], m->act[op->in], nn_model_param(m, op->p[0]),
+                      op->p[1] >= 0 ? nn_model_param(m, op->p[1]) : NULL, &d, m->scratch);
+}
+
+static void s_conv_backward(nn_op *op, nn_model *m, int N)
+{
+    nn_conv_dims d = s_conv_dims(op, N);
+    float *din = m->needs[op->in] ? nn_model_din(m, op->in) : NULL;
+    nn_conv2d_backward(din, nn_model_grad(m, op->p[0]),
+                       op->p[1] >= 0 ? nn_model_grad(m, op->p[1]) : NULL, m->dact[op->out],
+                       m->act[op->in], nn_model_param(m, op->p[0]), &d, m->scratch);
+    if (din)
+        nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_conv_class = {
+    .kind = "conv", .scratch_floats = s_conv_scratch,
+    .forward = s_conv_forward, .backward = s_conv_backward, .reads_input = 1,
+};
+
+static void s_linear_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    (void)train;
+    nn_linear_forward(m->act[op->out], m->act[op->in], nn_model_param(m, op->p[0]),
+                      op->p[1] >= 0 ? nn_model_param(m, op->p[1]) : NULL, N,
+                      (int)nn_shape_numel(op->ishape), op->oshape.c);
+}
+
+static void s_linear_backward(nn_op *op, nn_model *m, int N)
+{
+    float *din = m->needs[op->in] ? nn_model_din(m, op->in) : NULL;
+    nn_linear_backward(din, nn_model_grad(m, op->p[0]),
+                       op->p[1] >= 0 ? nn_model_grad(m, op->p[1]) : NULL, m->dact[op->out],
+                       m->act[op->in], nn_model_param(m, op->p[0]), N,
+                       (int)nn_shape_numel(op->ishape), op->oshape.c);
+    if (din)
+        nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_linear_class = {
+    .kind = "linear", .forward = s_linear_forward, .backward = s_linear_backward,
+    .reads_input = 1,
+};
+
+/* EvoNorm-S0: p = gamma, beta, v; state = 1/std per (sample, group). */
+static size_t s_evo_state(const nn_op *op, int N)
+{
+    return (size_t)N * (size_t)op->groups * sizeof(float);
+}
+
+static void s_evo_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    (void)train;
+    nn_evonorm_s0_forward(m->act[op->out], op->state, m->act[op->in], nn_model_param(m, op->p[0]),
+                          nn_model_param(m, op->p[1]), nn_model_param(m, op->p[2]), N,
+                          op->ishape.c, op->ishape.h * op->ishape.w, op->groups);
+}
+
+static void s_evo_backward(nn_op *op, nn_model *m, int N)
+{
+    float *din = nn_model_din(m, op->in);
+    nn_evonorm_s0_backward(din, nn_model_grad(m, op->p[0]), nn_model_grad(m, op->p[1]),
+                           nn_model_grad(m, op->p[2]), m->dact[op->out], m->act[op->in], op->state,
+                           nn_model_param(m, op->p[0]), nn_model_param(m, op->p[2]), N,
+                           op->ishape.c, op->ishape.h * op->ishape.w, op->groups);
+    nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_evo_class = {
+    .kind = "evonorm_s0", .state_bytes = s_evo_state,
+    .forward = s_evo_forward, .backward = s_evo_backward, .reads_input = 1,
+};
+
+/* BatchNorm: p = gamma, beta; b = running mean, running var;
+ * state = saved mean and 1/std per channel. */
+static size_t s_bn_state(const nn_op *op, int N)
+{
+    (void)N;
+    return 2 * (size_t)op->ishape.c * sizeof(float);
+}
+
+static void s_bn_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    int C = op->ishape.c, HW = op->ishape.h * op->ishape.w;
+    float *st = op->state;
+    if (train)
+        nn_batchnorm_forward_train(m->act[op->out], st, st + C, nn_model_buffer(m, op->b[0]),
+                                   nn_model_buffer(m, op->b[1]), m->act[op->in],
+                                   nn_model_param(m, op->p[0]), nn_model_param(m, op->p[1]), N, C,
+                                   HW);
+    else
+        nn_batchnorm_forward_eval(m->act[op->out], m->act[op->in], nn_model_buffer(m, op->b[0]),
+                                  nn_model_buffer(m, op->b[1]), nn_model_param(m, op->p[0]),
+                                  nn_model_param(m, op->p[1]), N, C, HW);
+}
+
+static void s_bn_backward(nn_op *op, nn_model *m, int N)
+{
+    int C = op->ishape.c, HW = op->ishape.h * op->ishape.w;
+    float *st = op->state;
+    float *din = nn_model_din(m, op->in);
+    nn_batchnorm_backward(din, nn_model_grad(m, op->p[0]), nn_model_grad(m, op->p[1]),
+                          m->dact[op->out], m->act[op->in], st, st + C,
+                          nn_model_param(m, op->p[0]), N, C, HW);
+    nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_bn_class = {
+    .kind = "batchnorm", .state_bytes = s_bn_state,
+    .forward = s_bn_forward, .backward = s_bn_backward, .reads_input = 1,
+};
+
+static void s_relu_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    (void)train;
+    nn_relu_forward(m->act[op->out], m->act[op->in], (size_t)N * nn_shape_numel(op->ishape));
+}
+
+static void s_relu_backward(nn_op *op, nn_model *m, int N)
+{
+    float *din = nn_model_din(m, op->in);
+    nn_relu_backward(din, m->dact[op->out], m->act[op->in],
+                     (size_t)N * nn_shape_numel(op->ishape));
+    nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_relu_class = {
+    .kind = "relu", .forward = s_relu_forward, .backward = s_relu_backward, .reads_input = 1,
+};
+
+static size_t s_maxpool_state(const nn_op *op, int N)
+{
+    return (size_t)N * nn_shape_numel(op->oshape) * sizeof(uint32_t);
+}
+
+static size_t s_maxpool_saved(const nn_op *op, int N)
+{
+    return s_maxpool_state(op, N);
+}
+
+static void s_maxpool_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    (void)train;
+    nn_maxpool_forward(m->act[op->out], op->state, m->act[op->in], N, op->ishape.c, op->ishape.h,
+                       op->ishape.w, op->k, op->stride);
+}
+
+static void s_maxpool_backward(nn_op *op, nn_model *m, int N)
+{
+    float *din = nn_model_din(m, op->in);
+    nn_maxpool_backward(din, m->dact[op->out], op->state, N, op->ishape.c, op->ishape.h,
+                        op->ishape.w, op->k, op->stride);
+    nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_maxpool_class = {
+    .kind = "maxpool", .state_bytes = s_maxpool_state, .saved_bytes = s_maxpool_saved,
+    .forward = s_maxpool_forward, .backward = s_maxpool_backward,
+};
+
+static size_t s_no_saved(const nn_op *op, int N)
+{
+    (void)op;
+    (void)N;
+    return 0;
+}
+
+static void s_avgpool_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    (void)train;
+    nn_avgpool_forward(m->act[op->out], m->act[op->in], N, op->ishape.c, op->ishape.h,
+                       op->ishape.w, op->k, op->stride);
+}
+
+static void s_avgpool_backward(nn_op *op, nn_model *m, int N)
+{
+    float *din = nn_model_din(m, op->in);
+    nn_avgpool_backward(din, m->dact[op->out], N, op->ishape.c, op->ishape.h, op->ishape.w, op->k,
+                        op->stride);
+    nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_avgpool_class = {
+    .kind = "avgpool", .saved_bytes = s_no_saved,
+    .forward = s_avgpool_forward, .backward = s_avgpool_backward,
+};
+
+static void s_gap_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    (void)train;
+    nn_gap_forward(m->act[op->out], m->act[op->in], N, op->ishape.c,
+                   op->ishape.h * op->ishape.w);
+}
+
+static void s_gap_backward(nn_op *op, nn_model *m, int N)
+{
+    float *din = nn_model_din(m, op->in);
+    nn_gap_backward(din, m->dact[op->out], N, op->ishape.c, op->ishape.h * op->ishape.w);
+    nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_gap_class = {
+    .kind = "gap", .saved_bytes = s_no_saved,
+    .forward = s_gap_forward, .backward = s_gap_backward,
+};
+
+static void s_add_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    (void)train;
+    nn_add_forward(m->act[op->out], m->act[op->in], m->act[op->in2],
+                   (size_t)N * nn_shape_numel(op->oshape));
+}
+
+static void s_add_backward(nn_op *op, nn_model *m, int N)
+{
+    size_t n = (size_t)N * nn_shape_numel(op->oshape);
+    const float *dout = m->dact[op->out];
+    int slots[2] = {op->in, op->in2};
+    for (int s = 0; s < 2; s++) {
+        if (!m->needs[slots[s]])
+            continue;
+        float *din = nn_model_din(m, slots[s]);
+        memcpy(din, dout, n * sizeof *din);
+        nn_model_din_done(m, slots[s], din);
+    }
+}
+
+static const nn_op_class s_add_class = {
+    .kind = "add", .saved_bytes = s_no_saved,
+    .forward = s_add_forward, .backward = s_add_backward,
+};
+
+/* ---- FP32 builders ------------------------------------------------------- */
+
+static void s_pname(char *dst, size_t len, const char *op, const char *suffix)
+{
+    (void)len;
+    nn_namef(dst, "%s.%s", op, suffix);
+}
+
+int nn_fp32_conv(nn_model *m, const char *name, int in, int oc, int k, int stride, int pad,
+                 int bias)
+{
+    nn_shape is = m->shapes[in];
+    nn_shape os = {oc, (is.h + 2 * pad - k) / stride + 1, (is.w + 2 * pad - k) / stride + 1};
+    assert(os.h > 0 && os.w > 0);
+    nn_op *op = nn_model_add_op(m, &s_conv_class, name, in, -1, os);
+    op->k = k;
+    op->stride = stride;
+    op->pad = pad;
+    char pn[NN_NAME_MAX];
+    int wshape[4] = {oc, is.c, k, k};
+    s_pname(pn, sizeof pn, name, "weight");
+    op->p[0] = nn_model_add_param(m, pn, 4, wshape, NN_INIT_HE_FANOUT, oc * k * k);
+    if (bias) {
+        s_pname(pn, sizeof pn, name, "bias");
+        op->p[1] = nn_model_add_param(m, pn, 1, &oc, NN_INIT_UNIFORM_FANIN, is.c * k * k);
+    }
+    return op->out;
+}
+
+int nn_fp32_linear(nn_model *m, const char *name, int in, int of, int bias)
+{
+    nn_shape is = m->shapes[in];
+    int F = (int)nn_shape_numel(is);
+    nn_op *op = nn_model_add_op(m, &s_linear_class, name, in, -1, (nn_shape){of, 1, 1});
+    char pn[NN_NAME_MAX];
+    int wshape[2] = {of, F};
+    s_pname(pn, sizeof pn, name, "weight");
+    op->p[0] = nn_model_add_param(m, pn, 2, wshape, NN_INIT_UNIFORM_FANIN, F);
+    if (bias) {
+        s_pname(pn, sizeof pn, name, "bias");
+        op->p[1] = nn_model_add_param(m, pn, 1, &of, NN_INIT_UNIFORM_FANIN, F);
+    }
+    return op->out;
+}
+
+int nn_fp32_norm(nn_model *m, const char *name, int in, int zero_gamma)
+{
+    nn_shape is = m->shapes[in];
+    int C = is.c;
+    char pn[NN_NAME_MAX];
+    if (m->cfg.norm == NN_NORM_NONE)
+        return in;
+    if (m->cfg.norm == NN_NORM_BATCHNORM) {
+        nn_op *op = nn_model_add_op(m, &s_bn_class, name, in, -1, is);
+        s_pname(pn, sizeof pn, name, "weight");
+        op->p[0] = nn_model_add_param(m, pn, 1, &C, zero_gamma ? NN_INIT_ZERO : NN_INIT_ONE, 1);
+        s_pname(pn, sizeof pn, name, "bias");
+        op->p[1] = nn_model_add_param(m, pn, 1, &C, NN_INIT_ZERO, 1);
+        s_pname(pn, sizeof pn, name, "running_mean");
+        op->b[0] = nn_model_add_buffer(m, pn, 1, &C);
+        s_pname(pn, sizeof pn, name, "running_var");
+        op->b[1] = nn_model_add_buffer(m, pn, 1, &C);
+        return op->out;
+    }
+    nn_op *op = nn_model_add_op(m, &s_evo_class, name, in, -1, is);
+    op->groups = m->cfg.groups < C ? m->cfg.groups : C;
+    while (C % op->groups)
+        op->groups--;
+    s_pname(pn, sizeof pn, name, "weight");
+    op->p[0] = nn_model_add_param(m, pn, 1, &C, zero_gamma ? NN_INIT_ZERO : NN_INIT_ONE, 1);
+    s_pname(pn, sizeof pn, name, "bias");
+    op->p[1] = nn_model_add_param(m, pn, 1, &C, NN_INIT_ZERO, 1);
+    s_pname(pn, sizeof pn, name, "v");
+    op->p[2] = nn_model_add_param(m, pn, 1, &C, NN_INIT_ONE, 1);
+    return op->out;
+}
+
+int nn_fp32_add(nn_model *m, const char *name, int a, int b)
+{
+    nn_shape sa = m->shapes[a], sb = m->shapes[b];
+    assert(sa.c == sb.c && sa.h == sb.h && sa.w == sb.w);
+    return nn_model_add_op(m, &s_add_class, name, a, b, sa)->out;
+}
+
+const nn_factory nn_factory_fp32 = {
+    .name = "fp32", .conv = nn_fp32_conv, .linear = nn_fp32_linear,
+    .norm = nn_fp32_norm, .add = nn_fp32_add,
+};
+
+static const nn_factory *s_fac(const nn_model *m)
+{
+    return m->cfg.factory ? m->cfg.factory : &nn_factory_fp32;
+}
+
+int nn_b_conv(nn_model *m, const char *name, int in, int oc, int k, int stride, int pad, int bias)
+{
+    const nn_factory *f = s_fac(m);
+    return (f->conv ? f->conv : nn_fp32_conv)(m, name, in, oc, k, stride, pad, bias);
+}
+
+int nn_b_linear(nn_model *m, const char *name, int in, int of, int bias)
+{
+    const nn_factory *f = s_fac(m);
+    return (f->linear ? f->linear : nn_fp32_linear)(m, name, in, of, bias);
+}
+
+int nn_b_norm(nn_model *m, const char *name, int in, int zero_gamma)
+{
+    const nn_factory *f = s_fac(m);
+    return (f->norm ? f->norm : nn_fp32_norm)(m, name, in, zero_gamma);
+}
+
+int nn_b_add(nn_model *m, const char *name, int a, int b)
+{
+    const nn_factory *f = s_fac(m);
+    return (f->add ? f->add : nn_fp32_add)(m, name, a, b);
+}
+
+int nn_b_relu(nn_model *m, const char *name, int in)
+{
+    return nn_model_add_op(m, &s_relu_class, name, in, -1, m->shapes[in])->out;
+}
+
+static int s_pool(nn_model *m, const nn_op_class *cls, const char *name, int in, int k, int stride)
+{
+    nn_shape is = m->shapes[in];
+    nn_shape os = {is.c, (is.h - k) / stride + 1, (is.w - k) / stride + 1};
+    assert(os.h > 0 && os.w > 0);
+    nn_op *op = nn_model_add_op(m, cls, name, in, -1, os);
+    op->k = k;
+    op->stride = stride;
+    return op->out;
+}
+
+int nn_b_maxpool(nn_model *m, const char *name, int in, int k, int stride)
+{
+    return s_pool(m, &s_maxpool_class, name, in, k, stride);
+}
+
+int nn_b_avgpool(nn_model *m, const char *name, int in, int k, int stride)
+{
+    return s_pool(m, &s_avgpool_class, name, in, k, stride);
+}
+
+int nn_b_gap(nn_model *m, const char *name, int in)
+{
+    nn_shape is = m->shapes[in];
+    return nn_model_add_op(m, &s_gap_class, name, in, -1, (nn_shape){is.c, 1, 1})->out;
+}
+
+/* ---- life cycle ----------------------------------------------------------- */
+
+nn_model *nn_model_new(const nn_model_config *cfg, char *err, size_t errlen)
+{
+    if (cfg->in_c <= 0 || cfg->in_h <= 0 || cfg->in_w <= 0 || cfg->classes < 2) {
+        nn_errf(err, errlen, "model: bad input shape %dx%dx%d or class count %d", cfg->in_c,
+                cfg->in_h, cfg->in_w, cfg->classes);
+        return NULL;
+    }
+    nn_model *m = nn_xcalloc(1, sizeof *m);
+    m->cfg = *cfg;
+    if (m->cfg.groups <= 0)
+        m->cfg.groups = NN_EVO_GROUPS_DEFAULT;
+    nn_arena_init(&m->params);
+    nn_arena_init(&m->grads);
+    nn_arena_init(&m->buffers);
+    m->input_slot = s_new_slot(m, (nn_shape){cfg->in_c, cfg->in_h, cfg->in_w});
+    int in = m->input_slot;
+    const nn_factory *f = s_fac(m);
+    if (f->input)
+        in = f->input(m, in);
+    (void)in;
+    if (nn_arch_build(m, &m->cfg, err, errlen) != 0) {
+        nn_model_destroy(&m);
+        return NULL;
+    }
+    m->logits_slot = m->ops[m->nops - 1].out;
+    nn_shape ls = m->shapes[m->logits_slot];
+    assert(ls.c == cfg->classes && ls.h == 1 && ls.w == 1);
+    nn_arena_alloc(&m->params);
+    nn_arena_clone_layout(&m->grads, &m->params);
+    if (m->buffers.nviews)
+        nn_arena_alloc(&m->buffers);
+    /* BatchNorm running variance starts at 1, like PyTorch. */
+    for (int i = 0; i < m->nops; i++)
+        if (m->ops[i].cls == &s_bn_class) {
+            float *rv = nn_model_buffer(m, m->ops[i].b[1]);
+            for (int c = 0; c < m->ops[i].ishape.c; c++)
+                rv[c] = 1.0f;
+        }
+    nn_rng_seed(&m->rng, 0x6c70676f73736970ULL);
+    return m;
+}
+
+void nn_model_init_params(nn_model *m, uint64_t seed)
+{
+    nn_rng r;
+    nn_rng_seed(&r, seed);
+    for (size_t v = 0; v < m->params.nviews; v++) {
+        float *p = nn_arena_ptr(&m->params, (int)v);
+        size_t n = m->params.views[v].numel;
+        float fan = (float)m->pfan[v];
+        switch (m->pinit[v]) {
+        case NN_INIT_ZERO:
+            memset(p, 0, n * sizeof *p);
+            break;
+        case NN_INIT_ONE:
+            for (size_t i = 0; i < n; i++)
+                p[i] = 1.0f;
+            break;
+        case NN_INIT_HE_FANOUT: {
+            float sd = sqrtf(2.0f / fan);
+            for (size_t i = 0; i < n; i++)
+                p[i] = sd * nn_rng_normal(&r);
+            break;
+        }
+        case NN_INIT_UNIFORM_FANIN: {
+            float bound = 1.0f / sqrtf(fan);
+            for (size_t i = 0; i < n; i++)
+                p[i] = bound * (2.0f * nn_rng_uniform(&r) - 1.0f);
+            break;
+        }
+        }
+    }
+    nn_rng_seed(&m->rng, seed ^ 0x5eedf00dULL);
+}
+
+void nn_model_prepare(nn_model *m, int maxN)
+{
+    assert(maxN > 0);
+    if (maxN <= m->maxN)
+        return;
+    if (m->act) {
+        for (int s = 0; s < m->nslots; s++) {
+            free(m->act[s]);
+            free(m->dact[s]);
+        }
+        for (int i = 0; i < m->nops; i++)
+            free(m->ops[i].state);
+        free(m->act);
+        free(m->dact);
+        free(m->written);
+        free(m->needs);
+        free(m->scratch);
+        free(m->gtmp);
+        free(m->probs);
+        free(m->labels);
+    }
+    m->maxN = maxN;
+    m->act = nn_xcalloc((size_t)m->nslots, sizeof *m->act);
+    m->dact = nn_xcalloc((size_t)m->nslots, sizeof *m->dact);
+    m->written = nn_xcalloc((size_t)m->nslots, sizeof *m->written);
+    m->needs = nn_xcalloc((size_t)m->nslots, sizeof *m->needs);
+    size_t maxslot = 0;
+    for (int s = 0; s < m->nslots; s++) {
+        size_t n = (size_t)maxN * nn_shape_numel(m->shapes[s]);
+        m->act[s] = nn_xalloc_aligned(n * sizeof(float));
+        if (n > maxslot)
+            maxslot = n;
+    }
+    /* Which slots need a gradient: produced by an op with parameters or
+     * from a slot that needs one. */
+    m->scratch_n = 0;
+    for (int i = 0; i < m->nops; i++) {
+        nn_op *op = &m->ops[i];
+        int needs = m->needs[op->in] || (op->in2 >= 0 && m->needs[op->in2]);
+        for (int k = 0; k < 4; k++)
+            needs |= op->p[k] >= 0;
+        m->needs[op->out] = needs;
+        if (op->cls->state_bytes) {
+            size_t b = op->cls->state_bytes(op, maxN);
+            op->state = b ? nn_xalloc_aligned(b) : NULL;
+        }
+        if (op->cls->scratch_floats) {
+            size_t f = op->cls->scratch_floats(op, maxN);
+            if (f > m->scratch_n)
+                m->scratch_n = f;
+        }
+    }
+    for (int s = 0; s < m->nslots; s++)
+        if (m->needs[s] || s == m->logits_slot)
+            m->dact[s] = nn_xalloc_aligned((size_t)maxN * nn_shape_numel(m->shapes[s]) *
+                                           sizeof(float));
+    m->scratch = nn_xalloc_aligned((m->scratch_n ? m->scratch_n : 1) * sizeof(float));
+    m->gtmp = nn_xalloc_aligned(maxslot * sizeof(float));
+    m->probs = nn_xalloc_aligned((size_t)maxN * (size_t)m->cfg.classes * sizeof(float));
+    m->labels = nn_xcalloc((size_t)maxN, 1);
+}
+
+void nn_model_destroy(nn_model **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    nn_model *m = *self_p;
+    if (m->act)
+        for (int s = 0; s < m->nslots; s++) {
+            free(m->act[s]);
+            free(m->dact[s]);
+        }
+    for (int i = 0; i < m->nops; i++)
+        free(m->ops[i].state);
+    free(m->act);
+    free(m->dact);
+    free(m->written);
+    free(m->needs);
+    free(m->scratch);
+    free(m->gtmp);
+    free(m->probs);
+    free(m->labels);
+    free(m->ops);
+    free(m->shapes);
+    free(m->pinit);
+    free(m->pfan);
+    nn_arena_free(&m->params);
+    nn_arena_free(&m->grads);
+    nn_arena_free(&m->buffers);
+    free(m);
+    *self_p = NULL;
+}
+
+/* ---- running ----------------------------------------------------------- */
+
+float nn_model_forward(nn_model *m, const float *x, const uint8_t *labels, int N, int train)
+{
+    assert(N > 0 && N <= m->maxN && "nn_model_prepare with a large enough batch first");
+    m->lastN = N;
+    memcpy(m->act[m->input_slot], x, (size_t)N * nn_shape_numel(m->shapes[m->input_slot]) *
+                                         sizeof(float));
+    for (int i = 0; i < m->nops; i++)
+        m->ops[i].cls->forward(&m->ops[i], m, N, train);
+    m->backward_ready = 0;
+    if (!labels) {
+        /* probabilities without a loss */
+        const float *lg = m->act[m->logits_slot];
+        int K = m->cfg.classes;
+        for (int n = 0; n < N; n++) {
+            float mx = lg[n * K];
+            for (int k = 1; k < K; k++)
+                mx = lg[n * K + k] > mx ? lg[n * K + k] : mx;
+            float s = 0;
+            for (int k = 0; k < K; k++)
+                s += (m->probs[n * K + k] = expf(lg[n * K + k] - mx));
+            for (int k = 0; k < K; k++)
+                m->probs[n * K + k] /= s;
+        }
+        return 0.0f;
+    }
+    memcpy(m->labels, labels, (size_t)N);
+    m->backward_ready = train;
+    return nn_softmax_xent_forward(m->probs, m->act[m->logits_slot], labels, N, m->cfg.classes);
+}
+
+void nn_model_backward(nn_model *m)
+{
+    assert(m->backward_ready && "backward needs a training forward with labels");
+    memset(m->grads.data, 0, m->grads.numel * sizeof(float));
+    memset(m->written, 0, (size_t)m->nslots * sizeof *m->written);
+    int N = m->lastN;
+    nn_softmax_xent_backward(m->dact[m->logits_slot], m->probs, m->labels, N, m->cfg.classes);
+    m->written[m->logits_slot] = 1;
+    for (int i = m->nops - 1; i >= 0; i--) {
+        nn_op *op = &m->ops[i];
+        if (!m->needs[op->out] && op->out != m->logits_slot)
+            continue;
+        assert(m->written[op->out] && "an op's output received no gradient");
+        op->cls->backward(op, m, N);
+    }
+}
+
+int nn_model_correct(const nn_model *m, const uint8_t *labels, int N)
+{
+    const float *lg = m->act[m->logits_slot];
+    int K = m->cfg.classes, correct = 0;
+    for (int n = 0; n < N; n++) {
+        int best = 0;
+        for (int k = 1; k < K; k++)
+            if (lg[n * K + k] > lg[n * K + best])
+                best = k;
+        correct += best == labels[n];
+    }
+    return correct;
+}
+
+size_t nn_model_activation_bytes(const nn_model *m, int N)
+{
+    size_t total = 0;
+    int *counted = nn_xcalloc((size_t)m->nslots, sizeof *counted);
+    for (int i = 0; i < m->nops; i++) {
+        const nn_op *op = &m->ops[i];
+        if (op->cls->saved_bytes) {
+            total += op->cls->saved_bytes(op, N);
+        } else if (op->cls->reads_input && !counted[op->in]) {
+            counted[op->in] = 1;
+            total += (size_t)N * nn_shape_numel(op->ishape) * sizeof(float);
+        }
+        if (op->cls->state_bytes && !op->cls->saved_bytes)
+            total += op->cls->state_bytes(op, N);
+    }
+    free(counted);
+    return total;
+}
+
+double nn_model_flops(const nn_model *m)
+{
+    double f = 0;
+    for (int i = 0; i < m->nops; i++) {
+        const nn_op *op = &m->ops[i];
+        if (op->p[0] >= 0 && m->params.views[op->p[0]].ndim >= 2)
+            f += 2.0 * (double)m->params.views[op->p[0]].numel * (double)op->oshape.h *
+                 (double)op->oshape.w;
+    }
+    return f;
+}
