@@ -1,0 +1,70 @@
+/* node_common — what every training command shares: model options, building
+ * a model for a data set, evaluation, model files with their metadata, the
+ * metrics writer and small CLI helpers.
+ *
+ * Owns:    node_model_opts (the model/data flags of train, eval, node,
+ *          simulate), node_setup (a data set, its normalisation and a model).
+ * Callers: node_cmd_*.c.
+ */
+#ifndef NODE_COMMON_H
+#define NODE_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "nn/nn_data.h"
+#include "nn/nn_model.h"
+
+typedef struct {
+    char   model[32];       /* cnn | resnet20 | vgg11 */
+    char   data[512];       /* fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR */
+    char   norm[16];        /* evonorm | batchnorm | none */
+    char   precision[8];    /* fp32 | int8 */
+    int    pad_to;          /* 0 = native size; vgg11 pads 28x28 to 32 */
+    int    augment;         /* -1 auto, 0 off, 1 on (random crop 4 + flip) */
+    int    groups;          /* EvoNorm groups */
+} node_model_opts;
+
+void node_model_opts_defaults(node_model_opts *o);
+
+typedef struct {
+    nn_dataset train, test;
+    float      mean[4], std[4];
+    nn_augment aug_train, aug_eval;
+    int        in_c, in_h, in_w;
+} node_data;
+
+/* Loads the data set named by o->data and works out input sizes. */
+int  node_data_load(const node_model_opts *o, node_data *d, char *err, size_t errlen);
+void node_data_free(node_data *d);
+
+/* Builds (not initialises) the model for these options and input shape. */
+nn_model *node_model_build(const node_model_opts *o, int in_c, int in_h, int in_w, int classes,
+                           char *err, size_t errlen);
+
+/* Test accuracy (0..1) and mean loss over a whole set, batches of `batch`
+ * (the model must be prepared for it). */
+double node_evaluate(nn_model *m, const node_data *d, const nn_dataset *set, int batch,
+                     double *loss_out);
+
+/* Model files: safetensors with the options as metadata, so `eval` can
+ * rebuild the model from the file alone. */
+int node_model_save(const char *path, nn_model *m, const node_model_opts *o, char *err,
+                    size_t errlen);
+/* Reads the options stored in a model file. */
+int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, size_t errlen);
+int node_model_load(const char *path, nn_model *m, char *err, size_t errlen);
+
+/* Sets the BLAS thread count (OpenBLAS). */
+void node_set_threads(int threads);
+
+/* Parses an int/float/uint64 flag value; -1 with a message naming the flag. */
+int node_parse_int(const char *flag, const char *s, long lo, long hi, long *out, char *err,
+                   size_t errlen);
+int node_parse_double(const char *flag, const char *s, double lo, double hi, double *out,
+                      char *err, size_t errlen);
+
+/* "1h02m03s" style duration. */
+void node_fmt_duration(char *buf, size_t len, double seconds);
+
+#endif

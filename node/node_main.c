@@ -1,0 +1,39 @@
+/* node_main — `lpgossip <command> [options]`: the dispatch table. */
+#include <stdio.h>
+#include <string.h>
+
+#include "node/node_cmds.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} s_command;
+
+static const s_command s_commands[] = {
+    {"train", node_cmd_train, "train one model on one machine (no gossip)"},
+    {"eval", node_cmd_eval, "test accuracy of a model file, or of the average of several"},
+    {"topology", node_cmd_topology, "validate a topology file and print its report"},
+};
+
+static void s_usage(FILE *f)
+{
+    fprintf(f, "usage: lpgossip <command> [options]   (lpgossip <command> --help)\n\n");
+    for (size_t i = 0; i < sizeof s_commands / sizeof s_commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", s_commands[i].name, s_commands[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "help")) {
+        s_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof s_commands / sizeof s_commands[0]; i++)
+        if (!strcmp(argv[1], s_commands[i].name))
+            return s_commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "lpgossip: unknown command '%s'\n\n", argv[1]);
+    s_usage(stderr);
+    return 2;
+}
