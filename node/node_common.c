@@ -45,6 +45,10 @@ int node_data_load(const node_model_opts *o, node_data *d, char *err, size_t err
     if (augment && d->train.h >= 32)
         d->aug_train.crop_pad = 4;
     d->aug_eval = (nn_augment){.pad_to = pad_to};
+    if (nn_augment_check(&d->train, &d->aug_train, err, errlen) != 0) {
+        node_data_free(d);
+        return -1;
+    }
     d->in_c = d->train.c;
     nn_data_out_shape(&d->train, &d->aug_eval, &d->in_h, &d->in_w);
     return 0;

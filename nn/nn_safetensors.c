@@ -1,0 +1,969 @@
+/* nn_safetensors — see nn_safetensors.h.
+ *
+ * Inside: a tiny strict JSON reader building a tree (s_j*), the header
+ * model (s_hdr: tensor entries and metadata, validated as a whole), the
+ * writer (header text + data, through a temp file) and the loaders.
+ */
+#include "nn/nn_safetensors.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S_MAX_HEADER (100u << 20)
+#define S_MAX_DEPTH  8
+#define S_MAX_DIMS   32
+
+/* ---- strict JSON tree --------------------------------------------------- */
+
+typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } s_jtype;
+
+typedef struct s_jval {
+    s_jtype        t;
+    char          *s;        /* J_STR: NUL-terminated (no embedded NUL) */
+    int            is_uint;  /* J_NUM: a non-negative integer fitting uint64 */
+    uint64_t       u;
+    struct s_jval *items;    /* J_ARR, J_OBJ: n values */
+    char         **keys;     /* J_OBJ: n keys */
+    size_t         n, cap;
+} s_jval;
+
+typedef struct {
+    const unsigned char *p, *start, *end;
+    const char *path;
+    char *err;
+    size_t errlen;
+} s_jparser;
+
+static void s_jfree(s_jval *v)
+{
+    free(v->s);
+    for (size_t i = 0; i < v->n; i++) {
+        s_jfree(&v->items[i]);
+        if (v->keys)
+            free(v->keys[i]);
+    }
+    free(v->items);
+    free(v->keys);
+    memset(v, 0, sizeof *v);
+}
+
+static int s_jerr(s_jparser *ps, const char *what)
+{
+    return nn_errf(ps->err, ps->errlen, "%s: bad JSON header at byte %zu: %s", ps->path,
+                   (size_t)(ps->p - ps->start), what);
+}
+
+static void s_jws(s_jparser *ps)
+{
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+        ps->p++;
+}
+
+static int s_hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static int s_read_u4(s_jparser *ps, unsigned *out)
+{
+    if (ps->end - ps->p < 4)
+        return s_jerr(ps, "truncated \\u escape");
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = s_hexval(ps->p[i]);
+        if (h < 0)
+            return s_jerr(ps, "bad hex digit in \\u escape");
+        v = v * 16 + (unsigned)h;
+    }
+    ps->p += 4;
+    *out = v;
+    return 0;
+}
+
+static void s_put_utf8(char *buf, size_t *len, unsigned cp)
+{
+    if (cp < 0x80) {
+        buf[(*len)++] = (char)cp;
+    } else if (cp < 0x800) {
+        buf[(*len)++] = (char)(0xC0 | (cp >> 6));
+        buf[(*len)++] = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        buf[(*len)++] = (char)(0xE0 | (cp >> 12));
+        buf[(*len)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        buf[(*len)++] = (char)(0x80 | (cp & 0x3F));
+    } else {
+        buf[(*len)++] = (char)(0xF0 | (cp >> 18));
+        buf[(*len)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        buf[(*len)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        buf[(*len)++] = (char)(0x80 | (cp & 0x3F));
+    }
+}
+
+/* Length of the well-formed UTF-8 sequence at p (lead byte >= 0x80), or 0. */
+static size_t s_utf8_len(const unsigned char *p, const unsigned char *end)
+{
+    unsigned c = p[0], cp, need;
+    if (c >= 0xC2 && c <= 0xDF) {
+        need = 1;
+        cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        need = 2;
+        cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 3;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if ((size_t)(end - p) <= need)
+        return 0;
+    for (unsigned i = 1; i <= need; i++) {
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3F);
+    }
+    if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return need + 1;
+}
+
+/* Parses a string at ps->p (on the opening quote) into a malloc'd C string. */
+static int s_jstring(s_jparser *ps, char **out)
+{
+    *out = NULL;
+    ps->p++; /* '"' */
+    const unsigned char *q = ps->p;
+    while (q < ps->end && *q != '"') /* decoded length <= raw length */
+        q += (*q == '\\' && q + 1 < ps->end) ? 2 : 1;
+    if (q >= ps->end)
+        return s_jerr(ps, "unterminated string");
+    char *buf = nn_xmalloc((size_t)(q - ps->p) + 1);
+    size_t len = 0;
+    while (*ps->p != '"') {
+        unsigned c = *ps->p;
+        if (c < 0x20) {
+            free(buf);
+            return s_jerr(ps, "control character in string");
+        }
+        if (c == '\\') {
+            ps->p++;
+            unsigned e = *ps->p++, cp;
+            switch (e) {
+            case '"': buf[len++] = '"'; break;
+            case '\\': buf[len++] = '\\'; break;
+            case '/': buf[len++] = '/'; break;
+            case 'b': buf[len++] = '\b'; break;
+            case 'f': buf[len++] = '\f'; break;
+            case 'n': buf[len++] = '\n'; break;
+            case 'r': buf[len++] = '\r'; break;
+            case 't': buf[len++] = '\t'; break;
+            case 'u':
+                if (s_read_u4(ps, &cp))
+                    goto fail;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                    s_jerr(ps, "unpaired low surrogate in \\u escape");
+                    goto fail;
+                }
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    unsigned lo;
+                    if (ps->end - ps->p < 2 || ps->p[0] != '\\' || ps->p[1] != 'u') {
+                        s_jerr(ps, "unpaired high surrogate in \\u escape");
+                        goto fail;
+                    }
+                    ps->p += 2;
+                    if (s_read_u4(ps, &lo))
+                        goto fail;
+                    if (lo < 0xDC00 || lo > 0xDFFF) {
+                        s_jerr(ps, "bad low surrogate in \\u escape");
+                        goto fail;
+                    }
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                }
+                if (cp == 0) {
+                    s_jerr(ps, "\\u0000 in string");
+                    goto fail;
+                }
+                /* 4 UTF-8 bytes at most for 6 or 12 escape bytes: fits. */
+                s_put_utf8(buf, &len, cp);
+                break;
+            default:
+                ps->p--;
+                s_jerr(ps, "bad escape in string");
+                goto fail;
+            }
+            continue;
+        }
+        if (c >= 0x80) {
+            size_t k = s_utf8_len(ps->p, ps->end);
+            if (!k) {
+                s_jerr(ps, "invalid UTF-8 in string");
+                goto fail;
+            }
+            memcpy(buf + len, ps->p, k);
+            len += k;
+            ps->p += k;
+            continue;
+        }
+        buf[len++] = (char)c;
+        ps->p++;
+    }
+    ps->p++; /* closing '"' */
+    buf[len] = 0;
+    *out = buf;
+    return 0;
+fail:
+    free(buf);
+    return -1;
+}
+
+static int s_jnumber(s_jparser *ps, s_jval *v)
+{
+    const unsigned char *p = ps->p, *e = ps->end;
+    int neg = 0, frac = 0, ovf = 0;
+    uint64_t u = 0;
+    if (p < e && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= e || *p < '0' || *p > '9')
+        return s_jerr(ps, "bad number");
+    if (*p == '0') {
+        p++;
+        if (p < e && *p >= '0' && *p <= '9')
+            return s_jerr(ps, "leading zero in number");
+    } else {
+        while (p < e && *p >= '0' && *p <= '9') {
+            unsigned d = (unsigned)(*p++ - '0');
+            if (u > (UINT64_MAX - d) / 10)
+                ovf = 1;
+            else
+                u = u * 10 + d;
+        }
+    }
+    if (p < e && *p == '.') {
+        frac = 1;
+        p++;
+        if (p >= e || *p < '0' || *p > '9')
+            return s_jerr(ps, "bad fraction in number");
+        while (p < e && *p >= '0' && *p <= '9')
+            p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        frac = 1;
+        p++;
+        if (p < e && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= e || *p < '0' || *p > '9')
+            return s_jerr(ps, "bad exponent in number");
+        while (p < e && *p >= '0' && *p <= '9')
+            p++;
+    }
+    v->t = J_NUM;
+    v->is_uint = !neg && !frac && !ovf;
+    v->u = v->is_uint ? u : 0;
+    ps->p = p;
+    return 0;
+}
+
+static int s_jvalue(s_jparser *ps, s_jval *v, int depth);
+
+static void s_jpush(s_jval *v)
+{
+    if (v->n == v->cap) {
+        v->cap = v->cap ? 2 * v->cap : 8;
+        v->items = nn_xrealloc(v->items, v->cap * sizeof *v->items);
+        if (v->t == J_OBJ)
+            v->keys = nn_xrealloc(v->keys, v->cap * sizeof *v->keys);
+    }
+    memset(&v->items[v->n], 0, sizeof v->items[v->n]);
+    if (v->t == J_OBJ)
+        v->keys[v->n] = NULL;
+    v->n++;
+}
+
+static int s_jcontainer(s_jparser *ps, s_jval *v, int depth, int obj)
+{
+    if (depth >= S_MAX_DEPTH)
+        return s_jerr(ps, "nesting too deep");
+    char close = obj ? '}' : ']';
+    v->t = obj ? J_OBJ : J_ARR;
+    ps->p++;
+    s_jws(ps);
+    if (ps->p < ps->end && *ps->p == close) {
+        ps->p++;
+        return 0;
+    }
+    for (;;) {
+        s_jpush(v);
+        if (obj) {
+            s_jws(ps);
+            if (ps->p >= ps->end || *ps->p != '"')
+                return s_jerr(ps, "expected a string key");
+            const unsigned char *kpos = ps->p;
+            if (s_jstring(ps, &v->keys[v->n - 1]))
+                return -1;
+            for (size_t i = 0; i + 1 < v->n; i++)
+                if (strcmp(v->keys[i], v->keys[v->n - 1]) == 0) {
+                    ps->p = kpos;
+                    return s_jerr(ps, "duplicate key");
+                }
+            s_jws(ps);
+            if (ps->p >= ps->end || *ps->p != ':')
+                return s_jerr(ps, "expected ':'");
+            ps->p++;
+        }
+        if (s_jvalue(ps, &v->items[v->n - 1], depth + 1))
+            return -1;
+        s_jws(ps);
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == close) {
+            ps->p++;
+            return 0;
+        }
+        return s_jerr(ps, obj ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+}
+
+static int s_jlit(s_jparser *ps, const char *lit)
+{
+    size_t n = strlen(lit);
+    if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, lit, n) != 0)
+        return s_jerr(ps, "unexpected character");
+    ps->p += n;
+    return 0;
+}
+
+static int s_jvalue(s_jparser *ps, s_jval *v, int depth)
+{
+    s_jws(ps);
+    if (ps->p >= ps->end)
+        return s_jerr(ps, "unexpected end of header");
+    switch (*ps->p) {
+    case '{':
+        return s_jcontainer(ps, v, depth, 1);
+    case '[':
+        return s_jcontainer(ps, v, depth, 0);
+    case '"':
+        v->t = J_STR;
+        return s_jstring(ps, &v->s);
+    case 't':
+        v->t = J_BOOL;
+        return s_jlit(ps, "true");
+    case 'f':
+        v->t = J_BOOL;
+        return s_jlit(ps, "false");
+    case 'n':
+        v->t = J_NULL;
+        return s_jlit(ps, "null");
+    default:
+        if (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9'))
+            return s_jnumber(ps, v);
+        return s_jerr(ps, "unexpected character");
+    }
+}
+
+/* ---- the header model --------------------------------------------------- */
+
+typedef struct {
+    const char *name;       /* borrowed from the JSON tree */
+    const char *dtype;
+    size_t      esize;
+    int         ndim;
+    uint64_t    shape[S_MAX_DIMS];
+    uint64_t    begin, end; /* relative to the data section */
+} s_entry;
+
+typedef struct {
+    s_jval   root;
+    s_entry *e;
+    size_t   ne;
+    s_jval  *meta;          /* J_OBJ or NULL */
+    uint64_t data_start;    /* 8 + N */
+    uint64_t data_len;
+} s_hdr;
+
+static const struct {
+    const char *name;
+    size_t      size;
+} s_dtypes[] = {
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+    {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+    {"U32", 4},  {"F32", 4}, {"I64", 8}, {"U64", 8},     {"F64", 8},
+};
+
+static void s_hdr_free(s_hdr *h)
+{
+    s_jfree(&h->root);
+    free(h->e);
+    memset(h, 0, sizeof *h);
+}
+
+static const s_jval *s_jget(const s_jval *obj, const char *key)
+{
+    for (size_t i = 0; i < obj->n; i++)
+        if (strcmp(obj->keys[i], key) == 0)
+            return &obj->items[i];
+    return NULL;
+}
+
+static int s_cmp_entry(const void *a, const void *b)
+{
+    const s_entry *x = *(const s_entry *const *)a, *y = *(const s_entry *const *)b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
+}
+
+static int s_check_entry(const char *path, const char *name, const s_jval *v, s_entry *en,
+                         uint64_t data_len, char *err, size_t errlen)
+{
+    if (v->t != J_OBJ)
+        return nn_errf(err, errlen, "%s: tensor '%s': entry is not an object", path, name);
+    for (size_t i = 0; i < v->n; i++)
+        if (strcmp(v->keys[i], "dtype") && strcmp(v->keys[i], "shape") &&
+            strcmp(v->keys[i], "data_offsets"))
+            return nn_errf(err, errlen, "%s: tensor '%s': unknown field '%s'", path, name,
+                           v->keys[i]);
+    const s_jval *dt = s_jget(v, "dtype"), *sh = s_jget(v, "shape"),
+                 *off = s_jget(v, "data_offsets");
+    if (!dt || !sh || !off)
+        return nn_errf(err, errlen, "%s: tensor '%s': missing field '%s'", path, name,
+                       !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+    if (dt->t != J_STR)
+        return nn_errf(err, errlen, "%s: tensor '%s': dtype is not a string", path, name);
+    en->name = name;
+    en->dtype = dt->s;
+    en->esize = 0;
+    for (size_t i = 0; i < sizeof s_dtypes / sizeof s_dtypes[0]; i++)
+        if (strcmp(dt->s, s_dtypes[i].name) == 0)
+            en->esize = s_dtypes[i].size;
+    if (!en->esize)
+        return nn_errf(err, errlen, "%s: tensor '%s': unknown dtype '%s'", path, name, dt->s);
+    if (sh->t != J_ARR)
+        return nn_errf(err, errlen, "%s: tensor '%s': shape is not an array", path, name);
+    if (sh->n > S_MAX_DIMS)
+        return nn_errf(err, errlen, "%s: tensor '%s': %zu dimensions (at most %d)", path, name,
+                       sh->n, S_MAX_DIMS);
+    en->ndim = (int)sh->n;
+    uint64_t bytes = en->esize;
+    for (size_t d = 0; d < sh->n; d++) {
+        if (sh->items[d].t != J_NUM || !sh->items[d].is_uint)
+            return nn_errf(err, errlen,
+                           "%s: tensor '%s': shape[%zu] is not a non-negative integer", path,
+                           name, d);
+        en->shape[d] = sh->items[d].u;
+        if (en->shape[d] && bytes > UINT64_MAX / en->shape[d])
+            return nn_errf(err, errlen, "%s: tensor '%s': shape too large", path, name);
+        bytes *= en->shape[d];
+    }
+    if (off->t != J_ARR || off->n != 2 || off->items[0].t != J_NUM || !off->items[0].is_uint ||
+        off->items[1].t != J_NUM || !off->items[1].is_uint)
+        return nn_errf(err, errlen,
+                       "%s: tensor '%s': data_offsets is not [begin, end] of non-negative integers",
+                       path, name);
+    en->begin = off->items[0].u;
+    en->end = off->items[1].u;
+    if (en->begin > en->end)
+        return nn_errf(err, errlen,
+                       "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "]: begin after end",
+                       path, name, en->begin, en->end);
+    if (en->end > data_len)
+        return nn_errf(err, errlen,
+                       "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                       "] out of range: the data section holds %" PRIu64 " bytes (file truncated?)",
+                       path, name, en->begin, en->end, data_len);
+    if (en->end - en->begin != bytes)
+        return nn_errf(err, errlen,
+                       "%s: tensor '%s': data_offsets span %" PRIu64 " bytes but dtype %s and "
+                       "shape need %" PRIu64,
+                       path, name, en->end - en->begin, en->dtype, bytes);
+    return 0;
+}
+
+/* Reads and validates the whole header of the open file fd. */
+static int s_hdr_read(int fd, const char *path, s_hdr *h, char *err, size_t errlen)
+{
+    memset(h, 0, sizeof *h);
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return nn_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return nn_errf(err, errlen, "%s: not a regular file", path);
+    uint64_t fsize = (uint64_t)st.st_size;
+    unsigned char lenb[8];
+    if (fsize < 8 || pread(fd, lenb, 8, 0) != 8)
+        return nn_errf(err, errlen, "%s: truncated: %" PRIu64 " bytes, shorter than the 8-byte "
+                       "header length", path, fsize);
+    uint64_t N = 0;
+    for (int i = 7; i >= 0; i--)
+        N = N << 8 | lenb[i];
+    if (N < 2 || N > S_MAX_HEADER)
+        return nn_errf(err, errlen, "%s: header length %" PRIu64 " not in 2..%u", path, N,
+                       (unsigned)S_MAX_HEADER);
+    if (N > fsize - 8)
+        return nn_errf(err, errlen,
+                       "%s: header length %" PRIu64 " runs past the end of the file (%" PRIu64
+                       " bytes)", path, N, fsize);
+    unsigned char *buf = nn_xmalloc((size_t)N);
+    ssize_t got = pread(fd, buf, (size_t)N, 8);
+    if (got != (ssize_t)N) {
+        free(buf);
+        return nn_errf(err, errlen, "%s: cannot read the header: %s", path,
+                       got < 0 ? strerror(errno) : "short read");
+    }
+    h->data_start = 8 + N;
+    h->data_len = fsize - 8 - N;
+
+    s_jparser ps = {buf, buf, buf + N, path, err, errlen};
+    if (buf[0] != '{') {
+        s_jerr(&ps, "header does not start with '{'");
+        goto fail;
+    }
+    if (s_jvalue(&ps, &h->root, 0))
+        goto fail;
+    s_jws(&ps);
+    if (ps.p != ps.end) {
+        s_jerr(&ps, "trailing characters after the header object");
+        goto fail;
+    }
+    free(buf);
+    buf = NULL;
+
+    h->e = nn_xmalloc((h->root.n ? h->root.n : 1) * sizeof *h->e);
+    for (size_t i = 0; i < h->root.n; i++) {
+        const char *key = h->root.keys[i];
+        const s_jval *v = &h->root.items[i];
+        if (strcmp(key, "__metadata__") == 0) {
+            if (v->t != J_OBJ) {
+                nn_errf(err, errlen, "%s: __metadata__ is not an object", path);
+                goto fail;
+            }
+            for (size_t j = 0; j < v->n; j++)
+                if (v->items[j].t != J_STR) {
+                    nn_errf(err, errlen, "%s: __metadata__ value of '%s' is not a string", path,
+                            v->keys[j]);
+                    goto fail;
+                }
+            h->meta = &h->root.items[i];
+            continue;
+        }
+        if (s_check_entry(path, key, v, &h->e[h->ne], h->data_len, err, errlen))
+            goto fail;
+        h->ne++;
+    }
+    /* The ranges, sorted by begin, must tile [0, data_len) exactly. */
+    s_entry **ord = nn_xmalloc((h->ne ? h->ne : 1) * sizeof *ord);
+    for (size_t i = 0; i < h->ne; i++)
+        ord[i] = &h->e[i];
+    qsort(ord, h->ne, sizeof *ord, s_cmp_entry);
+    uint64_t at = 0;
+    for (size_t i = 0; i < h->ne; i++) {
+        if (ord[i]->begin != at) {
+            if (ord[i]->begin < at)
+                nn_errf(err, errlen, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                        "] overlap tensor '%s'", path, ord[i]->name, ord[i]->begin,
+                        ord[i]->end, ord[i - 1]->name);
+            else
+                nn_errf(err, errlen, "%s: tensor '%s': data_offsets begin at %" PRIu64
+                        ", leaving a hole after byte %" PRIu64, path, ord[i]->name,
+                        ord[i]->begin, at);
+            free(ord);
+            goto fail;
+        }
+        at = ord[i]->end;
+    }
+    free(ord);
+    if (at != h->data_len) {
+        nn_errf(err, errlen, "%s: tensors cover %" PRIu64 " bytes but the data section holds %"
+                PRIu64 " (truncated or trailing bytes)", path, at, h->data_len);
+        goto fail;
+    }
+    return 0;
+fail:
+    free(buf);
+    s_hdr_free(h);
+    return -1;
+}
+
+/* ---- writer ------------------------------------------------------------- */
+
+typedef struct {
+    char  *s;
+    size_t len, cap;
+} s_sb;
+
+static void s_sb_put(s_sb *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        while (b->len + n + 1 > b->cap)
+            b->cap = b->cap ? 2 * b->cap : 1024;
+        b->s = nn_xrealloc(b->s, b->cap);
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = 0;
+}
+
+static void s_sb_str(s_sb *b, const char *s)
+{
+    s_sb_put(b, s, strlen(s));
+}
+
+/* A JSON string literal; bytes >= 0x80 are copied (callers pass UTF-8). */
+static void s_sb_jstr(s_sb *b, const char *prefix, const char *s)
+{
+    s_sb_put(b, "\"", 1);
+    for (int part = 0; part < 2; part++) {
+        const char *q = part ? s : (prefix ? prefix : "");
+        for (; *q; q++) {
+            unsigned char c = (unsigned char)*q;
+            char esc[8];
+            if (c == '"' || c == '\\') {
+                esc[0] = '\\';
+                esc[1] = (char)c;
+                s_sb_put(b, esc, 2);
+            } else if (c < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", c);
+                s_sb_put(b, esc, 6);
+            } else {
+                s_sb_put(b, q, 1);
+            }
+        }
+    }
+    s_sb_put(b, "\"", 1);
+}
+
+static int s_host_le(void)
+{
+    const uint32_t one = 1;
+    unsigned char b[4];
+    memcpy(b, &one, 4);
+    return b[0] == 1;
+}
+
+static int s_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int s_write_floats(int fd, const float *x, size_t n)
+{
+    if (s_host_le())
+        return s_write_all(fd, x, n * sizeof(float));
+    unsigned char buf[4096];
+    while (n) {
+        size_t k = n < sizeof buf / 4 ? n : sizeof buf / 4;
+        for (size_t i = 0; i < k; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            for (int j = 0; j < 4; j++)
+                buf[4 * i + (size_t)j] = (unsigned char)(u >> (8 * j));
+        }
+        if (s_write_all(fd, buf, 4 * k))
+            return -1;
+        x += k;
+        n -= k;
+    }
+    return 0;
+}
+
+static void s_full_name(char *out, size_t outlen, const char *prefix, const char *name)
+{
+    snprintf(out, outlen, "%s%s", prefix ? prefix : "", name);
+}
+
+int nn_safetensors_save_prefixed(const char *path, const nn_arena *const *arenas,
+                                 const char *const *prefixes, int narenas,
+                                 const char *const *meta_kv, char *err, size_t errlen)
+{
+    char a_name[2 * NN_NAME_MAX + 256], b_name[2 * NN_NAME_MAX + 256];
+    /* Names (with prefixes) unique across arenas; metadata keys unique. */
+    for (int a = 0; a < narenas; a++)
+        for (size_t v = 0; v < arenas[a]->nviews; v++) {
+            const char *pa = prefixes ? prefixes[a] : NULL;
+            if (pa && strlen(pa) > 256)
+                return nn_errf(err, errlen, "%s: name prefix '%.32s...' too long", path, pa);
+            s_full_name(a_name, sizeof a_name, pa, arenas[a]->views[v].name);
+            if (strcmp(a_name, "__metadata__") == 0)
+                return nn_errf(err, errlen, "%s: tensor name '__metadata__' is reserved", path);
+            for (int b = 0; b <= a; b++)
+                for (size_t u = 0; u < (b == a ? v : arenas[b]->nviews); u++) {
+                    s_full_name(b_name, sizeof b_name, prefixes ? prefixes[b] : NULL,
+                                arenas[b]->views[u].name);
+                    if (strcmp(a_name, b_name) == 0)
+                        return nn_errf(err, errlen,
+                                       "%s: duplicate tensor name '%s' (arenas %d and %d; use "
+                                       "nn_safetensors_save_prefixed)", path, a_name, b, a);
+                }
+        }
+    if (meta_kv)
+        for (size_t i = 0; meta_kv[i]; i += 2) {
+            if (!meta_kv[i + 1])
+                return nn_errf(err, errlen, "%s: metadata key '%s' has no value", path,
+                               meta_kv[i]);
+            for (size_t j = 0; j < i; j += 2)
+                if (strcmp(meta_kv[i], meta_kv[j]) == 0)
+                    return nn_errf(err, errlen, "%s: duplicate metadata key '%s'", path,
+                                   meta_kv[i]);
+        }
+
+    /* Header text. */
+    s_sb hb = {0};
+    s_sb_str(&hb, "{");
+    int first = 1;
+    if (meta_kv && meta_kv[0]) {
+        s_sb_str(&hb, "\"__metadata__\":{");
+        for (size_t i = 0; meta_kv[i]; i += 2) {
+            if (i)
+                s_sb_str(&hb, ",");
+            s_sb_jstr(&hb, NULL, meta_kv[i]);
+            s_sb_str(&hb, ":");
+            s_sb_jstr(&hb, NULL, meta_kv[i + 1]);
+        }
+        s_sb_str(&hb, "}");
+        first = 0;
+    }
+    uint64_t off = 0;
+    for (int a = 0; a < narenas; a++)
+        for (size_t v = 0; v < arenas[a]->nviews; v++) {
+            const nn_view *vw = &arenas[a]->views[v];
+            char num[96];
+            if (!first)
+                s_sb_str(&hb, ",");
+            first = 0;
+            s_sb_jstr(&hb, prefixes ? prefixes[a] : NULL, vw->name);
+            s_sb_str(&hb, ":{\"dtype\":\"F32\",\"shape\":[");
+            for (int d = 0; d < vw->ndim; d++) {
+                snprintf(num, sizeof num, "%s%d", d ? "," : "", vw->shape[d]);
+                s_sb_str(&hb, num);
+            }
+            uint64_t end = off + (uint64_t)vw->numel * 4;
+            snprintf(num, sizeof num, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, end);
+            s_sb_str(&hb, num);
+            off = end;
+        }
+    s_sb_str(&hb, "}");
+    while ((8 + hb.len) % 8)
+        s_sb_str(&hb, " ");
+
+    /* Temp file in the same directory, then rename over path. */
+    size_t plen = strlen(path);
+    char *tmp = nn_xmalloc(plen + 16);
+    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
+    char *dir = nn_xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, plen + 1, ".");
+    else if (slash == dir)
+        dir[1] = 0;
+    else
+        *slash = 0;
+    int fd = mkstemp(tmp), rc = -1;
+    if (fd < 0) {
+        nn_errf(err, errlen, "%s: cannot create a temp file in '%s': %s", path, dir,
+                strerror(errno));
+        goto done;
+    }
+    unsigned char lenb[8];
+    for (int i = 0; i < 8; i++)
+        lenb[i] = (unsigned char)((uint64_t)hb.len >> (8 * i));
+    if (fchmod(fd, 0644) != 0 || s_write_all(fd, lenb, 8) || s_write_all(fd, hb.s, hb.len))
+        goto io_fail;
+    for (int a = 0; a < narenas; a++)
+        for (size_t v = 0; v < arenas[a]->nviews; v++) {
+            const nn_view *vw = &arenas[a]->views[v];
+            if (vw->numel && s_write_floats(fd, arenas[a]->data + vw->offset, vw->numel))
+                goto io_fail;
+        }
+    if (fsync(fd) != 0)
+        goto io_fail;
+    if (close(fd) != 0) {
+        fd = -1;
+        goto io_fail;
+    }
+    fd = -1;
+    if (rename(tmp, path) != 0)
+        goto io_fail;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        /* The new file is complete either way; a failed directory sync only
+         * weakens durability across a crash, so it is reported. */
+        int r = fsync(dfd);
+        int e = errno;
+        close(dfd);
+        if (r != 0) {
+            nn_errf(err, errlen, "%s: fsync of directory '%s' failed: %s", path, dir,
+                    strerror(e));
+            goto done;
+        }
+    }
+    rc = 0;
+    goto done;
+io_fail:
+    nn_errf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    unlink(tmp);
+done:
+    free(tmp);
+    free(dir);
+    free(hb.s);
+    return rc;
+}
+
+int nn_safetensors_save(const char *path, const nn_arena *const *arenas, int narenas,
+                        const char *const *meta_kv, char *err, size_t errlen)
+{
+    return nn_safetensors_save_prefixed(path, arenas, NULL, narenas, meta_kv, err, errlen);
+}
+
+/* ---- readers ------------------------------------------------------------ */
+
+static int s_open(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        nn_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return fd;
+}
+
+int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
+                                 const char *const *prefixes, int narenas, char *err,
+                                 size_t errlen)
+{
+    int fd = s_open(path, err, errlen);
+    if (fd < 0)
+        return -1;
+    s_hdr h;
+    if (s_hdr_read(fd, path, &h, err, errlen)) {
+        close(fd);
+        return -1;
+    }
+    int rc = -1;
+    char full[2 * NN_NAME_MAX + 256];
+    for (int a = 0; a < narenas; a++) {
+        const nn_arena *ar = arenas[a];
+        assert(ar->data || ar->numel == 0);
+        for (size_t v = 0; v < ar->nviews; v++) {
+            const nn_view *vw = &ar->views[v];
+            s_full_name(full, sizeof full, prefixes ? prefixes[a] : NULL, vw->name);
+            const s_entry *en = NULL;
+            for (size_t i = 0; i < h.ne && !en; i++)
+                if (strcmp(h.e[i].name, full) == 0)
+                    en = &h.e[i];
+            if (!en) {
+                nn_errf(err, errlen, "%s: tensor '%s' missing", path, full);
+                goto done;
+            }
+            if (strcmp(en->dtype, "F32") != 0) {
+                nn_errf(err, errlen, "%s: tensor '%s': dtype %s, expected F32", path, full,
+                        en->dtype);
+                goto done;
+            }
+            int same = en->ndim == vw->ndim;
+            for (int d = 0; same && d < vw->ndim; d++)
+                same = en->shape[d] == (uint64_t)vw->shape[d];
+            if (!same) {
+                char got[256] = "", want[256] = "";
+                size_t gl = 0, wl = 0;
+                for (int d = 0; d < en->ndim && gl < sizeof got - 32; d++)
+                    gl += (size_t)snprintf(got + gl, sizeof got - gl, "%s%" PRIu64, d ? "," : "",
+                                           en->shape[d]);
+                for (int d = 0; d < vw->ndim; d++)
+                    wl += (size_t)snprintf(want + wl, sizeof want - wl, "%s%d", d ? "," : "",
+                                           vw->shape[d]);
+                nn_errf(err, errlen, "%s: tensor '%s': shape [%s], expected [%s]", path, full,
+                        got, want);
+                goto done;
+            }
+            size_t bytes = vw->numel * 4;
+            float *dst = ar->data + vw->offset;
+            size_t got_total = 0;
+            while (got_total < bytes) {
+                ssize_t r = pread(fd, (char *)dst + got_total, bytes - got_total,
+                                  (off_t)(h.data_start + en->begin + got_total));
+                if (r < 0 && errno == EINTR)
+                    continue;
+                if (r <= 0) {
+                    nn_errf(err, errlen, "%s: tensor '%s': read failed: %s", path, full,
+                            r < 0 ? strerror(errno) : "unexpected end of file");
+                    goto done;
+                }
+                got_total += (size_t)r;
+            }
+            if (!s_host_le()) {
+                unsigned char *b = (unsigned char *)dst;
+                for (size_t i = 0; i < vw->numel; i++) {
+                    uint32_t u = (uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 |
+                                 (uint32_t)b[4 * i + 2] << 16 | (uint32_t)b[4 * i + 3] << 24;
+                    memcpy(&dst[i], &u, 4);
+                }
+            }
+        }
+    }
+    rc = 0;
+done:
+    s_hdr_free(&h);
+    close(fd);
+    return rc;
+}
+
+int nn_safetensors_load(const char *path, nn_arena *const *arenas, int narenas, char *err,
+                        size_t errlen)
+{
+    return nn_safetensors_load_prefixed(path, arenas, NULL, narenas, err, errlen);
+}
+
+int nn_safetensors_meta(const char *path, const char *key, char *val, size_t vallen, char *err,
+                        size_t errlen)
+{
+    int fd = s_open(path, err, errlen);
+    if (fd < 0)
+        return -1;
+    s_hdr h;
+    int rc = s_hdr_read(fd, path, &h, err, errlen);
+    close(fd);
+    if (rc)
+        return -1;
+    rc = -1;
+    const s_jval *v = h.meta ? s_jget(h.meta, key) : NULL;
+    if (!v) {
+        nn_errf(err, errlen, "%s: no metadata key '%s'", path, key);
+    } else if (strlen(v->s) + 1 > vallen) {
+        nn_errf(err, errlen, "%s: metadata '%s' value of %zu bytes does not fit in %zu", path,
+                key, strlen(v->s), vallen);
+    } else {
+        memcpy(val, v->s, strlen(v->s) + 1);
+        rc = 0;
+    }
+    s_hdr_free(&h);
+    return rc;
+}
