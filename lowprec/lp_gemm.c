@@ -1,0 +1,116 @@
+/* lp_gemm — see lp_gemm.h: packing, the portable kernel, the reference and
+ * the dispatcher.  The SIMD kernels are in lp_gemm_avx2.c / lp_gemm_avx512.c. */
+#include "lowprec/lp_gemm.h"
+
+#include <assert.h>
+#include <string.h>
+
+#include "lowprec/lp_cpu.h"
+#include "lowprec/lp_simd.h"
+
+size_t lp_gemm_pack_a_bytes(int M, int K)
+{
+    return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_mp(M) * 4;
+}
+
+size_t lp_gemm_pack_b_bytes(int K, int N)
+{
+    return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_np(N) * 4;
+}
+
+void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs,
+                    int M, int K)
+{
+    const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
+    memset(Ap, 0, lp_gemm_pack_a_bytes(M, K));
+    for (int m = 0; m < M; m++) {
+        int32_t s = 0;
+        const uint8_t *row = A + m * rs;
+        for (int k = 0; k < K; k++) {
+            int v = row[k * cs];
+            s += v;
+            Ap[((size_t)(k >> 2) * Mp + m) * 4 + (k & 3)] = (int8_t)(v - 128);
+        }
+        if (rowsum)
+            rowsum[m] = s;
+    }
+    (void)K4;
+}
+
+void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, int K, int N)
+{
+    const int K4 = lp_gemm_k4(K), Np = lp_gemm_np(N);
+    for (int k4 = 0; k4 < K4; k4++) {
+        uint8_t *dst = Bp + (size_t)k4 * Np * 4;
+        int kn = K - 4 * k4 < 4 ? K - 4 * k4 : 4;
+        if (kn == 4 && cs == 1) {
+            const uint8_t *r0 = B + (4 * k4) * rs, *r1 = r0 + rs, *r2 = r1 + rs, *r3 = r2 + rs;
+            for (int n = 0; n < N; n++) {
+                dst[4 * n + 0] = r0[n];
+                dst[4 * n + 1] = r1[n];
+                dst[4 * n + 2] = r2[n];
+                dst[4 * n + 3] = r3[n];
+            }
+        } else {
+            for (int n = 0; n < N; n++)
+                for (int j = 0; j < 4; j++)
+                    dst[4 * n + j] = j < kn ? B[(4 * k4 + j) * rs + n * cs] : 0;
+        }
+        memset(dst + 4 * (size_t)N, 0, 4 * (size_t)(Np - N));
+    }
+}
+
+void lp_gemm_u8u8_ref(int32_t *C, const uint8_t *A, const uint8_t *B, int M, int N, int K)
+{
+    for (int m = 0; m < M; m++)
+        for (int n = 0; n < N; n++) {
+            int32_t s = 0;
+            for (int k = 0; k < K; k++)
+                s += (int32_t)A[(size_t)m * K + k] * (int32_t)B[(size_t)k * N + n];
+            C[(size_t)m * N + n] = s;
+        }
+}
+
+void lp_gemm_kernel_portable(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M,
+                             int N, int K, int32_t *colsum)
+{
+    const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M), Np = lp_gemm_np(N);
+    /* column sums first: they also restore the 128 shift of A */
+    for (int n = 0; n < N; n++) {
+        int32_t s = 0;
+        for (int k4 = 0; k4 < K4; k4++) {
+            const uint8_t *b = Bp + ((size_t)k4 * Np + n) * 4;
+            s += b[0] + b[1] + b[2] + b[3];
+        }
+        for (int m = 0; m < M; m++)
+            C[(size_t)m * ldc + n] = 128 * s;
+        if (colsum)
+            colsum[n] = s;
+    }
+    for (int m = 0; m < M; m++) {
+        int32_t *c = C + (size_t)m * ldc;
+        for (int k4 = 0; k4 < K4; k4++) {
+            const int8_t *a = Ap + ((size_t)k4 * Mp + m) * 4;
+            const int32_t a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
+            const uint8_t *b = Bp + (size_t)k4 * Np * 4;
+            for (int n = 0; n < N; n++)
+                c[n] += a0 * b[4 * n] + a1 * b[4 * n + 1] + a2 * b[4 * n + 2] + a3 * b[4 * n + 3];
+        }
+    }
+}
+
+void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N, int K,
+                  int32_t *colsum)
+{
+    assert(M >= 1 && N >= 1 && K >= 1 && K <= LP_GEMM_MAX_K && ldc >= N);
+    switch (lp_cpu_level()) {
+    case LP_CPU_AVX512VNNI:
+        lp_gemm_kernel_avx512(C, ldc, Ap, Bp, M, N, K, colsum);
+        return;
+    case LP_CPU_AVX2:
+        lp_gemm_kernel_avx2(C, ldc, Ap, Bp, M, N, K, colsum);
+        return;
+    default:
+        lp_gemm_kernel_portable(C, ldc, Ap, Bp, M, N, K, colsum);
+    }
+}

@@ -1,0 +1,84 @@
+/* lp_gemm — exact integer GEMM on 8-bit codes: C_int32 = A_u8 * B_u8.
+ *
+ * Owns:    the packed operand layouts and the micro-kernels (portable C,
+ *          AVX2, AVX-512 VNNI; run-time dispatch through lp_cpu).  All three
+ *          give bit-identical int32 results because the arithmetic is exact.
+ * Exposes: packing, the GEMM, its plain _ref twin, and the affine
+ *          correction that turns the int32 sums into real products.
+ * Callers: lp_layers.c (conv / linear forward and input gradient), bench.
+ *
+ * Dimension legend: M rows of A and C, N columns of B and C, K the reduction.
+ *
+ * Why the packing: VNNI's vpdpbusd multiplies unsigned bytes (its first
+ * source, the vector operand B) by signed bytes (the second source, which
+ * may be a 4-byte broadcast: operand A) and adds groups of 4 into int32.
+ * Both our operands are uint8 codes, so A is stored shifted, a' = a - 128
+ * (int8), and the kernel adds the 128 back with the column sums of B:
+ *     sum_k a_k b_k = sum_k (a_k - 128) b_k + 128 * sum_k b_k.
+ * Layouts (K4 = ceil(K/4), Mp = M rounded up to 8, Np = N rounded up to 16;
+ * padding entries are 0, so they add nothing):
+ *     A packed: int8  [K4][Mp][4],  Ap[(k4*Mp + m)*4 + j] = A(m, 4*k4+j) - 128
+ *     B packed: uint8 [K4][Np][4],  Bp[(k4*Np + n)*4 + j] = B(4*k4+j, n)
+ * The AVX2 path has no vpdpbusd; vpmaddubsw saturates at 16 bits, so it
+ * multiplies the low and high nibbles of B separately (exact) and
+ * combines them as lo + 16*hi in int32.
+ *
+ * Range: |C| <= 255*255*K < 2^31 requires K <= LP_GEMM_MAX_K.
+ *
+ * Real products.  With a = sa*qa + ma and b = sb*qb + mb (lp_qparams),
+ *   sum_k a_k b_k = sa*sb*S + sa*mb*SA + ma*sb*SB + K*ma*mb,
+ * where S = sum_k qa qb (this GEMM), SA = sum_k qa (row sums of A, from
+ * lp_gemm_pack_a), SB = sum_k qb (column sums of B, from lp_gemm_u8u8).  The
+ * integer sums are exact; the only rounding is in this float combination
+ * (lp_gemm_dequant).
+ */
+#ifndef LP_GEMM_H
+#define LP_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lowprec/lp_quant.h"
+
+#define LP_GEMM_MAX_K 32768
+#define LP_GEMM_MR    8     /* row padding of packed A */
+#define LP_GEMM_NR    16    /* column padding of packed B */
+
+static inline int lp_gemm_k4(int K) { return (K + 3) / 4; }
+static inline int lp_gemm_mp(int M) { return (M + LP_GEMM_MR - 1) / LP_GEMM_MR * LP_GEMM_MR; }
+static inline int lp_gemm_np(int N) { return (N + LP_GEMM_NR - 1) / LP_GEMM_NR * LP_GEMM_NR; }
+
+/* Bytes of a packed A (M, K) / packed B (K, N). */
+size_t lp_gemm_pack_a_bytes(int M, int K);
+size_t lp_gemm_pack_b_bytes(int K, int N);
+
+/* Ap (lp_gemm_pack_a_bytes) = packed A, where A(m, k) = A[m*rs + k*cs]
+ * (rs, cs in elements: row-major A is rs = K, cs = 1; a transposed view
+ * swaps them).  rowsum (M, may be NULL) = sum_k A(m, k).  Overwrites both. */
+void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs,
+                    int M, int K);
+/* Bp (lp_gemm_pack_b_bytes) = packed B, where B(k, n) = B[k*rs + n*cs]. */
+void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, int K, int N);
+
+/* C (M, N; row stride ldc >= N) = A * B exactly, from packed operands.
+ * colsum (N, may be NULL) = sum_k B(k, n).  Overwrites C and colsum.
+ * 1 <= K <= LP_GEMM_MAX_K, M, N >= 1. */
+void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N, int K,
+                  int32_t *colsum);
+/* Plain twin on row-major A (M, K) and B (K, N): C (M, N) = A * B. */
+void lp_gemm_u8u8_ref(int32_t *C, const uint8_t *A, const uint8_t *B, int M, int N, int K);
+
+/* The portable kernel (what lp_gemm_u8u8 runs at LP_CPU_PORTABLE). */
+void lp_gemm_kernel_portable(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M,
+                             int N, int K, int32_t *colsum);
+
+/* Real value of one entry (see the header comment), evaluated in double and
+ * rounded once to float: K terms, S the int32 sum, SA/SB row/column sums. */
+static inline float lp_gemm_dequant(int32_t S, int32_t SA, int32_t SB, int K, lp_qparams a,
+                                    lp_qparams b)
+{
+    double sa = a.scale, ma = a.min, sb = b.scale, mb = b.min;
+    return (float)(sa * sb * S + sa * mb * SA + ma * sb * SB + (double)K * ma * mb);
+}
+
+#endif

@@ -1,0 +1,707 @@
+/* lp_layers — see lp_layers.h.
+ *
+ * Integer conv forward, per sample (orientation chosen for vpdpbusd: the
+ * weights are the broadcast operand, the im2col codes the vector operand,
+ * so the output comes out as (OC, P) = NCHW with no transpose):
+ *   S[oc][p] = sum_k wq[oc][k] * xq_col[k][p]                (lp_gemm, exact)
+ *   out = sw*sx*S + sw*mx*SWv(oc,p) + mw*sx*SX(p) + mw*mx*Kv(p) + Q(b)[oc]
+ * where SX(p) = sum_k xq_col[k][p] (padded taps hold code 0), SWv(oc,p) the
+ * sum of weight codes over the taps of p that fall inside the image (zero
+ * padding is a real 0, not a code: border pixels see fewer taps) and Kv(p)
+ * their number.  SWv comes from a per-channel 2-D prefix sum over (kh, kw).
+ * The combination is evaluated in double and rounded once.
+ * Input gradient: dcol[ck][p] = sum_oc wq[oc][ck] * gq[oc][p] likewise (all
+ * K = OC terms valid), then col2im. */
+#include "lowprec/lp_layers.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "lowprec/lp_gemm.h"
+
+#define ALIGN64(n) (((n) + 63) & ~(size_t)63)
+
+static void *s_take(unsigned char **p, size_t bytes)
+{
+    void *r = *p;
+    *p += ALIGN64(bytes);
+    return r;
+}
+
+/* Quantized copy of a parameter tensor (nearest, its own min/max) as floats. */
+static void s_param_fq(float *dst, const float *src, size_t n)
+{
+    lp_fake_quant(dst, src, n, lp_tensor_qparams(src, n), 0, 0);
+}
+
+static void s_quant_act(uint8_t *q, const float *x, size_t n, lp_qparams p, lp_mode mode)
+{
+    if (mode.train)
+        lp_quantize_sr(q, x, n, p, mode.seed, 0);
+    else
+        lp_quantize(q, x, n, p);
+}
+
+/* ---- conv2d ------------------------------------------------------------ */
+
+size_t lp_conv2d_saved_bytes(const nn_conv_dims *d)
+{
+    return (size_t)d->N * d->C * d->H * d->W + (size_t)d->OC * d->C * d->KH * d->KW;
+}
+
+size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
+{
+    const int CK = d->C * d->KH * d->KW, P = d->OH * d->OW, Pp = lp_gemm_np(P);
+    size_t s = 0;
+    /* forward */
+    s += ALIGN64(lp_gemm_pack_a_bytes(d->OC, CK));
+    s += ALIGN64(lp_gemm_pack_b_bytes(CK, P));
+    s += ALIGN64((size_t)d->OC * P * 4);
+    s += ALIGN64((size_t)Pp * 4);
+    s += ALIGN64((size_t)d->OC * (d->KH + 1) * (d->KW + 1) * 4);
+    s += ALIGN64((size_t)d->OC * 5);
+    s += ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
+    /* backward */
+    size_t b = 0;
+    b += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
+    b += ALIGN64((size_t)CK * 4);
+    b += ALIGN64(lp_gemm_pack_b_bytes(d->OC, P));
+    b += ALIGN64((size_t)CK * P * 4);
+    b += ALIGN64((size_t)Pp * 4);
+    b += ALIGN64((size_t)d->N * d->OC * P);
+    b += ALIGN64((size_t)CK * P * sizeof(float));
+    return (s > b ? s : b) + 64;
+}
+
+/* valid tap range of output row o: [lo, hi) of kernel index */
+static void s_tap_range(int o, int stride, int pad, int K, int In, int *lo, int *hi)
+{
+    int first = o * stride - pad;
+    *lo = first < 0 ? -first : 0;
+    *hi = In - first < K ? In - first : K;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* codes of sample x (C,H,W) -> packed B (K4, Pp, 4); padded taps code 0.
+ * Positions k >= CK and p >= P must already be zero. */
+static void s_im2col_b4(uint8_t *Bp, const uint8_t *x, const nn_conv_dims *d)
+{
+    const int C = d->C, H = d->H, W = d->W, KH = d->KH, KW = d->KW, S = d->stride;
+    const int pad = d->pad, OH = d->OH, OW = d->OW, Pp = lp_gemm_np(OH * OW);
+    for (int c = 0; c < C; c++)
+        for (int kh = 0; kh < KH; kh++)
+            for (int kw = 0; kw < KW; kw++) {
+                int ck = (c * KH + kh) * KW + kw;
+                uint8_t *dst = Bp + (size_t)(ck >> 2) * Pp * 4 + (ck & 3);
+                for (int oh = 0; oh < OH; oh++) {
+                    int ih = oh * S - pad + kh;
+                    uint8_t *drow = dst + (size_t)oh * OW * 4;
+                    if (ih < 0 || ih >= H) {
+                        for (int ow = 0; ow < OW; ow++)
+                            drow[4 * ow] = 0;
+                        continue;
+                    }
+                    const uint8_t *srow = x + ((size_t)c * H + ih) * W;
+                    int iw = -pad + kw;
+                    if (S == 1 && iw >= 0 && iw + OW <= W) {
+                        for (int ow = 0; ow < OW; ow++)
+                            drow[4 * ow] = srow[iw + ow];
+                    } else {
+                        for (int ow = 0; ow < OW; ow++, iw += S)
+                            drow[4 * ow] = (iw >= 0 && iw < W) ? srow[iw] : 0;
+                    }
+                }
+            }
+}
+
+/* codes of sample x -> float col (CK, P) of dequantized values, padding 0. */
+static void s_im2col_deq(float *col, const uint8_t *x, lp_qparams p, const nn_conv_dims *d)
+{
+    const int C = d->C, H = d->H, W = d->W, KH = d->KH, KW = d->KW, S = d->stride;
+    const int pad = d->pad, OH = d->OH, OW = d->OW;
+    float lut[256];
+    lp_dequantize_lut(lut, p);
+    for (int c = 0; c < C; c++)
+        for (int kh = 0; kh < KH; kh++)
+            for (int kw = 0; kw < KW; kw++) {
+                float *dst = col + (size_t)((c * KH + kh) * KW + kw) * OH * OW;
+                for (int oh = 0; oh < OH; oh++) {
+                    int ih = oh * S - pad + kh;
+                    float *drow = dst + (size_t)oh * OW;
+                    if (ih < 0 || ih >= H) {
+                        memset(drow, 0, (size_t)OW * sizeof(float));
+                        continue;
+                    }
+                    const uint8_t *srow = x + ((size_t)c * H + ih) * W;
+                    for (int ow = 0, iw = -pad + kw; ow < OW; ow++, iw += S)
+                        drow[ow] = (iw >= 0 && iw < W) ? lut[srow[iw]] : 0.0f;
+                }
+            }
+}
+
+void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float *in,
+                       const float *w, const float *b, const nn_conv_dims *d, lp_mode mode,
+                       void *scratch)
+{
+    const int N = d->N, C = d->C, OC = d->OC, KH = d->KH, KW = d->KW;
+    const int OH = d->OH, OW = d->OW, CK = C * KH * KW, P = OH * OW;
+    const size_t xper = (size_t)C * d->H * d->W, PS = (size_t)(KH + 1) * (KW + 1);
+    unsigned char *sp = (unsigned char *)scratch;
+    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(OC, CK));
+    uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(CK, P));
+    int32_t *Cm = s_take(&sp, (size_t)OC * P * 4);
+    int32_t *SX = s_take(&sp, (size_t)lp_gemm_np(P) * 4);
+    int32_t *pre = s_take(&sp, (size_t)OC * PS * 4);
+    unsigned char *bpart = s_take(&sp, (size_t)OC * 5);
+    float *bq = (float *)(void *)bpart;
+    uint8_t *bcodes = bpart + (size_t)OC * 4;
+    int *rh = s_take(&sp, (size_t)(OH + OW) * 2 * sizeof(int)), *rw = rh + 2 * OH;
+
+    sv->xp = lp_act_qparams(run_range, in, N, xper, mode.train);
+    s_quant_act(sv->xq, in, (size_t)N * xper, sv->xp, mode);
+    sv->wp = lp_tensor_qparams(w, (size_t)OC * CK);
+    lp_quantize(sv->wq, w, (size_t)OC * CK, sv->wp);
+    if (b) {
+        lp_qparams bp = lp_tensor_qparams(b, (size_t)OC);
+        lp_quantize(bcodes, b, (size_t)OC, bp);
+        lp_dequantize(bq, bcodes, (size_t)OC, bp);
+    } else {
+        memset(bq, 0, (size_t)OC * sizeof(float));
+    }
+    lp_gemm_pack_a(Ap, NULL, sv->wq, CK, 1, OC, CK);
+    /* per-channel prefix sums of weight codes over the taps (sum over c) */
+    for (int oc = 0; oc < OC; oc++) {
+        int32_t *ps = pre + (size_t)oc * PS;
+        memset(ps, 0, PS * 4);
+        for (int kh = 0; kh < KH; kh++)
+            for (int kw = 0; kw < KW; kw++) {
+                int32_t t = 0;
+                for (int c = 0; c < C; c++)
+                    t += sv->wq[(size_t)oc * CK + (c * KH + kh) * KW + kw];
+                ps[(kh + 1) * (KW + 1) + kw + 1] =
+                    t + ps[kh * (KW + 1) + kw + 1] + ps[(kh + 1) * (KW + 1) + kw] -
+                    ps[kh * (KW + 1) + kw];
+            }
+    }
+    for (int oh = 0; oh < OH; oh++)
+        s_tap_range(oh, d->stride, d->pad, KH, d->H, &rh[2 * oh], &rh[2 * oh + 1]);
+    for (int ow = 0; ow < OW; ow++)
+        s_tap_range(ow, d->stride, d->pad, KW, d->W, &rw[2 * ow], &rw[2 * ow + 1]);
+
+    const double sw = sv->wp.scale, mw = sv->wp.min, sx = sv->xp.scale, mx = sv->xp.min;
+    const double cS = sw * sx, cSX = mw * sx, cSW = sw * mx, cK = mw * mx;
+    memset(Bp, 0, lp_gemm_pack_b_bytes(CK, P));
+    for (int n = 0; n < N; n++) {
+        s_im2col_b4(Bp, sv->xq + (size_t)n * xper, d);
+        lp_gemm_u8u8(Cm, P, Ap, Bp, OC, P, CK, SX);
+        float *o = out + (size_t)n * OC * P;
+        for (int oc = 0; oc < OC; oc++) {
+            const int32_t *ps = pre + (size_t)oc * PS;
+            const int32_t *crow = Cm + (size_t)oc * P;
+            float *orow = o + (size_t)oc * P;
+            for (int oh = 0; oh < OH; oh++) {
+                int h0 = rh[2 * oh], h1 = rh[2 * oh + 1];
+#define RECT(w0, w1) \
+    (ps[h1 * (KW + 1) + (w1)] - ps[h0 * (KW + 1) + (w1)] - ps[h1 * (KW + 1) + (w0)] + \
+     ps[h0 * (KW + 1) + (w0)])
+                double base = cSW * RECT(0, KW) + cK * ((double)C * (h1 - h0) * KW) + bq[oc];
+                for (int ow = 0; ow < OW; ow++) {
+                    int p = oh * OW + ow, w0 = rw[2 * ow], w1 = rw[2 * ow + 1];
+                    double bb = base;
+                    if (w0 != 0 || w1 != KW)
+                        bb = cSW * RECT(w0, w1) + cK * ((double)C * (h1 - h0) * (w1 - w0)) +
+                             bq[oc];
+                    orow[p] = (float)(cS * crow[p] + cSX * SX[p] + bb);
+                }
+#undef RECT
+            }
+        }
+    }
+}
+
+void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
+                        const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
+                        void *scratch)
+{
+    const int N = d->N, C = d->C, H = d->H, W = d->W, OC = d->OC, KH = d->KH, KW = d->KW;
+    const int OH = d->OH, OW = d->OW, CK = C * KH * KW, P = OH * OW, S = d->stride;
+    const int pad = d->pad;
+    const size_t xper = (size_t)C * H * W;
+    unsigned char *sp = (unsigned char *)scratch;
+    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(CK, OC));
+    int32_t *SWc = s_take(&sp, (size_t)CK * 4);
+    uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(OC, P));
+    int32_t *Cm = s_take(&sp, (size_t)CK * P * 4);
+    int32_t *SG = s_take(&sp, (size_t)lp_gemm_np(P) * 4);
+    uint8_t *gq = s_take(&sp, (size_t)N * OC * P);
+    float *col = s_take(&sp, (size_t)CK * P * sizeof(float));
+
+    /* bias and weight gradients: full-precision dout (bifurcation) */
+    for (int n = 0; n < N; n++) {
+        const float *g = dout + (size_t)n * OC * P;
+        if (db)
+            for (int oc = 0; oc < OC; oc++) {
+                float t = 0;
+                for (int p = 0; p < P; p++)
+                    t += g[(size_t)oc * P + p];
+                db[oc] += t;
+            }
+        if (dw) {
+            s_im2col_deq(col, sv->xq + (size_t)n * xper, sv->xp, d);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, CK, P, 1.0f, g, P, col, P,
+                        1.0f, dw, CK);
+        }
+    }
+    if (!din)
+        return;
+    /* input gradient: int8 GEMM on the stochastically quantized dout */
+    const size_t gn = (size_t)N * OC * P;
+    lp_qparams gp = lp_tensor_qparams(dout, gn);
+    lp_quantize_sr(gq, dout, gn, gp, seed, 0);
+    lp_gemm_pack_a(Ap, SWc, sv->wq, 1, CK, CK, OC); /* A(ck, oc) = wq[oc][ck] */
+    const double sw = sv->wp.scale, mw = sv->wp.min, sg = gp.scale, mg = gp.min;
+    const double cS = sw * sg, cSG = mw * sg;
+    for (int n = 0; n < N; n++) {
+        lp_gemm_pack_b(Bp, gq + (size_t)n * OC * P, P, 1, OC, P);
+        lp_gemm_u8u8(Cm, P, Ap, Bp, CK, P, OC, SG);
+        float *dx = din + (size_t)n * xper;
+        memset(dx, 0, xper * sizeof(float));
+        for (int c = 0; c < C; c++)
+            for (int kh = 0; kh < KH; kh++)
+                for (int kw = 0; kw < KW; kw++) {
+                    int ck = (c * KH + kh) * KW + kw;
+                    double base = sw * mg * SWc[ck] + (double)OC * mw * mg;
+                    const int32_t *crow = Cm + (size_t)ck * P;
+                    for (int oh = 0; oh < OH; oh++) {
+                        int ih = oh * S - pad + kh;
+                        if (ih < 0 || ih >= H)
+                            continue;
+                        float *xrow = dx + ((size_t)c * H + ih) * W;
+                        for (int ow = 0, iw = -pad + kw; ow < OW; ow++, iw += S) {
+                            if (iw < 0 || iw >= W)
+                                continue;
+                            int p = oh * OW + ow;
+                            xrow[iw] += (float)(cS * crow[p] + cSG * SG[p] + base);
+                        }
+                    }
+                }
+    }
+}
+
+/* ---- conv2d, fake-quant twin -------------------------------------------- */
+
+size_t lp_conv2d_fq_scratch_floats(const nn_conv_dims *d)
+{
+    return (size_t)d->N * d->C * d->H * d->W + (size_t)d->OC * d->C * d->KH * d->KW + d->OC +
+           (size_t)d->N * d->OC * d->OH * d->OW;
+}
+
+void lp_conv2d_forward_fq(float *out, float *run_range, const float *in, const float *w,
+                          const float *b, const nn_conv_dims *d, lp_mode mode, float *scratch)
+{
+    const int N = d->N, C = d->C, H = d->H, W = d->W, OC = d->OC, KH = d->KH, KW = d->KW;
+    const int OH = d->OH, OW = d->OW, CK = C * KH * KW;
+    const size_t xper = (size_t)C * H * W;
+    float *xf = scratch, *wf = xf + (size_t)N * xper, *bf = wf + (size_t)OC * CK;
+    lp_qparams xp = lp_act_qparams(run_range, in, N, xper, mode.train);
+    lp_fake_quant(xf, in, (size_t)N * xper, xp, mode.train, mode.seed);
+    s_param_fq(wf, w, (size_t)OC * CK);
+    if (b)
+        s_param_fq(bf, b, (size_t)OC);
+    for (int n = 0; n < N; n++)
+        for (int oc = 0; oc < OC; oc++)
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++) {
+                    float t = 0;
+                    for (int c = 0; c < C; c++)
+                        for (int kh = 0; kh < KH; kh++)
+                            for (int kw = 0; kw < KW; kw++) {
+                                int ih = oh * d->stride - d->pad + kh;
+                                int iw = ow * d->stride - d->pad + kw;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                                    continue;
+                                t += xf[(size_t)n * xper + ((size_t)c * H + ih) * W + iw] *
+                                     wf[(size_t)oc * CK + (c * KH + kh) * KW + kw];
+                            }
+                    out[(((size_t)n * OC + oc) * OH + oh) * OW + ow] = t + (b ? bf[oc] : 0.0f);
+                }
+}
+
+void lp_conv2d_backward_fq(float *din, float *dw, float *db, const float *dout, const float *in,
+                           lp_qparams xp, const float *w, const nn_conv_dims *d, lp_mode mode,
+                           uint64_t seed, float *scratch)
+{
+    const int N = d->N, C = d->C, H = d->H, W = d->W, OC = d->OC, KH = d->KH, KW = d->KW;
+    const int OH = d->OH, OW = d->OW, CK = C * KH * KW, P = OH * OW;
+    const size_t xper = (size_t)C * H * W;
+    float *xf = scratch, *wf = xf + (size_t)N * xper, *gf = wf + (size_t)OC * CK + OC;
+    lp_fake_quant(xf, in, (size_t)N * xper, xp, mode.train, mode.seed);
+    s_param_fq(wf, w, (size_t)OC * CK);
+    const size_t gn = (size_t)N * OC * P;
+    lp_fake_quant(gf, dout, gn, lp_tensor_qparams(dout, gn), 1, seed);
+    if (din)
+        memset(din, 0, (size_t)N * xper * sizeof(float));
+    for (int n = 0; n < N; n++)
+        for (int oc = 0; oc < OC; oc++)
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++) {
+                    size_t o = (((size_t)n * OC + oc) * OH + oh) * OW + ow;
+                    if (db)
+                        db[oc] += dout[o];
+                    for (int c = 0; c < C; c++)
+                        for (int kh = 0; kh < KH; kh++)
+                            for (int kw = 0; kw < KW; kw++) {
+                                int ih = oh * d->stride - d->pad + kh;
+                                int iw = ow * d->stride - d->pad + kw;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                                    continue;
+                                size_t xi = (size_t)n * xper + ((size_t)c * H + ih) * W + iw;
+                                size_t wi = (size_t)oc * CK + (c * KH + kh) * KW + kw;
+                                if (dw)
+                                    dw[wi] += dout[o] * xf[xi];
+                                if (din)
+                                    din[xi] += gf[o] * wf[wi];
+                            }
+                }
+}
+
+/* ---- linear ------------------------------------------------------------ */
+
+size_t lp_linear_saved_bytes(int N, int F, int OF)
+{
+    return (size_t)N * F + (size_t)OF * F;
+}
+
+size_t lp_linear_scratch_bytes(int N, int F, int OF)
+{
+    const int mx = F > OF ? F : OF;
+    size_t s = 0;
+    s += ALIGN64(lp_gemm_pack_a_bytes(mx, mx));
+    s += ALIGN64(lp_gemm_pack_b_bytes(mx, N));
+    s += ALIGN64((size_t)mx * N * 4);
+    s += ALIGN64((size_t)mx * 4);
+    s += ALIGN64((size_t)lp_gemm_np(N) * 4);
+    s += ALIGN64((size_t)N * OF);
+    s += ALIGN64((size_t)N * F * sizeof(float));
+    s += ALIGN64((size_t)OF * 5);
+    return s + 64;
+}
+
+void lp_linear_forward(float *out, lp_qsaved *sv, float *run_range, const float *in,
+                       const float *w, const float *b, int N, int F, int OF, lp_mode mode,
+                       void *scratch)
+{
+    const int mx_ = F > OF ? F : OF;
+    unsigned char *sp = (unsigned char *)scratch;
+    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(mx_, mx_));
+    uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(mx_, N));
+    int32_t *Cm = s_take(&sp, (size_t)mx_ * N * 4);
+    int32_t *SW = s_take(&sp, (size_t)mx_ * 4);
+    int32_t *SX = s_take(&sp, (size_t)lp_gemm_np(N) * 4);
+    (void)s_take(&sp, (size_t)N * OF);
+    (void)s_take(&sp, (size_t)N * F * sizeof(float));
+    unsigned char *bpart = s_take(&sp, (size_t)OF * 5);
+    float *bq = (float *)(void *)bpart;
+    uint8_t *bcodes = bpart + (size_t)OF * 4;
+
+    sv->xp = lp_act_qparams(run_range, in, N, (size_t)F, mode.train);
+    s_quant_act(sv->xq, in, (size_t)N * F, sv->xp, mode);
+    sv->wp = lp_tensor_qparams(w, (size_t)OF * F);
+    lp_quantize(sv->wq, w, (size_t)OF * F, sv->wp);
+    if (b) {
+        lp_qparams bp = lp_tensor_qparams(b, (size_t)OF);
+        lp_quantize(bcodes, b, (size_t)OF, bp);
+        lp_dequantize(bq, bcodes, (size_t)OF, bp);
+    } else {
+        memset(bq, 0, (size_t)OF * sizeof(float));
+    }
+    /* C (OF, N) = wq (OF, F) * xq^T (F, N) */
+    lp_gemm_pack_a(Ap, SW, sv->wq, F, 1, OF, F);
+    lp_gemm_pack_b(Bp, sv->xq, 1, F, F, N);
+    lp_gemm_u8u8(Cm, N, Ap, Bp, OF, N, F, SX);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OF; o++)
+            out[(size_t)n * OF + o] =
+                lp_gemm_dequant(Cm[(size_t)o * N + n], SW[o], SX[n], F, sv->wp, sv->xp) + bq[o];
+}
+
+void lp_linear_backward(float *din, float *dw, float *db, const float *dout, const lp_qsaved *sv,
+                        int N, int F, int OF, uint64_t seed, void *scratch)
+{
+    const int mx_ = F > OF ? F : OF;
+    unsigned char *sp = (unsigned char *)scratch;
+    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(mx_, mx_));
+    uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(mx_, N));
+    int32_t *Cm = s_take(&sp, (size_t)mx_ * N * 4);
+    int32_t *SWc = s_take(&sp, (size_t)mx_ * 4);
+    int32_t *SG = s_take(&sp, (size_t)lp_gemm_np(N) * 4);
+    uint8_t *gq = s_take(&sp, (size_t)N * OF);
+    float *xf = s_take(&sp, (size_t)N * F * sizeof(float));
+
+    if (db)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OF; o++)
+                db[o] += dout[(size_t)n * OF + o];
+    if (dw) {
+        lp_dequantize(xf, sv->xq, (size_t)N * F, sv->xp);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OF, F, N, 1.0f, dout, OF, xf, F,
+                    1.0f, dw, F);
+    }
+    if (!din)
+        return;
+    lp_qparams gp = lp_tensor_qparams(dout, (size_t)N * OF);
+    lp_quantize_sr(gq, dout, (size_t)N * OF, gp, seed, 0);
+    /* C (F, N) = wq^T (F, OF) * gq^T (OF, N) */
+    lp_gemm_pack_a(Ap, SWc, sv->wq, 1, F, F, OF);
+    lp_gemm_pack_b(Bp, gq, 1, OF, OF, N);
+    lp_gemm_u8u8(Cm, N, Ap, Bp, F, N, OF, SG);
+    for (int n = 0; n < N; n++)
+        for (int f = 0; f < F; f++)
+            din[(size_t)n * F + f] =
+                lp_gemm_dequant(Cm[(size_t)f * N + n], SWc[f], SG[n], OF, sv->wp, gp);
+}
+
+size_t lp_linear_fq_scratch_floats(int N, int F, int OF)
+{
+    return (size_t)N * F + (size_t)OF * F + OF + (size_t)N * OF;
+}
+
+void lp_linear_forward_fq(float *out, float *run_range, const float *in, const float *w,
+                          const float *b, int N, int F, int OF, lp_mode mode, float *scratch)
+{
+    float *xf = scratch, *wf = xf + (size_t)N * F, *bf = wf + (size_t)OF * F;
+    lp_qparams xp = lp_act_qparams(run_range, in, N, (size_t)F, mode.train);
+    lp_fake_quant(xf, in, (size_t)N * F, xp, mode.train, mode.seed);
+    s_param_fq(wf, w, (size_t)OF * F);
+    if (b)
+        s_param_fq(bf, b, (size_t)OF);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OF; o++) {
+            float t = 0;
+            for (int f = 0; f < F; f++)
+                t += xf[(size_t)n * F + f] * wf[(size_t)o * F + f];
+            out[(size_t)n * OF + o] = t + (b ? bf[o] : 0.0f);
+        }
+}
+
+void lp_linear_backward_fq(float *din, float *dw, float *db, const float *dout, const float *in,
+                           lp_qparams xp, const float *w, int N, int F, int OF, lp_mode mode,
+                           uint64_t seed, float *scratch)
+{
+    float *xf = scratch, *wf = xf + (size_t)N * F, *gf = wf + (size_t)OF * F + OF;
+    lp_fake_quant(xf, in, (size_t)N * F, xp, mode.train, mode.seed);
+    s_param_fq(wf, w, (size_t)OF * F);
+    lp_fake_quant(gf, dout, (size_t)N * OF, lp_tensor_qparams(dout, (size_t)N * OF), 1, seed);
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OF; o++) {
+            float g = dout[(size_t)n * OF + o];
+            if (db)
+                db[o] += g;
+            if (dw)
+                for (int f = 0; f < F; f++)
+                    dw[(size_t)o * F + f] += g * xf[(size_t)n * F + f];
+        }
+        if (din)
+            for (int f = 0; f < F; f++) {
+                float t = 0;
+                for (int o = 0; o < OF; o++)
+                    t += gf[(size_t)n * OF + o] * wf[(size_t)o * F + f];
+                din[(size_t)n * F + f] = t;
+            }
+    }
+}
+
+/* ---- Range EvoNorm ------------------------------------------------------ */
+
+void lp_ren_chunk(int T, int j, int *start, int *len)
+{
+    assert(T >= 16 && j >= 0 && j < 16);
+    int L = T / 16, r = T % 16;
+    *start = j * L + (j < r ? j : r);
+    *len = L + (j < r ? 1 : 0);
+}
+
+/* c(L) = 0.5*0.35*(1 + sqrt(pi*ln 4)) / sqrt(2 ln L), L = T/16 (mean chunk
+ * length when T is not a multiple of 16), in double as the reference. */
+static float s_range_c(int T)
+{
+    double L = (double)T / 16.0;
+    return (float)(0.5 * 0.35 * (1.0 + sqrt(M_PI * log(4.0))) / sqrt(2.0 * log(L)));
+}
+
+size_t lp_ren_saved_bytes(int N, int C, int HW, int G)
+{
+    return (size_t)N * C * HW + 2 * (size_t)N * G * sizeof(float);
+}
+
+size_t lp_ren_scratch_floats(int N, int C, int HW)
+{
+    size_t n = (size_t)N * C * HW;
+    return 2 * n + (n + 3) / 4 + 3 * (size_t)C;
+}
+
+void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const float *gamma,
+                         const float *beta, const float *v, int N, int C, int HW, int G,
+                         int quant_s)
+{
+    assert(G > 0 && C % G == 0);
+    const int cg = C / G, T = cg * HW;
+    assert(T >= 32);
+    const float c = s_range_c(T);
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            const float *xg = x + ((size_t)n * C + (size_t)g * cg) * HW;
+            float smax = 0, smin = 0;
+            for (int j = 0; j < 16; j++) {
+                int st, len;
+                lp_ren_chunk(T, j, &st, &len);
+                float mn, mx;
+                lp_minmax_ref(&mn, &mx, xg + st, (size_t)len);
+                smax += mx;
+                smin += mn;
+            }
+            float R = smax / 16.0f - smin / 16.0f;
+            s[n * G + g] = 1.0f / (R * c + 1e-5f);
+        }
+    if (quant_s)
+        lp_fake_quant(sq, s, (size_t)N * G, lp_tensor_qparams(s, (size_t)N * G), 0, 0);
+    else
+        memcpy(sq, s, (size_t)N * G * sizeof(float));
+    for (int n = 0; n < N; n++)
+        for (int ch = 0; ch < C; ch++) {
+            const float sc = sq[n * G + ch / cg];
+            const float *xr = x + ((size_t)n * C + ch) * HW;
+            float *orow = out + ((size_t)n * C + ch) * HW;
+            for (int i = 0; i < HW; i++) {
+                float t = xr[i] * v[ch] / 6.0f + 0.5f;
+                t = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
+                float nrm = xr[i] * t;
+                orow[i] = nrm * sc * gamma[ch] + beta[ch];
+            }
+        }
+}
+
+void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
+                          const float *x, const float *s, const float *sq, const float *gamma,
+                          const float *v, int N, int C, int HW, int G)
+{
+    const int cg = C / G, T = cg * HW;
+    const float c = s_range_c(T);
+    for (int n = 0; n < N; n++)
+        for (int gr = 0; gr < G; gr++) {
+            const float sc = sq[n * G + gr];
+            double dsq = 0;
+            for (int ch = gr * cg; ch < (gr + 1) * cg; ch++) {
+                size_t off = ((size_t)n * C + ch) * HW;
+                double dga = 0, dbe = 0, dvv = 0;
+                for (int i = 0; i < HW; i++) {
+                    /* forward: t = x*v/6 + 1/2; h = clamp(t,0,1); nrm = x*h;
+                     *          out = nrm*sq*gamma + beta */
+                    float xi = x[off + i], gi = g[off + i];
+                    float t = xi * v[ch] / 6.0f + 0.5f;
+                    int inside = t >= 0.0f && t <= 1.0f; /* torch clamp passes ends */
+                    float h = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
+                    float nrm = xi * h;
+                    dbe += gi;
+                    dga += (double)gi * nrm * sc;
+                    dsq += (double)gi * nrm * gamma[ch];
+                    float dn = gi * sc * gamma[ch];
+                    /* dnrm/dx = h + x*h'*v, dnrm/dv = x*h'*x, h' = 1/6 inside */
+                    if (inside)
+                        dvv += (double)dn * xi * xi / 6.0;
+                    if (dx)
+                        dx[off + i] = dn * (h + (inside ? xi * v[ch] / 6.0f : 0.0f));
+                }
+                dgamma[ch] += (float)dga;
+                dbeta[ch] += (float)dbe;
+                dv[ch] += (float)dvv;
+            }
+            if (!dx)
+                continue;
+            /* s = 1/(R c + eps): ds/dR = -c s^2; R = mean(max) - mean(min) */
+            const float sv = s[n * G + gr];
+            const float dR = (float)(dsq * -(double)c * sv * sv);
+            const float *xg = x + ((size_t)n * C + (size_t)gr * cg) * HW;
+            float *dg = dx + ((size_t)n * C + (size_t)gr * cg) * HW;
+            for (int j = 0; j < 16; j++) {
+                int st, len;
+                lp_ren_chunk(T, j, &st, &len);
+                int amax = st, amin = st;
+                for (int i = st + 1; i < st + len; i++) {
+                    if (xg[i] > xg[amax])
+                        amax = i;
+                    if (xg[i] < xg[amin])
+                        amin = i;
+                }
+                dg[amax] += dR / 16.0f;
+                dg[amin] -= dR / 16.0f;
+            }
+        }
+}
+
+void lp_range_evonorm_forward(float *out, lp_ren_saved *sv, float *run_range, const float *in,
+                              const float *gamma, const float *beta, const float *v, int N,
+                              int C, int HW, int G, lp_mode mode, float *scratch)
+{
+    const size_t n = (size_t)N * C * HW;
+    float *xf = scratch, *gq = xf + 2 * n + (n + 3) / 4, *bq = gq + C, *vq = bq + C;
+    sv->xp = lp_act_qparams(run_range, in, N, (size_t)C * HW, mode.train);
+    s_quant_act(sv->xq, in, n, sv->xp, mode);
+    lp_dequantize(xf, sv->xq, n, sv->xp);
+    s_param_fq(gq, gamma, (size_t)C);
+    s_param_fq(bq, beta, (size_t)C);
+    s_param_fq(vq, v, (size_t)C);
+    lp_ren_core_forward(out, sv->s, sv->sq, xf, gq, bq, vq, N, C, HW, G, 1);
+}
+
+void lp_range_evonorm_backward(float *din, float *dgamma, float *dbeta, float *dv,
+                               const float *dout, const lp_ren_saved *sv, const float *gamma,
+                               const float *v, int N, int C, int HW, int G, uint64_t seed,
+                               float *scratch)
+{
+    const size_t n = (size_t)N * C * HW;
+    float *xf = scratch, *gf = xf + n, *gq = gf + n + (n + 3) / 4, *vq = gq + 2 * (size_t)C;
+    uint8_t *codes = (uint8_t *)(void *)(gf + n);
+    lp_dequantize(xf, sv->xq, n, sv->xp);
+    lp_qparams gp = lp_tensor_qparams(dout, n);
+    lp_quantize_sr(codes, dout, n, gp, seed, 0);
+    lp_dequantize(gf, codes, n, gp);
+    s_param_fq(gq, gamma, (size_t)C);
+    s_param_fq(vq, v, (size_t)C);
+    lp_ren_core_backward(din, dgamma, dbeta, dv, gf, xf, sv->s, sv->sq, gq, vq, N, C, HW, G);
+}
+
+/* ---- quantized residual add -------------------------------------------- */
+
+void lp_add_forward(float *out, float *run_a, float *run_b, const float *a, const float *b, int N,
+                    size_t per, lp_mode mode, uint8_t *codes)
+{
+    const size_t n = (size_t)N * per;
+    lp_qparams pa = lp_act_qparams(run_a, a, N, per, mode.train);
+    s_quant_act(codes, a, n, pa, mode);
+    lp_dequantize(out, codes, n, pa);
+    lp_qparams pb = lp_act_qparams(run_b, b, N, per, mode.train);
+    lp_mode mb = mode;
+    mb.seed = mode.seed ^ 0x9e3779b97f4a7c15ULL; /* the second input's own noise */
+    s_quant_act(codes, b, n, pb, mb);
+    float lut[256];
+    lp_dequantize_lut(lut, pb);
+    for (size_t i = 0; i < n; i++)
+        out[i] = out[i] + lut[codes[i]];
+}
+
+void lp_add_backward(float *da, float *db, const float *dout, size_t n, uint64_t seed,
+                     uint8_t *codes)
+{
+    lp_qparams gp = lp_tensor_qparams(dout, n);
+    lp_quantize_sr(codes, dout, n, gp, seed, 0);
+    float *first = da ? da : db;
+    if (!first)
+        return;
+    lp_dequantize(first, codes, n, gp);
+    if (da && db)
+        memcpy(db, da, n * sizeof(float));
+}

@@ -1,0 +1,191 @@
+/* lp_quant — see lp_quant.h.  Scalar reference kernels, run-time dispatch to
+ * the AVX2 / AVX-512 versions (lp_quant_avx2.c, lp_quant_avx512.c) and the
+ * range helpers.  The portable path of every kernel is its _ref. */
+#include "lowprec/lp_quant.h"
+
+#include <assert.h>
+#include <math.h>
+
+#include "lowprec/lp_cpu.h"
+#include "lowprec/lp_simd.h"
+
+lp_qparams lp_qparams_from_range(float min, float max)
+{
+    lp_qparams p;
+    float s = (max - min) / 255.0f;
+    p.scale = s > LP_MIN_SCALE ? s : LP_MIN_SCALE;
+    p.min = min;
+    return p;
+}
+
+float lp_sr_noise(uint64_t seed, uint32_t index)
+{
+    uint32_t k1, k2;
+    lp_seed_keys(seed, &k1, &k2);
+    uint32_t h = lp_hash32(lp_hash32(index + k1) ^ k2);
+    return (float)(h >> 8) * (1.0f / 16777216.0f) - 0.5f;
+}
+
+/* clamp to [0,255] exactly as vmaxps(t,0) / vminps(t,255) do (NaN -> 0),
+ * then round to nearest even as vcvtps2dq does under the default MXCSR. */
+static inline uint8_t s_code(float t)
+{
+    t = t > 0.0f ? t : 0.0f;
+    t = t < 255.0f ? t : 255.0f;
+    return (uint8_t)(int)rintf(t);
+}
+
+void lp_minmax_ref(float *mn, float *mx, const float *x, size_t n)
+{
+    assert(n > 0);
+    float a = x[0], b = x[0];
+    for (size_t i = 1; i < n; i++) {
+        a = x[i] < a ? x[i] : a;
+        b = x[i] > b ? x[i] : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
+void lp_quantize_ref(uint8_t *q, const float *x, size_t n, lp_qparams p)
+{
+    for (size_t i = 0; i < n; i++)
+        q[i] = s_code((x[i] - p.min) / p.scale);
+}
+
+void lp_quantize_sr_ref(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                        uint32_t first)
+{
+    uint32_t k1, k2;
+    lp_seed_keys(seed, &k1, &k2);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = lp_hash32(lp_hash32((uint32_t)(first + i) + k1) ^ k2);
+        float u = (float)(h >> 8) * (1.0f / 16777216.0f) - 0.5f;
+        float t = (x[i] - p.min) / p.scale;
+        t = t + u;
+        q[i] = s_code(t);
+    }
+}
+
+void lp_dequantize_ref(float *x, const uint8_t *q, size_t n, lp_qparams p)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)q[i] * p.scale; /* separate statements: no FMA */
+        x[i] = v + p.min;
+    }
+}
+
+/* ---- dispatch ---------------------------------------------------------- */
+
+void lp_minmax(float *mn, float *mx, const float *x, size_t n)
+{
+    assert(n > 0);
+    switch (lp_cpu_level()) {
+    case LP_CPU_AVX512VNNI:
+        lp_minmax_avx512(mn, mx, x, n);
+        return;
+    case LP_CPU_AVX2:
+        lp_minmax_avx2(mn, mx, x, n);
+        return;
+    default:
+        lp_minmax_ref(mn, mx, x, n);
+    }
+}
+
+void lp_quantize(uint8_t *q, const float *x, size_t n, lp_qparams p)
+{
+    switch (lp_cpu_level()) {
+    case LP_CPU_AVX512VNNI:
+        lp_quantize_avx512(q, x, n, p);
+        return;
+    case LP_CPU_AVX2:
+        lp_quantize_avx2(q, x, n, p);
+        return;
+    default:
+        lp_quantize_ref(q, x, n, p);
+    }
+}
+
+void lp_quantize_sr(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                    uint32_t first)
+{
+    switch (lp_cpu_level()) {
+    case LP_CPU_AVX512VNNI:
+        lp_quantize_sr_avx512(q, x, n, p, seed, first);
+        return;
+    case LP_CPU_AVX2:
+        lp_quantize_sr_avx2(q, x, n, p, seed, first);
+        return;
+    default:
+        lp_quantize_sr_ref(q, x, n, p, seed, first);
+    }
+}
+
+void lp_dequantize(float *x, const uint8_t *q, size_t n, lp_qparams p)
+{
+    switch (lp_cpu_level()) {
+    case LP_CPU_AVX512VNNI:
+        lp_dequantize_avx512(x, q, n, p);
+        return;
+    case LP_CPU_AVX2:
+        lp_dequantize_avx2(x, q, n, p);
+        return;
+    default:
+        lp_dequantize_ref(x, q, n, p);
+    }
+}
+
+/* ---- helpers ----------------------------------------------------------- */
+
+void lp_dequantize_lut(float *lut, lp_qparams p)
+{
+    for (int k = 0; k < 256; k++) {
+        uint8_t q = (uint8_t)k;
+        lp_dequantize_ref(&lut[k], &q, 1, p);
+    }
+}
+
+void lp_fake_quant(float *y, const float *x, size_t n, lp_qparams p, int stochastic,
+                   uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t k;
+        if (stochastic)
+            lp_quantize_sr_ref(&k, &x[i], 1, p, seed, (uint32_t)i);
+        else
+            lp_quantize_ref(&k, &x[i], 1, p);
+        lp_dequantize_ref(&y[i], &k, 1, p);
+    }
+}
+
+lp_qparams lp_tensor_qparams(const float *x, size_t n)
+{
+    float mn, mx;
+    lp_minmax(&mn, &mx, x, n);
+    return lp_qparams_from_range(mn, mx);
+}
+
+void lp_batch_range(float *mn, float *mx, const float *x, int N, size_t per)
+{
+    assert(N > 0 && per > 0);
+    double smin = 0.0, smax = 0.0;
+    for (int i = 0; i < N; i++) {
+        float a, b;
+        lp_minmax(&a, &b, x + (size_t)i * per, per);
+        smin += a;
+        smax += b;
+    }
+    *mn = (float)(smin / N);
+    *mx = (float)(smax / N);
+}
+
+lp_qparams lp_act_qparams(float *run_range, const float *x, int N, size_t per, int train)
+{
+    if (!train)
+        return lp_qparams_from_range(run_range[0], run_range[1]);
+    float mn, mx;
+    lp_batch_range(&mn, &mx, x, N, per);
+    run_range[0] = 0.1f * run_range[0] + 0.9f * mn;
+    run_range[1] = 0.1f * run_range[1] + 0.9f * mx;
+    return lp_qparams_from_range(mn, mx);
+}

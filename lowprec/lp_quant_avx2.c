@@ -1,0 +1,117 @@
+/* lp_quant_avx2 — AVX2 versions of the lp_quant kernels (8 floats per
+ * vector).  Same operation order as the _ref twins in lp_quant.c, so codes
+ * and values are bit-identical; the tails run the scalar reference. */
+#include <immintrin.h>
+
+#include "lowprec/lp_simd.h"
+
+void lp_minmax_avx2(float *mn, float *mx, const float *x, size_t n)
+{
+    size_t i = 0;
+    float a = x[0], b = x[0];
+    if (n >= 8) {
+        __m256 vmn = _mm256_loadu_ps(x), vmx = vmn;
+        for (i = 8; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_loadu_ps(x + i);
+            vmn = _mm256_min_ps(vmn, v);
+            vmx = _mm256_max_ps(vmx, v);
+        }
+        float ta[8], tb[8];
+        _mm256_storeu_ps(ta, vmn);
+        _mm256_storeu_ps(tb, vmx);
+        for (int j = 0; j < 8; j++) {
+            a = ta[j] < a ? ta[j] : a;
+            b = tb[j] > b ? tb[j] : b;
+        }
+    }
+    for (; i < n; i++) {
+        a = x[i] < a ? x[i] : a;
+        b = x[i] > b ? x[i] : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
+static inline __m256i s_clamp_round(__m256 t)
+{
+    t = _mm256_max_ps(t, _mm256_setzero_ps());
+    t = _mm256_min_ps(t, _mm256_set1_ps(255.0f));
+    return _mm256_cvtps_epi32(t);
+}
+
+/* 4 x 8 int32 codes (0..255) -> 32 bytes in order. */
+static inline void s_store32(uint8_t *q, __m256i a, __m256i b, __m256i c, __m256i d)
+{
+    __m256i ab = _mm256_packus_epi32(a, b);
+    __m256i cd = _mm256_packus_epi32(c, d);
+    __m256i v = _mm256_packus_epi16(ab, cd);
+    v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, v);
+}
+
+void lp_quantize_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p)
+{
+    const __m256 vmin = _mm256_set1_ps(p.min), vs = _mm256_set1_ps(p.scale);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i c[4];
+        for (int j = 0; j < 4; j++)
+            c[j] = s_clamp_round(
+                _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), vmin), vs));
+        s_store32(q + i, c[0], c[1], c[2], c[3]);
+    }
+    if (i < n)
+        lp_quantize_ref(q + i, x + i, n - i, p);
+}
+
+static inline __m256i s_hash(__m256i h)
+{
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)LP_HASH_M1));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 15));
+    h = _mm256_mullo_epi32(h, _mm256_set1_epi32((int)LP_HASH_M2));
+    h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
+    return h;
+}
+
+void lp_quantize_sr_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                         uint32_t first)
+{
+    uint32_t k1, k2;
+    lp_seed_keys(seed, &k1, &k2);
+    const __m256 vmin = _mm256_set1_ps(p.min), vs = _mm256_set1_ps(p.scale);
+    const __m256 two24 = _mm256_set1_ps(1.0f / 16777216.0f), half = _mm256_set1_ps(0.5f);
+    const __m256i vk2 = _mm256_set1_epi32((int)k2);
+    __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(first + k1)),
+                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i step = _mm256_set1_epi32(8);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i c[4];
+        for (int j = 0; j < 4; j++) {
+            __m256i h = s_hash(_mm256_xor_si256(s_hash(idx), vk2));
+            idx = _mm256_add_epi32(idx, step);
+            __m256 u = _mm256_sub_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)), two24), half);
+            __m256 t =
+                _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), vmin), vs);
+            c[j] = s_clamp_round(_mm256_add_ps(t, u));
+        }
+        s_store32(q + i, c[0], c[1], c[2], c[3]);
+    }
+    if (i < n)
+        lp_quantize_sr_ref(q + i, x + i, n - i, p, seed, (uint32_t)(first + i));
+}
+
+void lp_dequantize_avx2(float *x, const uint8_t *q, size_t n, lp_qparams p)
+{
+    const __m256 vmin = _mm256_set1_ps(p.min), vs = _mm256_set1_ps(p.scale);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i k = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + i)));
+        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(k), vs);
+        _mm256_storeu_ps(x + i, _mm256_add_ps(v, vmin));
+    }
+    if (i < n)
+        lp_dequantize_ref(x + i, q + i, n - i, p);
+}

@@ -1,0 +1,96 @@
+/* lp_quant_avx512 — AVX-512 versions of the lp_quant kernels (16 floats per
+ * step).  Same operation order as the _ref twins in lp_quant.c, so codes
+ * and values are bit-identical; the tails run the scalar reference. */
+#include <immintrin.h>
+
+#include "lowprec/lp_simd.h"
+
+void lp_minmax_avx512(float *mn, float *mx, const float *x, size_t n)
+{
+    size_t i = 0;
+    float a = x[0], b = x[0];
+    if (n >= 16) {
+        __m512 vmn = _mm512_loadu_ps(x), vmx = vmn;
+        for (i = 16; i + 16 <= n; i += 16) {
+            __m512 v = _mm512_loadu_ps(x + i);
+            vmn = _mm512_min_ps(vmn, v);
+            vmx = _mm512_max_ps(vmx, v);
+        }
+        a = _mm512_reduce_min_ps(vmn);
+        b = _mm512_reduce_max_ps(vmx);
+    }
+    for (; i < n; i++) {
+        a = x[i] < a ? x[i] : a;
+        b = x[i] > b ? x[i] : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
+static inline __m128i s_codes16(__m512 t)
+{
+    t = _mm512_max_ps(t, _mm512_setzero_ps());
+    t = _mm512_min_ps(t, _mm512_set1_ps(255.0f));
+    return _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t));
+}
+
+void lp_quantize_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p)
+{
+    const __m512 vmin = _mm512_set1_ps(p.min), vs = _mm512_set1_ps(p.scale);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 t = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmin), vs);
+        _mm_storeu_si128((__m128i *)(q + i), s_codes16(t));
+    }
+    if (i < n)
+        lp_quantize_ref(q + i, x + i, n - i, p);
+}
+
+static inline __m512i s_hash(__m512i h)
+{
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)LP_HASH_M1));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 15));
+    h = _mm512_mullo_epi32(h, _mm512_set1_epi32((int)LP_HASH_M2));
+    h = _mm512_xor_si512(h, _mm512_srli_epi32(h, 16));
+    return h;
+}
+
+void lp_quantize_sr_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                           uint32_t first)
+{
+    uint32_t k1, k2;
+    lp_seed_keys(seed, &k1, &k2);
+    const __m512 vmin = _mm512_set1_ps(p.min), vs = _mm512_set1_ps(p.scale);
+    const __m512 two24 = _mm512_set1_ps(1.0f / 16777216.0f), half = _mm512_set1_ps(0.5f);
+    const __m512i vk2 = _mm512_set1_epi32((int)k2);
+    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)(first + k1)),
+                                   _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+                                                     13, 14, 15));
+    const __m512i step = _mm512_set1_epi32(16);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i h = s_hash(_mm512_xor_si512(s_hash(idx), vk2));
+        idx = _mm512_add_epi32(idx, step);
+        __m512 u = _mm512_sub_ps(
+            _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), two24), half);
+        __m512 t = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmin), vs);
+        t = _mm512_add_ps(t, u);
+        _mm_storeu_si128((__m128i *)(q + i), s_codes16(t));
+    }
+    if (i < n)
+        lp_quantize_sr_ref(q + i, x + i, n - i, p, seed, (uint32_t)(first + i));
+}
+
+void lp_dequantize_avx512(float *x, const uint8_t *q, size_t n, lp_qparams p)
+{
+    const __m512 vmin = _mm512_set1_ps(p.min), vs = _mm512_set1_ps(p.scale);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i k = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + i)));
+        __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(k), vs);
+        _mm512_storeu_ps(x + i, _mm512_add_ps(v, vmin));
+    }
+    if (i < n)
+        lp_dequantize_ref(x + i, q + i, n - i, p);
+}

@@ -1,0 +1,57 @@
+/* lp_simd — private: the SIMD kernels behind the lp_quant / lp_gemm
+ * dispatchers.  Each lives in a *_avx2.c or *_avx512.c file compiled with
+ * the matching -m flags and may only be called after lp_cpu_level() said
+ * the CPU has them.  Contracts are those of the public functions they
+ * implement (lp_quant.h, lp_gemm.h).  Not for use outside lowprec/.
+ */
+#ifndef LP_SIMD_H
+#define LP_SIMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lowprec/lp_quant.h"
+
+/* The hash behind lp_sr_noise (shared so every path uses the same). */
+#define LP_HASH_M1 0x7feb352du
+#define LP_HASH_M2 0x846ca68bu
+static inline uint32_t lp_hash32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= LP_HASH_M1;
+    x ^= x >> 15;
+    x *= LP_HASH_M2;
+    x ^= x >> 16;
+    return x;
+}
+/* Two 32-bit keys from a 64-bit seed (splitmix64 finalizer). */
+static inline void lp_seed_keys(uint64_t seed, uint32_t *k1, uint32_t *k2)
+{
+    uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    *k1 = (uint32_t)z;
+    *k2 = (uint32_t)(z >> 32);
+}
+/* noise bits for index i: h = hash(hash(i + k1) ^ k2); u = (h>>8)*2^-24 - 1/2 */
+
+void lp_minmax_avx2(float *mn, float *mx, const float *x, size_t n);
+void lp_quantize_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p);
+void lp_quantize_sr_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                         uint32_t first);
+void lp_dequantize_avx2(float *x, const uint8_t *q, size_t n, lp_qparams p);
+
+void lp_minmax_avx512(float *mn, float *mx, const float *x, size_t n);
+void lp_quantize_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p);
+void lp_quantize_sr_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                           uint32_t first);
+void lp_dequantize_avx512(float *x, const uint8_t *q, size_t n, lp_qparams p);
+
+/* GEMM micro-kernels: see lp_gemm.c for the packed layouts. */
+void lp_gemm_kernel_avx2(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N,
+                         int K, int32_t *colsum);
+void lp_gemm_kernel_avx512(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M,
+                           int N, int K, int32_t *colsum);
+
+#endif

@@ -1,0 +1,363 @@
+/* test_lowprec_layers — 8-bit layer kernels (lowprec/lp_layers.h).
+ *
+ * - conv2d / linear: the integer forward and input gradient equal the
+ *   fake-quant float path (same codes, plain FP32 loops) to float rounding:
+ *   |int - fq| <= 1e-5*max|fq| + 1e-5*|fq|; weight/bias gradients (FP32 sgemm
+ *   on dequantized codes vs plain loops) likewise; train and eval modes;
+ *   padded borders, strides, 1x1 kernels, sizes not multiples of 4/16.
+ * - Range EvoNorm: chunk arithmetic for T not divisible by 16; the
+ *   quantizer-free core's backward against central finite differences of an
+ *   independent double-precision forward; with quantizers on, forward and
+ *   backward equal the core applied to the quantized inputs (straight-
+ *   through estimator), bit for bit.
+ * - residual add against its fake-quant definition. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lowprec/lp_layers.h"
+#include "nn/nn_core.h"
+
+static void s_fill(nn_rng *r, float *x, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * nn_rng_uniform(r);
+}
+
+static void s_close(const float *got, const float *ref, size_t n, const char *what)
+{
+    float mx = 0;
+    for (size_t i = 0; i < n; i++)
+        mx = fmaxf(mx, fabsf(ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        float tol = 1e-5f * mx + 1e-5f * fabsf(ref[i]);
+        if (!(fabsf(got[i] - ref[i]) <= tol))
+            fail_msg("%s[%zu]: got %.9g, fake-quant %.9g (tol %.3g)", what, i, got[i], ref[i],
+                     tol);
+    }
+}
+
+static void s_conv_case(int N, int C, int H, int W, int OC, int K, int stride, int pad, int bias,
+                        int train)
+{
+    nn_rng r;
+    nn_rng_seed(&r, (uint64_t)(N * 1000 + C * 100 + H + K + stride + train));
+    nn_conv_dims d = nn_conv_dims_make(N, C, H, W, OC, K, stride, pad);
+    size_t xn = (size_t)N * C * H * W, wn = (size_t)OC * C * K * K,
+           on = (size_t)N * OC * d.OH * d.OW;
+    float *x = nn_xmalloc(xn * 4), *w = nn_xmalloc(wn * 4), *b = nn_xmalloc((size_t)OC * 4);
+    float *o1 = nn_xmalloc(on * 4), *o2 = nn_xmalloc(on * 4), *g = nn_xmalloc(on * 4);
+    float *dx1 = nn_xmalloc(xn * 4), *dx2 = nn_xmalloc(xn * 4);
+    float *dw1 = nn_xcalloc(wn, 4), *dw2 = nn_xcalloc(wn, 4);
+    float *db1 = nn_xcalloc((size_t)OC, 4), *db2 = nn_xcalloc((size_t)OC, 4);
+    s_fill(&r, x, xn, -1.5f, 2.0f);
+    s_fill(&r, w, wn, -0.4f, 0.3f);
+    s_fill(&r, b, (size_t)OC, -0.2f, 0.2f);
+    s_fill(&r, g, on, -0.01f, 0.02f);
+    uint8_t *saved = nn_xmalloc(lp_conv2d_saved_bytes(&d));
+    lp_qsaved sv = {saved, {0, 0}, saved + xn, {0, 0}};
+    void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(&d));
+    float *fqs = nn_xmalloc(lp_conv2d_fq_scratch_floats(&d) * 4);
+    float run1[2] = {-1.0f, 1.0f}, run2[2] = {-1.0f, 1.0f};
+    lp_mode mode = {train, 777};
+    lp_conv2d_forward(o1, &sv, run1, x, w, bias ? b : NULL, &d, mode, scratch);
+    lp_conv2d_forward_fq(o2, run2, x, w, bias ? b : NULL, &d, mode, fqs);
+    assert_true(run1[0] == run2[0] && run1[1] == run2[1]);
+    if (train)
+        assert_true(run1[0] != -1.0f);
+    s_close(o1, o2, on, "conv out");
+    lp_conv2d_backward(dx1, dw1, bias ? db1 : NULL, g, &sv, &d, 4242, scratch);
+    lp_conv2d_backward_fq(dx2, dw2, bias ? db2 : NULL, g, x, sv.xp, w, &d, mode, 4242, fqs);
+    s_close(dx1, dx2, xn, "conv din");
+    s_close(dw1, dw2, wn, "conv dw");
+    if (bias)
+        s_close(db1, db2, (size_t)OC, "conv db");
+    /* a different gradient seed changes din (the quantizer is really used) */
+    lp_conv2d_backward(dx2, NULL, NULL, g, &sv, &d, 4243, scratch);
+    assert_true(memcmp(dx1, dx2, xn * 4) != 0);
+    free(x); free(w); free(b); free(o1); free(o2); free(g); free(dx1); free(dx2);
+    free(dw1); free(dw2); free(db1); free(db2); free(saved); free(scratch); free(fqs);
+}
+
+static void test_conv_matches_fake_quant(void **state)
+{
+    (void)state;
+    s_conv_case(3, 5, 7, 6, 9, 3, 1, 1, 1, 1);
+    s_conv_case(2, 4, 9, 9, 8, 3, 2, 1, 0, 1);
+    s_conv_case(2, 6, 8, 8, 17, 1, 2, 0, 0, 1);
+    s_conv_case(2, 3, 5, 5, 4, 3, 1, 0, 1, 0); /* eval */
+    s_conv_case(1, 16, 8, 8, 16, 3, 1, 1, 0, 1);
+    s_conv_case(2, 1, 28, 28, 16, 3, 1, 1, 0, 1);
+}
+
+static void test_conv_saved_bytes(void **state)
+{
+    (void)state;
+    nn_conv_dims d = nn_conv_dims_make(32, 16, 32, 32, 16, 3, 1, 1);
+    size_t fp32 = (size_t)32 * 16 * 32 * 32 * sizeof(float);
+    assert_int_equal(lp_conv2d_saved_bytes(&d), (size_t)32 * 16 * 32 * 32 + 16 * 16 * 9);
+    assert_true(lp_conv2d_saved_bytes(&d) * 3 < fp32);
+}
+
+static void s_linear_case(int N, int F, int OF, int train)
+{
+    nn_rng r;
+    nn_rng_seed(&r, (uint64_t)(N + F + OF));
+    size_t xn = (size_t)N * F, wn = (size_t)OF * F, on = (size_t)N * OF;
+    float *x = nn_xmalloc(xn * 4), *w = nn_xmalloc(wn * 4), *b = nn_xmalloc((size_t)OF * 4);
+    float *o1 = nn_xmalloc(on * 4), *o2 = nn_xmalloc(on * 4), *g = nn_xmalloc(on * 4);
+    float *dx1 = nn_xmalloc(xn * 4), *dx2 = nn_xmalloc(xn * 4);
+    float *dw1 = nn_xcalloc(wn, 4), *dw2 = nn_xcalloc(wn, 4);
+    float *db1 = nn_xcalloc((size_t)OF, 4), *db2 = nn_xcalloc((size_t)OF, 4);
+    s_fill(&r, x, xn, -1, 3);
+    s_fill(&r, w, wn, -0.3f, 0.3f);
+    s_fill(&r, b, (size_t)OF, -0.1f, 0.1f);
+    s_fill(&r, g, on, -0.1f, 0.1f);
+    uint8_t *saved = nn_xmalloc(lp_linear_saved_bytes(N, F, OF));
+    lp_qsaved sv = {saved, {0, 0}, saved + xn, {0, 0}};
+    void *scratch = nn_xalloc_aligned(lp_linear_scratch_bytes(N, F, OF));
+    float *fqs = nn_xmalloc(lp_linear_fq_scratch_floats(N, F, OF) * 4);
+    float run1[2] = {0, 0}, run2[2] = {0, 0};
+    lp_mode mode = {train, 99};
+    lp_linear_forward(o1, &sv, run1, x, w, b, N, F, OF, mode, scratch);
+    lp_linear_forward_fq(o2, run2, x, w, b, N, F, OF, mode, fqs);
+    s_close(o1, o2, on, "linear out");
+    lp_linear_backward(dx1, dw1, db1, g, &sv, N, F, OF, 5, scratch);
+    lp_linear_backward_fq(dx2, dw2, db2, g, x, sv.xp, w, N, F, OF, mode, 5, fqs);
+    s_close(dx1, dx2, xn, "linear din");
+    s_close(dw1, dw2, wn, "linear dw");
+    s_close(db1, db2, (size_t)OF, "linear db");
+    free(x); free(w); free(b); free(o1); free(o2); free(g); free(dx1); free(dx2);
+    free(dw1); free(dw2); free(db1); free(db2); free(saved); free(scratch); free(fqs);
+}
+
+static void test_linear_matches_fake_quant(void **state)
+{
+    (void)state;
+    s_linear_case(5, 64, 10, 1);
+    s_linear_case(32, 33, 17, 1);
+    s_linear_case(3, 7, 70, 0);
+}
+
+/* ---- Range EvoNorm ------------------------------------------------------ */
+
+static void test_ren_chunks(void **state)
+{
+    (void)state;
+    const int Ts[] = {16, 32, 48, 392, 100, 1023, 17};
+    for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++) {
+        int T = Ts[t], next = 0, lmin = 1 << 30, lmax = 0;
+        for (int j = 0; j < 16; j++) {
+            int st, len;
+            lp_ren_chunk(T, j, &st, &len);
+            assert_int_equal(st, next); /* contiguous, in order */
+            next = st + len;
+            lmin = len < lmin ? len : lmin;
+            lmax = len > lmax ? len : lmax;
+            if (j > 0 && j <= T % 16 - 1)
+                assert_true(len == T / 16 + 1); /* the first T%16 are longer */
+        }
+        assert_int_equal(next, T);
+        assert_true(lmax - lmin <= 1);
+    }
+    int st, len;
+    lp_ren_chunk(392, 7, &st, &len); /* 392 = 16*24 + 8 */
+    assert_int_equal(st, 7 * 25);
+    assert_int_equal(len, 25);
+    lp_ren_chunk(392, 8, &st, &len);
+    assert_int_equal(st, 8 * 25);
+    assert_int_equal(len, 24);
+}
+
+/* Independent double-precision Range EvoNorm without quantizers; returns
+ * the loss sum(out * r). */
+static double s_ren_loss(const double *x, const double *gam, const double *bet, const double *v,
+                         const float *r, int N, int C, int HW, int G)
+{
+    int cg = C / G, T = cg * HW;
+    double L = T / 16.0, c = 0.5 * 0.35 * (1 + sqrt(M_PI * log(4.0))) / sqrt(2 * log(L));
+    double loss = 0;
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            const double *xg = x + ((size_t)n * C + (size_t)g * cg) * HW;
+            double smx = 0, smn = 0;
+            int pos = 0;
+            for (int j = 0; j < 16; j++) {
+                int len = T / 16 + (j < T % 16);
+                double mx = xg[pos], mn = xg[pos];
+                for (int i = pos; i < pos + len; i++) {
+                    mx = fmax(mx, xg[i]);
+                    mn = fmin(mn, xg[i]);
+                }
+                smx += mx;
+                smn += mn;
+                pos += len;
+            }
+            double s = 1.0 / ((smx / 16 - smn / 16) * c + 1e-5);
+            for (int ch = g * cg; ch < (g + 1) * cg; ch++)
+                for (int i = 0; i < HW; i++) {
+                    size_t k = ((size_t)n * C + ch) * HW + i;
+                    double h = fmin(fmax(x[k] * v[ch] / 6 + 0.5, 0), 1);
+                    loss += (x[k] * h * s * gam[ch] + bet[ch]) * r[k];
+                }
+        }
+    return loss;
+}
+
+static void test_ren_finite_differences(void **state)
+{
+    (void)state;
+    const int N = 2, C = 8, HW = 10, G = 2; /* T = 40: chunks of 3 and 2 */
+    const size_t n = (size_t)N * C * HW;
+    nn_rng r;
+    nn_rng_seed(&r, 21);
+    float x[160], rr[160], gam[8], bet[8], v[8], out[160], s[4], sq[4];
+    float dx[160], dgam[8] = {0}, dbet[8] = {0}, dv[8] = {0};
+    s_fill(&r, gam, C, 0.5f, 1.5f);
+    s_fill(&r, bet, C, -0.5f, 0.5f);
+    s_fill(&r, v, C, 0.5f, 2.0f);
+    for (size_t i = 0; i < n; i++) {
+        int ch = (int)(i / HW) % C;
+        do /* stay away from the hardsigmoid kinks |v x| = 3 */
+            x[i] = 4.0f * nn_rng_normal(&r);
+        while (fabsf(fabsf(v[ch] * x[i]) - 3.0f) < 0.05f);
+    }
+    s_fill(&r, rr, n, -1, 1);
+    lp_ren_core_forward(out, s, sq, x, gam, bet, v, N, C, HW, G, 0);
+    lp_ren_core_backward(dx, dgam, dbet, dv, rr, x, s, sq, gam, v, N, C, HW, G);
+    double xd[160], gd[8], bd[8], vd[8];
+    for (size_t i = 0; i < n; i++)
+        xd[i] = x[i];
+    for (int c = 0; c < C; c++) {
+        gd[c] = gam[c];
+        bd[c] = bet[c];
+        vd[c] = v[c];
+    }
+    const double h = 1e-5;
+    double *vars[4] = {xd, gd, bd, vd};
+    const float *an[4] = {dx, dgam, dbet, dv};
+    const size_t cnt[4] = {n, (size_t)C, (size_t)C, (size_t)C};
+    const char *names[4] = {"dx", "dgamma", "dbeta", "dv"};
+    int nonzero_range_grads = 0;
+    for (int k = 0; k < 4; k++)
+        for (size_t i = 0; i < cnt[k]; i++) {
+            double keep = vars[k][i];
+            vars[k][i] = keep + h;
+            double lp = s_ren_loss(xd, gd, bd, vd, rr, N, C, HW, G);
+            vars[k][i] = keep - h;
+            double lm = s_ren_loss(xd, gd, bd, vd, rr, N, C, HW, G);
+            vars[k][i] = keep;
+            double fd = (lp - lm) / (2 * h);
+            if (fabs(an[k][i] - fd) > 2e-3 * fabs(fd) + 2e-4)
+                fail_msg("%s[%zu]: analytic %.7g, finite difference %.7g", names[k], i,
+                         an[k][i], fd);
+            if (k == 0 && fabs(fd) > 1e-3)
+                nonzero_range_grads++;
+        }
+    assert_true(nonzero_range_grads > 20);
+}
+
+/* With quantizers on: forward = core(deq(xq), Q(params), quant_s = 1) and
+ * backward = core backward with deq(SR(dout)): the straight-through
+ * estimator, bit for bit. */
+static void test_ren_quantized_is_ste(void **state)
+{
+    (void)state;
+    const int N = 3, C = 16, HW = 49, G = 8; /* T = 98: not divisible by 16 */
+    const size_t n = (size_t)N * C * HW;
+    nn_rng r;
+    nn_rng_seed(&r, 22);
+    float *x = nn_xmalloc(n * 4), *g = nn_xmalloc(n * 4), *o1 = nn_xmalloc(n * 4),
+          *o2 = nn_xmalloc(n * 4), *dx1 = nn_xmalloc(n * 4), *dx2 = nn_xmalloc(n * 4);
+    float *xf = nn_xmalloc(n * 4), *gf = nn_xmalloc(n * 4);
+    float gam[16], bet[16], v[16], gq[16], bq[16], vq[16];
+    float dg1[16] = {0}, db1[16] = {0}, dv1[16] = {0}, dg2[16] = {0}, db2[16] = {0},
+          dv2[16] = {0};
+    float s2[24], sq2[24];
+    s_fill(&r, x, n, -2, 3);
+    s_fill(&r, g, n, -0.01f, 0.01f);
+    s_fill(&r, gam, C, 0.5f, 1.5f);
+    s_fill(&r, bet, C, -0.2f, 0.2f);
+    s_fill(&r, v, C, 0.8f, 1.2f);
+    uint8_t *saved = nn_xmalloc(lp_ren_saved_bytes(N, C, HW, G));
+    lp_ren_saved sv = {saved, {0, 0}, (float *)(void *)(saved + n), NULL};
+    sv.sq = sv.s + N * G;
+    float *scratch = nn_xmalloc(lp_ren_scratch_floats(N, C, HW) * 4);
+    float run[2] = {0, 0};
+    lp_mode mode = {1, 31};
+    lp_range_evonorm_forward(o1, &sv, run, x, gam, bet, v, N, C, HW, G, mode, scratch);
+    lp_range_evonorm_backward(dx1, dg1, db1, dv1, g, &sv, gam, v, N, C, HW, G, 32, scratch);
+    /* the same by hand */
+    lp_qparams xp;
+    lp_batch_range(&xp.min, &xp.scale, x, N, (size_t)C * HW);
+    xp = lp_qparams_from_range(xp.min, xp.scale);
+    assert_true(xp.min == sv.xp.min && xp.scale == sv.xp.scale);
+    lp_fake_quant(xf, x, n, xp, 1, 31);
+    lp_fake_quant(gq, gam, C, lp_tensor_qparams(gam, C), 0, 0);
+    lp_fake_quant(bq, bet, C, lp_tensor_qparams(bet, C), 0, 0);
+    lp_fake_quant(vq, v, C, lp_tensor_qparams(v, C), 0, 0);
+    lp_ren_core_forward(o2, s2, sq2, xf, gq, bq, vq, N, C, HW, G, 1);
+    assert_memory_equal(o1, o2, n * 4);
+    assert_memory_equal(sv.sq, sq2, sizeof sq2);
+    /* s really is quantized: at most 256 levels, values moved */
+    int moved = 0;
+    for (int i = 0; i < N * G; i++)
+        moved += s2[i] != sq2[i];
+    assert_true(moved > 0);
+    lp_fake_quant(gf, g, n, lp_tensor_qparams(g, n), 1, 32);
+    lp_ren_core_backward(dx2, dg2, db2, dv2, gf, xf, s2, sq2, gq, vq, N, C, HW, G);
+    assert_memory_equal(dx1, dx2, n * 4);
+    assert_memory_equal(dg1, dg2, sizeof dg1);
+    assert_memory_equal(db1, db2, sizeof db1);
+    assert_memory_equal(dv1, dv2, sizeof dv1);
+    free(x); free(g); free(o1); free(o2); free(dx1); free(dx2); free(xf); free(gf);
+    free(saved); free(scratch);
+}
+
+static void test_add(void **state)
+{
+    (void)state;
+    enum { N = 4, PER = 37, NN = N * PER };
+    nn_rng r;
+    nn_rng_seed(&r, 23);
+    float a[NN], b[NN], out[NN], fa[NN], fb[NN], g[NN], da[NN], db[NN], gf[NN];
+    uint8_t codes[NN];
+    s_fill(&r, a, NN, -1, 1);
+    s_fill(&r, b, NN, -3, 0.5f);
+    s_fill(&r, g, NN, -0.1f, 0.2f);
+    float ra[2] = {0, 0}, rb[2] = {0, 0}, ra2[2] = {0, 0}, rb2[2] = {0, 0};
+    lp_mode mode = {1, 5};
+    lp_add_forward(out, ra, rb, a, b, N, PER, mode, codes);
+    lp_qparams pa = lp_act_qparams(ra2, a, N, PER, 1), pb = lp_act_qparams(rb2, b, N, PER, 1);
+    lp_fake_quant(fa, a, NN, pa, 1, 5);
+    lp_fake_quant(fb, b, NN, pb, 1, 5 ^ 0x9e3779b97f4a7c15ULL);
+    for (int i = 0; i < NN; i++)
+        assert_true(out[i] == fa[i] + fb[i]);
+    assert_true(ra[0] == ra2[0] && rb[1] == rb2[1]);
+    lp_add_backward(da, db, g, NN, 6, codes);
+    lp_fake_quant(gf, g, NN, lp_tensor_qparams(g, NN), 1, 6);
+    assert_memory_equal(da, gf, sizeof da);
+    assert_memory_equal(db, gf, sizeof db);
+    assert_int_equal(lp_add_saved_bytes(), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_conv_matches_fake_quant),
+        cmocka_unit_test(test_conv_saved_bytes),
+        cmocka_unit_test(test_linear_matches_fake_quant),
+        cmocka_unit_test(test_ren_chunks),
+        cmocka_unit_test(test_ren_finite_differences),
+        cmocka_unit_test(test_ren_quantized_is_ste),
+        cmocka_unit_test(test_add),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

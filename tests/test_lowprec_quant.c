@@ -1,0 +1,256 @@
+/* test_lowprec_quant — the 8-bit quantizers (lowprec/lp_quant.h).
+ *
+ * Error budgets checked here (named, as in STYLE):
+ *   ROUND_TRIP  nearest:    |x - deq(q(x))| <= scale/2 + 1e-6*(|min|+|max|)
+ *                            for x inside [min, max];
+ *   SR_BRACKET  stochastic: deq lands on one of the two grid points around x;
+ *   SR_BIAS     the mean of T draws (independent seeds) is within
+ *               5 sigma = 5*scale/(2*sqrt(T)) of x (sigma <= scale/2 / sqrt(T)).
+ * Every SIMD level the CPU has must give codes bit-identical to the _ref. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lowprec/lp_cpu.h"
+#include "lowprec/lp_quant.h"
+#include "nn/nn_core.h"
+
+static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
+
+static void s_fill(nn_rng *r, float *x, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * nn_rng_uniform(r);
+}
+
+static void test_qparams(void **state)
+{
+    (void)state;
+    lp_qparams p = lp_qparams_from_range(-1.0f, 1.55f);
+    assert_true(p.scale == (1.55f - -1.0f) / 255.0f);
+    assert_true(p.min == -1.0f);
+    p = lp_qparams_from_range(0.25f, 0.25f); /* constant tensor */
+    assert_true(p.scale == LP_MIN_SCALE);
+    float x = 0.25f;
+    uint8_t q;
+    lp_quantize_ref(&q, &x, 1, p);
+    assert_int_equal(q, 0);
+}
+
+static void test_round_trip_budget(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 1);
+    enum { N = 4099 };
+    float *x = nn_xmalloc(N * sizeof(float)), *y = nn_xmalloc(N * sizeof(float));
+    uint8_t *q = nn_xmalloc(N);
+    const float ranges[][2] = {{-1, 1}, {0, 1e-3f}, {-300, 20}, {5, 6}};
+    for (size_t t = 0; t < sizeof ranges / sizeof ranges[0]; t++) {
+        s_fill(&r, x, N, ranges[t][0], ranges[t][1]);
+        float mn, mx;
+        lp_minmax_ref(&mn, &mx, x, N);
+        lp_qparams p = lp_qparams_from_range(mn, mx);
+        lp_quantize(q, x, N, p);
+        lp_dequantize(y, q, N, p);
+        float budget = 0.5f * p.scale + 1e-6f * (fabsf(mn) + fabsf(mx));
+        float worst = 0;
+        for (size_t i = 0; i < N; i++)
+            worst = fmaxf(worst, fabsf(x[i] - y[i]));
+        assert_true(worst <= budget);
+        assert_true(worst > 0.25f * p.scale); /* the test can see errors */
+        /* min maps to 0, max to 255 */
+        uint8_t qa, qb;
+        lp_quantize_ref(&qa, &mn, 1, p);
+        lp_quantize_ref(&qb, &mx, 1, p);
+        assert_int_equal(qa, 0);
+        assert_int_equal(qb, 255);
+    }
+    /* values outside the range clamp */
+    lp_qparams p = lp_qparams_from_range(-1, 1);
+    float out[3] = {-5.0f, 7.0f, NAN};
+    uint8_t qo[3];
+    lp_quantize_ref(qo, out, 3, p);
+    assert_int_equal(qo[0], 0);
+    assert_int_equal(qo[1], 255);
+    assert_int_equal(qo[2], 0);
+    free(x);
+    free(y);
+    free(q);
+}
+
+static void test_ties_to_even(void **state)
+{
+    (void)state;
+    lp_qparams p = {1.0f, 0.0f}; /* exact grid: t = x */
+    float x[4] = {0.5f, 1.5f, 2.5f, 254.5f};
+    uint8_t q[4];
+    lp_quantize_ref(q, x, 4, p);
+    assert_int_equal(q[0], 0);
+    assert_int_equal(q[1], 2);
+    assert_int_equal(q[2], 2);
+    assert_int_equal(q[3], 254);
+}
+
+static void test_sr_noise(void **state)
+{
+    (void)state;
+    double s = 0;
+    enum { T = 100000 };
+    for (uint32_t i = 0; i < T; i++) {
+        float u = lp_sr_noise(42, i);
+        assert_true(u >= -0.5f && u < 0.5f);
+        s += u;
+    }
+    /* sd of U(-1/2,1/2) is 0.2887: mean within 5 sigma */
+    assert_true(fabs(s / T) < 5 * 0.2887 / sqrt(T));
+    assert_true(lp_sr_noise(1, 7) != lp_sr_noise(2, 7));
+}
+
+static void test_sr_unbiased(void **state)
+{
+    (void)state;
+    lp_qparams p = lp_qparams_from_range(-2.0f, 3.0f);
+    const int T = getenv("LPGOSSIP_QUICK") ? 400 : 4000;
+    const float xs[] = {-2.0f, -1.99f, 0.0f, 0.1234567f, 1.0f + 0.5f * p.scale, 2.9999f, 3.0f};
+    for (size_t j = 0; j < sizeof xs / sizeof xs[0]; j++) {
+        double sum = 0;
+        float lo = floorf((xs[j] - p.min) / p.scale), hi = lo + 1;
+        for (int t = 0; t < T; t++) {
+            uint8_t q;
+            float y;
+            lp_quantize_sr(&q, &xs[j], 1, p, (uint64_t)t * 7919u + 13u, 5);
+            lp_dequantize(&y, &q, 1, p);
+            /* SR_BRACKET */
+            assert_true(q == (uint8_t)fminf(lo, 255) || q == (uint8_t)fminf(hi, 255));
+            sum += y;
+        }
+        double tol = 5.0 * p.scale / (2.0 * sqrt((double)T)) + 1e-6;
+        assert_true(fabs(sum / T - xs[j]) <= tol); /* SR_BIAS */
+    }
+}
+
+static void test_sr_pieces(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 3);
+    enum { N = 1000 };
+    float x[N];
+    uint8_t a[N], b[N];
+    s_fill(&r, x, N, -1, 1);
+    lp_qparams p = lp_qparams_from_range(-1, 1);
+    lp_quantize_sr(a, x, N, p, 99, 0);
+    lp_quantize_sr(b, x, 333, p, 99, 0);
+    lp_quantize_sr(b + 333, x + 333, N - 333, p, 99, 333);
+    assert_memory_equal(a, b, N);
+    lp_quantize_sr(b, x, N, p, 100, 0); /* another seed differs */
+    assert_true(memcmp(a, b, N) != 0);
+}
+
+/* Every level the CPU has gives exactly the reference's results. */
+static void test_dispatch_identical(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 5);
+    enum { MAXN = 3000 };
+    float *x = nn_xmalloc(MAXN * sizeof(float)), *y0 = nn_xmalloc(MAXN * sizeof(float)),
+          *y1 = nn_xmalloc(MAXN * sizeof(float));
+    uint8_t *q0 = nn_xmalloc(MAXN), *q1 = nn_xmalloc(MAXN);
+    const size_t sizes[] = {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1000, 2999};
+    int tested = 0;
+    for (int lv = 0; lv < 3; lv++) {
+        if (lp_cpu_force(s_levels[lv]) != 0) {
+            print_message("skipping %s: not supported by this CPU\n", s_levels[lv]);
+            continue;
+        }
+        tested++;
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            size_t n = sizes[si];
+            s_fill(&r, x, n, -3, 2);
+            if (n > 10) {
+                x[3] = -7.0f; /* outside the range */
+                x[5] = 9.0f;
+            }
+            lp_qparams p = lp_qparams_from_range(-2.5f, 1.5f);
+            if (n > 12) { /* exact ties (t = k + 1/2) */
+                x[7] = p.min + 10.5f * p.scale;
+                x[9] = p.min + 11.5f * p.scale;
+            }
+            float a0, b0, a1, b1;
+            lp_minmax_ref(&a0, &b0, x, n);
+            lp_minmax(&a1, &b1, x, n);
+            assert_true(a0 == a1 && b0 == b1);
+            lp_quantize_ref(q0, x, n, p);
+            lp_quantize(q1, x, n, p);
+            assert_memory_equal(q0, q1, n);
+            lp_quantize_sr_ref(q0, x, n, p, 1234, 77);
+            lp_quantize_sr(q1, x, n, p, 1234, 77);
+            assert_memory_equal(q0, q1, n);
+            lp_dequantize_ref(y0, q0, n, p);
+            lp_dequantize(y1, q0, n, p);
+            assert_memory_equal(y0, y1, n * sizeof(float));
+        }
+    }
+    lp_cpu_force("auto");
+    assert_true(tested >= 1);
+    free(x);
+    free(y0);
+    free(y1);
+    free(q0);
+    free(q1);
+}
+
+static void test_fake_quant(void **state)
+{
+    (void)state;
+    float x[50], y[50], z[50];
+    uint8_t q[50];
+    nn_rng r;
+    nn_rng_seed(&r, 9);
+    s_fill(&r, x, 50, -1, 1);
+    lp_qparams p = lp_tensor_qparams(x, 50);
+    lp_fake_quant(y, x, 50, p, 1, 17);
+    lp_quantize_sr(q, x, 50, p, 17, 0);
+    lp_dequantize(z, q, 50, p);
+    assert_memory_equal(y, z, sizeof y);
+}
+
+static void test_activation_range(void **state)
+{
+    (void)state;
+    /* two samples of 3: sample mins -1, -3; maxes 2, 4 */
+    const float x[6] = {-1, 0, 2, 4, -3, 1};
+    float mn, mx;
+    lp_batch_range(&mn, &mx, x, 2, 3);
+    assert_true(mn == -2.0f && mx == 3.0f);
+    float run[2] = {0, 0};
+    lp_qparams p = lp_act_qparams(run, x, 2, 3, 1);
+    assert_true(p.min == -2.0f && p.scale == 5.0f / 255.0f);
+    assert_true(fabsf(run[0] - 0.9f * -2.0f) < 1e-7f && fabsf(run[1] - 2.7f) < 1e-6f);
+    lp_act_qparams(run, x, 2, 3, 1);
+    assert_true(fabsf(run[0] - (0.1f * -1.8f + 0.9f * -2.0f)) < 1e-6f);
+    lp_qparams e = lp_act_qparams(run, NULL, 2, 3, 0); /* eval: running range */
+    assert_true(e.min == run[0]);
+    assert_true(fabsf(e.scale - (run[1] - run[0]) / 255.0f) < 1e-9f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qparams),          cmocka_unit_test(test_round_trip_budget),
+        cmocka_unit_test(test_ties_to_even),     cmocka_unit_test(test_sr_noise),
+        cmocka_unit_test(test_sr_unbiased),      cmocka_unit_test(test_sr_pieces),
+        cmocka_unit_test(test_dispatch_identical), cmocka_unit_test(test_fake_quant),
+        cmocka_unit_test(test_activation_range),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
