@@ -45,6 +45,17 @@ void nn_conv2d_backward(float *din, float *dw, float *db, const float *dout, con
 void nn_conv2d_backward_ref(float *din, float *dw, float *db, const float *dout, const float *in,
                             const float *w, const nn_conv_dims *d);
 
+/* Chunked variants (benchmarks, tests): nb samples are lowered into one
+ * (C*KH*KW, nb*OH*OW) matrix per sgemm.  nn_conv2d_forward/backward use
+ * nb = nn_conv_chunk(d).  scratch must hold nn_conv_scratch_floats_nb(d, nb). */
+int    nn_conv_chunk(const nn_conv_dims *d);
+size_t nn_conv_scratch_floats_nb(const nn_conv_dims *d, int nb);
+void   nn_conv2d_forward_nb(float *out, const float *in, const float *w, const float *b,
+                            const nn_conv_dims *d, float *scratch, int nb);
+void   nn_conv2d_backward_nb(float *din, float *dw, float *db, const float *dout,
+                             const float *in, const float *w, const nn_conv_dims *d,
+                             float *scratch, int nb);
+
 /* ---- linear -------------------------------------------------------------- */
 
 /* out (N,OF) = in (N,F) @ w(OF,F)^T + b (OF; may be NULL). */
@@ -55,6 +66,8 @@ void nn_linear_forward_ref(float *out, const float *in, const float *w, const fl
 /* din (N,F) overwritten (may be NULL); dw (OF,F) +=; db (OF) += (may be NULL). */
 void nn_linear_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                         const float *w, int N, int F, int OF);
+void nn_linear_backward_ref(float *din, float *dw, float *db, const float *dout, const float *in,
+                            const float *w, int N, int F, int OF);
 
 /* ---- EvoNorm-S0 (DESIGN §5, full precision) ------------------------------ */
 /* out = x * sigmoid(v*x) / sqrt(var_group(x) + eps) * gamma + beta,
@@ -66,6 +79,13 @@ void nn_evonorm_s0_forward(float *out, float *save_istd, const float *in, const 
 void nn_evonorm_s0_backward(float *din, float *dgamma, float *dbeta, float *dv, const float *dout,
                             const float *in, const float *save_istd, const float *gamma,
                             const float *v, int N, int C, int HW, int G);
+/* Plain twins (libm expf, no SIMD) the tests compare against. */
+void nn_evonorm_s0_forward_ref(float *out, float *save_istd, const float *in,
+                               const float *gamma, const float *beta, const float *v, int N,
+                               int C, int HW, int G);
+void nn_evonorm_s0_backward_ref(float *din, float *dgamma, float *dbeta, float *dv,
+                                const float *dout, const float *in, const float *save_istd,
+                                const float *gamma, const float *v, int N, int C, int HW, int G);
 
 /* ---- BatchNorm2d (baseline) ---------------------------------------------- */
 /* Training: batch statistics, running stats updated as PyTorch does

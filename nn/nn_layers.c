@@ -1,0 +1,636 @@
+/* nn_layers — FP32 layer kernels other than convolution (see nn_layers.h;
+ * conv lives in nn_conv.c).
+ *
+ * Owns:    linear (sgemm), EvoNorm-S0, BatchNorm2d, ReLU, add, max/avg
+ *          pooling, global average pooling, softmax cross-entropy.
+ * Exposes: the functions declared in nn_layers.h.
+ * Callers: nn_model.c, lowprec/, tests/test_nn_layers.c, bench.
+ *
+ * Dimension legend: N batch, C channels, HW = H*W pixels per plane, G groups
+ * (C/G consecutive channels each), F/OF features, K classes or pool window,
+ * S pool stride.  Every activation tensor is NCHW, contiguous.
+ * Reductions over a plane are summed in float per plane and in double across
+ * planes, which keeps the error small without slowing the inner loops.
+ */
+#include "nn/nn_layers.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "nn/nn_layers_simd.h"
+
+#define NN_NORM_EPS 1e-5f
+
+/* ---- linear -------------------------------------------------------------- */
+
+void nn_linear_forward(float *out, const float *in, const float *w, const float *b, int N, int F,
+                       int OF)
+{
+    /* out (N,OF) = in (N,F) @ w^T (F,OF) + b */
+    if (b) {
+        for (int n = 0; n < N; n++)
+            memcpy(out + (size_t)n * OF, b, sizeof(float) * (size_t)OF);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OF, F, 1.0f, in, F, w, F,
+                b ? 1.0f : 0.0f, out, OF);
+}
+
+void nn_linear_forward_ref(float *out, const float *in, const float *w, const float *b, int N,
+                           int F, int OF)
+{
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OF; o++) {
+            float acc = b ? b[o] : 0.0f;
+            for (int f = 0; f < F; f++)
+                acc += in[(size_t)n * F + f] * w[(size_t)o * F + f];
+            out[(size_t)n * OF + o] = acc;
+        }
+}
+
+void nn_linear_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                        const float *w, int N, int F, int OF)
+{
+    /* out = in @ w^T + b  =>  dw += dout^T @ in, din = dout @ w, db += sum_n dout */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OF, F, N, 1.0f, dout, OF, in, F, 1.0f,
+                dw, F);
+    if (din)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, F, OF, 1.0f, dout, OF, w, F,
+                    0.0f, din, F);
+    if (db)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OF; o++)
+                db[o] += dout[(size_t)n * OF + o];
+}
+
+void nn_linear_backward_ref(float *din, float *dw, float *db, const float *dout, const float *in,
+                            const float *w, int N, int F, int OF)
+{
+    if (din)
+        memset(din, 0, sizeof(float) * (size_t)N * F);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OF; o++) {
+            float g = dout[(size_t)n * OF + o];
+            if (db)
+                db[o] += g;
+            for (int f = 0; f < F; f++) {
+                dw[(size_t)o * F + f] += g * in[(size_t)n * F + f];
+                if (din)
+                    din[(size_t)n * F + f] += g * w[(size_t)o * F + f];
+            }
+        }
+}
+
+/* ---- EvoNorm-S0 ----------------------------------------------------------- */
+
+static inline float s_sigmoid(float u)
+{
+    return 1.0f / (1.0f + expf(-u));
+}
+
+/* Mean and population variance of the (C/G)*HW values of one group,
+ * two passes (float per plane, double across planes). */
+static void s_group_stats(const float *x, int cpg, int HW, double *mean_out, double *var_out)
+{
+    double s = 0.0;
+    for (int c = 0; c < cpg; c++) {
+        const float *p = x + (size_t)c * HW;
+        float a = 0.0f;
+        for (int i = 0; i < HW; i++)
+            a += p[i];
+        s += a;
+    }
+    const double m = (double)cpg * HW;
+    const double mean = s / m;
+    const float mf = (float)mean;
+    double v = 0.0;
+    for (int c = 0; c < cpg; c++) {
+        const float *p = x + (size_t)c * HW;
+        float a = 0.0f;
+        for (int i = 0; i < HW; i++) {
+            float dlt = p[i] - mf;
+            a += dlt * dlt;
+        }
+        v += a;
+    }
+    *mean_out = mean;
+    *var_out = v / m;
+}
+
+void nn_evonorm_s0_forward_ref(float *out, float *save_istd, const float *in,
+                               const float *gamma, const float *beta, const float *v, int N,
+                               int C, int HW, int G)
+{
+    assert(G > 0 && C % G == 0);
+    const int cpg = C / G;
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            const size_t base = ((size_t)n * C + (size_t)g * cpg) * HW;
+            double mean, var;
+            s_group_stats(in + base, cpg, HW, &mean, &var);
+            const float istd = (float)(1.0 / sqrt(var + (double)NN_NORM_EPS));
+            save_istd[(size_t)n * G + g] = istd;
+            for (int cc = 0; cc < cpg; cc++) {
+                const int c = g * cpg + cc;
+                const float *x = in + base + (size_t)cc * HW;
+                float *o = out + base + (size_t)cc * HW;
+                const float vc = v[c], sc = istd * gamma[c], bc = beta[c];
+                for (int i = 0; i < HW; i++)
+                    o[i] = x[i] * s_sigmoid(vc * x[i]) * sc + bc;
+            }
+        }
+}
+
+void nn_evonorm_s0_backward_ref(float *din, float *dgamma, float *dbeta, float *dv,
+                                const float *dout, const float *in, const float *save_istd,
+                                const float *gamma, const float *v, int N, int C, int HW, int G)
+{
+    assert(G > 0 && C % G == 0);
+    const int cpg = C / G;
+    const double m = (double)cpg * HW;
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            const size_t base = ((size_t)n * C + (size_t)g * cpg) * HW;
+            const float istd = save_istd[(size_t)n * G + g];
+            double mean = 0.0;
+            /* pass 1: mean of x, d istd = sum dout*gamma*num, parameter grads
+             * out = num * istd * gamma + beta, num = x * sigmoid(v*x) */
+            double distd = 0.0;
+            for (int cc = 0; cc < cpg; cc++) {
+                const int c = g * cpg + cc;
+                const float *x = in + base + (size_t)cc * HW;
+                const float *dy = dout + base + (size_t)cc * HW;
+                const float vc = v[c];
+                float sx = 0.0f, sdb = 0.0f, sdyn = 0.0f, sdv = 0.0f;
+                for (int i = 0; i < HW; i++) {
+                    const float sg = s_sigmoid(vc * x[i]);
+                    const float num = x[i] * sg;
+                    sx += x[i];
+                    sdb += dy[i];
+                    sdyn += dy[i] * num;
+                    /* d num / d v = x^2 sg (1-sg) */
+                    sdv += dy[i] * x[i] * x[i] * sg * (1.0f - sg);
+                }
+                mean += sx;
+                dbeta[c] += sdb;
+                dgamma[c] += sdyn * istd;
+                dv[c] += sdv * istd * gamma[c];
+                distd += (double)sdyn * gamma[c];
+            }
+            mean /= m;
+            if (!din)
+                continue;
+            /* istd = (var+eps)^-1/2 => dvar = -1/2 istd^3 distd;
+             * var = mean((x-mean)^2) => dx += dvar * 2 (x-mean) / m */
+            const double dvar = -0.5 * (double)istd * istd * istd * distd;
+            const float k = (float)(2.0 * dvar / m);
+            const float mf = (float)mean;
+            for (int cc = 0; cc < cpg; cc++) {
+                const int c = g * cpg + cc;
+                const float *x = in + base + (size_t)cc * HW;
+                const float *dy = dout + base + (size_t)cc * HW;
+                float *dx = din + base + (size_t)cc * HW;
+                const float vc = v[c], gi = gamma[c] * istd;
+                for (int i = 0; i < HW; i++) {
+                    const float sg = s_sigmoid(vc * x[i]);
+                    /* d num / d x = sg + v x sg (1-sg) */
+                    const float dnum = sg + vc * x[i] * sg * (1.0f - sg);
+                    dx[i] = dy[i] * gi * dnum + k * (x[i] - mf);
+                }
+            }
+        }
+}
+
+/* ---- EvoNorm-S0, tuned: the same arithmetic, plane by plane through the
+ * AVX2 kernels of nn_layers_avx2.c when the CPU has them, else through the
+ * scalar plane functions below (which use libm expf). ---- */
+
+static float s_sum(const float *x, size_t n)
+{
+    float a = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        a += x[i];
+    return a;
+}
+
+static float s_sqdev(const float *x, size_t n, float mean)
+{
+    float a = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float dl = x[i] - mean;
+        a += dl * dl;
+    }
+    return a;
+}
+
+static void s_evo_fwd(float *o, const float *x, size_t n, float v, float sc, float bc)
+{
+    for (size_t i = 0; i < n; i++)
+        o[i] = x[i] * s_sigmoid(v * x[i]) * sc + bc;
+}
+
+static void s_evo_bwd_sums(float sums[4], const float *x, const float *dy, size_t n, float v)
+{
+    float sx = 0.0f, sdb = 0.0f, sdyn = 0.0f, sdv = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        const float sg = s_sigmoid(v * x[i]), num = x[i] * sg;
+        sx += x[i];
+        sdb += dy[i];
+        sdyn += dy[i] * num;
+        sdv += dy[i] * num * x[i] * (1.0f - sg);
+    }
+    sums[0] += sx;
+    sums[1] += sdb;
+    sums[2] += sdyn;
+    sums[3] += sdv;
+}
+
+static void s_evo_bwd_dx(float *dx, const float *x, const float *dy, size_t n, float v, float gi,
+                         float k, float mean)
+{
+    for (size_t i = 0; i < n; i++) {
+        const float vx = v * x[i], sg = s_sigmoid(vx);
+        dx[i] = dy[i] * gi * (sg * (1.0f + vx * (1.0f - sg))) + k * (x[i] - mean);
+    }
+}
+
+typedef struct {
+    float (*sum)(const float *x, size_t n);
+    float (*sqdev)(const float *x, size_t n, float mean);
+    void (*evo_fwd)(float *o, const float *x, size_t n, float v, float sc, float bc);
+    void (*evo_bwd_sums)(float sums[4], const float *x, const float *dy, size_t n, float v);
+    void (*evo_bwd_dx)(float *dx, const float *x, const float *dy, size_t n, float v, float gi,
+                       float k, float mean);
+} s_plane_ops;
+
+static s_plane_ops s_ops(void)
+{
+    s_plane_ops o;
+    if (nn_simd_have_avx2()) {
+        o.sum = nn_avx2_sum;
+        o.sqdev = nn_avx2_sqdev;
+        o.evo_fwd = nn_avx2_evo_fwd;
+        o.evo_bwd_sums = nn_avx2_evo_bwd_sums;
+        o.evo_bwd_dx = nn_avx2_evo_bwd_dx;
+    } else {
+        o.sum = s_sum;
+        o.sqdev = s_sqdev;
+        o.evo_fwd = s_evo_fwd;
+        o.evo_bwd_sums = s_evo_bwd_sums;
+        o.evo_bwd_dx = s_evo_bwd_dx;
+    }
+    return o;
+}
+
+static int s_force_scalar;
+
+void nn_simd_force_scalar(int on)
+{
+    s_force_scalar = on;
+}
+
+int nn_simd_have_avx2(void)
+{
+    if (s_force_scalar)
+        return 0;
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+void nn_evonorm_s0_forward(float *out, float *save_istd, const float *in, const float *gamma,
+                           const float *beta, const float *v, int N, int C, int HW, int G)
+{
+    assert(G > 0 && C % G == 0);
+    const s_plane_ops ops = s_ops();
+    const int cpg = C / G;
+    const double m = (double)cpg * HW;
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            const size_t base = ((size_t)n * C + (size_t)g * cpg) * HW;
+            double s = 0.0, var = 0.0;
+            for (int cc = 0; cc < cpg; cc++)
+                s += ops.sum(in + base + (size_t)cc * HW, (size_t)HW);
+            const float mean = (float)(s / m);
+            for (int cc = 0; cc < cpg; cc++)
+                var += ops.sqdev(in + base + (size_t)cc * HW, (size_t)HW, mean);
+            const float istd = (float)(1.0 / sqrt(var / m + (double)NN_NORM_EPS));
+            save_istd[(size_t)n * G + g] = istd;
+            for (int cc = 0; cc < cpg; cc++) {
+                const int c = g * cpg + cc;
+                ops.evo_fwd(out + base + (size_t)cc * HW, in + base + (size_t)cc * HW, (size_t)HW,
+                            v[c], istd * gamma[c], beta[c]);
+            }
+        }
+}
+
+void nn_evonorm_s0_backward(float *din, float *dgamma, float *dbeta, float *dv, const float *dout,
+                            const float *in, const float *save_istd, const float *gamma,
+                            const float *v, int N, int C, int HW, int G)
+{
+    assert(G > 0 && C % G == 0);
+    const s_plane_ops ops = s_ops();
+    const int cpg = C / G;
+    const double m = (double)cpg * HW;
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            const size_t base = ((size_t)n * C + (size_t)g * cpg) * HW;
+            const float istd = save_istd[(size_t)n * G + g];
+            /* out = num * istd * gamma + beta, num = x * sigmoid(v*x) */
+            double mean = 0.0, distd = 0.0;
+            for (int cc = 0; cc < cpg; cc++) {
+                const int c = g * cpg + cc;
+                float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                ops.evo_bwd_sums(sums, in + base + (size_t)cc * HW, dout + base + (size_t)cc * HW,
+                                 (size_t)HW, v[c]);
+                mean += sums[0];
+                dbeta[c] += sums[1];
+                dgamma[c] += sums[2] * istd;
+                dv[c] += sums[3] * istd * gamma[c];
+                distd += (double)sums[2] * gamma[c];
+            }
+            if (!din)
+                continue;
+            /* istd = (var+eps)^-1/2, var = mean((x-mean)^2) */
+            const double dvar = -0.5 * (double)istd * istd * istd * distd;
+            const float k = (float)(2.0 * dvar / m);
+            const float mf = (float)(mean / m);
+            for (int cc = 0; cc < cpg; cc++) {
+                const int c = g * cpg + cc;
+                ops.evo_bwd_dx(din + base + (size_t)cc * HW, in + base + (size_t)cc * HW,
+                               dout + base + (size_t)cc * HW, (size_t)HW, v[c], gamma[c] * istd, k,
+                               mf);
+            }
+        }
+}
+
+/* ---- BatchNorm2d ------------------------------------------------------------ */
+
+void nn_batchnorm_forward_train(float *out, float *save_mean, float *save_istd, float *run_mean,
+                                float *run_var, const float *in, const float *gamma,
+                                const float *beta, int N, int C, int HW)
+{
+    const double M = (double)N * HW;
+    for (int c = 0; c < C; c++) {
+        double s = 0.0;
+        for (int n = 0; n < N; n++) {
+            const float *x = in + ((size_t)n * C + c) * HW;
+            float a = 0.0f;
+            for (int i = 0; i < HW; i++)
+                a += x[i];
+            s += a;
+        }
+        const double mean = s / M;
+        const float mf = (float)mean;
+        double v = 0.0;
+        for (int n = 0; n < N; n++) {
+            const float *x = in + ((size_t)n * C + c) * HW;
+            float a = 0.0f;
+            for (int i = 0; i < HW; i++) {
+                float dlt = x[i] - mf;
+                a += dlt * dlt;
+            }
+            v += a;
+        }
+        const double var = v / M;
+        const float istd = (float)(1.0 / sqrt(var + (double)NN_NORM_EPS));
+        save_mean[c] = mf;
+        save_istd[c] = istd;
+        if (run_mean)
+            run_mean[c] = 0.9f * run_mean[c] + 0.1f * mf;
+        if (run_var)
+            run_var[c] = 0.9f * run_var[c] + 0.1f * (float)(M > 1 ? var * M / (M - 1) : var);
+        const float sc = istd * gamma[c], sh = beta[c] - mf * sc;
+        for (int n = 0; n < N; n++) {
+            const float *x = in + ((size_t)n * C + c) * HW;
+            float *o = out + ((size_t)n * C + c) * HW;
+            for (int i = 0; i < HW; i++)
+                o[i] = x[i] * sc + sh;
+        }
+    }
+}
+
+void nn_batchnorm_forward_eval(float *out, const float *in, const float *run_mean,
+                               const float *run_var, const float *gamma, const float *beta, int N,
+                               int C, int HW)
+{
+    for (int c = 0; c < C; c++) {
+        const float istd = 1.0f / sqrtf(run_var[c] + NN_NORM_EPS);
+        const float sc = istd * gamma[c], sh = beta[c] - run_mean[c] * sc;
+        for (int n = 0; n < N; n++) {
+            const float *x = in + ((size_t)n * C + c) * HW;
+            float *o = out + ((size_t)n * C + c) * HW;
+            for (int i = 0; i < HW; i++)
+                o[i] = x[i] * sc + sh;
+        }
+    }
+}
+
+void nn_batchnorm_backward(float *din, float *dgamma, float *dbeta, const float *dout,
+                           const float *in, const float *save_mean, const float *save_istd,
+                           const float *gamma, int N, int C, int HW)
+{
+    const double M = (double)N * HW;
+    for (int c = 0; c < C; c++) {
+        const float mean = save_mean[c], istd = save_istd[c];
+        /* out = xhat * gamma + beta, xhat = (x - mean) * istd */
+        double sdy = 0.0, sdyx = 0.0;
+        for (int n = 0; n < N; n++) {
+            const float *x = in + ((size_t)n * C + c) * HW;
+            const float *dy = dout + ((size_t)n * C + c) * HW;
+            float a = 0.0f, b = 0.0f;
+            for (int i = 0; i < HW; i++) {
+                a += dy[i];
+                b += dy[i] * (x[i] - mean);
+            }
+            sdy += a;
+            sdyx += b;
+        }
+        sdyx *= istd; /* sum dy * xhat */
+        dbeta[c] += (float)sdy;
+        dgamma[c] += (float)sdyx;
+        if (!din)
+            continue;
+        /* din = gamma*istd * (dy - mean(dy) - xhat * mean(dy*xhat)) */
+        const float k = gamma[c] * istd;
+        const float mdy = (float)(sdy / M), mdyx = (float)(sdyx / M);
+        for (int n = 0; n < N; n++) {
+            const float *x = in + ((size_t)n * C + c) * HW;
+            const float *dy = dout + ((size_t)n * C + c) * HW;
+            float *dx = din + ((size_t)n * C + c) * HW;
+            for (int i = 0; i < HW; i++)
+                dx[i] = k * (dy[i] - mdy - (x[i] - mean) * istd * mdyx);
+        }
+    }
+}
+
+/* ---- elementwise ------------------------------------------------------------ */
+
+void nn_relu_forward(float *out, const float *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+}
+
+void nn_relu_backward(float *din, const float *dout, const float *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        din[i] = in[i] > 0.0f ? dout[i] : 0.0f;
+}
+
+void nn_add_forward(float *out, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
+}
+
+/* ---- pooling -------------------------------------------------------------- */
+
+void nn_maxpool_forward(float *out, uint32_t *argmax, const float *in, int N, int C, int H, int W,
+                        int K, int S)
+{
+    assert(K > 0 && S > 0 && H >= K && W >= K);
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    for (size_t pl = 0; pl < (size_t)N * C; pl++) {
+        const float *x = in + pl * H * W;
+        float *o = out + pl * OH * OW;
+        uint32_t *am = argmax + pl * OH * OW;
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                uint32_t best = (uint32_t)(oh * S * W + ow * S);
+                float bv = x[best];
+                for (int kh = 0; kh < K; kh++)
+                    for (int kw = 0; kw < K; kw++) {
+                        uint32_t idx = (uint32_t)((oh * S + kh) * W + ow * S + kw);
+                        if (x[idx] > bv) {
+                            bv = x[idx];
+                            best = idx;
+                        }
+                    }
+                o[oh * OW + ow] = bv;
+                am[oh * OW + ow] = best;
+            }
+    }
+}
+
+void nn_maxpool_backward(float *din, const float *dout, const uint32_t *argmax, int N, int C,
+                         int H, int W, int K, int S)
+{
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    memset(din, 0, sizeof(float) * (size_t)N * C * H * W);
+    for (size_t pl = 0; pl < (size_t)N * C; pl++) {
+        float *dx = din + pl * H * W;
+        const float *dy = dout + pl * OH * OW;
+        const uint32_t *am = argmax + pl * OH * OW;
+        for (int i = 0; i < OH * OW; i++) {
+            assert(am[i] < (uint32_t)(H * W));
+            dx[am[i]] += dy[i];
+        }
+    }
+}
+
+void nn_avgpool_forward(float *out, const float *in, int N, int C, int H, int W, int K, int S)
+{
+    assert(K > 0 && S > 0 && H >= K && W >= K);
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const float inv = 1.0f / (float)(K * K);
+    for (size_t pl = 0; pl < (size_t)N * C; pl++) {
+        const float *x = in + pl * H * W;
+        float *o = out + pl * OH * OW;
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                float s = 0.0f;
+                for (int kh = 0; kh < K; kh++)
+                    for (int kw = 0; kw < K; kw++)
+                        s += x[(oh * S + kh) * W + ow * S + kw];
+                o[oh * OW + ow] = s * inv;
+            }
+    }
+}
+
+void nn_avgpool_backward(float *din, const float *dout, int N, int C, int H, int W, int K, int S)
+{
+    const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;
+    const float inv = 1.0f / (float)(K * K);
+    memset(din, 0, sizeof(float) * (size_t)N * C * H * W);
+    for (size_t pl = 0; pl < (size_t)N * C; pl++) {
+        float *dx = din + pl * H * W;
+        const float *dy = dout + pl * OH * OW;
+        for (int oh = 0; oh < OH; oh++)
+            for (int ow = 0; ow < OW; ow++) {
+                const float g = dy[oh * OW + ow] * inv;
+                for (int kh = 0; kh < K; kh++)
+                    for (int kw = 0; kw < K; kw++)
+                        dx[(oh * S + kh) * W + ow * S + kw] += g;
+            }
+    }
+}
+
+void nn_gap_forward(float *out, const float *in, int N, int C, int HW)
+{
+    const float inv = 1.0f / (float)HW;
+    for (size_t pl = 0; pl < (size_t)N * C; pl++) {
+        const float *x = in + pl * HW;
+        float s = 0.0f;
+        for (int i = 0; i < HW; i++)
+            s += x[i];
+        out[pl] = s * inv;
+    }
+}
+
+void nn_gap_backward(float *din, const float *dout, int N, int C, int HW)
+{
+    const float inv = 1.0f / (float)HW;
+    for (size_t pl = 0; pl < (size_t)N * C; pl++) {
+        float *dx = din + pl * HW;
+        const float g = dout[pl] * inv;
+        for (int i = 0; i < HW; i++)
+            dx[i] = g;
+    }
+}
+
+/* ---- softmax cross-entropy ------------------------------------------------- */
+
+float nn_softmax_xent_forward(float *probs, const float *logits, const uint8_t *labels, int N,
+                              int K)
+{
+    double loss = 0.0;
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * K;
+        float *p = probs + (size_t)n * K;
+        assert(labels[n] < K);
+        float mx = z[0];
+        for (int k = 1; k < K; k++)
+            if (z[k] > mx)
+                mx = z[k];
+        double s = 0.0;
+        for (int k = 0; k < K; k++) {
+            p[k] = expf(z[k] - mx);
+            s += p[k];
+        }
+        const float inv = (float)(1.0 / s);
+        for (int k = 0; k < K; k++)
+            p[k] *= inv;
+        /* -log softmax(z)[y] = log(sum exp(z - mx)) - (z[y] - mx) */
+        loss += log(s) - ((double)z[labels[n]] - mx);
+    }
+    return (float)(loss / N);
+}
+
+void nn_softmax_xent_backward(float *dlogits, const float *probs, const uint8_t *labels, int N,
+                              int K)
+{
+    const float inv = 1.0f / (float)N;
+    for (int n = 0; n < N; n++) {
+        const float *p = probs + (size_t)n * K;
+        float *d = dlogits + (size_t)n * K;
+        assert(labels[n] < K);
+        for (int k = 0; k < K; k++)
+            d[k] = p[k] * inv;
+        d[labels[n]] -= inv;
+    }
+}
