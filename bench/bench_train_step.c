@@ -82,6 +82,14 @@ static double s_torch(int c, int h, int w, int threads, int batch, int steps)
 
 int main(int argc, char **argv)
 {
+    /* OpenBLAS picks its kernels from the CPU unless OPENBLAS_CORETYPE
+     * forces a core (some managed machines set Haswell): say which ran. */
+    const char *forced = getenv("OPENBLAS_CORETYPE");
+    if (forced)
+        printf("OpenBLAS core: %s (forced by OPENBLAS_CORETYPE=%s)\n", openblas_get_corename(),
+               forced);
+    else
+        printf("OpenBLAS core: %s (detected)\n", openblas_get_corename());
     int steps = argc > 1 ? atoi(argv[1]) : 15, batch = 32;
     int have_torch = system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
     if (!have_torch)
