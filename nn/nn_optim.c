@@ -31,6 +31,11 @@ void nn_sgd_free(nn_sgd *s)
 
 void nn_sgd_step(nn_sgd *s, float *x, const float *g, float lr)
 {
+    nn_sgd_step_at(s, x, g, x, lr);
+}
+
+void nn_sgd_step_at(nn_sgd *s, float *x, const float *g, const float *z, float lr)
+{
     const size_t n = s->mom.numel;
     const float mu = s->cfg.momentum, wd = s->cfg.weight_decay;
     float *buf = s->mom.data;
@@ -39,7 +44,7 @@ void nn_sgd_step(nn_sgd *s, float *x, const float *g, float lr)
         /* The buffer is the quasi-global momentum: read, not updated here. */
         memcpy(s->prev.data, x, n * sizeof *x);
         for (size_t i = 0; i < n; i++) {
-            float d = g[i] + wd * x[i];
+            float d = g[i] + wd * z[i];
             float v = mu * buf[i] + d;
             x[i] -= lr * (s->cfg.nesterov ? d + mu * v : v);
         }
@@ -47,13 +52,13 @@ void nn_sgd_step(nn_sgd *s, float *x, const float *g, float lr)
     }
     if (s->cfg.nesterov) {
         for (size_t i = 0; i < n; i++) {
-            float d = g[i] + wd * x[i];
+            float d = g[i] + wd * z[i];
             buf[i] = mu * buf[i] + d;
             x[i] -= lr * (d + mu * buf[i]);
         }
     } else {
         for (size_t i = 0; i < n; i++) {
-            float d = g[i] + wd * x[i];
+            float d = g[i] + wd * z[i];
             buf[i] = mu * buf[i] + d;
             x[i] -= lr * buf[i];
         }

@@ -40,6 +40,10 @@ void nn_sgd_init(nn_sgd *s, const nn_arena *layout, const nn_sgd_config *cfg);
 void nn_sgd_free(nn_sgd *s);
 /* x (n) -= lr * update(g); g is not modified. */
 void nn_sgd_step(nn_sgd *s, float *x, const float *g, float lr);
+/* The same with weight decay taken at z instead of x: with push-sum the
+ * gradient is evaluated at the de-biased z = x/psi, and so is the decay
+ * term (d = g + wd*z).  z may equal x. */
+void nn_sgd_step_at(nn_sgd *s, float *x, const float *g, const float *z, float lr);
 /* Quasi-global momentum update after mixing (no-op without qgm). x is the
  * parameter vector after the gossip step (x_{t+1}). */
 void nn_sgd_after_mix(nn_sgd *s, const float *x);

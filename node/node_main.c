@@ -14,6 +14,7 @@ static const s_command s_commands[] = {
     {"train", node_cmd_train, "train one model on one machine (no gossip)"},
     {"eval", node_cmd_eval, "test accuracy of a model file, or of the average of several"},
     {"topology", node_cmd_topology, "validate a topology file and print its report"},
+    {"simulate", node_cmd_simulate, "run every node of a topology in one process"},
 };
 
 static void s_usage(FILE *f)

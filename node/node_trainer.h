@@ -1,0 +1,75 @@
+/* node_trainer — the training flags every training command shares, and one
+ * node's local training state.
+ *
+ * Owns:    node_train_opts (model, data, optimiser and run flags of `train`,
+ *          `simulate` and `node`, with one parser and one --help block), and
+ *          node_trainer: one rank's model, optimiser, data shard, sampler and
+ *          augmentation RNG.
+ * Exposes: the flag table and parser; node_trainer_step, which evaluates the
+ *          gradient at the model's current parameters (the de-biased
+ *          z = x/psi under push-sum) and applies the SGD step to the gossip
+ *          variable x.
+ * Callers: node_cmd_train.c, node_cmd_simulate.c (and the ZeroMQ node).
+ */
+#ifndef NODE_TRAINER_H
+#define NODE_TRAINER_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "nn/nn_optim.h"
+#include "node/node_common.h"
+
+typedef struct {
+    node_model_opts mo;
+    nn_sgd_config   sgd;
+    nn_lr_schedule  sched;
+    long            epochs, batch, seed, threads, subset;
+    int             have_milestones;
+    char            metrics[512];
+    char            save[512];
+} node_train_opts;
+
+void node_train_opts_defaults(node_train_opts *o);
+/* getopt_long table of the shared flags (terminated by a zero entry), and
+ * a joined copy with a command's own table (free() it). */
+extern const struct option node_train_options[];
+struct option *node_options_join(const struct option *own);
+/* Handles one getopt_long result: 1 if it was a shared flag (stored),
+ * 0 if not a shared flag, -1 on a bad value (message in err). */
+int  node_train_opt(node_train_opts *o, int code, const char *arg, char *err, size_t errlen);
+/* Default milestones (50% and 75% of --epochs) when none were given. */
+void node_train_opts_finish(node_train_opts *o);
+/* The shared part of --help. */
+void node_train_usage(FILE *f);
+
+typedef struct {
+    nn_model  *model;
+    nn_sgd     sgd;
+    nn_sampler sampler;
+    nn_rng     aug_rng;
+    float     *xb;          /* batch inputs */
+    uint8_t   *yb;          /* batch labels */
+    int        batch;
+    size_t     shard_n;
+    long       steps_per_epoch;
+    /* running statistics since node_trainer_reset_stats */
+    double     loss_sum;
+    size_t     seen, correct;
+} node_trainer;
+
+/* Builds and initialises (seed o->seed: identical weights on every rank) the
+ * model, the optimiser over `layout`-shaped parameters and a sampler over
+ * shard[0..n) seeded by (seed, rank).  -1 with a message on error (an empty
+ * shard, a model that does not fit the data). */
+int  node_trainer_init(node_trainer *t, const node_train_opts *o, const node_data *d,
+                       const uint32_t *shard, size_t n, int rank, char *err, size_t errlen);
+/* One local step at learning rate lr: a batch from the shard, forward and
+ * backward at the model's parameters (z), then the SGD update of x (weight
+ * decay at z; x may be the model's own parameter vector).  Returns the batch
+ * loss; a non-finite loss leaves x untouched. */
+float node_trainer_step(node_trainer *t, const node_data *d, float *x, float lr);
+void node_trainer_reset_stats(node_trainer *t);
+void node_trainer_free(node_trainer *t);
+
+#endif
