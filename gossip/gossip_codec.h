@@ -1,0 +1,148 @@
+/* gossip_codec — the gossip wire format (DESIGN §4, §9): explicit
+ * little-endian encode/decode, no struct casts, a decoder that trusts nothing.
+ *
+ * Owns:    message header and per-tensor block encoding, Golomb-Rice coded
+ *          sparse indices, the decoded-payload buffers, the layout
+ *          fingerprint.
+ * Exposes: gossip_msg_encode, gossip_msg_encode_control, gossip_msg_decode
+ *          (full decode or validate-only), gossip_payload_*.
+ * Callers: gossip_node (every message), the ZeroMQ node (control messages),
+ *          tests, fuzz target.
+ *
+ * Message (version 1), all integers little-endian:
+ *   off size
+ *    0   4  magic "LPGS"
+ *    4   1  version = 1
+ *    5   1  kind: 1 HELLO, 2 GOSSIP, 3 RESYNC_REQ, 4 RESYNC, 5 BYE
+ *    6   2  flags: bit 0 push-sum on; other bits must be 0
+ *    8   4  sender rank (u32)
+ *   12   8  iteration (u64)
+ *   20   8  psi (f64): the sender's own push-sum weight, finite and > 0
+ *           (1.0 when push-sum is off); receivers multiply by their W[i][j]
+ *   28   4  layout fingerprint (FNV-1a over view names and sizes)
+ *   32   4  number of blocks: 0 for HELLO/RESYNC_REQ/BYE, one per tensor
+ *           view otherwise
+ *   36   4  payload length in bytes (everything after the header)
+ *   40  ..  blocks, in view order:
+ *        u8 type, varint numel (must equal the view's numel), then
+ *        1 DENSE_F32   numel x f32
+ *        2 DENSE_Q8    ceil(numel/512) x f32 scales, numel x i8 codes
+ *        3 SPARSE_F32  varint k, u8 rice parameter b (0..31), varint L,
+ *                      L bytes of index stream, k x f32
+ *        4 SPARSE_Q8   varint k, u8 b, varint L, L bytes of index stream,
+ *                      ceil(k/512) x f32 scales, k x i8 codes
+ * varint: LEB128, at most 5 bytes, value < 2^32.  q8 codes in [-127, 127];
+ * scales finite, >= 0 and <= FLT_MAX/127; f32 values finite.
+ * Index stream: Golomb-Rice, LSB-first bit order.  Coded numbers are
+ * idx[0], then idx[i] - idx[i-1] (must be >= 1: a 0 would repeat an index;
+ * decreasing indices cannot be expressed).  Each number g: (g >> b) one-bits,
+ * a zero bit, then the b low bits of g.  The stream is exactly
+ * ceil(bits/8) bytes with zero padding.  The encoder picks the b that gives
+ * the shortest stream.
+ */
+#ifndef GOSSIP_CODEC_H
+#define GOSSIP_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gossip/gossip_compress.h"
+#include "nn/nn_core.h"
+
+#define GOSSIP_MAGIC        0x5347504cu /* "LPGS" little-endian */
+#define GOSSIP_VERSION      1
+#define GOSSIP_HEADER_BYTES 40
+
+enum {
+    GOSSIP_MSG_HELLO      = 1,
+    GOSSIP_MSG_GOSSIP     = 2,
+    GOSSIP_MSG_RESYNC_REQ = 3,
+    GOSSIP_MSG_RESYNC     = 4,
+    GOSSIP_MSG_BYE        = 5
+};
+
+#define GOSSIP_FLAG_PUSH_SUM 0x0001u
+
+typedef struct {
+    uint8_t  version;
+    uint8_t  kind;
+    uint16_t flags;
+    uint32_t sender;
+    uint64_t iter;
+    double   psi;
+    uint32_t fingerprint;
+    uint32_t nblocks;
+    uint32_t payload_len;
+} gossip_header;
+
+/* Grow-only byte buffer (capacity is kept between messages). */
+typedef struct {
+    uint8_t *data;
+    size_t   len, cap;
+} gossip_buf;
+
+void gossip_buf_free(gossip_buf *b);
+/* b = copy of data[0..len) (grows if needed, never shrinks). */
+void gossip_buf_set(gossip_buf *b, const uint8_t *data, size_t len);
+
+/* One decoded tensor block.  Values are dequantized (the exact floats the
+ * owner adds to its own copy). */
+typedef struct {
+    uint8_t   type;
+    size_t    numel;
+    size_t    k;       /* numel for dense blocks */
+    uint32_t *idx;     /* k increasing indices for sparse blocks, else NULL */
+    float    *val;     /* k values */
+} gossip_block;
+
+/* Decoder output for one layout; buffers sized for the layout once. */
+typedef struct {
+    gossip_header hdr;
+    size_t        nblocks;  /* blocks decoded (== views, or 0) */
+    size_t        cap_blocks;
+    gossip_block *blocks;
+    uint32_t     *idx;      /* layout numel */
+    float        *val;      /* layout numel */
+} gossip_payload;
+
+/* FNV-1a 32 over every view's name and numel: equal layouts, equal value. */
+uint32_t gossip_layout_fingerprint(const nn_arena *layout);
+
+/* Encodes a message with one block per entry of `blocks` (nblocks must be 0
+ * or the layout's view count) into out (overwritten; grows if needed).
+ * h->nblocks and h->payload_len are computed; other header fields are
+ * taken from h.  Our own data: inconsistencies are asserted. Returns the
+ * message size. */
+size_t gossip_msg_encode(const gossip_header *h, const gossip_cblock *blocks, size_t nblocks,
+                         gossip_buf *out);
+
+/* Control message without blocks (HELLO, RESYNC_REQ, BYE). */
+size_t gossip_msg_encode_control(uint8_t kind, uint32_t sender, uint64_t iter,
+                                 uint32_t fingerprint, gossip_buf *out);
+
+/* Decodes and fully validates buf[0..len) against `layout`.  With out ==
+ * NULL it only validates (nothing is written but *h); with out it fills
+ * out (the caller's scratch, never live state).  On error returns -1 with
+ * a message saying what is wrong and where (block, tensor, byte offset);
+ * never reads outside buf, never asserts on the bytes. */
+int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,
+                      gossip_payload *out, char *err, size_t errlen);
+
+void gossip_payload_init(gossip_payload *p, const nn_arena *layout);
+void gossip_payload_free(gossip_payload *p);
+
+/* dst[view] += block values (dense: all, sparse: at idx), in float: the
+ * exact operation owner and holders both do on public copies.  dst laid
+ * out as the layout the payload was decoded against.  Accumulates. */
+void gossip_payload_add(const gossip_payload *p, const nn_arena *layout, float *dst);
+/* dst[view] -= block values, in float.  Accumulates. */
+void gossip_payload_sub(const gossip_payload *p, const nn_arena *layout, float *dst);
+/* dst[view] += alpha * block values, in double (mixing sums).  Accumulates. */
+void gossip_payload_axpy(const gossip_payload *p, const nn_arena *layout, double alpha, double *dst);
+
+/* Exposed for tests: exact Golomb-Rice stream size in bits for these
+ * indices with parameter b, and the best b. */
+uint64_t gossip_rice_bits(const uint32_t *idx, size_t k, int b);
+int      gossip_rice_best(const uint32_t *idx, size_t k);
+
+#endif

@@ -1,0 +1,520 @@
+/* gossip_node — see gossip_node.h.
+ *
+ * Dimension legend: d = layout->numel (parameters), n nodes, nin union
+ * in-neighbours of this node.
+ */
+#include "gossip/gossip_node.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t   iter;
+    int        have;
+    double     psi;
+    gossip_buf bytes;  /* validated message, grow-only */
+} s_slot;
+
+struct gossip_node {
+    gossip_config     cfg;
+    gossip_compressor comp;
+    const nn_arena   *layout;
+    const topo       *t;
+    int               rank, n;
+    uint32_t          fp;
+    uint8_t           blk_type;
+    /* neighbours: union over the schedule */
+    int     nin, *in_ranks, *in_pos;  /* in_pos[rank] = index or -1 (n) */
+    int     nout_union, *out_union;
+    int     ndest, *dest;             /* destinations of the prepared message */
+    s_slot *slots;                    /* nin * GOSSIP_WINDOW */
+    /* state */
+    double  psi;
+    float  *xhat_self;                /* d, choco */
+    float **xhat_in;                  /* nin x d, choco */
+    float  *ebuf;                     /* d, deepsqueeze */
+    float  *work;                     /* d scratch */
+    double *acc;                      /* d scratch: mixing sums in double so
+                                         that float weights (1/3, 1/5) do not
+                                         bias the total mass */
+    nn_rng  rng;
+    uint64_t iter;
+    int      prepared;
+    /* buffers */
+    gossip_compressed comp_out;
+    gossip_payload    self_pl, scratch_pl;
+    gossip_buf        out;
+    gossip_stats      stats;
+    uint64_t          cur_sent;       /* bytes sent for the current iteration */
+};
+
+static const double *s_w(const gossip_node *g, uint64_t iter)
+{
+    /* Same as topo_weights(); read directly so that this file does not
+     * depend on more of topology/ than the struct. */
+    return g->t->sched[iter % (uint64_t)g->t->nsched].w;
+}
+
+/* Does this node need (and accept) a message from in-neighbour j for iter? */
+static int s_needs(const gossip_node *g, int j, uint64_t iter)
+{
+    if (j < 0 || j >= g->n || j == g->rank || g->in_pos[j] < 0)
+        return 0;
+    if (g->cfg.algo == GOSSIP_CHOCO)
+        return 1;
+    return s_w(g, iter)[(size_t)g->rank * g->n + j] > 0.0;
+}
+
+void gossip_config_default(gossip_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->algo = GOSSIP_DPSGD;
+    strcpy(cfg->compressor, "identity");
+    cfg->eta = 1.0;
+    cfg->push_sum = 1;
+    cfg->seed = 1;
+}
+
+int gossip_algo_parse(const char *name, gossip_algo *out, char *err, size_t errlen)
+{
+    if (!strcmp(name, "dpsgd") || !strcmp(name, "sgp"))
+        *out = GOSSIP_DPSGD;
+    else if (!strcmp(name, "choco"))
+        *out = GOSSIP_CHOCO;
+    else if (!strcmp(name, "deepsqueeze"))
+        *out = GOSSIP_DEEPSQUEEZE;
+    else
+        return nn_errf(err, errlen, "unknown gossip algorithm '%s' (known: dpsgd, sgp, choco, deepsqueeze)", name);
+    return 0;
+}
+
+const char *gossip_algo_name(gossip_algo a)
+{
+    switch (a) {
+    case GOSSIP_DPSGD: return "dpsgd";
+    case GOSSIP_CHOCO: return "choco";
+    case GOSSIP_DEEPSQUEEZE: return "deepsqueeze";
+    }
+    return "?";
+}
+
+static int s_check_topo(const topo *t, int rank, int push_sum, char *err, size_t errlen)
+{
+    if (!t || t->n < 1 || t->nsched < 1 || !t->sched)
+        return nn_errf(err, errlen, "gossip: empty topology");
+    if (rank < 0 || rank >= t->n)
+        return nn_errf(err, errlen, "gossip: rank %d outside 0..%d of topology '%s'", rank, t->n - 1, t->name);
+    int n = t->n;
+    for (int s = 0; s < t->nsched; s++) {
+        const double *w = t->sched[s].w;
+        for (int j = 0; j < n; j++) {
+            double col = 0.0, row = 0.0;
+            for (int i = 0; i < n; i++) {
+                double x = w[(size_t)i * n + j];
+                if (!isfinite(x) || x < 0.0)
+                    return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: weight w[%d][%d] = %g is not a finite non-negative number",
+                                   t->name, s, i, j, x);
+                col += x;
+                row += w[(size_t)j * n + i];
+            }
+            if (!(w[(size_t)j * n + j] > 0.0))
+                return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: self weight of node %d must be positive", t->name, s, j);
+            if (fabs(col - 1.0) > 1e-6)
+                return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: column %d sums to %.9g, not 1 (W must be column stochastic)",
+                               t->name, s, j, col);
+            if (!push_sum && fabs(row - 1.0) > 1e-6)
+                return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: row %d sums to %.9g; without push-sum W must be doubly stochastic",
+                               t->name, s, j, row);
+        }
+    }
+    return 0;
+}
+
+gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, const topo *t,
+                             int rank, char *err, size_t errlen)
+{
+    gossip_compressor comp;
+    if (gossip_compressor_parse(&comp, cfg->compressor, err, errlen) < 0)
+        return NULL;
+    if (cfg->algo != GOSSIP_DPSGD && cfg->algo != GOSSIP_CHOCO && cfg->algo != GOSSIP_DEEPSQUEEZE) {
+        nn_errf(err, errlen, "gossip: unknown algorithm %d", (int)cfg->algo);
+        return NULL;
+    }
+    if (cfg->algo == GOSSIP_DPSGD && comp.sparse != GOSSIP_SPARSE_NONE) {
+        nn_errf(err, errlen, "gossip: dpsgd sends the whole model; sparsifier '%s' needs choco or deepsqueeze", comp.spec);
+        return NULL;
+    }
+    if (cfg->algo != GOSSIP_DPSGD && !(isfinite(cfg->eta) && cfg->eta > 0.0 && cfg->eta <= 1.0)) {
+        nn_errf(err, errlen, "gossip: consensus step eta = %g must be in (0, 1]", cfg->eta);
+        return NULL;
+    }
+    if (!layout || layout->nviews == 0 || layout->numel == 0 || layout->numel > UINT32_MAX) {
+        nn_errf(err, errlen, "gossip: parameter layout must have 1..2^32-1 values in at least one tensor");
+        return NULL;
+    }
+    if (s_check_topo(t, rank, cfg->push_sum, err, errlen) < 0)
+        return NULL;
+
+    gossip_node *g = nn_xcalloc(1, sizeof *g);
+    g->cfg = *cfg;
+    g->comp = comp;
+    g->layout = layout;
+    g->t = t;
+    g->rank = rank;
+    g->n = t->n;
+    g->fp = gossip_layout_fingerprint(layout);
+    g->blk_type = gossip_compressor_block_type(&comp);
+    g->psi = 1.0;
+    size_t d = layout->numel;
+    int n = t->n;
+
+    g->in_pos = nn_xmalloc((size_t)n * sizeof *g->in_pos);
+    g->in_ranks = nn_xmalloc((size_t)n * sizeof *g->in_ranks);
+    g->out_union = nn_xmalloc((size_t)n * sizeof *g->out_union);
+    g->dest = nn_xmalloc((size_t)n * sizeof *g->dest);
+    for (int j = 0; j < n; j++) {
+        int in = 0, out = 0;
+        for (int s = 0; s < t->nsched; s++) {
+            in |= j != rank && t->sched[s].w[(size_t)rank * n + j] > 0.0;
+            out |= j != rank && t->sched[s].w[(size_t)j * n + rank] > 0.0;
+        }
+        g->in_pos[j] = in ? g->nin : -1;
+        if (in)
+            g->in_ranks[g->nin++] = j;
+        if (out)
+            g->out_union[g->nout_union++] = j;
+    }
+    g->slots = nn_xcalloc((size_t)(g->nin ? g->nin : 1) * GOSSIP_WINDOW, sizeof *g->slots);
+    g->work = nn_xalloc_aligned(d * sizeof(float));
+    g->acc = nn_xalloc_aligned(d * sizeof(double));
+    if (cfg->algo == GOSSIP_CHOCO) {
+        g->xhat_self = nn_xalloc_aligned(d * sizeof(float)); /* starts at 0 */
+        g->xhat_in = nn_xcalloc((size_t)(g->nin ? g->nin : 1), sizeof *g->xhat_in);
+        for (int k = 0; k < g->nin; k++)
+            g->xhat_in[k] = nn_xalloc_aligned(d * sizeof(float));
+    }
+    if (cfg->algo == GOSSIP_DEEPSQUEEZE)
+        g->ebuf = nn_xalloc_aligned(d * sizeof(float));
+    nn_rng_seed(&g->rng, cfg->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(rank + 1)));
+    gossip_compressed_init(&g->comp_out, layout);
+    gossip_payload_init(&g->self_pl, layout);
+    gossip_payload_init(&g->scratch_pl, layout);
+    return g;
+}
+
+void gossip_node_destroy(gossip_node **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    gossip_node *g = *self_p;
+    for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
+        gossip_buf_free(&g->slots[k].bytes);
+    free(g->slots);
+    if (g->xhat_in)
+        for (int k = 0; k < g->nin; k++)
+            free(g->xhat_in[k]);
+    free(g->xhat_in);
+    free(g->xhat_self);
+    free(g->ebuf);
+    free(g->work);
+    free(g->acc);
+    free(g->in_pos);
+    free(g->in_ranks);
+    free(g->out_union);
+    free(g->dest);
+    gossip_compressed_free(&g->comp_out);
+    gossip_payload_free(&g->self_pl);
+    gossip_payload_free(&g->scratch_pl);
+    gossip_buf_free(&g->out);
+    free(g);
+    *self_p = NULL;
+}
+
+int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err, size_t errlen)
+{
+    double t0 = nn_now();
+    if (iter != g->iter || g->prepared)
+        return nn_errf(err, errlen, "gossip: prepare(%llu) out of order (node %d is at iteration %llu, %s)",
+                       (unsigned long long)iter, g->rank, (unsigned long long)g->iter,
+                       g->prepared ? "already prepared" : "not prepared");
+    size_t d = g->layout->numel;
+    const float *v = x;
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        for (size_t k = 0; k < d; k++)
+            g->work[k] = x[k] - g->xhat_self[k];
+        v = g->work;
+    } else if (g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
+        for (size_t k = 0; k < d; k++)
+            g->work[k] = x[k] + g->ebuf[k];
+        v = g->work;
+    }
+    if (gossip_compress(&g->comp, g->layout, v, &g->rng, &g->comp_out, err, errlen) < 0)
+        return -1;
+    gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP,
+                        (uint16_t)(g->cfg.push_sum ? GOSSIP_FLAG_PUSH_SUM : 0),
+                        (uint32_t)g->rank, iter, g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0 };
+    gossip_msg_encode(&h, g->comp_out.blocks, g->comp_out.nblocks, &g->out);
+    /* Decode our own bytes: the values we apply are exactly what receivers
+     * decode (bit-identical public copies). */
+    char derr[256];
+    if (gossip_msg_decode(g->out.data, g->out.len, g->layout, NULL, &g->self_pl, derr, sizeof derr) < 0)
+        return nn_errf(err, errlen, "gossip: own message does not decode: %s", derr);
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        gossip_payload_add(&g->self_pl, g->layout, g->xhat_self);
+    } else if (g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
+        memcpy(g->ebuf, g->work, d * sizeof(float));
+        gossip_payload_sub(&g->self_pl, g->layout, g->ebuf);
+    }
+    g->ndest = 0;
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        memcpy(g->dest, g->out_union, (size_t)g->nout_union * sizeof *g->dest);
+        g->ndest = g->nout_union;
+    } else {
+        const double *w = s_w(g, iter);
+        for (int j = 0; j < g->n; j++)
+            if (j != g->rank && w[(size_t)j * g->n + g->rank] > 0.0)
+                g->dest[g->ndest++] = j;
+    }
+    g->cur_sent = (uint64_t)g->out.len * (uint64_t)g->ndest;
+    g->stats.bytes_sent += g->cur_sent;
+    g->stats.msgs_sent += (uint64_t)g->ndest;
+    g->prepared = 1;
+    g->stats.prepare_s = nn_now() - t0;
+    return 0;
+}
+
+int gossip_node_ndest(const gossip_node *g)
+{
+    return g->prepared ? g->ndest : 0;
+}
+
+size_t gossip_node_outbox(const gossip_node *g, int k, int *to_rank, const uint8_t **msg)
+{
+    if (!g->prepared || k < 0 || k >= g->ndest)
+        return 0;
+    if (to_rank)
+        *to_rank = g->dest[k];
+    if (msg)
+        *msg = g->out.data;
+    return g->out.len;
+}
+
+int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen)
+{
+    gossip_header h;
+    char derr[384];
+    if (gossip_msg_decode(msg, len, g->layout, &h, &g->scratch_pl, derr, sizeof derr) < 0)
+        return nn_errf(err, errlen, "gossip: node %d: rejected message (%zu bytes): %s", g->rank, len, derr);
+    unsigned s = h.sender;
+    if (h.kind != GOSSIP_MSG_GOSSIP)
+        return nn_errf(err, errlen, "gossip: node %d: kind %u message from rank %u is for the transport, not the algorithm",
+                       g->rank, h.kind, s);
+    if (s >= (unsigned)g->n)
+        return nn_errf(err, errlen, "gossip: node %d: sender rank %u outside 0..%d", g->rank, s, g->n - 1);
+    if (h.iter < g->iter)
+        return nn_errf(err, errlen, "gossip: node %d: stale message from rank %u for iteration %llu (now at %llu)",
+                       g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter);
+    if (h.iter - g->iter >= GOSSIP_WINDOW)
+        return nn_errf(err, errlen, "gossip: node %d: message from rank %u for iteration %llu is too far ahead (now at %llu, window %d)",
+                       g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
+    if (!s_needs(g, (int)s, h.iter))
+        return nn_errf(err, errlen, "gossip: node %d: rank %u is not an in-neighbour at iteration %llu",
+                       g->rank, s, (unsigned long long)h.iter);
+    if (!(h.flags & GOSSIP_FLAG_PUSH_SUM) != !g->cfg.push_sum)
+        return nn_errf(err, errlen, "gossip: node %d: rank %u has push-sum %s, we have it %s",
+                       g->rank, s, (h.flags & GOSSIP_FLAG_PUSH_SUM) ? "on" : "off", g->cfg.push_sum ? "on" : "off");
+    for (size_t b = 0; b < g->scratch_pl.nblocks; b++) {
+        const gossip_block *blk = &g->scratch_pl.blocks[b];
+        size_t k = gossip_compressor_k(&g->comp, blk->numel);
+        if (blk->type != g->blk_type || blk->k != k)
+            return nn_errf(err, errlen, "gossip: node %d: rank %u sent block type %u with %zu values for tensor '%s'; compressor %s gives type %u with %zu",
+                           g->rank, s, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type, k);
+    }
+    s_slot *slot = &g->slots[(size_t)g->in_pos[s] * GOSSIP_WINDOW + h.iter % GOSSIP_WINDOW];
+    if (slot->have) {
+        if (slot->iter == h.iter)
+            return nn_errf(err, errlen, "gossip: node %d: duplicate message from rank %u for iteration %llu",
+                           g->rank, s, (unsigned long long)h.iter);
+        assert(0 && "slot of an older iteration still occupied");
+    }
+    gossip_buf_set(&slot->bytes, msg, len);
+    slot->iter = h.iter;
+    slot->psi = h.psi;
+    slot->have = 1;
+    g->stats.bytes_recv += len;
+    g->stats.msgs_recv++;
+    return 0;
+}
+
+int gossip_node_ready(const gossip_node *g, uint64_t iter)
+{
+    if (iter < g->iter || iter - g->iter >= GOSSIP_WINDOW)
+        return 0;
+    for (int k = 0; k < g->nin; k++) {
+        int j = g->in_ranks[k];
+        if (!s_needs(g, j, iter))
+            continue;
+        const s_slot *slot = &g->slots[(size_t)k * GOSSIP_WINDOW + iter % GOSSIP_WINDOW];
+        if (!slot->have || slot->iter != iter)
+            return 0;
+    }
+    return 1;
+}
+
+/* Decodes the stored message of in-neighbour index k for iter into the
+ * scratch payload.  The bytes were validated on receipt. */
+static const gossip_payload *s_slot_decode(gossip_node *g, int k, uint64_t iter, double *psi, size_t *len)
+{
+    s_slot *slot = &g->slots[(size_t)k * GOSSIP_WINDOW + iter % GOSSIP_WINDOW];
+    assert(slot->have && slot->iter == iter);
+    int rc = gossip_msg_decode(slot->bytes.data, slot->bytes.len, g->layout, NULL, &g->scratch_pl, NULL, 0);
+    assert(rc == 0 && "stored message was validated on receipt");
+    (void)rc;
+    *psi = slot->psi;
+    *len = slot->bytes.len;
+    slot->have = 0;
+    return &g->scratch_pl;
+}
+
+int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t errlen)
+{
+    double t0 = nn_now();
+    if (iter != g->iter || !g->prepared)
+        return nn_errf(err, errlen, "gossip: mix(%llu) out of order (node %d is at iteration %llu, %s)",
+                       (unsigned long long)iter, g->rank, (unsigned long long)g->iter,
+                       g->prepared ? "prepared" : "not prepared");
+    if (!gossip_node_ready(g, iter))
+        return nn_errf(err, errlen, "gossip: mix(%llu) on node %d before every in-neighbour's message arrived",
+                       (unsigned long long)iter, g->rank);
+    const double *w = s_w(g, iter) + (size_t)g->rank * g->n; /* row i */
+    const nn_arena *L = g->layout;
+    size_t d = L->numel;
+    double wii = w[g->rank], eta = g->cfg.eta;
+    double psi_acc = wii * g->psi;
+    double *acc = g->acc;
+    uint64_t recv = 0;
+
+    if (g->cfg.algo == GOSSIP_DPSGD) {
+        /* x = sum_j W[i][j] c_j; c dense (checked at creation) */
+        const float *ci = g->self_pl.val;
+        for (size_t k = 0; k < d; k++)
+            acc[k] = wii * ci[k];
+        for (int k = 0; k < g->nin; k++) {
+            int j = g->in_ranks[k];
+            if (!s_needs(g, j, iter))
+                continue;
+            double psi_j;
+            size_t len;
+            const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
+            gossip_payload_axpy(p, L, w[j], acc);
+            psi_acc += w[j] * psi_j;
+            recv += len;
+        }
+        for (size_t k = 0; k < d; k++)
+            x[k] = (float)acc[k];
+        if (g->cfg.push_sum)
+            g->psi = psi_acc;
+    } else if (g->cfg.algo == GOSSIP_CHOCO) {
+        /* xhat_j += q_j for every holder; then
+         * x = x+ + eta * (sum_j W[i][j] xhat_j - xhat_i), j incl. i */
+        const float *xs = g->xhat_self;
+        for (size_t k = 0; k < d; k++)
+            acc[k] = (wii - 1.0) * xs[k];
+        for (int k = 0; k < g->nin; k++) {
+            int j = g->in_ranks[k];
+            double psi_j;
+            size_t len;
+            const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
+            gossip_payload_add(p, L, g->xhat_in[k]);
+            recv += len;
+            if (w[j] > 0.0) {
+                const float *xh = g->xhat_in[k];
+                double wij = w[j];
+                for (size_t e = 0; e < d; e++)
+                    acc[e] += wij * xh[e];
+                psi_acc += wij * psi_j;
+            }
+        }
+        for (size_t k = 0; k < d; k++)
+            x[k] = (float)(x[k] + eta * acc[k]);
+        if (g->cfg.push_sum)
+            g->psi += eta * (psi_acc - g->psi);
+    } else {
+        /* x = x+ + eta * (sum_j W[i][j] c_j - c_i), j incl. i */
+        memset(acc, 0, d * sizeof *acc);
+        gossip_payload_axpy(&g->self_pl, L, wii - 1.0, acc);
+        for (int k = 0; k < g->nin; k++) {
+            int j = g->in_ranks[k];
+            if (!s_needs(g, j, iter))
+                continue;
+            double psi_j;
+            size_t len;
+            const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
+            gossip_payload_axpy(p, L, w[j], acc);
+            psi_acc += w[j] * psi_j;
+            recv += len;
+        }
+        for (size_t k = 0; k < d; k++)
+            x[k] = (float)(x[k] + eta * acc[k]);
+        if (g->cfg.push_sum)
+            g->psi += eta * (psi_acc - g->psi);
+    }
+    g->stats.iter_bytes_sent = g->cur_sent;
+    g->stats.iter_bytes_recv = recv;
+    g->prepared = 0;
+    g->iter++;
+    g->stats.mix_s = nn_now() - t0;
+    return 0;
+}
+
+double gossip_node_psi(const gossip_node *g)
+{
+    return g->psi;
+}
+
+void gossip_node_debias(const gossip_node *g, const float *x, float *z)
+{
+    size_t d = g->layout->numel;
+    if (g->psi == 1.0) {
+        if (z != x)
+            memcpy(z, x, d * sizeof *z);
+        return;
+    }
+    double psi = g->psi;
+    for (size_t k = 0; k < d; k++)
+        z[k] = (float)((double)x[k] / psi);
+}
+
+uint64_t gossip_node_iter(const gossip_node *g)
+{
+    return g->iter;
+}
+
+int gossip_node_rank(const gossip_node *g)
+{
+    return g->rank;
+}
+
+void gossip_node_stats(const gossip_node *g, gossip_stats *out)
+{
+    *out = g->stats;
+}
+
+const float *gossip_node_xhat_self(const gossip_node *g)
+{
+    return g->xhat_self;
+}
+
+const float *gossip_node_xhat_of(const gossip_node *g, int rank)
+{
+    if (!g->xhat_in || rank < 0 || rank >= g->n || g->in_pos[rank] < 0)
+        return NULL;
+    return g->xhat_in[g->in_pos[rank]];
+}
+
+uint32_t gossip_node_fingerprint(const gossip_node *g)
+{
+    return g->fp;
+}

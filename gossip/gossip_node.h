@@ -1,0 +1,133 @@
+/* gossip_node — one node's gossip algorithm as a pure state machine over
+ * byte messages (DESIGN §3).  No sockets, no threads, no clocks beyond
+ * timing counters: the in-process simulator (gossip_sim.h) and the ZeroMQ
+ * node drive the very same object.
+ *
+ * Owns:    the algorithm state of node `rank`: push-sum weight psi, the own
+ *          public copy xhat_i and one xhat_j per in-neighbour (Choco), the
+ *          error buffer e_i (DeepSqueeze), the compressor and its RNG, the
+ *          outgoing message, received messages for the current iteration and
+ *          a few iterations ahead (stored as validated bytes), byte counters.
+ * Exposes: the functions below.
+ * Callers: gossip_sim (in-process), node/ (ZeroMQ transport, training loop).
+ *
+ * Per iteration t, the caller does
+ *     x = x+ (local SGD step on the de-biased z = x/psi, its business)
+ *     gossip_node_prepare(g, x, t)        compress, encode the message
+ *     for k: gossip_node_outbox(g, k, &to, &msg)  send msg to rank `to`
+ *     gossip_node_receive(g, bytes, len)  for every message that arrives
+ *     until gossip_node_ready(g, t)
+ *     gossip_node_mix(g, x, t)            x and psi updated; t -> t+1
+ * and must not modify x between prepare and mix.
+ *
+ * Algorithms (W = the matrix of iteration t, w[i*n+j], j over in-neighbours
+ * and i itself; q/c below are always the DEQUANTIZED values decoded from the
+ * encoded message, the owner's included, so every copy is bit-identical):
+ *   dpsgd  (SGP with push-sum): c_i = C(x+) (C must be dense: identity, q8,
+ *          qsgd); x = sum_j W[i][j] c_j; psi = sum_j W[i][j] psi_j.  eta unused.
+ *   choco  q_i = C(x+ - xhat_i); xhat_i += q_i; every holder of xhat_i does the
+ *          same; x = x+ + eta*(sum_j W[i][j] xhat_j - xhat_i);
+ *          psi = psi + eta*(sum_j W[i][j] psi_j - psi).  xhat starts at 0 (as
+ *          the reference code), so the first messages carry C(x0).
+ *   deepsqueeze  v_i = x+ + e_i; c_i = C(v_i); e_i = v_i - c_i;
+ *          x = x+ + eta*(sum_j W[i][j] c_j - c_i); psi as in choco.
+ * Without push-sum, psi stays 1 and the topology must be doubly stochastic.
+ *
+ * Messages: one message per iteration, the same bytes for every destination.
+ * It carries the sender's own psi; the receiver multiplies by its W[i][j].
+ * Destinations: the out-neighbours of W_t for dpsgd/deepsqueeze; for choco
+ * the out-neighbours of the UNION of all matrices of a time-varying
+ * schedule (every holder of xhat_i must see every q_i, or the copies drift
+ * apart; the mixing still uses W_t only).  On a fixed graph both coincide.
+ * Byte counters count message bytes exactly as encoded (one count per
+ * destination); transport framing is not included.
+ */
+#ifndef GOSSIP_NODE_H
+#define GOSSIP_NODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gossip/gossip_codec.h"
+#include "gossip/gossip_compress.h"
+#include "nn/nn_core.h"
+#include "topology/topo.h"
+
+typedef enum { GOSSIP_DPSGD = 0, GOSSIP_CHOCO, GOSSIP_DEEPSQUEEZE } gossip_algo;
+
+/* Iterations a message may run ahead of the receiver (t .. t+WINDOW-1). */
+#define GOSSIP_WINDOW 4
+
+typedef struct {
+    gossip_algo algo;
+    char        compressor[64]; /* spec, gossip_compress.h */
+    double      eta;            /* consensus step (choco, deepsqueeze) */
+    int         push_sum;       /* 1: psi weights and de-biasing */
+    uint64_t    seed;           /* randk/qsgd; node rank is mixed in */
+} gossip_config;
+
+typedef struct {
+    uint64_t bytes_sent, bytes_recv;           /* totals */
+    uint64_t msgs_sent, msgs_recv;
+    uint64_t iter_bytes_sent, iter_bytes_recv; /* of the last finished iteration */
+    double   prepare_s, mix_s;                 /* last iteration, wall clock */
+} gossip_stats;
+
+typedef struct gossip_node gossip_node;
+
+/* Defaults: dpsgd, identity, eta 1, push-sum on, seed 1. */
+void gossip_config_default(gossip_config *cfg);
+/* "dpsgd" (or "sgp"), "choco", "deepsqueeze". -1 with message otherwise. */
+int gossip_algo_parse(const char *name, gossip_algo *out, char *err, size_t errlen);
+const char *gossip_algo_name(gossip_algo a);
+
+/* New node `rank` of topology t for parameters laid out as `layout`
+ * (only the views are used; t and layout are borrowed and must outlive the
+ * node).  Checks the config and the topology (column stochastic, positive
+ * self weights; doubly stochastic without push-sum).  NULL with a message
+ * on error. */
+gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, const topo *t,
+                             int rank, char *err, size_t errlen);
+void gossip_node_destroy(gossip_node **self_p);
+
+/* x: x+ (layout->numel floats), iter: must be the node's current iteration
+ * (starts at 0, advanced by mix).  Compresses, encodes the outgoing message,
+ * updates xhat_i / e_i.  -1 with message if x holds NaN/Inf or iter is
+ * wrong; state is then unchanged. */
+int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err, size_t errlen);
+
+/* k-th destination of the prepared message: writes its rank to *to_rank and
+ * the message to *msg (borrowed, valid until the next prepare) and returns
+ * its length; returns 0 when k >= the number of destinations. */
+size_t gossip_node_outbox(const gossip_node *g, int k, int *to_rank, const uint8_t **msg);
+/* Number of destinations of the prepared message. */
+int gossip_node_ndest(const gossip_node *g);
+
+/* Validates a GOSSIP message fully (codec, sender is an in-neighbour for that
+ * iteration, iteration within the window, no duplicate, block types and
+ * counts match this run's compressor, push-sum flag) and stores its bytes.
+ * Nothing is stored on error: -1 with a message naming the peer. */
+int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen);
+
+/* 1 when every message needed to mix iteration iter has arrived. */
+int gossip_node_ready(const gossip_node *g, uint64_t iter);
+
+/* Mixing step of iteration iter (== current, after prepare, ready):
+ * overwrites x (same x as given to prepare) and psi, then advances the
+ * iteration.  -1 with message when called out of order or not ready. */
+int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t errlen);
+
+double   gossip_node_psi(const gossip_node *g);
+/* z = x / psi (z may equal x). */
+void     gossip_node_debias(const gossip_node *g, const float *x, float *z);
+uint64_t gossip_node_iter(const gossip_node *g);
+int      gossip_node_rank(const gossip_node *g);
+void     gossip_node_stats(const gossip_node *g, gossip_stats *out);
+/* The own public copy xhat_i (choco) or NULL; and the copy held for
+ * in-neighbour `rank` or NULL: for the bit-identity tests. */
+const float *gossip_node_xhat_self(const gossip_node *g);
+const float *gossip_node_xhat_of(const gossip_node *g, int rank);
+/* Layout fingerprint carried by every message (for HELLO). */
+uint32_t gossip_node_fingerprint(const gossip_node *g);
+
+#endif
