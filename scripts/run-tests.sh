@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test program in BUILD/tests and sums cmocka's per-program counts.
-# A program that dies without a cmocka summary counts as one failure.
-# Last line: "N passed, N failed".
+# Runs every test program in BUILD/tests (from the repository root) and sums
+# cmocka's per-program counts: one line per program, details of failures,
+# and last the line "N passed, N failed".  A program that dies without a
+# cmocka summary (crash, sanitizer report, timeout) counts as one failure.
 set -u
 build=${1:-build}
 export OPENBLAS_NUM_THREADS=1 CMOCKA_MESSAGE_OUTPUT=stdout
@@ -9,16 +10,21 @@ pass=0; fail=0; bad=""
 for t in "$build"/tests/test_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
+    start=$(date +%s%N)
     out=$(timeout 600 "$t" 2>&1); rc=$?
-    echo "$out" | grep -E '^\[  (FAILED|  OK  |PASSED) \]|^\[ (ERROR|  SKIP  ) \]|^\[ +(FAILED|PASSED) +\]|^\[==========\]' | sed "s/^/$name: /" | grep -v '  OK  ' || true
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
     p=$(echo "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | tail -1)
     f=$(echo "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | tail -1)
     p=${p:-0}; f=${f:-0}
     if [ $rc -ne 0 ] && [ "$f" = 0 ]; then
-        f=1; echo "$name: exited with status $rc without a cmocka summary"; echo "$out" | tail -20
+        f=1
+        echo "$name: exited with status $rc without a cmocka summary; last output:"
+        echo "$out" | tail -25
     elif [ "$f" != 0 ]; then
-        echo "$out" | grep -B2 -A8 -E '^\[  (FAILED|ERROR) ' | head -60
+        echo "$out" | grep -E '^\[  (FAILED|ERROR) |ERROR|error|Failure' | head -40
     fi
+    echo "$out" | grep -E '^\[  SKIPPED \]' | sed "s/^/$name: /" | head -5
+    printf '%-28s %3d passed, %d failed  (%d.%01ds)\n' "$name:" "$p" "$f" $((ms / 1000)) $((ms % 1000 / 100))
     pass=$((pass + p)); fail=$((fail + f))
     [ "$f" != 0 ] && bad="$bad $name"
 done
