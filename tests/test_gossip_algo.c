@@ -32,109 +32,14 @@
 #include "nn/nn_core.h"
 #include "topology/topo.h"
 
-/* ---- hand-built topologies -------------------------------------------- */
-
-static topo *s_topo_new(const char *name, int n, int nsched)
-{
-    topo *t = nn_xcalloc(1, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->n = n;
-    t->nodes = nn_xcalloc((size_t)n, sizeof *t->nodes);
-    for (int i = 0; i < n; i++)
-        snprintf(t->nodes[i].id, sizeof t->nodes[i].id, "n%d", i);
-    t->nsched = nsched;
-    t->sched = nn_xcalloc((size_t)nsched, sizeof *t->sched);
-    for (int s = 0; s < nsched; s++)
-        t->sched[s].w = nn_xcalloc((size_t)n * n, sizeof(double));
-    return t;
-}
-
-static void s_topo_free(topo **tp)
-{
-    topo_destroy(tp); /* same allocation scheme as s_topo_new */
-}
-
-/* Sender `from` gives mass `w` to `to` in matrix s. */
-static void s_edge(topo *t, int s, int to, int from, double w)
-{
-    t->sched[s].w[(size_t)to * t->n + from] += w;
-}
-
-static topo *s_directed_ring(int n)
-{
-    topo *t = s_topo_new(n == 8 ? "ring8" : "ring16", n, 1);
-    for (int i = 0; i < n; i++) {
-        s_edge(t, 0, i, i, 0.5);
-        s_edge(t, 0, (i + 1) % n, i, 0.5);
-    }
-    return t;
-}
-
-/* The shipped file topologies/NAME.yaml when it exists (topo_load),
- * otherwise the hand-built equivalent. */
+/* The shipped file topologies/NAME.yaml (tests run from the repository root). */
 static topo *s_named(const char *name)
 {
-    topo *t = NULL;
     char path[256], err[512];
     snprintf(path, sizeof path, "topologies/%s.yaml", name);
-    FILE *f = fopen(path, "r");
-    if (f) {
-        fclose(f);
-        t = topo_load(path, err, sizeof err);
-        if (!t)
-            fail_msg("shipped topology %s does not load: %s", path, err);
-        return t;
-    }
-    if (!strcmp(name, "ring8"))
-        return s_directed_ring(8);
-    if (!strcmp(name, "ring16"))
-        return s_directed_ring(16);
-    if (!strcmp(name, "ring8-undirected")) {
-        t = s_topo_new(name, 8, 1);
-        for (int i = 0; i < 8; i++) {
-            s_edge(t, 0, i, i, 1.0 / 3);
-            s_edge(t, 0, (i + 1) % 8, i, 1.0 / 3);
-            s_edge(t, 0, (i + 7) % 8, i, 1.0 / 3);
-        }
-    } else if (!strcmp(name, "torus4x4")) {
-        t = s_topo_new(name, 16, 1);
-        for (int r = 0; r < 4; r++)
-            for (int c = 0; c < 4; c++) {
-                int i = r * 4 + c;
-                int nb[4] = { ((r + 1) % 4) * 4 + c, ((r + 3) % 4) * 4 + c, r * 4 + (c + 1) % 4, r * 4 + (c + 3) % 4 };
-                s_edge(t, 0, i, i, 0.2);
-                for (int k = 0; k < 4; k++)
-                    s_edge(t, 0, nb[k], i, 0.2);
-            }
-    } else if (!strcmp(name, "exp8")) {
-        t = s_topo_new(name, 8, 1);
-        for (int i = 0; i < 8; i++) {
-            s_edge(t, 0, i, i, 0.25);
-            for (int h = 1; h < 8; h *= 2)
-                s_edge(t, 0, (i + h) % 8, i, 0.25);
-        }
-    } else if (!strcmp(name, "complete4")) {
-        t = s_topo_new(name, 4, 1);
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++)
-                s_edge(t, 0, i, j, 0.25);
-    } else if (!strcmp(name, "onepeer-exp8")) {
-        t = s_topo_new(name, 8, 3);
-        for (int s = 0; s < 3; s++)
-            for (int i = 0; i < 8; i++) {
-                s_edge(t, s, i, i, 0.5);
-                s_edge(t, s, (i + (1 << s)) % 8, i, 0.5);
-            }
-    } else if (!strcmp(name, "star8")) {
-        t = s_topo_new(name, 8, 1);
-        s_edge(t, 0, 0, 0, 1.0 / 8);
-        for (int l = 1; l < 8; l++) {
-            s_edge(t, 0, l, 0, 1.0 / 8);
-            s_edge(t, 0, l, l, 0.5);
-            s_edge(t, 0, 0, l, 0.5);
-        }
-    }
-    assert_non_null(t);
+    topo *t = topo_load(path, err, sizeof err);
+    if (!t)
+        fail_msg("shipped topology %s does not load: %s", path, err);
     return t;
 }
 
@@ -249,7 +154,7 @@ static double s_consensus(const char *tname, const s_case *c)
     s_vectors_free(x, n);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
-    s_topo_free(&t);
+    topo_destroy(&t);
     return maxerr;
 }
 
@@ -432,7 +337,7 @@ static void test_least_squares_choco(void **state)
         free(x[i]);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
-    s_topo_free(&t);
+    topo_destroy(&t);
 }
 
 /* ---- public copies stay bit-identical ------------------------------------ */
@@ -475,7 +380,7 @@ static void s_bit_identity(const char *tname, const char *comp)
     s_vectors_free(x, t->n);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
-    s_topo_free(&t);
+    topo_destroy(&t);
 }
 
 static void test_public_copies_bit_identical(void **state)
@@ -580,7 +485,7 @@ static void test_messages_and_counters(void **state)
     gossip_node_destroy(&g[0]); /* safe on NULL */
     s_vectors_free(x, 8);
     nn_arena_free(&L);
-    s_topo_free(&t);
+    topo_destroy(&t);
 }
 
 /* Totals of the simulator equal the encoded sizes times destinations. */
@@ -632,7 +537,7 @@ static void test_sim_byte_counters(void **state)
     s_vectors_free(x, 16);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
-    s_topo_free(&t);
+    topo_destroy(&t);
 }
 
 /* Push-sum matters on star8: psi moves away from 1 and x alone is biased. */
@@ -658,7 +563,7 @@ static void test_push_sum_needed_on_star(void **state)
     s_vectors_free(x, 8);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
-    s_topo_free(&t);
+    topo_destroy(&t);
 }
 
 static void test_config_errors(void **state)
@@ -694,7 +599,7 @@ static void test_config_errors(void **state)
     assert_int_equal(a, GOSSIP_CHOCO);
     assert_int_equal(gossip_algo_parse("adam", &a, err, sizeof err), -1);
     nn_arena_free(&L);
-    s_topo_free(&t);
+    topo_destroy(&t);
 }
 
 int main(void)

@@ -1,0 +1,968 @@
+/* topo_parse — topology files: YAML (libyaml document API) -> topo.
+ *
+ * Owns:    the file schema (documented for users in docs/topology.md),
+ *          topo_load and topo_parse.  Every error names the file and the
+ *          line of the offending YAML node ("ring.yaml:7: ...").
+ * Callers: node/ (`lpgossip topology`, the node and launcher commands),
+ *          tests, the fuzz target tests/fuzz/fuzz_topology.c.
+ *
+ * Schema in brief (top-level mapping):
+ *   description: free text                       (optional)
+ *   security:    none | curve                    (optional, default none)
+ *   nodes:       COUNT | [ID | {id, endpoint | host+port, key}]
+ *   graph:       GRAPH          -- exactly one of graph / schedule
+ *   schedule:    [GRAPH, ...]   -- used in turn, iteration t uses t % len
+ * GRAPH is a mapping with exactly one of
+ *   generator: directed_ring|undirected_ring|torus|exponential|complete|star|
+ *              circulant  (+ rows, cols | hub | offsets; optional self)
+ *   edges:     [{from, to (id or [ids]), weight}] + self (number or {id: w}),
+ *              or weights: uniform (+ optional self number)
+ *   matrix:    n rows of n numbers, row i = what node i takes from each j
+ * Numbers may be written as fractions: 1/3.
+ *
+ * Input is untrusted: nothing here asserts on it, sizes are bounded by
+ * TOPO_MAX_NODES / TOPO_MAX_SCHED / TOPO_MAX_ENTRIES, and the traversal
+ * is schema-driven (no recursion over the YAML tree, so aliases cannot make
+ * it blow up).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+#include "nn/nn_core.h"
+#include "topology/topo.h"
+#include "topology/topo_internal.h"
+
+#define S_MAX_FILE_BYTES (16u << 20)
+
+typedef struct {
+    const char      *name;      /* file name for messages */
+    yaml_document_t *doc;
+    char            *err;
+    size_t           errlen;
+    topo            *t;         /* once nodes are known */
+    int              n;
+    int             *node_line; /* n: line of each node's entry */
+} s_ctx;
+
+/* ---- messages and YAML helpers ---------------------------------------- */
+
+static int s_line(const yaml_node_t *node)
+{
+    return node ? (int)node->start_mark.line + 1 : 0;
+}
+
+/* "NAME:LINE: message" (line 0: no line); returns -1. */
+static int s_vfail(s_ctx *c, int line, const char *fmt, va_list ap)
+{
+    char msg[768];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (line > 0)
+        return nn_errf(c->err, c->errlen, "%s:%d: %s", c->name, line, msg);
+    return nn_errf(c->err, c->errlen, "%s: %s", c->name, msg);
+}
+
+__attribute__((format(printf, 3, 4)))
+static int s_fail(s_ctx *c, const yaml_node_t *at, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s_vfail(c, s_line(at), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+__attribute__((format(printf, 3, 4)))
+static int s_fail_line(s_ctx *c, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s_vfail(c, line, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *s_type_name(const yaml_node_t *node)
+{
+    switch (node->type) {
+    case YAML_SCALAR_NODE:   return "a scalar";
+    case YAML_SEQUENCE_NODE: return "a list";
+    case YAML_MAPPING_NODE:  return "a mapping";
+    default:                 return "nothing";
+    }
+}
+
+static yaml_node_t *s_get(s_ctx *c, int index)
+{
+    return yaml_document_get_node(c->doc, index);
+}
+
+/* The scalar's text if node is a scalar without embedded NUL bytes. */
+static const char *s_scalar(const yaml_node_t *node)
+{
+    if (!node || node->type != YAML_SCALAR_NODE)
+        return NULL;
+    const char *s = (const char *)node->data.scalar.value;
+    if (strlen(s) != node->data.scalar.length)
+        return NULL;
+    return s;
+}
+
+/* Shows a scalar in a message: at most 40 characters, printable ASCII. */
+static const char *s_show(const yaml_node_t *node, char *buf, size_t len)
+{
+    size_t k = 0;
+    if (node && node->type == YAML_SCALAR_NODE) {
+        const char *s = (const char *)node->data.scalar.value;
+        size_t l = node->data.scalar.length;
+        for (size_t i = 0; i < l && i < 40 && k + 4 < len; i++)
+            buf[k++] = (s[i] >= 32 && s[i] < 127) ? s[i] : '?';
+        if (l > 40 && k + 4 < len) {
+            memcpy(buf + k, "...", 3);
+            k += 3;
+        }
+    }
+    buf[k] = 0;
+    return buf;
+}
+
+static int s_want_string(s_ctx *c, const yaml_node_t *node, const char *what, const char **out)
+{
+    if (!node || node->type != YAML_SCALAR_NODE)
+        return s_fail(c, node, "%s: expected a string, got %s", what, node ? s_type_name(node) : "nothing");
+    *out = s_scalar(node);
+    if (!*out)
+        return s_fail(c, node, "%s: string contains a NUL byte", what);
+    return 0;
+}
+
+/* A number: decimal ("0.25", "1e-1") or a fraction of two decimals ("1/3"). */
+static int s_want_number(s_ctx *c, const yaml_node_t *node, const char *what, double *out)
+{
+    char shown[64];
+    if (!node || node->type != YAML_SCALAR_NODE)
+        return s_fail(c, node, "%s: expected a number, got %s", what, node ? s_type_name(node) : "nothing");
+    const char *s = s_scalar(node);
+    if (!s || !*s || strspn(s, "0123456789.eE+-/") != strlen(s) || strlen(s) > 64)
+        return s_fail(c, node, "%s: '%s' is not a number (write e.g. 0.25 or 1/4)", what,
+                      s_show(node, shown, sizeof shown));
+    char buf[72];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *slash = strchr(buf, '/'), *end;
+    if (slash)
+        *slash = 0;
+    errno = 0;
+    double a = strtod(buf, &end), b = 1.0;
+    int ok = end != buf && *end == 0 && errno == 0;
+    if (ok && slash) {
+        errno = 0;
+        b = strtod(slash + 1, &end);
+        ok = end != slash + 1 && *end == 0 && errno == 0 && b != 0.0;
+    }
+    if (!ok || !isfinite(a / b))
+        return s_fail(c, node, "%s: '%s' is not a number (write e.g. 0.25 or 1/4)", what,
+                      s_show(node, shown, sizeof shown));
+    *out = a / b;
+    return 0;
+}
+
+static int s_want_int(s_ctx *c, const yaml_node_t *node, const char *what, long lo, long hi, long *out)
+{
+    char shown[64];
+    if (!node || node->type != YAML_SCALAR_NODE)
+        return s_fail(c, node, "%s: expected an integer, got %s", what, node ? s_type_name(node) : "nothing");
+    const char *s = s_scalar(node);
+    char *end = NULL;
+    errno = 0;
+    long v = s && *s && strspn(s, "0123456789+-") == strlen(s) ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || strspn(s, "0123456789+-") != strlen(s) || *end || errno)
+        return s_fail(c, node, "%s: '%s' is not an integer", what, s_show(node, shown, sizeof shown));
+    if (v < lo || v > hi)
+        return s_fail(c, node, "%s: %ld is out of range %ld..%ld", what, v, lo, hi);
+    *out = v;
+    return 0;
+}
+
+/* Looks up the keys of a mapping: slots[k] gets the value node of keys[k]
+ * (NULL if absent), kslots[k] (if kslots) the key node. Unknown and
+ * duplicate keys are errors. */
+static int s_keys2(s_ctx *c, const yaml_node_t *map, const char *where, const char *const *keys, int nkeys,
+                   yaml_node_t **slots, yaml_node_t **kslots)
+{
+    char shown[64];
+    for (int k = 0; k < nkeys; k++) {
+        slots[k] = NULL;
+        if (kslots)
+            kslots[k] = NULL;
+    }
+    if (!map || map->type != YAML_MAPPING_NODE)
+        return s_fail(c, map, "%s: expected a mapping (key: value lines), got %s", where,
+                      map ? s_type_name(map) : "nothing");
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *key = s_get(c, p->key), *val = s_get(c, p->value);
+        const char *ks = s_scalar(key);
+        if (!ks)
+            return s_fail(c, key, "%s: keys must be plain words, got %s", where, key ? s_type_name(key) : "nothing");
+        int found = -1;
+        for (int k = 0; k < nkeys; k++)
+            if (!strcmp(ks, keys[k]))
+                found = k;
+        if (found < 0) {
+            char allowed[512] = "";
+            for (int k = 0; k < nkeys; k++) {
+                size_t l = strlen(allowed);
+                snprintf(allowed + l, sizeof allowed - l, "%s%s", k ? ", " : "", keys[k]);
+            }
+            return s_fail(c, key, "%s: unknown key '%s' (expected one of: %s)", where, s_show(key, shown, sizeof shown),
+                          allowed);
+        }
+        if (slots[found])
+            return s_fail(c, key, "%s: duplicate key '%s'", where, ks);
+        slots[found] = val ? val : key;
+        if (kslots)
+            kslots[found] = key;
+    }
+    return 0;
+}
+
+static int s_keys(s_ctx *c, const yaml_node_t *map, const char *where, const char *const *keys, int nkeys,
+                  yaml_node_t **slots)
+{
+    return s_keys2(c, map, where, keys, nkeys, slots, NULL);
+}
+
+/* ---- nodes ------------------------------------------------------------- */
+
+static int s_valid_id(const char *s)
+{
+    size_t l = strlen(s);
+    if (l == 0 || l >= TOPO_ID_MAX)
+        return 0;
+    return strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == l;
+}
+
+static const char s_z85[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
+
+/* 40 Z85 characters whose 5-character groups each encode a 32-bit value. */
+static int s_check_key(const char *k, char *why, size_t whylen)
+{
+    size_t l = strlen(k);
+    if (l != 40) {
+        snprintf(why, whylen, "has %zu characters, a Z85 CURVE public key has 40", l);
+        return -1;
+    }
+    for (int g = 0; g < 8; g++) {
+        unsigned long long v = 0;
+        for (int i = 0; i < 5; i++) {
+            const char *p = strchr(s_z85, k[g * 5 + i]);
+            if (!p || !*p) {
+                snprintf(why, whylen, "character %d ('%c') is not in the Z85 alphabet", g * 5 + i + 1,
+                         k[g * 5 + i] >= 32 && k[g * 5 + i] < 127 ? k[g * 5 + i] : '?');
+                return -1;
+            }
+            v = v * 85 + (unsigned long long)(p - s_z85);
+        }
+        if (v > 0xffffffffull) {
+            snprintf(why, whylen, "characters %d..%d do not encode 4 bytes (not valid Z85)", g * 5 + 1, g * 5 + 5);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* tcp://HOST:PORT with HOST a name, an IPv4 address, [IPv6] or *. */
+static int s_check_endpoint(const char *e, char *why, size_t whylen)
+{
+    if (strncmp(e, "tcp://", 6) != 0) {
+        snprintf(why, whylen, "must start with tcp://");
+        return -1;
+    }
+    const char *h = e + 6, *colon;
+    if (*h == '[') {
+        const char *close = strchr(h, ']');
+        if (!close || close == h + 1 || strspn(h + 1, "0123456789abcdefABCDEF:.") != (size_t)(close - h - 1)) {
+            snprintf(why, whylen, "bad [IPv6] host");
+            return -1;
+        }
+        colon = close + 1;
+        if (*colon != ':') {
+            snprintf(why, whylen, "needs :PORT after the host");
+            return -1;
+        }
+    } else {
+        colon = strrchr(h, ':');
+        if (!colon || colon == h) {
+            snprintf(why, whylen, "needs a host and :PORT (tcp://host:port)");
+            return -1;
+        }
+        size_t hl = (size_t)(colon - h);
+        if (strspn(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_*") != hl) {
+            snprintf(why, whylen, "bad host name");
+            return -1;
+        }
+    }
+    const char *port = colon + 1;
+    size_t pl = strlen(port);
+    long v = pl >= 1 && pl <= 5 && strspn(port, "0123456789") == pl ? strtol(port, NULL, 10) : 0;
+    if (v < 1 || v > 65535) {
+        snprintf(why, whylen, "port must be a number 1..65535");
+        return -1;
+    }
+    return 0;
+}
+
+/* One entry of the `nodes:` list into nd. */
+static int s_node_entry(s_ctx *c, yaml_node_t *item, int idx, topo_node *nd)
+{
+    static const char *const keys[] = { "id", "endpoint", "host", "port", "key" };
+    enum { K_ID, K_ENDPOINT, K_HOST, K_PORT, K_KEY, K_N };
+    yaml_node_t *v[K_N];
+    const char *s = NULL;
+    char why[160], where[48];
+    snprintf(where, sizeof where, "nodes[%d]", idx);
+    if (item && item->type == YAML_SCALAR_NODE) {
+        if (s_want_string(c, item, where, &s) != 0)
+            return -1;
+        if (!s_valid_id(s))
+            return s_fail(c, item, "%s: bad node id '%s' (1..%d characters from A-Z a-z 0-9 _ . -)", where,
+                          s_show(item, why, sizeof why), TOPO_ID_MAX - 1);
+        snprintf(nd->id, sizeof nd->id, "%s", s);
+        return 0;
+    }
+    if (s_keys(c, item, where, keys, K_N, v) != 0)
+        return -1;
+    if (!v[K_ID])
+        return s_fail(c, item, "%s: missing 'id'", where);
+    if (s_want_string(c, v[K_ID], "id", &s) != 0)
+        return -1;
+    if (!s_valid_id(s))
+        return s_fail(c, v[K_ID], "bad node id '%s' (1..%d characters from A-Z a-z 0-9 _ . -)",
+                      s_show(v[K_ID], why, sizeof why), TOPO_ID_MAX - 1);
+    snprintf(nd->id, sizeof nd->id, "%s", s);
+    if (v[K_ENDPOINT] && (v[K_HOST] || v[K_PORT]))
+        return s_fail(c, v[K_ENDPOINT], "node %s: give either endpoint or host and port, not both", nd->id);
+    if (v[K_ENDPOINT]) {
+        if (s_want_string(c, v[K_ENDPOINT], "endpoint", &s) != 0)
+            return -1;
+        if (strlen(s) >= TOPO_ENDPOINT_MAX || s_check_endpoint(s, why, sizeof why) != 0)
+            return s_fail(c, v[K_ENDPOINT], "node %s: bad endpoint '%s': %s", nd->id,
+                          s_show(v[K_ENDPOINT], where, sizeof where),
+                          strlen(s) >= TOPO_ENDPOINT_MAX ? "too long" : why);
+        snprintf(nd->endpoint, sizeof nd->endpoint, "%s", s);
+    } else if (v[K_HOST] || v[K_PORT]) {
+        long port;
+        if (!v[K_HOST] || !v[K_PORT])
+            return s_fail(c, v[K_HOST] ? v[K_HOST] : v[K_PORT], "node %s: host and port go together", nd->id);
+        if (s_want_string(c, v[K_HOST], "host", &s) != 0 ||
+            s_want_int(c, v[K_PORT], "port", 1, 65535, &port) != 0)
+            return -1;
+        char ep[TOPO_ENDPOINT_MAX + 32];
+        int ipv6 = strchr(s, ':') != NULL;
+        snprintf(ep, sizeof ep, "tcp://%s%s%s:%ld", ipv6 ? "[" : "", s, ipv6 ? "]" : "", port);
+        if (strlen(ep) >= TOPO_ENDPOINT_MAX || s_check_endpoint(ep, why, sizeof why) != 0)
+            return s_fail(c, v[K_HOST], "node %s: bad host '%s'", nd->id, s_show(v[K_HOST], where, sizeof where));
+        memcpy(nd->endpoint, ep, strlen(ep) + 1);   /* length checked above */
+    }
+    if (v[K_KEY]) {
+        if (s_want_string(c, v[K_KEY], "key", &s) != 0)
+            return -1;
+        if (s_check_key(s, why, sizeof why) != 0)
+            return s_fail(c, v[K_KEY], "node %s: bad key length or syntax: the key %s", nd->id, why);
+        snprintf(nd->pubkey, sizeof nd->pubkey, "%s", s);
+    }
+    return 0;
+}
+
+/* `nodes:` -> c->n and a fresh node array (owned by caller via *out). */
+static int s_nodes(s_ctx *c, yaml_node_t *v, topo_node **out)
+{
+    long n;
+    *out = NULL;
+    if (v->type == YAML_SCALAR_NODE) {
+        if (s_want_int(c, v, "nodes", 1, TOPO_MAX_NODES, &n) != 0)
+            return -1;
+        c->n = (int)n;
+        c->node_line = nn_xcalloc((size_t)n, sizeof *c->node_line);
+        *out = nn_xcalloc((size_t)n, sizeof **out);
+        for (int i = 0; i < (int)n; i++) {
+            snprintf((*out)[i].id, sizeof (*out)[i].id, "n%d", i);
+            c->node_line[i] = s_line(v);
+        }
+        return 0;
+    }
+    if (v->type != YAML_SEQUENCE_NODE)
+        return s_fail(c, v, "nodes: expected a count or a list of nodes, got %s", s_type_name(v));
+    n = v->data.sequence.items.top - v->data.sequence.items.start;
+    if (n < 1 || n > TOPO_MAX_NODES)
+        return s_fail(c, v, "nodes: %ld nodes, expected 1..%d", n, TOPO_MAX_NODES);
+    c->n = (int)n;
+    c->node_line = nn_xcalloc((size_t)n, sizeof *c->node_line);
+    topo_node *nd = nn_xcalloc((size_t)n, sizeof *nd);
+    *out = nd;
+    for (int i = 0; i < (int)n; i++) {
+        yaml_node_t *item = s_get(c, v->data.sequence.items.start[i]);
+        c->node_line[i] = s_line(item);
+        if (s_node_entry(c, item, i, &nd[i]) != 0)
+            return -1;
+        for (int j = 0; j < i; j++) {
+            if (!strcmp(nd[i].id, nd[j].id))
+                return s_fail(c, item, "duplicate node id '%s' (first at line %d)", nd[i].id, c->node_line[j]);
+            if (nd[i].endpoint[0] && !strcmp(nd[i].endpoint, nd[j].endpoint))
+                return s_fail(c, item, "node %s: duplicate endpoint %s (also node %s, line %d)", nd[i].id,
+                              nd[i].endpoint, nd[j].id, c->node_line[j]);
+        }
+    }
+    return 0;
+}
+
+/* A node id scalar -> index, or an error naming the missing node. */
+static int s_node_ref(s_ctx *c, yaml_node_t *v, const char *what, int *out)
+{
+    const char *s = NULL;
+    char shown[64];
+    if (s_want_string(c, v, what, &s) != 0)
+        return -1;
+    *out = topo_find_node(c->t, s);
+    if (*out < 0)
+        return s_fail(c, v, "%s: '%s' is not a node (edge to a missing node?)", what, s_show(v, shown, sizeof shown));
+    return 0;
+}
+
+/* ---- graphs ------------------------------------------------------------ */
+
+static int s_generator(s_ctx *c, yaml_node_t **v, const char *where, double *w);
+static int s_edges(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *body, double *w);
+static int s_matrix(s_ctx *c, yaml_node_t **v, const char *where, double *w);
+
+static const char *const s_graph_keys[] = { "generator", "rows", "cols", "hub", "offsets", "self",
+                                            "weights", "edges", "matrix", "description" };
+enum { G_GENERATOR, G_ROWS, G_COLS, G_HUB, G_OFFSETS, G_SELF, G_WEIGHTS, G_EDGES, G_MATRIX, G_DESCRIPTION, G_N };
+
+/* One GRAPH mapping into w (n*n, zeroed), then the per-matrix checks. */
+static int s_graph(s_ctx *c, yaml_node_t *body, const char *where, double *w)
+{
+    yaml_node_t *v[G_N];
+    const char *s = NULL;
+    if (s_keys(c, body, where, s_graph_keys, G_N, v) != 0)
+        return -1;
+    if (v[G_DESCRIPTION] && s_want_string(c, v[G_DESCRIPTION], "description", &s) != 0)
+        return -1;
+    int modes = !!v[G_GENERATOR] + !!v[G_EDGES] + !!v[G_MATRIX];
+    if (modes != 1)
+        return s_fail(c, body, "%s: %s one of 'generator', 'edges' or 'matrix'", where,
+                      modes ? "give only" : "needs");
+    int rc = v[G_GENERATOR] ? s_generator(c, v, where, w)
+           : v[G_EDGES]     ? s_edges(c, v, where, body, w)
+                            : s_matrix(c, v, where, w);
+    if (rc != 0)
+        return -1;
+    char msg[512];
+    if (topo__check_matrix(c->t, w, msg, sizeof msg) != 0)
+        return s_fail(c, body, "%s: %s", where, msg);
+    return 0;
+}
+
+static int s_generator(s_ctx *c, yaml_node_t **v, const char *where, double *w)
+{
+    const char *s = NULL;
+    char shown[64], msg[512];
+    int n = c->n;
+    if (s_want_string(c, v[G_GENERATOR], "generator", &s) != 0)
+        return -1;
+    topo_gen g = { .kind = topo__gen_kind(s), .self_weight = -1 };
+    if (g.kind < 0)
+        return s_fail(c, v[G_GENERATOR],
+                      "%s: unknown generator '%s' (directed_ring, undirected_ring, torus, exponential, complete, "
+                      "star, circulant)",
+                      where, s_show(v[G_GENERATOR], shown, sizeof shown));
+    static const struct { int key, kind; } only[] = {
+        { G_ROWS, TOPO_GEN_TORUS }, { G_COLS, TOPO_GEN_TORUS }, { G_HUB, TOPO_GEN_STAR },
+        { G_OFFSETS, TOPO_GEN_CIRCULANT },
+    };
+    for (size_t k = 0; k < sizeof only / sizeof only[0]; k++)
+        if (v[only[k].key] && g.kind != only[k].kind)
+            return s_fail(c, v[only[k].key], "%s: '%s' does not apply to generator %s", where,
+                          s_graph_keys[only[k].key], s);
+    if (v[G_WEIGHTS])
+        return s_fail(c, v[G_WEIGHTS], "%s: 'weights' applies to edges, not to a generator", where);
+    if (v[G_SELF]) {
+        if (s_want_number(c, v[G_SELF], "self", &g.self_weight) != 0)
+            return -1;
+        if (!(g.self_weight > 0 && g.self_weight <= 1))
+            return s_fail(c, v[G_SELF], "%s: self weight %g must be in (0, 1]", where, g.self_weight);
+    }
+    if (g.kind == TOPO_GEN_TORUS) {
+        long r, cc;
+        if (!v[G_ROWS] || !v[G_COLS])
+            return s_fail(c, v[G_GENERATOR], "%s: generator torus needs rows and cols", where);
+        if (s_want_int(c, v[G_ROWS], "rows", 1, TOPO_MAX_NODES, &r) != 0 ||
+            s_want_int(c, v[G_COLS], "cols", 1, TOPO_MAX_NODES, &cc) != 0)
+            return -1;
+        if (r * cc != n)
+            return s_fail(c, v[G_ROWS], "%s: torus %ld x %ld has %ld nodes but the file has %d", where, r, cc, r * cc,
+                          n);
+        g.rows = (int)r;
+        g.cols = (int)cc;
+    }
+    if (g.kind == TOPO_GEN_STAR && v[G_HUB] && s_node_ref(c, v[G_HUB], "hub", &g.hub) != 0)
+        return -1;
+    if (g.kind == TOPO_GEN_CIRCULANT) {
+        yaml_node_t *o = v[G_OFFSETS];
+        if (!o)
+            return s_fail(c, v[G_GENERATOR], "%s: generator circulant needs offsets (e.g. offsets: [1, 2, 4])", where);
+        if (o->type != YAML_SEQUENCE_NODE)
+            return s_fail(c, o, "offsets: expected a list of integers, got %s", s_type_name(o));
+        long k = o->data.sequence.items.top - o->data.sequence.items.start;
+        if (k < 1 || k > TOPO_MAX_OFFSETS)
+            return s_fail(c, o, "offsets: expected 1..%d offsets, got %ld", TOPO_MAX_OFFSETS, k);
+        for (long i = 0; i < k; i++) {
+            yaml_node_t *it = s_get(c, o->data.sequence.items.start[i]);
+            long off;
+            if (s_want_int(c, it, "offset", -TOPO_MAX_NODES, TOPO_MAX_NODES, &off) != 0)
+                return -1;
+            if (off % n == 0)
+                return s_fail(c, it, "offset %ld is a multiple of the node count %d (a node sending to itself)", off,
+                              n);
+            g.offsets[g.noffsets++] = off;
+        }
+    }
+    if (topo__fill_generator(w, n, &g, msg, sizeof msg) != 0)
+        return s_fail(c, v[G_GENERATOR], "%s: %s", where, msg);
+    return 0;
+}
+
+/* Column sums of w, failing at the line where sender j's weights are given. */
+static int s_column_sums(s_ctx *c, const double *w, const int *sender_line, const char *where)
+{
+    int n = c->n;
+    for (int j = 0; j < n; j++) {
+        double sum = 0;
+        for (int i = 0; i < n; i++)
+            sum += w[(size_t)i * n + j];
+        if (fabs(sum - 1.0) > TOPO_SUM_TOL)
+            return s_fail_line(c, sender_line[j],
+                               "%s: column sum %.9g at node %s: the weights node %s sends (self included) must sum to 1",
+                               where, sum, c->t->nodes[j].id, c->t->nodes[j].id);
+    }
+    return 0;
+}
+
+static int s_edges(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *body, double *w)
+{
+    static const char *const ekeys[] = { "from", "to", "weight" };
+    int n = c->n, rc = -1, uniform = 0;
+    const char *s = NULL;
+    yaml_node_t *e = v[G_EDGES];
+    for (int k = G_ROWS; k <= G_OFFSETS; k++)
+        if (v[k])
+            return s_fail(c, v[k], "%s: '%s' applies to generators only", where, s_graph_keys[k]);
+    if (v[G_WEIGHTS]) {
+        if (s_want_string(c, v[G_WEIGHTS], "weights", &s) != 0)
+            return -1;
+        if (strcmp(s, "uniform") != 0)
+            return s_fail(c, v[G_WEIGHTS], "%s: weights: the only choice is 'uniform' (or give a weight per edge)",
+                          where);
+        uniform = 1;
+    }
+    if (e->type != YAML_SEQUENCE_NODE)
+        return s_fail(c, e, "edges: expected a list of {from, to, weight}, got %s", s_type_name(e));
+    int *edge_line = nn_xcalloc((size_t)n * (size_t)n, sizeof *edge_line);
+    int *sender_line = nn_xcalloc((size_t)n, sizeof *sender_line);
+    unsigned char *has = nn_xcalloc((size_t)n * (size_t)n, 1);
+    for (int j = 0; j < n; j++)
+        sender_line[j] = s_line(body);
+    for (yaml_node_item_t *it = e->data.sequence.items.start; it < e->data.sequence.items.top; it++) {
+        yaml_node_t *item = s_get(c, *it), *ev[3];
+        if (s_keys(c, item, "edge", ekeys, 3, ev) != 0)
+            goto done;
+        if (!ev[0] || !ev[1]) {
+            s_fail(c, item, "edge: needs from and to");
+            goto done;
+        }
+        int from, to;
+        double weight = 0;
+        if (s_node_ref(c, ev[0], "from", &from) != 0)
+            goto done;
+        if (uniform && ev[2]) {
+            s_fail(c, ev[2], "edge: no weight with weights: uniform (each sender splits its mass evenly)");
+            goto done;
+        }
+        if (!uniform) {
+            if (!ev[2]) {
+                s_fail(c, item, "edge from %s: missing weight (or set weights: uniform)", c->t->nodes[from].id);
+                goto done;
+            }
+            if (s_want_number(c, ev[2], "weight", &weight) != 0)
+                goto done;
+            if (!(weight >= 0 && weight <= 1)) {
+                s_fail(c, ev[2], "edge from %s: weight %g out of [0, 1]", c->t->nodes[from].id, weight);
+                goto done;
+            }
+        }
+        /* to: one id or a list of ids */
+        yaml_node_item_t *t0 = NULL, *t1 = NULL;
+        yaml_node_item_t single = 0;
+        if (ev[1]->type == YAML_SEQUENCE_NODE) {
+            t0 = ev[1]->data.sequence.items.start;
+            t1 = ev[1]->data.sequence.items.top;
+            if (t0 == t1) {
+                s_fail(c, ev[1], "edge from %s: empty 'to' list", c->t->nodes[from].id);
+                goto done;
+            }
+        } else {
+            t0 = &single;
+            t1 = &single + 1;
+        }
+        for (yaml_node_item_t *tp = t0; tp < t1; tp++) {
+            yaml_node_t *tn = tp == &single ? ev[1] : s_get(c, *tp);
+            int to_i;
+            if (s_node_ref(c, tn, "to", &to_i) != 0)
+                goto done;
+            to = to_i;
+            if (to == from) {
+                s_fail(c, tn, "edge %s -> %s: a node's own share goes under 'self', not in edges",
+                       c->t->nodes[from].id, c->t->nodes[to].id);
+                goto done;
+            }
+            size_t at = (size_t)to * n + from;
+            if (has[at]) {
+                s_fail(c, tn, "duplicate edge %s -> %s (first at line %d)", c->t->nodes[from].id,
+                       c->t->nodes[to].id, edge_line[at]);
+                goto done;
+            }
+            has[at] = 1;
+            edge_line[at] = s_line(tn);
+            w[at] = weight;
+            if (sender_line[from] == s_line(body))
+                sender_line[from] = s_line(item);
+        }
+    }
+    if (uniform) {
+        double self = -1;
+        if (v[G_SELF] && v[G_SELF]->type != YAML_SCALAR_NODE) {
+            s_fail(c, v[G_SELF], "%s: with weights: uniform, self is one number for every node", where);
+            goto done;
+        }
+        if (v[G_SELF]) {
+            if (s_want_number(c, v[G_SELF], "self", &self) != 0)
+                goto done;
+            if (!(self > 0 && self <= 1)) {
+                s_fail(c, v[G_SELF], "%s: self weight %g must be in (0, 1]", where, self);
+                goto done;
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            int deg = 0;
+            for (int i = 0; i < n; i++)
+                deg += has[(size_t)i * n + j];
+            double sj = self < 0 ? 1.0 / (deg + 1) : self;
+            if (deg == 0 && sj != 1.0) {
+                s_fail(c, v[G_SELF], "%s: node %s sends to nobody, so its self weight must be 1",
+                       where, c->t->nodes[j].id);
+                goto done;
+            }
+            w[(size_t)j * n + j] = sj;
+            for (int i = 0; i < n; i++)
+                if (has[(size_t)i * n + j])
+                    w[(size_t)i * n + j] = (1.0 - sj) / deg;
+        }
+        rc = 0;
+        goto done;
+    }
+    /* explicit weights: self weights required */
+    yaml_node_t *sv = v[G_SELF];
+    if (!sv) {
+        s_fail(c, body, "%s: missing self weights: add 'self: W' (every node) or 'self: {id: W, ...}'", where);
+        goto done;
+    }
+    if (sv->type == YAML_SCALAR_NODE) {
+        double self;
+        if (s_want_number(c, sv, "self", &self) != 0)
+            goto done;
+        if (!(self >= 0 && self <= 1)) {
+            s_fail(c, sv, "%s: self weight %g out of [0, 1]", where, self);
+            goto done;
+        }
+        for (int j = 0; j < n; j++)
+            w[(size_t)j * n + j] = self;
+    } else if (sv->type == YAML_MAPPING_NODE) {
+        unsigned char *seen = nn_xcalloc((size_t)n, 1);
+        int bad = 0;
+        for (yaml_node_pair_t *p = sv->data.mapping.pairs.start; p < sv->data.mapping.pairs.top && !bad; p++) {
+            yaml_node_t *key = s_get(c, p->key), *val = s_get(c, p->value);
+            int j;
+            double x;
+            if (s_node_ref(c, key, "self", &j) != 0 || s_want_number(c, val, "self weight", &x) != 0) {
+                bad = 1;
+            } else if (seen[j]) {
+                s_fail(c, key, "self: duplicate self weight for node %s", c->t->nodes[j].id);
+                bad = 1;
+            } else if (!(x >= 0 && x <= 1)) {
+                s_fail(c, val, "self weight %g of node %s out of [0, 1]", x, c->t->nodes[j].id);
+                bad = 1;
+            } else {
+                seen[j] = 1;
+                w[(size_t)j * n + j] = x;
+                if (sender_line[j] == s_line(body))
+                    sender_line[j] = s_line(key);
+            }
+        }
+        for (int j = 0; j < n && !bad; j++)
+            if (!seen[j]) {
+                s_fail(c, sv, "%s: missing self weight for node %s", where, c->t->nodes[j].id);
+                bad = 1;
+            }
+        free(seen);
+        if (bad)
+            goto done;
+    } else {
+        s_fail(c, sv, "self: expected a number or a mapping {id: weight}, got %s", s_type_name(sv));
+        goto done;
+    }
+    for (int j = 0; j < n; j++)
+        if (!(w[(size_t)j * n + j] > 0)) {
+            s_fail(c, sv, "%s: missing self weight: node %s has self weight 0 (must be positive)", where,
+                   c->t->nodes[j].id);
+            goto done;
+        }
+    rc = s_column_sums(c, w, sender_line, where);
+done:
+    free(edge_line);
+    free(sender_line);
+    free(has);
+    return rc;
+}
+
+static int s_matrix(s_ctx *c, yaml_node_t **v, const char *where, double *w)
+{
+    int n = c->n;
+    yaml_node_t *m = v[G_MATRIX];
+    for (int k = G_ROWS; k <= G_WEIGHTS; k++)
+        if (v[k])
+            return s_fail(c, v[k], "%s: '%s' does not go with matrix (the diagonal holds the self weights)", where,
+                          s_graph_keys[k]);
+    if (m->type != YAML_SEQUENCE_NODE)
+        return s_fail(c, m, "%s: matrix: expected a list of rows, got %s", where, s_type_name(m));
+    long rows = m->data.sequence.items.top - m->data.sequence.items.start;
+    if (rows != n)
+        return s_fail(c, m, "%s: matrix: %ld rows, expected %d (one per node; every matrix of a schedule is %d x %d)",
+                      where, rows, n, n, n);
+    int *col_line = nn_xcalloc((size_t)n, sizeof *col_line);
+    for (int j = 0; j < n; j++)
+        col_line[j] = s_line(m);
+    int rc = -1;
+    for (int i = 0; i < n; i++) {
+        yaml_node_t *row = s_get(c, m->data.sequence.items.start[i]);
+        if (!row || row->type != YAML_SEQUENCE_NODE) {
+            s_fail(c, row ? row : m, "matrix row %d (node %s): expected a list of %d numbers, got %s", i,
+                   c->t->nodes[i].id, n, row ? s_type_name(row) : "nothing");
+            goto done;
+        }
+        long cols = row->data.sequence.items.top - row->data.sequence.items.start;
+        if (cols != n) {
+            s_fail(c, row, "%s: matrix row %d (node %s): %ld entries, expected %d", where, i, c->t->nodes[i].id, cols,
+                   n);
+            goto done;
+        }
+        for (int j = 0; j < n; j++) {
+            yaml_node_t *x = s_get(c, row->data.sequence.items.start[j]);
+            double val;
+            if (s_want_number(c, x, "matrix entry", &val) != 0)
+                goto done;
+            if (!(val >= 0 && val <= 1)) {
+                s_fail(c, x, "matrix entry [%d][%d] (node %s from %s): weight %g out of [0, 1]", i, j,
+                       c->t->nodes[i].id, c->t->nodes[j].id, val);
+                goto done;
+            }
+            w[(size_t)i * n + j] = val;
+        }
+        if (!(w[(size_t)i * n + i] > 0)) {
+            s_fail(c, row, "matrix row %d: missing self weight: node %s has diagonal entry 0 (must be positive)", i,
+                   c->t->nodes[i].id);
+            goto done;
+        }
+    }
+    rc = s_column_sums(c, w, col_line, where);
+done:
+    free(col_line);
+    return rc;
+}
+
+/* ---- the document ------------------------------------------------------ */
+
+static int s_document(s_ctx *c, yaml_node_t *root)
+{
+    static const char *const keys[] = { "description", "security", "nodes", "graph", "schedule" };
+    enum { K_DESC, K_SECURITY, K_NODES, K_GRAPH, K_SCHEDULE, K_N };
+    yaml_node_t *v[K_N], *kv[K_N];
+    const char *s = NULL;
+    topo_node *nodes = NULL;
+    int rc = -1, security = 0;
+    if (s_keys2(c, root, "topology", keys, K_N, v, kv) != 0)
+        return -1;
+    if (v[K_DESC] && s_want_string(c, v[K_DESC], "description", &s) != 0)
+        return -1;
+    if (v[K_SECURITY]) {
+        if (s_want_string(c, v[K_SECURITY], "security", &s) != 0)
+            return -1;
+        if (!strcmp(s, "curve"))
+            security = 1;
+        else if (strcmp(s, "none") != 0)
+            return s_fail(c, v[K_SECURITY], "security: expected 'none' or 'curve'");
+    }
+    if (!v[K_NODES])
+        return s_fail(c, root, "missing 'nodes' (a count such as 'nodes: 8', or a list)");
+    if (!!v[K_GRAPH] + !!v[K_SCHEDULE] != 1)
+        return s_fail(c, kv[K_GRAPH] ? kv[K_GRAPH] : root, "give exactly one of 'graph' or 'schedule'");
+    if (s_nodes(c, v[K_NODES], &nodes) != 0)
+        goto done;
+    int nsched = 1;
+    yaml_node_t *sched = v[K_SCHEDULE];
+    if (sched) {
+        if (sched->type != YAML_SEQUENCE_NODE) {
+            s_fail(c, sched, "schedule: expected a list of graphs, got %s", s_type_name(sched));
+            goto done;
+        }
+        long len = sched->data.sequence.items.top - sched->data.sequence.items.start;
+        if (len < 1 || len > TOPO_MAX_SCHED) {
+            s_fail(c, sched, "schedule: %ld graphs, expected 1..%d", len, TOPO_MAX_SCHED);
+            goto done;
+        }
+        nsched = (int)len;
+    }
+    if ((size_t)nsched * (size_t)c->n * (size_t)c->n > TOPO_MAX_ENTRIES) {
+        s_fail(c, sched ? sched : v[K_NODES], "%d nodes x %d schedule entries is too large (at most %u weights)", c->n,
+               nsched, TOPO_MAX_ENTRIES);
+        goto done;
+    }
+    for (int i = 0; i < c->n; i++)
+        if (security && !nodes[i].pubkey[0]) {
+            s_fail_line(c, c->node_line[i], "security: curve but node %s has no key", nodes[i].id);
+            goto done;
+        }
+    c->t = topo__new(c->n, nsched);
+    memcpy(c->t->nodes, nodes, (size_t)c->n * sizeof *nodes);
+    c->t->security_curve = security;
+    snprintf(c->t->name, sizeof c->t->name, "%s", c->name);
+    if (v[K_DESC])
+        snprintf(c->t->description, sizeof c->t->description, "%s", s_scalar(v[K_DESC]));
+    if (!sched) {
+        if (s_graph(c, v[K_GRAPH], "graph", c->t->sched[0].w) != 0)
+            goto done;
+    } else {
+        for (int k = 0; k < nsched; k++) {
+            char where[32];
+            snprintf(where, sizeof where, "schedule[%d]", k);
+            if (s_graph(c, s_get(c, sched->data.sequence.items.start[k]), where, c->t->sched[k].w) != 0)
+                goto done;
+        }
+    }
+    char msg[512];
+    if (topo__check_connected(c->t, msg, sizeof msg) != 0) {
+        s_fail(c, sched ? kv[K_SCHEDULE] : kv[K_GRAPH], "%s", msg);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(nodes);
+    return rc;
+}
+
+topo *topo_parse(const char *yaml, size_t len, const char *name, char *err, size_t errlen)
+{
+    s_ctx c = { .name = name ? name : "(string)", .err = err, .errlen = errlen };
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    topo *t = NULL;
+    if (!yaml || len > S_MAX_FILE_BYTES) {
+        nn_errf(err, errlen, "%s: %s", c.name, yaml ? "file too large" : "no input");
+        return NULL;
+    }
+    if (!yaml_parser_initialize(&parser)) {
+        nn_errf(err, errlen, "%s: cannot initialise the YAML parser", c.name);
+        return NULL;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+    if (!yaml_parser_load(&parser, &doc)) {
+        char ctx[160] = "";
+        if (parser.context)
+            snprintf(ctx, sizeof ctx, " %s (from line %zu)", parser.context, parser.context_mark.line + 1);
+        nn_errf(err, errlen, "%s:%zu: YAML syntax error: %s%s", c.name, parser.problem_mark.line + 1,
+                parser.problem ? parser.problem : "unknown problem", ctx);
+        yaml_parser_delete(&parser);
+        return NULL;
+    }
+    c.doc = &doc;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root) {
+        nn_errf(err, errlen, "%s:1: empty file (expected a mapping with 'nodes' and 'graph' or 'schedule')", c.name);
+        goto done;
+    }
+    /* A second document is an error (a stray '---' hides mistakes). */
+    yaml_document_t extra;
+    if (!yaml_parser_load(&parser, &extra)) {
+        nn_errf(err, errlen, "%s:%zu: YAML syntax error: %s", c.name, parser.problem_mark.line + 1,
+                parser.problem ? parser.problem : "unknown problem");
+        goto done;
+    }
+    int more = yaml_document_get_root_node(&extra) != NULL;
+    size_t extra_line = extra.start_mark.line + 1;
+    yaml_document_delete(&extra);
+    if (more) {
+        nn_errf(err, errlen, "%s:%zu: more than one YAML document ('---'); a topology file holds one", c.name,
+                extra_line);
+        goto done;
+    }
+    if (s_document(&c, root) == 0) {
+        t = c.t;
+        c.t = NULL;
+    }
+done:
+    topo_destroy(&c.t);
+    free(c.node_line);
+    yaml_document_delete(&doc);
+    yaml_parser_delete(&parser);
+    return t;
+}
+
+topo *topo_load(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        nn_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = nn_xmalloc(cap);
+    for (;;) {
+        if (len == cap) {
+            if (cap > S_MAX_FILE_BYTES) {
+                fclose(f);
+                free(buf);
+                nn_errf(err, errlen, "%s: file too large (more than %u bytes)", path, S_MAX_FILE_BYTES);
+                return NULL;
+            }
+            cap *= 2;
+            buf = nn_xrealloc(buf, cap);
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        nn_errf(err, errlen, "%s: read error", path);
+        return NULL;
+    }
+    topo *t = topo_parse(buf, len, path, err, errlen);
+    free(buf);
+    return t;
+}
