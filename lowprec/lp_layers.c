@@ -63,6 +63,7 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     s += ALIGN64((size_t)d->OC * (d->KH + 1) * (d->KW + 1) * 4);
     s += ALIGN64((size_t)d->OC * 5);
     s += ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
+    s += ALIGN64((size_t)P * sizeof(double));
     /* backward */
     size_t b = 0;
     b += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
@@ -72,6 +73,8 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     b += ALIGN64((size_t)Pp * 4);
     b += ALIGN64((size_t)d->N * d->OC * P);
     b += ALIGN64((size_t)CK * P * sizeof(float));
+    b += ALIGN64((size_t)P * sizeof(double));
+    b += ALIGN64((size_t)(d->KH + d->KW) * 2 * sizeof(int));
     return (s > b ? s : b) + 64;
 }
 
@@ -136,8 +139,15 @@ static void s_im2col_deq(float *col, const uint8_t *x, lp_qparams p, const nn_co
                         continue;
                     }
                     const uint8_t *srow = x + ((size_t)c * H + ih) * W;
-                    for (int ow = 0, iw = -pad + kw; ow < OW; ow++, iw += S)
-                        drow[ow] = (iw >= 0 && iw < W) ? lut[srow[iw]] : 0.0f;
+                    int iw0 = -pad + kw;
+                    if (S == 1 && iw0 >= 0 && iw0 + OW <= W) {
+                        const uint8_t *sr = srow + iw0;
+                        for (int ow = 0; ow < OW; ow++)
+                            drow[ow] = lut[sr[ow]];
+                    } else {
+                        for (int ow = 0, iw = iw0; ow < OW; ow++, iw += S)
+                            drow[ow] = (iw >= 0 && iw < W) ? lut[srow[iw]] : 0.0f;
+                    }
                 }
             }
 }
@@ -159,6 +169,7 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     float *bq = (float *)(void *)bpart;
     uint8_t *bcodes = bpart + (size_t)OC * 4;
     int *rh = s_take(&sp, (size_t)(OH + OW) * 2 * sizeof(int)), *rw = rh + 2 * OH;
+    double *tSX = s_take(&sp, (size_t)P * sizeof(double));
 
     sv->xp = lp_act_qparams(run_range, in, N, xper, mode.train);
     s_quant_act(sv->xq, in, (size_t)N * xper, sv->xp, mode);
@@ -193,11 +204,20 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
 
     const double sw = sv->wp.scale, mw = sv->wp.min, sx = sv->xp.scale, mx = sv->xp.min;
     const double cS = sw * sx, cSX = mw * sx, cSW = sw * mx, cK = mw * mx;
+    /* [owa, owb): output columns whose taps all fall inside the image */
+    int owa = 0, owb = 0;
+    while (owa < OW && (rw[2 * owa] != 0 || rw[2 * owa + 1] != KW))
+        owa++;
+    owb = owa;
+    while (owb < OW && rw[2 * owb] == 0 && rw[2 * owb + 1] == KW)
+        owb++;
     memset(Bp, 0, lp_gemm_pack_b_bytes(CK, P));
     for (int n = 0; n < N; n++) {
         s_im2col_b4(Bp, sv->xq + (size_t)n * xper, d);
         lp_gemm_u8u8(Cm, P, Ap, Bp, OC, P, CK, SX);
         float *o = out + (size_t)n * OC * P;
+        for (int p = 0; p < P; p++)
+            tSX[p] = cSX * SX[p];
         for (int oc = 0; oc < OC; oc++) {
             const int32_t *ps = pre + (size_t)oc * PS;
             const int32_t *crow = Cm + (size_t)oc * P;
@@ -208,13 +228,22 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     (ps[h1 * (KW + 1) + (w1)] - ps[h0 * (KW + 1) + (w1)] - ps[h1 * (KW + 1) + (w0)] + \
      ps[h0 * (KW + 1) + (w0)])
                 double base = cSW * RECT(0, KW) + cK * ((double)C * (h1 - h0) * KW) + bq[oc];
+                const int32_t *cr = crow + (size_t)oh * OW;
+                const double *tx = tSX + (size_t)oh * OW;
+                float *orr = orow + (size_t)oh * OW;
                 for (int ow = 0; ow < OW; ow++) {
-                    int p = oh * OW + ow, w0 = rw[2 * ow], w1 = rw[2 * ow + 1];
+                    if (ow == owa) { /* the columns that see every tap */
+                        for (; ow < owb; ow++)
+                            orr[ow] = (float)(cS * cr[ow] + tx[ow] + base);
+                        if (ow == OW)
+                            break;
+                    }
+                    int w0 = rw[2 * ow], w1 = rw[2 * ow + 1];
                     double bb = base;
                     if (w0 != 0 || w1 != KW)
                         bb = cSW * RECT(w0, w1) + cK * ((double)C * (h1 - h0) * (w1 - w0)) +
                              bq[oc];
-                    orow[p] = (float)(cS * crow[p] + cSX * SX[p] + bb);
+                    orr[ow] = (float)(cS * cr[ow] + tx[ow] + bb);
                 }
 #undef RECT
             }
@@ -238,6 +267,8 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
     int32_t *SG = s_take(&sp, (size_t)lp_gemm_np(P) * 4);
     uint8_t *gq = s_take(&sp, (size_t)N * OC * P);
     float *col = s_take(&sp, (size_t)CK * P * sizeof(float));
+    double *tSG = s_take(&sp, (size_t)P * sizeof(double));
+    int *rh = s_take(&sp, (size_t)(KH + KW) * 2 * sizeof(int)), *rw = rh + 2 * KH;
 
     /* bias and weight gradients: full-precision dout (bifurcation) */
     for (int n = 0; n < N; n++) {
@@ -264,9 +295,23 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
     lp_gemm_pack_a(Ap, SWc, sv->wq, 1, CK, CK, OC); /* A(ck, oc) = wq[oc][ck] */
     const double sw = sv->wp.scale, mw = sv->wp.min, sg = gp.scale, mg = gp.min;
     const double cS = sw * sg, cSG = mw * sg;
+    /* rows / columns of the output a tap kh / kw reads inside the image */
+    for (int k = 0; k < KH + KW; k++) {
+        int kk = k < KH ? k : k - KH, O = k < KH ? OH : OW, In = k < KH ? H : W;
+        int lo = 0, hi = 0;
+        while (lo < O && lo * S - pad + kk < 0)
+            lo++;
+        hi = lo;
+        while (hi < O && hi * S - pad + kk < In)
+            hi++;
+        rh[2 * k] = lo;
+        rh[2 * k + 1] = hi;
+    }
     for (int n = 0; n < N; n++) {
         lp_gemm_pack_b(Bp, gq + (size_t)n * OC * P, P, 1, OC, P);
         lp_gemm_u8u8(Cm, P, Ap, Bp, CK, P, OC, SG);
+        for (int p = 0; p < P; p++)
+            tSG[p] = cSG * SG[p];
         float *dx = din + (size_t)n * xper;
         memset(dx, 0, xper * sizeof(float));
         for (int c = 0; c < C; c++)
@@ -275,17 +320,21 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                     int ck = (c * KH + kh) * KW + kw;
                     double base = sw * mg * SWc[ck] + (double)OC * mw * mg;
                     const int32_t *crow = Cm + (size_t)ck * P;
-                    for (int oh = 0; oh < OH; oh++) {
+                    /* output columns whose tap kw falls inside the image */
+                    int ow0 = rw[2 * kw], ow1 = rw[2 * kw + 1];
+                    if (ow1 <= ow0)
+                        continue;
+                    for (int oh = rh[2 * kh]; oh < rh[2 * kh + 1]; oh++) {
                         int ih = oh * S - pad + kh;
-                        if (ih < 0 || ih >= H)
-                            continue;
-                        float *xrow = dx + ((size_t)c * H + ih) * W;
-                        for (int ow = 0, iw = -pad + kw; ow < OW; ow++, iw += S) {
-                            if (iw < 0 || iw >= W)
-                                continue;
-                            int p = oh * OW + ow;
-                            xrow[iw] += (float)(cS * crow[p] + cSG * SG[p] + base);
-                        }
+                        float *xrow = dx + ((size_t)c * H + ih) * W + (ow0 * S - pad + kw);
+                        const int32_t *cr = crow + (size_t)oh * OW;
+                        const double *tg = tSG + (size_t)oh * OW;
+                        if (S == 1)
+                            for (int ow = ow0; ow < ow1; ow++)
+                                xrow[ow - ow0] += (float)(cS * cr[ow] + tg[ow] + base);
+                        else
+                            for (int ow = ow0; ow < ow1; ow++)
+                                xrow[(ow - ow0) * S] += (float)(cS * cr[ow] + tg[ow] + base);
                     }
                 }
     }
@@ -375,11 +424,18 @@ size_t lp_linear_saved_bytes(int N, int F, int OF)
     return (size_t)N * F + (size_t)OF * F;
 }
 
+/* packed weights: (OF, F) in forward, (F, OF) in backward */
+static size_t s_lin_apack(int F, int OF)
+{
+    size_t a = lp_gemm_pack_a_bytes(OF, F), b = lp_gemm_pack_a_bytes(F, OF);
+    return a > b ? a : b;
+}
+
 size_t lp_linear_scratch_bytes(int N, int F, int OF)
 {
     const int mx = F > OF ? F : OF;
     size_t s = 0;
-    s += ALIGN64(lp_gemm_pack_a_bytes(mx, mx));
+    s += ALIGN64(s_lin_apack(F, OF));
     s += ALIGN64(lp_gemm_pack_b_bytes(mx, N));
     s += ALIGN64((size_t)mx * N * 4);
     s += ALIGN64((size_t)mx * 4);
@@ -396,7 +452,7 @@ void lp_linear_forward(float *out, lp_qsaved *sv, float *run_range, const float 
 {
     const int mx_ = F > OF ? F : OF;
     unsigned char *sp = (unsigned char *)scratch;
-    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(mx_, mx_));
+    int8_t *Ap = s_take(&sp, s_lin_apack(F, OF));
     uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(mx_, N));
     int32_t *Cm = s_take(&sp, (size_t)mx_ * N * 4);
     int32_t *SW = s_take(&sp, (size_t)mx_ * 4);
@@ -433,7 +489,7 @@ void lp_linear_backward(float *din, float *dw, float *db, const float *dout, con
 {
     const int mx_ = F > OF ? F : OF;
     unsigned char *sp = (unsigned char *)scratch;
-    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(mx_, mx_));
+    int8_t *Ap = s_take(&sp, s_lin_apack(F, OF));
     uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(mx_, N));
     int32_t *Cm = s_take(&sp, (size_t)mx_ * N * 4);
     int32_t *SWc = s_take(&sp, (size_t)mx_ * 4);
@@ -629,13 +685,16 @@ void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, con
             for (int j = 0; j < 16; j++) {
                 int st, len;
                 lp_ren_chunk(T, j, &st, &len);
+                /* first arg-max / arg-min: the chunk's max and min (SIMD), then
+                 * the first index holding each (same as a running strict
+                 * comparison; x are dequantized codes, never NaN) */
+                float cmn, cmx;
+                lp_minmax(&cmn, &cmx, xg + st, (size_t)len);
                 int amax = st, amin = st;
-                for (int i = st + 1; i < st + len; i++) {
-                    if (xg[i] > xg[amax])
-                        amax = i;
-                    if (xg[i] < xg[amin])
-                        amin = i;
-                }
+                while (xg[amax] != cmx)
+                    amax++;
+                while (xg[amin] != cmn)
+                    amin++;
                 dg[amax] += dR / 16.0f;
                 dg[amin] -= dR / 16.0f;
             }

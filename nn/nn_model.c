@@ -29,7 +29,10 @@ struct nn_model {
 
     /* prepared storage */
     int       maxN, lastN;
-    float   **act, **dact;
+    float   **act, **dact;    /* per slot: views into the buffers below */
+    float   **bufs;           /* owned activation / gradient buffers */
+    int       nbufs;
+    size_t    prepared_bytes;
     int      *written;  /* per slot: gradient already written this backward */
     int      *needs;    /* per slot: gradient needed */
     float    *scratch;
@@ -625,39 +628,103 @@ void nn_model_init_params(nn_model *m, uint64_t seed)
     nn_rng_seed(&m->rng, seed ^ 0x5eedf00dULL);
 }
 
+/* Frees what nn_model_prepare allocated (safe before any prepare). */
+static void s_free_prepared(nn_model *m)
+{
+    for (int i = 0; i < m->nbufs; i++)
+        free(m->bufs[i]);
+    for (int i = 0; i < m->nops; i++) {
+        free(m->ops[i].state);
+        m->ops[i].state = NULL;
+    }
+    free(m->bufs);
+    free(m->act);
+    free(m->dact);
+    free(m->written);
+    free(m->needs);
+    free(m->scratch);
+    free(m->gtmp);
+    free(m->probs);
+    free(m->labels);
+    m->bufs = NULL;
+    m->nbufs = 0;
+    m->act = m->dact = NULL;
+    m->written = m->needs = NULL;
+    m->scratch = m->gtmp = m->probs = NULL;
+    m->labels = NULL;
+}
+
+static float *s_own(nn_model *m, size_t floats)
+{
+    float *p = nn_xalloc_aligned((floats ? floats : 1) * sizeof(float));
+    m->bufs[m->nbufs++] = p;
+    m->prepared_bytes += (floats ? floats : 1) * sizeof(float);
+    return p;
+}
+
+/* Storage sharing by liveness.  Slot s lives from its producer (op index
+ * def[s]; -1 for the model input, copied in before op 0) to its last
+ * consumer last[s], in forward for its activation and (in reverse) in
+ * backward for its gradient.  Slots whose lifetimes do not overlap share a
+ * buffer: greedy interval allocation in order of def (each slot goes to a
+ * free buffer of the smallest sufficient size, else the largest free one,
+ * grown, else a new one).  `own` slots get a buffer of their own. */
+static void s_assign(nn_model *m, float **view, const int *use, const int *own, const int *def,
+                     const int *last, int maxN)
+{
+    int ns = m->nslots, nb = 0;
+    size_t *bsize = nn_xcalloc((size_t)ns, sizeof *bsize);
+    int *bend = nn_xcalloc((size_t)ns, sizeof *bend);
+    int *which = nn_xcalloc((size_t)ns, sizeof *which);
+    /* slots are created in op order, so slot order is def order */
+    for (int s = 0; s < ns; s++) {
+        if (!use[s])
+            continue;
+        size_t sz = (size_t)maxN * nn_shape_numel(m->shapes[s]);
+        int best = -1;
+        if (!own[s])
+            for (int b = 0; b < nb; b++) {
+                if (bend[b] == INT32_MAX || bend[b] >= def[s])
+                    continue;
+                if (best < 0)
+                    best = b;
+                else if (bsize[b] >= sz && (bsize[best] < sz || bsize[b] < bsize[best]))
+                    best = b;
+                else if (bsize[best] < sz && bsize[b] > bsize[best])
+                    best = b;
+            }
+        if (best < 0)
+            best = nb++;
+        if (sz > bsize[best])
+            bsize[best] = sz;
+        bend[best] = own[s] ? INT32_MAX : last[s];
+        which[s] = best;
+    }
+    float **base = nn_xcalloc((size_t)(nb ? nb : 1), sizeof *base);
+    for (int b = 0; b < nb; b++)
+        base[b] = s_own(m, bsize[b]);
+    for (int s = 0; s < ns; s++)
+        view[s] = use[s] ? base[which[s]] : NULL;
+    free(base);
+    free(bsize);
+    free(bend);
+    free(which);
+}
+
 void nn_model_prepare(nn_model *m, int maxN)
 {
     assert(maxN > 0);
     if (maxN <= m->maxN)
         return;
-    if (m->act) {
-        for (int s = 0; s < m->nslots; s++) {
-            free(m->act[s]);
-            free(m->dact[s]);
-        }
-        for (int i = 0; i < m->nops; i++)
-            free(m->ops[i].state);
-        free(m->act);
-        free(m->dact);
-        free(m->written);
-        free(m->needs);
-        free(m->scratch);
-        free(m->gtmp);
-        free(m->probs);
-        free(m->labels);
-    }
+    s_free_prepared(m);
     m->maxN = maxN;
-    m->act = nn_xcalloc((size_t)m->nslots, sizeof *m->act);
-    m->dact = nn_xcalloc((size_t)m->nslots, sizeof *m->dact);
-    m->written = nn_xcalloc((size_t)m->nslots, sizeof *m->written);
-    m->needs = nn_xcalloc((size_t)m->nslots, sizeof *m->needs);
-    size_t maxslot = 0;
-    for (int s = 0; s < m->nslots; s++) {
-        size_t n = (size_t)maxN * nn_shape_numel(m->shapes[s]);
-        m->act[s] = nn_xalloc_aligned(n * sizeof(float));
-        if (n > maxslot)
-            maxslot = n;
-    }
+    m->prepared_bytes = 0;
+    const int ns = m->nslots;
+    m->act = nn_xcalloc((size_t)ns, sizeof *m->act);
+    m->dact = nn_xcalloc((size_t)ns, sizeof *m->dact);
+    m->written = nn_xcalloc((size_t)ns, sizeof *m->written);
+    m->needs = nn_xcalloc((size_t)ns, sizeof *m->needs);
+    m->bufs = nn_xcalloc(2 * (size_t)ns, sizeof *m->bufs);
     /* Which slots need a gradient: produced by an op with parameters or
      * from a slot that needs one. */
     m->scratch_n = 0;
@@ -670,6 +737,7 @@ void nn_model_prepare(nn_model *m, int maxN)
         if (op->cls->state_bytes) {
             size_t b = op->cls->state_bytes(op, maxN);
             op->state = b ? nn_xalloc_aligned(b) : NULL;
+            m->prepared_bytes += b;
         }
         if (op->cls->scratch_floats) {
             size_t f = op->cls->scratch_floats(op, maxN);
@@ -677,14 +745,53 @@ void nn_model_prepare(nn_model *m, int maxN)
                 m->scratch_n = f;
         }
     }
-    for (int s = 0; s < m->nslots; s++)
-        if (m->needs[s] || s == m->logits_slot)
-            m->dact[s] = nn_xalloc_aligned((size_t)maxN * nn_shape_numel(m->shapes[s]) *
-                                           sizeof(float));
+    /* Lifetimes.  An activation read by some consumer's backward
+     * (reads_input), and the logits, keep a buffer of their own. */
+    int *def = nn_xcalloc((size_t)ns, sizeof *def), *last = nn_xcalloc((size_t)ns, sizeof *last);
+    int *pin = nn_xcalloc((size_t)ns, sizeof *pin), *use = nn_xcalloc((size_t)ns, sizeof *use);
+    int *gpin = nn_xcalloc((size_t)ns, sizeof *gpin), *guse = nn_xcalloc((size_t)ns, sizeof *guse);
+    for (int s = 0; s < ns; s++)
+        def[s] = last[s] = -1;
+    for (int i = 0; i < m->nops; i++) {
+        const nn_op *op = &m->ops[i];
+        def[op->out] = last[op->out] = i;
+        last[op->in] = i;
+        if (op->in2 >= 0)
+            last[op->in2] = i;
+        if (op->cls->reads_input) {
+            pin[op->in] = 1;
+            if (op->in2 >= 0)
+                pin[op->in2] = 1;
+        }
+    }
+    pin[m->logits_slot] = gpin[m->logits_slot] = 1;
+    size_t maxslot = 0;
+    for (int s = 0; s < ns; s++) {
+        size_t n = (size_t)maxN * nn_shape_numel(m->shapes[s]);
+        maxslot = n > maxslot ? n : maxslot;
+        use[s] = 1;
+        guse[s] = m->needs[s] || s == m->logits_slot;
+    }
+    s_assign(m, m->act, use, pin, def, last, maxN);
+    s_assign(m, m->dact, guse, gpin, def, last, maxN);
+    free(def);
+    free(last);
+    free(pin);
+    free(use);
+    free(gpin);
+    free(guse);
     m->scratch = nn_xalloc_aligned((m->scratch_n ? m->scratch_n : 1) * sizeof(float));
     m->gtmp = nn_xalloc_aligned(maxslot * sizeof(float));
     m->probs = nn_xalloc_aligned((size_t)maxN * (size_t)m->cfg.classes * sizeof(float));
     m->labels = nn_xcalloc((size_t)maxN, 1);
+    m->prepared_bytes += (m->scratch_n ? m->scratch_n : 1) * sizeof(float) +
+                         maxslot * sizeof(float) +
+                         (size_t)maxN * (size_t)m->cfg.classes * sizeof(float) + (size_t)maxN;
+}
+
+size_t nn_model_prepared_bytes(const nn_model *m)
+{
+    return m->prepared_bytes;
 }
 
 void nn_model_destroy(nn_model **self_p)
@@ -692,21 +799,7 @@ void nn_model_destroy(nn_model **self_p)
     if (!self_p || !*self_p)
         return;
     nn_model *m = *self_p;
-    if (m->act)
-        for (int s = 0; s < m->nslots; s++) {
-            free(m->act[s]);
-            free(m->dact[s]);
-        }
-    for (int i = 0; i < m->nops; i++)
-        free(m->ops[i].state);
-    free(m->act);
-    free(m->dact);
-    free(m->written);
-    free(m->needs);
-    free(m->scratch);
-    free(m->gtmp);
-    free(m->probs);
-    free(m->labels);
+    s_free_prepared(m);
     free(m->ops);
     free(m->shapes);
     free(m->pinit);

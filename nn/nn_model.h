@@ -51,7 +51,10 @@ typedef struct nn_op_class {
     size_t (*saved_bytes)(const nn_op *op, int N);
     void (*forward)(nn_op *op, nn_model *m, int N, int train);
     void (*backward)(nn_op *op, nn_model *m, int N);
-    /* Does backward read the float input slot (act[in])? */
+    /* Does backward read the float input slot (act[in], and act[in2] for
+     * binary ops)?  Backward may read no other activation slot: slots no
+     * backward reads share storage with slots whose lifetimes do not
+     * overlap (nn_model_prepare), so they are gone after the forward. */
     int reads_input;
 } nn_op_class;
 
@@ -111,8 +114,16 @@ void      nn_model_destroy(nn_model **self_p);
 void nn_model_init_params(nn_model *m, uint64_t seed);
 
 /* Allocates activations, gradients, op state and scratch for batches of at
- * most maxN.  Called once; may be called again with a larger maxN. */
+ * most maxN.  Called once; may be called again with a larger maxN.
+ * Memory is shared by liveness: a slot that no op's backward reads lives in
+ * a buffer shared with slots whose lifetimes (producer to last consumer) do
+ * not overlap, and gradient slots likewise in backward order.  After a
+ * forward only the logits and slots some backward reads (reads_input) are
+ * still valid through nn_model_act(). */
 void nn_model_prepare(nn_model *m, int maxN);
+/* Bytes nn_model_prepare allocated: activation and gradient buffers, op
+ * state, scratch and loss buffers (0 before prepare). */
+size_t nn_model_prepared_bytes(const nn_model *m);
 
 /* Forward pass on x (N, in_c, in_h, in_w).  With labels, returns the mean
  * cross-entropy and keeps what backward needs; without, returns 0.

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lowprec/lp_model.h"
 #include "nn/nn_safetensors.h"
 
 void node_model_opts_defaults(node_model_opts *o)
@@ -76,10 +77,11 @@ nn_model *node_model_build(const node_model_opts *o, int in_c, int in_h, int in_
         nn_errf(err, errlen, "--norm '%s': expected evonorm, batchnorm or none", o->norm);
         return NULL;
     }
-    if (strcmp(o->precision, "fp32") != 0) {
-        nn_errf(err, errlen, "--precision '%s': expected fp32", o->precision);
+    if (!lp_precision_known(o->precision)) {
+        nn_errf(err, errlen, "--precision '%s': expected fp32, int8 or fakequant", o->precision);
         return NULL;
     }
+    cfg.factory = lp_factory_by_name(o->precision); /* NULL = fp32 */
     return nn_model_new(&cfg, err, errlen);
 }
 
