@@ -1,7 +1,11 @@
 /* nn_conv — 2-D convolution, forward and backward (declared in nn_layers.h).
  *
- * Owns:    the im2col/col2im lowering and its OpenBLAS sgemm calls, plus the
- *          direct-loop _ref twins the tests compare against.
+ * Owns:    the im2col/col2im lowering and its OpenBLAS sgemm calls, the
+ *          im2col-free "shift" path and the "lowered" path (im2col + the
+ *          AVX-512 kernels of nn_conv_avx512.c instead of sgemm; every
+ *          non-1x1-stride-1 conv on AVX-512 CPUs), the batch-split thread
+ *          helper (nn_par_run, nn_layers_set_threads), plus the direct-loop
+ *          _ref twins the tests compare against.
  * Exposes: nn_conv_dims_make, nn_conv_scratch_floats, nn_conv2d_forward/
  *          backward (+ _ref), and the *_nb variants that take the chunk size
  *          explicitly (benchmarks and tests).
@@ -28,11 +32,31 @@
  * nb is chosen so that a chunk has at least NN_CONV_COLS columns: wide enough
  * for an efficient sgemm, small enough that col stays in cache
  * (bench/bench_layers.c measures the alternatives).
+ *
+ * Im2col-free path ("shift" path; CPUs with AVX-512, stride 1, "same"
+ * padding 2*pad == K-1, K > 1 — every 3x3 stride-1 conv of resnet20/vgg).
+ * A chunk of nb samples is copied into a zero-bordered grid (C, nb, Hp, Wp),
+ * Hp = H+2*pad, Wp = W+2*pad, channel stride cs = nb*Hp*Wp.  Output pixel
+ * (oh, ow) of sample j sits at grid index j*Hp*Wp + (pad+oh)*Wp + pad+ow and
+ * tap (kh, kw) reads the input grid at that index + toff, toff =
+ * (kh-pad)*Wp + (kw-pad): the lowered matrix is never built, the kernels of
+ * nn_conv_avx512.c read the shifted grid rows directly (pad columns produce
+ * garbage outputs that are never copied out, ~6-25% extra arithmetic).
+ *   forward:  gout (OC, cs) = shiftgemm(w, gin), copied to NCHW (+ bias);
+ *   backward: gG (OC, cs) = dout in grid form (zero borders),
+ *             dw[oc][c,kh,kw] += sum_j gG[oc][j] * gin[c][j + toff]   (shiftdot)
+ *             gdin (C, cs) = shiftgemm(flipped w^T, gG)  — the input gradient
+ *             of a "same" stride-1 conv is the same conv of dout with the
+ *             kernel flipped and in/out channels swapped — copied to din.
+ * Every grid read stays inside [0, nb*Hp*Wp) (the kernels only compute the
+ * columns from the first to the last real pixel), so no slack is needed.
+ * nb: nn_conv_chunk picks >= NN_SHIFT_COLS grid columns per chunk.
  */
 #include "nn/nn_layers.h"
 #include "nn/nn_layers_simd.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -41,6 +65,12 @@
 #ifndef NN_CONV_COLS
 #define NN_CONV_COLS 1024
 #endif
+/* Target grid columns per chunk (nb*Hp*Wp) of the shift path. */
+#ifndef NN_SHIFT_COLS
+#define NN_SHIFT_COLS 1024
+#endif
+/* Most taps (KH*KW) the shift path takes. */
+#define NN_SHIFT_TMAX 49
 
 nn_conv_dims nn_conv_dims_make(int N, int C, int H, int W, int OC, int K, int stride, int pad)
 {
@@ -66,10 +96,83 @@ static int s_is_pointwise(const nn_conv_dims *d)
     return d->KH == 1 && d->KW == 1 && d->stride == 1 && d->pad == 0;
 }
 
+/* Geometry the shift path can take (whether or not the CPU can run it). */
+static int s_shift_ok(const nn_conv_dims *d)
+{
+    return d->stride == 1 && d->KH == d->KW && d->KH > 1 && 2 * d->pad == d->KH - 1 &&
+           d->KH * d->KW <= NN_SHIFT_TMAX;
+}
+
+static int s_use_shift(const nn_conv_dims *d)
+{
+    return s_shift_ok(d) && nn_simd_have_avx512();
+}
+
+/* Every other conv but the 1x1 stride-1 one: im2col + the same AVX-512
+ * kernels (with T = 1) instead of OpenBLAS ("lowered" path). */
+static int s_use_lowered(const nn_conv_dims *d)
+{
+    return !s_shift_ok(d) && !s_is_pointwise(d) && nn_simd_have_avx512();
+}
+
+static size_t s_plane(const nn_conv_dims *d)
+{
+    return (size_t)(d->H + 2 * d->pad) * (size_t)(d->W + 2 * d->pad);
+}
+
+static size_t s_round16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+size_t nn_shift_pack_size(int M, int K)
+{
+    return (size_t)((M + 3) / 4) * 4 * (size_t)K;
+}
+
+/* Floats of the packed-weight area at the start of a thread's scratch (any
+ * of the three pack modes of s_shift_pack). */
+static size_t s_pack_area(const nn_conv_dims *d)
+{
+    const int T = d->KH * d->KW, CK = d->C * T;
+    size_t pa = nn_shift_pack_size(d->OC, CK), pb = nn_shift_pack_size(d->C, d->OC * T);
+    size_t pc = nn_shift_pack_size(CK, d->OC);
+    pa = pa > pb ? pa : pb;
+    return s_round16(pa > pc ? pa : pc);
+}
+
+/* Floats one thread of the kernel paths needs with chunk nb: the pack area,
+ * then
+ *   shift path:   grids gin (C), gG/gout (OC), gdin (C), cs = nb*Hp*Wp each;
+ *   lowered path: col (CK, nb*P) (also dcol), G/tmp (OC, nb*P). */
+static size_t s_kern_scratch(const nn_conv_dims *d, int nb)
+{
+    if (s_shift_ok(d)) {
+        size_t cs = (size_t)nb * s_plane(d);
+        return s_pack_area(d) + s_round16((size_t)d->C * cs) + s_round16((size_t)d->OC * cs) +
+               (size_t)d->C * cs;
+    }
+    size_t CK = (size_t)d->C * d->KH * d->KW, cols = (size_t)nb * (size_t)d->OH * (size_t)d->OW;
+    return s_pack_area(d) + s_round16(CK * cols) + (size_t)d->OC * cols;
+}
+
+/* Per-thread scratch of the kernel paths: s_kern_scratch plus a private dw
+ * (OC*CK) for the threaded backward. */
+static size_t s_shift_thread_floats(const nn_conv_dims *d, int nb)
+{
+    return s_round16(s_kern_scratch(d, nb)) +
+           s_round16((size_t)d->OC * d->C * d->KH * d->KW);
+}
+
 int nn_conv_chunk(const nn_conv_dims *d)
 {
     if (s_is_pointwise(d))
         return 1;
+    if (s_use_shift(d)) {
+        size_t pl = s_plane(d);
+        int nb = (int)((NN_SHIFT_COLS + pl - 1) / pl);
+        return nb < 1 ? 1 : nb > d->N ? d->N : nb;
+    }
     int P = d->OH * d->OW;
     int nb = (NN_CONV_COLS + P - 1) / P;
     if (nb < 1)
@@ -89,7 +192,12 @@ size_t nn_conv_scratch_floats_nb(const nn_conv_dims *d, int nb)
     size_t P = (size_t)d->OH * (size_t)d->OW;
     size_t CK = (size_t)d->C * (size_t)d->KH * (size_t)d->KW;
     size_t cols = (size_t)nb * P;
-    return CK * cols + (nb > 1 ? (size_t)d->OC * cols : 0);
+    size_t n = CK * cols + (nb > 1 ? (size_t)d->OC * cols : 0);
+    if (!s_is_pointwise(d)) {
+        size_t sh = (size_t)NN_PAR_MAX_THREADS * s_shift_thread_floats(d, nb);
+        n = sh > n ? sh : n;
+    }
+    return n;
 }
 
 size_t nn_conv_scratch_floats(const nn_conv_dims *d)
@@ -205,6 +313,354 @@ static void s_col2im(float *din, const float *dcol, int nb, const nn_conv_dims *
     }
 }
 
+/* ---- threads ------------------------------------------------------------------
+ * Batch-split parallelism for the non-BLAS kernels: nn_par_run(nt, fn, arg)
+ * runs fn(arg, t, nt) for t in [0, nt), t = 0 on the calling thread and the
+ * others on short-lived pthreads (joined before returning), so a kernel
+ * stays a plain call with no state left behind.  Work splits and reductions
+ * depend only on nt: results are deterministic for a given thread count. */
+
+static int s_par_threads; /* 0: follow OpenBLAS */
+
+void nn_layers_set_threads(int n)
+{
+    s_par_threads = n < 0 ? 0 : n;
+}
+
+int nn_par_threads(void)
+{
+    int n = s_par_threads ? s_par_threads : openblas_get_num_threads();
+    return n < 1 ? 1 : n > NN_PAR_MAX_THREADS ? NN_PAR_MAX_THREADS : n;
+}
+
+typedef struct {
+    nn_par_fn fn;
+    void *arg;
+    int t, nt;
+} s_par_arg;
+
+static void *s_par_main(void *p)
+{
+    s_par_arg *a = p;
+    a->fn(a->arg, a->t, a->nt);
+    return NULL;
+}
+
+void nn_par_run(int nt, nn_par_fn fn, void *arg)
+{
+    assert(nt >= 1 && nt <= NN_PAR_MAX_THREADS);
+    pthread_t th[NN_PAR_MAX_THREADS];
+    s_par_arg a[NN_PAR_MAX_THREADS];
+    int started[NN_PAR_MAX_THREADS] = {0};
+    for (int t = 1; t < nt; t++) {
+        a[t] = (s_par_arg){fn, arg, t, nt};
+        started[t] = pthread_create(&th[t], NULL, s_par_main, &a[t]) == 0;
+    }
+    fn(arg, 0, nt);
+    for (int t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(th[t], NULL);
+        else
+            fn(arg, t, nt); /* no thread available: run the share here */
+    }
+}
+
+/* ---- shift path ------------------------------------------------------------ */
+
+/* grid (nch, nb, Hp, Wp), channel stride cs: src[j][c] (nb, nch, H, W) at
+ * offset (p, p) of plane (c, j), zeros around it (overwritten). */
+static void s_to_grid(float *grid, size_t cs, const float *src, int nb, int nch, int H, int W,
+                      int p)
+{
+    const size_t Wp = (size_t)W + 2 * (size_t)p, plane = ((size_t)H + 2 * (size_t)p) * Wp;
+    for (int c = 0; c < nch; c++)
+        for (int j = 0; j < nb; j++) {
+            float *g = grid + (size_t)c * cs + (size_t)j * plane;
+            const float *x = src + ((size_t)j * nch + c) * (size_t)H * W;
+            memset(g, 0, sizeof(float) * (p * Wp + p));
+            for (int h = 0; h < H; h++) {
+                float *row = g + (p + (size_t)h) * Wp + p;
+                memcpy(row, x + (size_t)h * W, sizeof(float) * (size_t)W);
+                memset(row + W, 0, sizeof(float) * 2 * (size_t)p);
+            }
+            memset(g + (p + (size_t)H) * Wp + p, 0, sizeof(float) * (p * Wp - p));
+        }
+}
+
+/* dst (nb, nch, H, W) = the data part of grid (+ bias[c] if bias), overwritten. */
+static void s_from_grid(float *dst, const float *grid, size_t cs, int nb, int nch, int H, int W,
+                        int p, const float *bias)
+{
+    const size_t Wp = (size_t)W + 2 * (size_t)p, plane = ((size_t)H + 2 * (size_t)p) * Wp;
+    for (int j = 0; j < nb; j++)
+        for (int c = 0; c < nch; c++) {
+            const float *g = grid + (size_t)c * cs + (size_t)j * plane + p * Wp + p;
+            float *o = dst + ((size_t)j * nch + c) * (size_t)H * W;
+            const float bv = bias ? bias[c] : 0.0f;
+            for (int h = 0; h < H; h++) {
+                const float *gr = g + (size_t)h * Wp;
+                float *orow = o + (size_t)h * W;
+                if (bias)
+                    for (int w = 0; w < W; w++)
+                        orow[w] = gr[w] + bv;
+                else
+                    memcpy(orow, gr, sizeof(float) * (size_t)W);
+            }
+        }
+}
+
+static void s_shift_toff(int *toff, const nn_conv_dims *d)
+{
+    const int K = d->KH, p = d->pad, Wp = d->W + 2 * p;
+    for (int kh = 0; kh < K; kh++)
+        for (int kw = 0; kw < K; kw++)
+            toff[kh * K + kw] = (kh - p) * Wp + (kw - p);
+}
+
+/* Ap = packed A (M, K) of the weights w (OC, C, KH, KW), T = KH*KW:
+ *   mode 0: A(oc, k) = w[oc*CK + k]                        (M = OC, K = CK);
+ *   mode 1: A(c, oc*T + t) = w[oc][c][T-1-t], flipped       (M = C, K = OC*T);
+ *   mode 2: A(k, oc) = w[oc*CK + k], transposed             (M = CK, K = OC). */
+static void s_shift_pack(float *Ap, const float *w, const nn_conv_dims *d, int mode)
+{
+    const int T = d->KH * d->KW, C = d->C, OC = d->OC, CK = C * T;
+    const int M = mode == 0 ? OC : mode == 1 ? C : CK;
+    const int K = mode == 0 ? CK : mode == 1 ? OC * T : OC;
+    const int Mp = (M + 3) / 4 * 4;
+    for (int m = 0; m < Mp; m++)
+        for (int k = 0; k < K; k++) {
+            float v = 0.0f;
+            if (m < M) {
+                if (mode == 1) {
+                    int oc = k / T, t = k % T;
+                    v = w[((size_t)oc * C + m) * T + (size_t)(T - 1 - t)];
+                } else if (mode == 2) {
+                    v = w[(size_t)k * CK + m];
+                } else {
+                    v = w[(size_t)m * K + k];
+                }
+            }
+            Ap[(size_t)(m / 4) * K * 4 + (size_t)k * 4 + (size_t)(m % 4)] = v;
+        }
+}
+
+/* Lowered path, forward of samples [n_lo, n_hi): col = im2col, tmp (OC,
+ * cols) = w @ col, scattered to NCHW (+ bias).  Ap holds pack mode 0. */
+static void s_low_forward_range(float *out, const float *in, const float *b,
+                                const nn_conv_dims *d, float *scratch, const float *Ap, int nb,
+                                int n_lo, int n_hi)
+{
+    const int OC = d->OC, CK = d->C * d->KH * d->KW;
+    const size_t P = (size_t)d->OH * d->OW, in_n = (size_t)d->C * d->H * d->W, out_n = OC * P;
+    float *col = scratch + s_pack_area(d), *tmp = col + s_round16((size_t)CK * nb * P);
+    static const int zero = 0;
+    for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
+        const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
+        const size_t cols = (size_t)m * P;
+        s_im2col(col, in + (size_t)n0 * in_n, m, d);
+        nn_avx512_shiftgemm(tmp, cols, Ap, OC, col, cols, CK, &zero, 1, cols);
+        for (int j = 0; j < m; j++)
+            for (int oc = 0; oc < OC; oc++) {
+                const float *t = tmp + (size_t)oc * cols + (size_t)j * P;
+                float *o = out + (size_t)(n0 + j) * out_n + (size_t)oc * P;
+                const float bv = b ? b[oc] : 0.0f;
+                for (size_t q = 0; q < P; q++)
+                    o[q] = t[q] + bv;
+            }
+    }
+}
+
+/* Lowered path, backward of samples [n_lo, n_hi): dw +=, din (if not NULL)
+ * overwritten via dcol = w^T @ G and col2im.  Ap holds pack mode 2. */
+static void s_low_backward_range(float *din, float *dw, const float *dout, const float *in,
+                                 const nn_conv_dims *d, float *scratch, const float *Ap, int nb,
+                                 int n_lo, int n_hi)
+{
+    const int OC = d->OC, CK = d->C * d->KH * d->KW;
+    const size_t P = (size_t)d->OH * d->OW, in_n = (size_t)d->C * d->H * d->W, out_n = OC * P;
+    float *col = scratch + s_pack_area(d), *G = col + s_round16((size_t)CK * nb * P);
+    static const int zero = 0;
+    for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
+        const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
+        const size_t cols = (size_t)m * P;
+        for (int j = 0; j < m; j++)
+            for (int oc = 0; oc < OC; oc++)
+                memcpy(G + (size_t)oc * cols + (size_t)j * P,
+                       dout + (size_t)(n0 + j) * out_n + (size_t)oc * P, sizeof(float) * P);
+        s_im2col(col, in + (size_t)n0 * in_n, m, d);
+        /* forward: out = w @ col  =>  dw += G @ col^T, dcol = w^T @ G */
+        nn_avx512_shiftdot(dw, (size_t)CK, G, cols, OC, col, cols, CK, &zero, 1, cols);
+        if (!din)
+            continue;
+        nn_avx512_shiftgemm(col, cols, Ap, CK, G, cols, OC, &zero, 1, cols);
+        s_col2im(din + (size_t)n0 * in_n, col, m, d);
+    }
+}
+
+/* Forward of samples [n_lo, n_hi) in chunks of nb, with scratch of
+ * s_shift_scratch(d, nb) floats whose packed-weight area already holds
+ * s_shift_pack(.., 0). */
+static void s_shift_forward_range(float *out, const float *in, const float *b,
+                                  const nn_conv_dims *d, float *scratch, const float *Ap, int nb,
+                                  int n_lo, int n_hi)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, p = d->pad, T = d->KH * d->KW;
+    const size_t plane = s_plane(d), in_n = (size_t)C * H * W, out_n = (size_t)OC * H * W;
+    const size_t jlo = (size_t)p * (W + 2 * p) + p;
+    int toff[NN_SHIFT_TMAX];
+    s_shift_toff(toff, d);
+    float *gin = scratch + s_pack_area(d);
+    float *gout = gin + s_round16((size_t)C * nb * plane);
+    for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
+        const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
+        const size_t cs = (size_t)m * plane;
+        s_to_grid(gin, cs, in + (size_t)n0 * in_n, m, C, H, W, p);
+        nn_avx512_shiftgemm(gout + jlo, cs, Ap, OC, gin + jlo, cs, C, toff, T, cs - 2 * jlo);
+        s_from_grid(out + (size_t)n0 * out_n, gout, cs, m, OC, H, W, p, b);
+    }
+}
+
+/* Backward of samples [n_lo, n_hi): dw +=, din (if not NULL) overwritten;
+ * Ap holds s_shift_pack(.., 1) when din is wanted. */
+static void s_shift_backward_range(float *din, float *dw, const float *dout, const float *in,
+                                   const nn_conv_dims *d, float *scratch, const float *Ap, int nb,
+                                   int n_lo, int n_hi)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, p = d->pad, T = d->KH * d->KW;
+    const size_t plane = s_plane(d), in_n = (size_t)C * H * W, out_n = (size_t)OC * H * W;
+    const size_t jlo = (size_t)p * (W + 2 * p) + p;
+    int toff[NN_SHIFT_TMAX];
+    s_shift_toff(toff, d);
+    float *gin = scratch + s_pack_area(d);
+    float *gG = gin + s_round16((size_t)C * nb * plane);
+    float *gdin = gG + s_round16((size_t)OC * nb * plane);
+    for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
+        const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
+        const size_t cs = (size_t)m * plane, n = cs - 2 * jlo;
+        s_to_grid(gin, cs, in + (size_t)n0 * in_n, m, C, H, W, p);
+        s_to_grid(gG, cs, dout + (size_t)n0 * out_n, m, OC, H, W, p);
+        /* forward: gout[oc][j] = sum w[oc][c][t] gin[c][j + toff[t]]
+         * => dw[oc][c][t] += sum_j dout[oc][j] gin[c][j + toff[t]] */
+        nn_avx512_shiftdot(dw, (size_t)C * T, gG + jlo, cs, OC, gin + jlo, cs, C, toff, T, n);
+        if (!din)
+            continue;
+        /* => din[c][j] = sum_{oc,t} w[oc][c][t] dout[oc][j - toff[t]] */
+        nn_avx512_shiftgemm(gdin + jlo, cs, Ap, C, gG + jlo, cs, OC, toff, T, n);
+        s_from_grid(din + (size_t)n0 * in_n, gdin, cs, m, C, H, W, p, NULL);
+    }
+}
+
+typedef struct {
+    const nn_conv_dims *d;
+    float *out, *din, *dw;
+    const float *in, *b, *dout, *Ap;
+    float *scratch;
+    int nb, backward, lowered;
+} s_shift_job;
+
+/* Thread t of nt takes samples [N*t/nt, N*(t+1)/nt) with its own scratch
+ * slice; in backward every thread but a lone one accumulates into its
+ * private dw (zeroed here), summed by the caller in thread order. */
+static void s_shift_worker(void *arg, int t, int nt)
+{
+    const s_shift_job *j = arg;
+    const int N = j->d->N;
+    const int lo = (int)((long long)N * t / nt), hi = (int)((long long)N * (t + 1) / nt);
+    const size_t per = s_shift_thread_floats(j->d, j->nb);
+    float *sc = j->scratch + (size_t)t * per;
+    if (!j->backward) {
+        if (j->lowered)
+            s_low_forward_range(j->out, j->in, j->b, j->d, sc, j->Ap, j->nb, lo, hi);
+        else
+            s_shift_forward_range(j->out, j->in, j->b, j->d, sc, j->Ap, j->nb, lo, hi);
+        return;
+    }
+    float *dw = j->dw;
+    if (nt > 1) {
+        size_t nw = (size_t)j->d->OC * j->d->C * j->d->KH * j->d->KW;
+        dw = sc + s_round16(s_kern_scratch(j->d, j->nb));
+        memset(dw, 0, sizeof(float) * nw);
+    }
+    if (j->lowered)
+        s_low_backward_range(j->din, dw, j->dout, j->in, j->d, sc, j->Ap, j->nb, lo, hi);
+    else
+        s_shift_backward_range(j->din, dw, j->dout, j->in, j->d, sc, j->Ap, j->nb, lo, hi);
+}
+
+static void s_shift_run(s_shift_job *j)
+{
+    const nn_conv_dims *d = j->d;
+    int nt = nn_par_threads();
+    if (nt > d->N)
+        nt = d->N;
+    const size_t per = s_shift_thread_floats(d, j->nb);
+    /* packed weights live in thread 0's slice; every thread reads them */
+    float *Ap = j->scratch;
+    j->Ap = Ap;
+    nn_par_run(nt, s_shift_worker, j);
+    if (j->backward && nt > 1) {
+        const size_t nw = (size_t)d->OC * d->C * d->KH * d->KW;
+        const size_t off = s_round16(s_kern_scratch(d, j->nb));
+        for (int t = 0; t < nt; t++) {
+            const float *part = j->scratch + (size_t)t * per + off;
+            for (size_t i = 0; i < nw; i++)
+                j->dw[i] += part[i];
+        }
+    }
+}
+
+static void s_shift_forward(float *out, const float *in, const float *w, const float *b,
+                            const nn_conv_dims *d, float *scratch, int nb)
+{
+    s_shift_pack(scratch, w, d, 0);
+    s_shift_job j = {.d = d, .out = out, .in = in, .b = b, .scratch = scratch, .nb = nb,
+                     .lowered = !s_shift_ok(d)};
+    s_shift_run(&j);
+}
+
+static void s_shift_backward(float *din, float *dw, const float *dout, const float *in,
+                             const float *w, const nn_conv_dims *d, float *scratch, int nb)
+{
+    const int lowered = !s_shift_ok(d);
+    if (din)
+        s_shift_pack(scratch, w, d, lowered ? 2 : 1);
+    s_shift_job j = {.d = d, .din = din, .dw = dw, .dout = dout, .in = in, .scratch = scratch,
+                     .nb = nb, .backward = 1, .lowered = lowered};
+    s_shift_run(&j);
+}
+
+void nn_shiftgemm_ref(float *C, size_t ldc, const float *Ap, int M, const float *B, size_t ldb,
+                      int nch, const int *toff, int T, size_t n)
+{
+    const size_t K = (size_t)nch * T;
+    for (int m = 0; m < M; m++)
+        for (size_t j = 0; j < n; j++) {
+            float acc = 0.0f;
+            for (int c = 0; c < nch; c++)
+                for (int t = 0; t < T; t++) {
+                    size_t k = (size_t)c * T + t;
+                    acc += Ap[(size_t)(m / 4) * K * 4 + k * 4 + (size_t)(m % 4)] *
+                           (B + (size_t)c * ldb + toff[t])[j];
+                }
+            C[(size_t)m * ldc + j] = acc;
+        }
+}
+
+void nn_shiftdot_ref(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                     size_t ldb, int nch, const int *toff, int T, size_t n)
+{
+    for (int m = 0; m < M; m++)
+        for (int c = 0; c < nch; c++)
+            for (int t = 0; t < T; t++) {
+                float acc = 0.0f;
+                for (size_t j = 0; j < n; j++)
+                    acc += A[(size_t)m * lda + j] * (B + (size_t)c * ldb + toff[t])[j];
+                D[(size_t)m * ldd + (size_t)c * T + t] += acc;
+            }
+}
+
+/* ---- im2col path ------------------------------------------------------------ */
+
 void nn_conv2d_forward_nb(float *out, const float *in, const float *w, const float *b,
                           const nn_conv_dims *d, float *scratch, int nb)
 {
@@ -218,6 +674,10 @@ void nn_conv2d_forward_nb(float *out, const float *in, const float *w, const flo
     assert(nb >= 1);
     if (nb > N)
         nb = N;
+    if (s_use_shift(d) || s_use_lowered(d)) {
+        s_shift_forward(out, in, w, b, d, scratch, nb);
+        return;
+    }
     float *col = scratch;
     float *tmp = scratch + (size_t)CK * nb * P;
     for (int n0 = 0; n0 < N; n0 += nb) {
@@ -286,6 +746,10 @@ void nn_conv2d_backward_nb(float *din, float *dw, float *db, const float *dout, 
                     s += g[p];
                 db[oc] += s;
             }
+    }
+    if (s_use_shift(d) || s_use_lowered(d)) {
+        s_shift_backward(din, dw, dout, in, w, d, scratch, nb);
+        return;
     }
     for (int n0 = 0; n0 < N; n0 += nb) {
         int m = N - n0 < nb ? N - n0 : nb;

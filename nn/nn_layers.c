@@ -302,14 +302,38 @@ int nn_simd_have_avx2(void)
 #endif
 }
 
-void nn_evonorm_s0_forward(float *out, float *save_istd, const float *in, const float *gamma,
-                           const float *beta, const float *v, int N, int C, int HW, int G)
+int nn_simd_have_avx512(void)
 {
-    assert(G > 0 && C % G == 0);
+    if (s_force_scalar)
+        return 0;
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("avx512f");
+#else
+    return 0;
+#endif
+}
+
+/* Threaded EvoNorm: samples [N*t/nt, N*(t+1)/nt) per thread (nn_par_run).
+ * Forward has no cross-sample reduction; backward accumulates the parameter
+ * gradients of each thread into its own zeroed partials, added to the
+ * caller's dgamma/dbeta/dv in thread order (deterministic per count). */
+#define S_EVO_PAR_MAXC 512
+
+typedef struct {
+    float *out, *save_istd, *din, *dgamma, *dbeta, *dv;
+    const float *in, *gamma, *beta, *v, *dout, *istd;
+    int N, C, HW, G;
+    float part[NN_PAR_MAX_THREADS][3][S_EVO_PAR_MAXC];
+} s_evo_job;
+
+static void s_evo_fwd_samples(float *out, float *save_istd, const float *in, const float *gamma,
+                              const float *beta, const float *v, int n_lo, int n_hi, int C,
+                              int HW, int G)
+{
     const s_plane_ops ops = s_ops();
     const int cpg = C / G;
     const double m = (double)cpg * HW;
-    for (int n = 0; n < N; n++)
+    for (int n = n_lo; n < n_hi; n++)
         for (int g = 0; g < G; g++) {
             const size_t base = ((size_t)n * C + (size_t)g * cpg) * HW;
             double s = 0.0, var = 0.0;
@@ -328,15 +352,15 @@ void nn_evonorm_s0_forward(float *out, float *save_istd, const float *in, const 
         }
 }
 
-void nn_evonorm_s0_backward(float *din, float *dgamma, float *dbeta, float *dv, const float *dout,
-                            const float *in, const float *save_istd, const float *gamma,
-                            const float *v, int N, int C, int HW, int G)
+static void s_evo_bwd_samples(float *din, float *dgamma, float *dbeta, float *dv,
+                              const float *dout, const float *in, const float *save_istd,
+                              const float *gamma, const float *v, int n_lo, int n_hi, int C,
+                              int HW, int G)
 {
-    assert(G > 0 && C % G == 0);
     const s_plane_ops ops = s_ops();
     const int cpg = C / G;
     const double m = (double)cpg * HW;
-    for (int n = 0; n < N; n++)
+    for (int n = n_lo; n < n_hi; n++)
         for (int g = 0; g < G; g++) {
             const size_t base = ((size_t)n * C + (size_t)g * cpg) * HW;
             const float istd = save_istd[(size_t)n * G + g];
@@ -365,6 +389,72 @@ void nn_evonorm_s0_backward(float *din, float *dgamma, float *dbeta, float *dv, 
                                dout + base + (size_t)cc * HW, (size_t)HW, v[c], gamma[c] * istd, k,
                                mf);
             }
+        }
+}
+
+static void s_evo_fwd_worker(void *arg, int t, int nt)
+{
+    s_evo_job *j = arg;
+    int lo = (int)((long long)j->N * t / nt), hi = (int)((long long)j->N * (t + 1) / nt);
+    s_evo_fwd_samples(j->out, j->save_istd, j->in, j->gamma, j->beta, j->v, lo, hi, j->C, j->HW,
+                      j->G);
+}
+
+static void s_evo_bwd_worker(void *arg, int t, int nt)
+{
+    s_evo_job *j = arg;
+    int lo = (int)((long long)j->N * t / nt), hi = (int)((long long)j->N * (t + 1) / nt);
+    float *pg = j->part[t][0], *pb = j->part[t][1], *pv = j->part[t][2];
+    memset(j->part[t], 0, sizeof j->part[t]);
+    s_evo_bwd_samples(j->din, pg, pb, pv, j->dout, j->in, j->istd, j->gamma, j->v, lo, hi, j->C,
+                      j->HW, j->G);
+}
+
+/* Threads worth using for N samples of C channels (1 = run inline). */
+static int s_evo_threads(int N, int C, int HW)
+{
+    int nt = nn_par_threads();
+    if (nt > N)
+        nt = N;
+    if (C > S_EVO_PAR_MAXC || (size_t)N * C * HW < 16384)
+        nt = 1;
+    return nt;
+}
+
+void nn_evonorm_s0_forward(float *out, float *save_istd, const float *in, const float *gamma,
+                           const float *beta, const float *v, int N, int C, int HW, int G)
+{
+    assert(G > 0 && C % G == 0);
+    const int nt = s_evo_threads(N, C, HW);
+    if (nt <= 1) {
+        s_evo_fwd_samples(out, save_istd, in, gamma, beta, v, 0, N, C, HW, G);
+        return;
+    }
+    static _Thread_local s_evo_job j; /* partials are large: not on the stack */
+    j.out = out, j.save_istd = save_istd, j.in = in, j.gamma = gamma, j.beta = beta, j.v = v;
+    j.N = N, j.C = C, j.HW = HW, j.G = G;
+    nn_par_run(nt, s_evo_fwd_worker, &j);
+}
+
+void nn_evonorm_s0_backward(float *din, float *dgamma, float *dbeta, float *dv, const float *dout,
+                            const float *in, const float *save_istd, const float *gamma,
+                            const float *v, int N, int C, int HW, int G)
+{
+    assert(G > 0 && C % G == 0);
+    const int nt = s_evo_threads(N, C, HW);
+    if (nt <= 1) {
+        s_evo_bwd_samples(din, dgamma, dbeta, dv, dout, in, save_istd, gamma, v, 0, N, C, HW, G);
+        return;
+    }
+    static _Thread_local s_evo_job j;
+    j.din = din, j.dout = dout, j.in = in, j.istd = save_istd, j.gamma = gamma, j.v = v;
+    j.N = N, j.C = C, j.HW = HW, j.G = G;
+    nn_par_run(nt, s_evo_bwd_worker, &j);
+    for (int t = 0; t < nt; t++)
+        for (int c = 0; c < C; c++) {
+            dgamma[c] += j.part[t][0][c];
+            dbeta[c] += j.part[t][1][c];
+            dv[c] += j.part[t][2][c];
         }
 }
 

@@ -56,6 +56,13 @@ void   nn_conv2d_backward_nb(float *din, float *dw, float *db, const float *dout
                              const float *in, const float *w, const nn_conv_dims *d,
                              float *scratch, int nb);
 
+/* Threads the conv (im2col-free path) and EvoNorm kernels split a batch
+ * over: n >= 1 fixed, 0 (default) = openblas_get_num_threads(); capped at 4.
+ * Results are deterministic for a given count (per-thread partial sums are
+ * added in thread order) but may differ in the last bits between counts.
+ * Process-wide; set it while no kernel runs. */
+void nn_layers_set_threads(int n);
+
 /* ---- linear -------------------------------------------------------------- */
 
 /* out (N,OF) = in (N,F) @ w(OF,F)^T + b (OF; may be NULL). */

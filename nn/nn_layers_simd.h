@@ -1,9 +1,13 @@
-/* nn_layers_simd — private: AVX2+FMA plane kernels behind nn_layers.c.
+/* nn_layers_simd — private: AVX2+FMA plane kernels behind nn_layers.c and
+ * the AVX-512 shifted-GEMM conv kernels behind nn_conv.c.
  *
  * Owns:    nothing; declares the functions of nn_layers_avx2.c (built with
- *          -mavx2 -mfma).  Only nn_layers.c and nn_conv.c call them, and only after
- *          nn_simd_have_avx2() said yes.  A "plane" is n contiguous floats.
- * The scalar versions (and the _ref twins) live in nn_layers.c.
+ *          -mavx2 -mfma) and nn_conv_avx512.c (AVX-512 flags).  Only
+ *          nn_layers.c and nn_conv.c call them, and only after
+ *          nn_simd_have_avx2() / nn_simd_have_avx512() said yes.  A "plane"
+ *          is n contiguous floats.
+ * The scalar versions (and the _ref twins) live in nn_layers.c and nn_conv.c;
+ * tests/test_nn_layers.c compares them.
  */
 #ifndef NN_LAYERS_SIMD_H
 #define NN_LAYERS_SIMD_H
@@ -13,6 +17,9 @@
 /* True when the CPU runs AVX2 and FMA (checked at run time) and the scalar
  * paths are not forced. */
 int   nn_simd_have_avx2(void);
+/* True when the CPU runs AVX-512F (checked at run time) and the scalar
+ * paths are not forced. */
+int   nn_simd_have_avx512(void);
 /* Tests only: on != 0 makes every kernel take its portable scalar path
  * (not thread-safe; set it while no kernel runs). */
 void  nn_simd_force_scalar(int on);
@@ -38,5 +45,37 @@ void  nn_avx2_im2col_plane(float *dst, const float *plane, int W, int OH, int OW
                            int oh_hi, int ow_lo, int ow_hi, int hoff, int woff);
 void  nn_avx2_col2im_plane(float *plane, const float *src, int W, int OW, int oh_lo, int oh_hi,
                            int ow_lo, int ow_hi, int hoff, int woff);
+
+/* ---- threads (nn_conv.c) -------------------------------------------------- */
+#define NN_PAR_MAX_THREADS 4
+typedef void (*nn_par_fn)(void *arg, int t, int nt);
+/* Threads the layer kernels use now: nn_layers_set_threads() or, by
+ * default, openblas_get_num_threads(); in [1, NN_PAR_MAX_THREADS]. */
+int  nn_par_threads(void);
+/* fn(arg, t, nt) for every t in [0, nt), concurrently; returns when all are
+ * done.  nt in [1, NN_PAR_MAX_THREADS]. */
+void nn_par_run(int nt, nn_par_fn fn, void *arg);
+
+/* ---- shifted GEMM (im2col-free stride-1 convolution, nn_conv.c) ----------
+ * A grid B holds nch rows of ldb floats; its row c shifted by toff[t] is row
+ * k = c*T + t of a virtual lowered matrix.  Every B[c*ldb + toff[t] + j],
+ * 0 <= j < n, must be readable and finite (toff may be negative).
+ *
+ * shiftgemm: C[m*ldc + j] = sum_{k < nch*T} A(m, k) * B[c*ldb + toff[t] + j]
+ *            for m < M, j < n; overwritten.  A is packed by m-tiles of 4:
+ *            A(m, k) = Ap[(m/4)*K*4 + k*4 + m%4], K = nch*T, rows past M
+ *            zero-filled (nn_shift_pack_size gives the float count).
+ * shiftdot:  D[m*ldd + k] += sum_{j < n} A[m*lda + j] * B[c*ldb + toff[t] + j]
+ *            for m < M, k = c*T + t < nch*T; accumulated.
+ * The _ref twins are plain loops with the same contract. */
+size_t nn_shift_pack_size(int M, int K);
+void   nn_shiftgemm_ref(float *C, size_t ldc, const float *Ap, int M, const float *B, size_t ldb,
+                        int nch, const int *toff, int T, size_t n);
+void   nn_shiftdot_ref(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                       size_t ldb, int nch, const int *toff, int T, size_t n);
+void   nn_avx512_shiftgemm(float *C, size_t ldc, const float *Ap, int M, const float *B,
+                           size_t ldb, int nch, const int *toff, int T, size_t n);
+void   nn_avx512_shiftdot(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                          size_t ldb, int nch, const int *toff, int T, size_t n);
 
 #endif

@@ -172,6 +172,8 @@ static const struct {
     {2, 3, 4, 4, 2, 5, 5, 1, 2},  /* kernel larger than half the image */
     {2, 2, 9, 9, 3, 3, 3, 3, 1},  /* stride 3 */
     {5, 3, 4, 4, 4, 3, 3, 1, 1},  /* many samples per chunk */
+    {2, 3, 6, 9, 5, 5, 5, 1, 2},  /* 5x5 same (shift path), non-square input */
+    {3, 2, 1, 1, 3, 3, 3, 1, 1},  /* 3x3 same on a 1x1 image: only the centre tap */
 };
 
 static void test_conv_forward(void **state)
@@ -334,6 +336,154 @@ static void test_conv_resnet_shapes(void **state)
         free(dw);
         free(dw_r);
     }
+}
+
+/* The shifted-GEMM kernels of the im2col-free conv path: the _ref twins
+ * against a double reference written here, and the AVX-512 kernels (when
+ * the CPU has them) against the twins, over tile and vector tails (M not a
+ * multiple of 4, n around multiples of 16 and 96, K not a multiple of 6). */
+static void test_shift_kernels(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 14);
+    static const int Ms[] = {1, 3, 4, 5, 9};
+    static const size_t ns[] = {1, 15, 16, 17, 95, 96, 97, 200};
+    static const int Ts[] = {1, 9};
+    const size_t margin = 40; /* grid floats readable before and after */
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+        for (int nch = 1; nch <= 3; nch += 2)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                    const int T = Ts[ti], M = Ms[mi], K = nch * T;
+                    const size_t n = ns[ni], ldb = n + 2 * margin + 3, ldc = n + 5;
+                    int toff[9];
+                    for (int t = 0; t < T; t++) /* shifts in [-margin, margin] */
+                        toff[t] = T == 1 ? -7 : (t / 3 - 1) * 13 + (t % 3 - 1);
+                    float *grid = s_randn(&r, (size_t)nch * ldb, 1.0f);
+                    const float *B = grid + margin;
+                    float *w = s_randn(&r, (size_t)M * K, 1.0f);
+                    float *Ap = s_fill(nn_shift_pack_size(M, K), 0.0f);
+                    for (int m = 0; m < M; m++)
+                        for (int k = 0; k < K; k++)
+                            Ap[(size_t)(m / 4) * K * 4 + (size_t)k * 4 + m % 4] = w[(size_t)m * K + k];
+                    float *A = s_randn(&r, (size_t)M * ldc, 1.0f);
+                    /* double references */
+                    double *cd = nn_xmalloc(sizeof(double) * (size_t)M * n);
+                    double *dd = nn_xmalloc(sizeof(double) * (size_t)M * K);
+                    for (int m = 0; m < M; m++) {
+                        for (size_t j = 0; j < n; j++) {
+                            double a = 0.0;
+                            for (int k = 0; k < K; k++)
+                                a += (double)w[(size_t)m * K + k] *
+                                     B[(size_t)(k / T) * ldb + toff[k % T] + j];
+                            cd[(size_t)m * n + j] = a;
+                        }
+                        for (int k = 0; k < K; k++) {
+                            double a = 0.5; /* D starts at 0.5: shiftdot accumulates */
+                            for (size_t j = 0; j < n; j++)
+                                a += (double)A[(size_t)m * ldc + j] *
+                                     B[(size_t)(k / T) * ldb + toff[k % T] + j];
+                            dd[(size_t)m * K + k] = a;
+                        }
+                    }
+                    float *c_ref = s_fill((size_t)M * ldc, NAN), *d_ref = s_fill((size_t)M * K, 0.5f);
+                    nn_shiftgemm_ref(c_ref, ldc, Ap, M, B, ldb, nch, toff, T, n);
+                    nn_shiftdot_ref(d_ref, (size_t)K, A, ldc, M, B, ldb, nch, toff, T, n);
+                    for (int m = 0; m < M; m++) {
+                        s_close_d("shiftgemm_ref", c_ref + (size_t)m * ldc, cd + (size_t)m * n, n,
+                                  1e-5, 1e-5);
+                        for (size_t j = n; j < ldc; j++) /* nothing past n written */
+                            assert_true(isnan(c_ref[(size_t)m * ldc + j]));
+                    }
+                    s_close_d("shiftdot_ref", d_ref, dd, (size_t)M * K, 1e-4, 1e-5);
+                    if (nn_simd_have_avx512()) {
+                        float *c = s_fill((size_t)M * ldc, NAN), *dv = s_fill((size_t)M * K, 0.5f);
+                        nn_avx512_shiftgemm(c, ldc, Ap, M, B, ldb, nch, toff, T, n);
+                        nn_avx512_shiftdot(dv, (size_t)K, A, ldc, M, B, ldb, nch, toff, T, n);
+                        for (int m = 0; m < M; m++) {
+                            s_close_f("avx512 shiftgemm", c + (size_t)m * ldc,
+                                      c_ref + (size_t)m * ldc, n, 1e-5, 1e-5);
+                            for (size_t j = n; j < ldc; j++)
+                                assert_true(isnan(c[(size_t)m * ldc + j]));
+                        }
+                        s_close_f("avx512 shiftdot", dv, d_ref, (size_t)M * K, 1e-4, 1e-5);
+                        free(c);
+                        free(dv);
+                    }
+                    free(grid);
+                    free(w);
+                    free(Ap);
+                    free(A);
+                    free(cd);
+                    free(dd);
+                    free(c_ref);
+                    free(d_ref);
+                }
+}
+
+/* Batch split over threads (nn_layers_set_threads): conv and EvoNorm give
+ * the 1-thread results to float rounding, and bitwise the same results on
+ * every run with the same thread count (deterministic reductions). */
+static void test_threads(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 15);
+    static const int cs[][5] = {{4, 8, 10, 3, 1}, {4, 8, 10, 3, 2}, {4, 8, 10, 1, 2}};
+    const int N = 5;
+    for (size_t t = 0; t < sizeof cs / sizeof cs[0]; t++) {
+        int K = cs[t][3];
+        nn_conv_dims d = nn_conv_dims_make(N, cs[t][0], cs[t][2], cs[t][2], cs[t][1], K, cs[t][4],
+                                           K == 3 ? 1 : 0);
+        size_t ni = (size_t)d.N * d.C * d.H * d.W, nw = (size_t)d.OC * d.C * d.KH * d.KW;
+        size_t no = (size_t)d.N * d.OC * d.OH * d.OW;
+        float *in = s_randn(&r, ni, 1.0f), *w = s_randn(&r, nw, 0.3f), *R = s_randn(&r, no, 1.0f);
+        float *out[3], *din[3], *dw[3];
+        for (int run = 0; run < 3; run++) { /* threads 1, 2, 2 */
+            nn_layers_set_threads(run == 0 ? 1 : 2);
+            float *scratch = s_fill(nn_conv_scratch_floats(&d), NAN);
+            out[run] = s_fill(no, NAN);
+            din[run] = s_fill(ni, NAN);
+            dw[run] = s_fill(nw, 0.25f);
+            nn_conv2d_forward(out[run], in, w, NULL, &d, scratch);
+            nn_conv2d_backward(din[run], dw[run], NULL, R, in, w, &d, scratch);
+            free(scratch);
+        }
+        s_close_f("threaded conv out", out[1], out[0], no, 1e-5, 1e-5);
+        s_close_f("threaded conv din", din[1], din[0], ni, 1e-5, 1e-5);
+        s_close_f("threaded conv dw", dw[1], dw[0], nw, 1e-4, 1e-5);
+        assert_memory_equal(out[1], out[2], no * sizeof(float));
+        assert_memory_equal(din[1], din[2], ni * sizeof(float));
+        assert_memory_equal(dw[1], dw[2], nw * sizeof(float));
+        for (int run = 0; run < 3; run++)
+            free(out[run]), free(din[run]), free(dw[run]);
+        free(in), free(w), free(R);
+    }
+    {
+        const int C = 16, HW = 256, G = 4; /* above the threading cutoff */
+        size_t n = (size_t)N * C * HW;
+        float *x = s_randn(&r, n, 1.0f), *dy = s_randn(&r, n, 1.0f);
+        float *gamma = s_randn(&r, C, 1.0f), *beta = s_randn(&r, C, 1.0f), *v = s_randn(&r, C, 1.0f);
+        float *out[3], *din[3], *dp[3], istd[3][5 * 4];
+        for (int run = 0; run < 3; run++) {
+            nn_layers_set_threads(run == 0 ? 1 : 2);
+            out[run] = s_fill(n, NAN);
+            din[run] = s_fill(n, NAN);
+            dp[run] = s_fill(3 * (size_t)C, 0.5f);
+            nn_evonorm_s0_forward(out[run], istd[run], x, gamma, beta, v, N, C, HW, G);
+            nn_evonorm_s0_backward(din[run], dp[run], dp[run] + C, dp[run] + 2 * C, dy, x,
+                                   istd[run], gamma, v, N, C, HW, G);
+        }
+        assert_memory_equal(out[1], out[0], n * sizeof(float)); /* no cross-sample sums */
+        assert_memory_equal(din[1], din[0], n * sizeof(float));
+        s_close_f("threaded evonorm dparams", dp[1], dp[0], 3 * (size_t)C, 1e-4, 1e-5);
+        assert_memory_equal(dp[1], dp[2], 3 * (size_t)C * sizeof(float));
+        for (int run = 0; run < 3; run++)
+            free(out[run]), free(din[run]), free(dp[run]);
+        free(x), free(dy), free(gamma), free(beta), free(v);
+    }
+    nn_layers_set_threads(0);
 }
 
 /* ---- linear -------------------------------------------------------------------- */
@@ -820,6 +970,8 @@ int main(void)
         cmocka_unit_test(test_conv_forward),
         cmocka_unit_test(test_conv_backward),
         cmocka_unit_test(test_conv_resnet_shapes),
+        cmocka_unit_test(test_shift_kernels),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_evonorm),
         cmocka_unit_test(test_evonorm_saturation),
