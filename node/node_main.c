@@ -15,6 +15,7 @@ static const s_command s_commands[] = {
     {"eval", node_cmd_eval, "test accuracy of a model file, or of the average of several"},
     {"topology", node_cmd_topology, "validate a topology file and print its report"},
     {"simulate", node_cmd_simulate, "run every node of a topology in one process"},
+    {"node", node_cmd_node, "run one node of a topology, gossiping over ZeroMQ"},
 };
 
 static void s_usage(FILE *f)

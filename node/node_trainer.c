@@ -147,7 +147,8 @@ void node_train_usage(FILE *f)
 "  --model NAME        %s  [cnn]\n"
 "  --data SPEC         fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR [fashion-mnist]\n"
 "  --norm KIND         evonorm (EvoNorm-S0) | batchnorm | none [evonorm]\n"
-"  --precision P       fp32                                   [fp32]\n"
+"  --precision P       fp32 | int8 (real 8-bit training, Range EvoNorm)\n"
+"                      | fakequant (the reference's float simulation) [fp32]\n"
 "  --groups G          EvoNorm groups                          [8]\n"
 "  --pad-to S          zero-pad images to SxS (vgg11: 32 automatically)\n"
 "  --augment MODE      on (random crop + flip) | off | auto (on except cnn) [auto]\n"
@@ -221,4 +222,97 @@ void node_trainer_free(node_trainer *t)
     free(t->xb);
     free(t->yb);
     memset(t, 0, sizeof *t);
+}
+
+/* ---- shared by `simulate` and `node` ------------------------------------ */
+
+enum { G_ALGO = 2000, G_COMP, G_ETA, G_NOPS, G_SKEW, G_EVERY, G_OUT };
+
+const struct option node_gossip_options[] = {
+    {"algo", required_argument, 0, G_ALGO},       {"compress", required_argument, 0, G_COMP},
+    {"eta", required_argument, 0, G_ETA},         {"no-push-sum", no_argument, 0, G_NOPS},
+    {"skew", required_argument, 0, G_SKEW},       {"eval-every", required_argument, 0, G_EVERY},
+    {"out", required_argument, 0, G_OUT},         {0, 0, 0, 0},
+};
+
+void node_gossip_opts_defaults(node_gossip_opts *g)
+{
+    memset(g, 0, sizeof *g);
+    gossip_config_default(&g->gc);
+    g->gc.algo = GOSSIP_CHOCO;
+    g->eta = -1;
+}
+
+int node_gossip_opt(node_gossip_opts *g, int code, const char *arg, char *err, size_t errlen)
+{
+    int bad = 0;
+    switch (code) {
+    case G_ALGO: bad = gossip_algo_parse(arg, &g->gc.algo, err, errlen); break;
+    case G_COMP:
+        return s_copy(g->gc.compressor, sizeof g->gc.compressor, "--compress", arg, err, errlen);
+    case G_ETA: bad = node_parse_double("--eta", arg, 0, 1, &g->eta, err, errlen); break;
+    case G_NOPS: g->gc.push_sum = 0; break;
+    case G_SKEW: bad = node_parse_double("--skew", arg, 0, 1, &g->skew, err, errlen); break;
+    case G_EVERY:
+        bad = node_parse_int("--eval-every", arg, 1, 1L << 40, &g->eval_every, err, errlen);
+        break;
+    case G_OUT: return s_copy(g->out, sizeof g->out, "--out", arg, err, errlen);
+    default: return 0;
+    }
+    return bad ? -1 : 1;
+}
+
+void node_gossip_opts_finish(node_gossip_opts *g, const node_train_opts *o)
+{
+    double eta = g->eta;
+    if (eta < 0) /* DESIGN §3: 1 without compression, 0.01 with 99% top-k */
+        eta = (strstr(g->gc.compressor, "topk") || strstr(g->gc.compressor, "randk")) ? 0.01 : 1.0;
+    g->gc.eta = eta;
+    g->gc.seed = (uint64_t)o->seed;
+}
+
+void node_gossip_usage(FILE *f)
+{
+    fprintf(f,
+"gossip:\n"
+"  --algo A            dpsgd (SGP) | choco | deepsqueeze            [choco]\n"
+"  --compress SPEC     identity | q8 | topk:F | topk:F+q8 | randk:F | qsgd:S [identity]\n"
+"  --eta X             consensus step (choco, deepsqueeze)  [1, or 0.01 with topk]\n"
+"  --no-push-sum       plain gossip (needs a doubly stochastic topology)\n"
+"  --skew S            non-IID skew of the data partition, 0 = IID   [0]\n"
+"  --eval-every N      evaluate every N iterations          [once per epoch]\n"
+"  --out DIR           output directory (models, metrics)\n");
+}
+
+struct option *node_options_concat(const struct option *a, const struct option *b)
+{
+    size_t na = 0, nb = 0;
+    while (a[na].name)
+        na++;
+    while (b[nb].name)
+        nb++;
+    struct option *all = nn_xcalloc(na + nb + 1, sizeof *all);
+    memcpy(all, a, na * sizeof *all);
+    memcpy(all + na, b, nb * sizeof *all);
+    return all;
+}
+
+int node_shards_make(const node_train_opts *o, const node_data *d, int nodes, double skew,
+                     uint32_t **shard, size_t *count, char *err, size_t errlen)
+{
+    size_t ntrain = o->subset && (size_t)o->subset < d->train.n ? (size_t)o->subset : d->train.n;
+    return nn_partition_skew(d->train.y, ntrain, d->train.classes, nodes, skew, (uint64_t)o->seed,
+                             shard, count, err, errlen);
+}
+
+float node_lr_at_iter(const node_train_opts *o, uint64_t iter, long steps)
+{
+    return nn_lr_at(&o->sched, (double)iter / (double)steps);
+}
+
+float node_gossip_local_step(node_trainer *t, const node_data *d, const gossip_node *g, float *x,
+                             float lr)
+{
+    gossip_node_debias(g, x, nn_model_params(t->model)->data);
+    return node_trainer_step(t, d, x, lr);
 }

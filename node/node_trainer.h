@@ -17,6 +17,7 @@
 #include <getopt.h>
 #include <stdio.h>
 
+#include "gossip/gossip_node.h"
 #include "nn/nn_optim.h"
 #include "node/node_common.h"
 
@@ -71,5 +72,41 @@ int  node_trainer_init(node_trainer *t, const node_train_opts *o, const node_dat
 float node_trainer_step(node_trainer *t, const node_data *d, float *x, float lr);
 void node_trainer_reset_stats(node_trainer *t);
 void node_trainer_free(node_trainer *t);
+
+/* ---- shared by `simulate` and `node` (the gossip runs) ----------------- */
+
+/* The gossip flags of `simulate` and `node`: --algo --compress --eta
+ * --no-push-sum --skew --eval-every --out. */
+typedef struct {
+    gossip_config gc;          /* algo, compressor, push-sum; eta and seed by finish */
+    double        eta;         /* -1: default (1, or 0.01 with topk/randk) */
+    double        skew;        /* non-IID skew of the partition, 0 = IID */
+    long          eval_every;  /* 0: once per epoch */
+    char          out[512];    /* output directory or "" */
+} node_gossip_opts;
+
+extern const struct option node_gossip_options[];
+void node_gossip_opts_defaults(node_gossip_opts *g);
+/* Like node_train_opt for the gossip flags: 1 stored, 0 not ours, -1 bad. */
+int  node_gossip_opt(node_gossip_opts *g, int code, const char *arg, char *err, size_t errlen);
+/* Fills gc.eta (default rule of DESIGN §3) and gc.seed from o. */
+void node_gossip_opts_finish(node_gossip_opts *g, const node_train_opts *o);
+void node_gossip_usage(FILE *f);
+/* a + b joined into one getopt_long table (free() it). */
+struct option *node_options_concat(const struct option *a, const struct option *b);
+
+/* The skew partition of the (possibly --train-subset) training set over
+ * `nodes` ranks, seeded by --seed: every process computes the same shards.
+ * shard[0..nodes) are owned by the caller (nn_partition_free). */
+int node_shards_make(const node_train_opts *o, const node_data *d, int nodes, double skew,
+                     uint32_t **shard, size_t *count, char *err, size_t errlen);
+
+/* Learning rate of iteration `iter` with `steps` iterations per epoch. */
+float node_lr_at_iter(const node_train_opts *o, uint64_t iter, long steps);
+
+/* The local step of a gossip run: de-biases x into the model's parameters
+ * (z = x/psi of g) and applies node_trainer_step to x.  Returns the loss. */
+float node_gossip_local_step(node_trainer *t, const node_data *d, const gossip_node *g, float *x,
+                             float lr);
 
 #endif

@@ -1,0 +1,486 @@
+/* gossip_net — see gossip_net.h. */
+#include "gossip/gossip_net.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zmq.h>
+
+#include "gossip/gossip_codec.h"
+
+#define S_LOG_FIRST   5            /* log the first few rejections per reason */
+#define S_SIZE_MARGIN (64u << 10)  /* MAXMSGSIZE = max_msg + margin */
+
+struct gossip_net {
+    const topo *t;
+    int         rank, n;
+    void       *ctx;
+    void       *router;
+    int         nout;
+    int        *out_ranks;  /* nout */
+    void      **dealers;    /* nout, DEALER to out_ranks[k] */
+    int        *out_pos;    /* n: index into out_ranks or -1 */
+    char       *is_in;      /* n: 1 for in-neighbours (union over the schedule) */
+    zmq_pollitem_t *items;  /* 1 + nout: router first */
+    int         rr;         /* round-robin start among ready sockets */
+    zmq_msg_t   cur;        /* payload handed out by the last recv */
+    int         have_cur;
+    size_t      max_msg;
+    FILE       *log;
+    unsigned    logged[3];
+    char        endpoint[TOPO_ENDPOINT_MAX];
+    gossip_net_stats st;
+};
+
+void gossip_net_config_default(gossip_net_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->send_timeout_ms = 60000;
+    cfg->linger_ms = 1000;
+    cfg->hwm = 256;
+    cfg->heartbeat_ivl_ms = 1000;
+    cfg->heartbeat_timeout_ms = 10000;
+}
+
+size_t gossip_net_max_msg_size(const nn_arena *layout)
+{
+    /* Per block: type + varint numel + (sparse) varint k, b, varint L:
+     * < 32 bytes; values at most 4 per element (f32); q8 scales 4 per 512;
+     * a sparse index stream with the best Rice parameter is at most the
+     * b = 0 stream, (k + max index) bits <= 2*numel bits = numel/4 bytes. */
+    size_t total = GOSSIP_HEADER_BYTES + 4096;
+    for (size_t v = 0; v < layout->nviews; v++) {
+        size_t m = layout->views[v].numel;
+        total += 32 + 4 * m + m / 4 + 1 + 4 * (m / 512 + 1);
+    }
+    return total;
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static int s_zerr(char *err, size_t errlen, const char *what, const char *where)
+{
+    return nn_errf(err, errlen, "gossip_net: %s %s: %s", what, where, zmq_strerror(zmq_errno()));
+}
+
+static int s_setopt_int(void *sock, int opt, int value)
+{
+    return zmq_setsockopt(sock, opt, &value, sizeof value);
+}
+
+/* Options common to ROUTER and DEALERs. */
+static int s_common_opts(void *sock, const gossip_net_config *cfg, size_t max_msg)
+{
+    int64_t maxsize = (int64_t)(max_msg + S_SIZE_MARGIN);
+    int ttl = cfg->heartbeat_timeout_ms;
+    if (ttl > 6553599)
+        ttl = 6553599;
+    if (s_setopt_int(sock, ZMQ_LINGER, cfg->linger_ms) != 0 ||
+        s_setopt_int(sock, ZMQ_SNDHWM, cfg->hwm) != 0 ||
+        s_setopt_int(sock, ZMQ_RCVHWM, cfg->hwm) != 0 ||
+        zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize) != 0 ||
+        s_setopt_int(sock, ZMQ_HEARTBEAT_IVL, cfg->heartbeat_ivl_ms) != 0 ||
+        s_setopt_int(sock, ZMQ_HEARTBEAT_TIMEOUT, cfg->heartbeat_timeout_ms) != 0 ||
+        s_setopt_int(sock, ZMQ_HEARTBEAT_TTL, ttl) != 0)
+        return -1;
+    return 0;
+}
+
+__attribute__((format(printf, 3, 4)))
+static void s_reject(gossip_net *net, int reason, const char *fmt, ...)
+{
+    uint64_t *counter = reason == 0   ? &net->st.rejected_identity
+                        : reason == 1 ? &net->st.rejected_frames
+                                      : &net->st.rejected_size;
+    (*counter)++;
+    if (!net->log || net->logged[reason] >= S_LOG_FIRST)
+        return;
+    net->logged[reason]++;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(net->log, "gossip_net: node %s (rank %d): rejected %s%s\n", net->t->nodes[net->rank].id,
+            net->rank, msg,
+            net->logged[reason] == S_LOG_FIRST ? " (further rejections of this kind are only counted)"
+                                               : "");
+    fflush(net->log);
+}
+
+/* Printable form of a routing id for messages. */
+static void s_printable(const uint8_t *id, size_t len, char *out, size_t outlen)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 5 < outlen; i++) {
+        if (id[i] >= 0x20 && id[i] < 0x7f && id[i] != '\\')
+            out[o++] = (char)id[i];
+        else
+            o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", id[i]);
+    }
+    out[o] = '\0';
+}
+
+/* Drops the remaining frames of a multipart message; returns how many. */
+static int s_drain(void *sock)
+{
+    int more = 1, count = 0;
+    size_t sz = sizeof more;
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            break;
+        }
+        zmq_msg_close(&m);
+        count++;
+        sz = sizeof more;
+    }
+    return count;
+}
+
+static int s_more(void *sock)
+{
+    int more = 0;
+    size_t sz = sizeof more;
+    if (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) != 0)
+        return 0;
+    return more;
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg_in, char *err,
+                           size_t errlen)
+{
+    gossip_net_config cfg;
+    if (cfg_in)
+        cfg = *cfg_in;
+    else
+        gossip_net_config_default(&cfg);
+    if (!t || rank < 0 || rank >= t->n) {
+        nn_errf(err, errlen, "gossip_net: rank %d outside the topology (0..%d)", rank,
+                t ? t->n - 1 : -1);
+        return NULL;
+    }
+    if (t->security_curve) {
+        nn_errf(err, errlen, "gossip_net: %s asks for `security: curve`, which this version "
+                "does not implement yet; remove it to run unencrypted on a trusted network",
+                t->name);
+        return NULL;
+    }
+    const char *bind = cfg.bind ? cfg.bind : t->nodes[rank].endpoint;
+    if (!bind[0]) {
+        nn_errf(err, errlen, "gossip_net: node %s (rank %d) has no endpoint in %s: give one "
+                "there or with --bind tcp://*:PORT", t->nodes[rank].id, rank, t->name);
+        return NULL;
+    }
+    gossip_net *net = nn_xcalloc(1, sizeof *net);
+    net->t = t;
+    net->rank = rank;
+    net->n = t->n;
+    net->max_msg = cfg.max_msg ? cfg.max_msg : (size_t)64 << 20;
+    net->log = cfg.log;
+    net->out_ranks = nn_xcalloc((size_t)t->n, sizeof(int));
+    net->out_pos = nn_xcalloc((size_t)t->n, sizeof(int));
+    net->is_in = nn_xcalloc((size_t)t->n, 1);
+    int *in = nn_xcalloc((size_t)t->n, sizeof(int));
+    int nin = topo_in_neighbors_any(t, rank, in);
+    for (int k = 0; k < nin; k++)
+        net->is_in[in[k]] = 1;
+    free(in);
+    net->nout = topo_out_neighbors_any(t, rank, net->out_ranks);
+    for (int j = 0; j < t->n; j++)
+        net->out_pos[j] = -1;
+    for (int k = 0; k < net->nout; k++)
+        net->out_pos[net->out_ranks[k]] = k;
+    net->dealers = nn_xcalloc((size_t)net->nout + 1, sizeof(void *));
+    net->items = nn_xcalloc((size_t)net->nout + 1, sizeof(zmq_pollitem_t));
+    zmq_msg_init(&net->cur);
+    net->have_cur = 1;
+
+    net->ctx = zmq_ctx_new();
+    if (!net->ctx) {
+        s_zerr(err, errlen, "cannot create a context for", t->nodes[rank].id);
+        goto fail;
+    }
+    net->router = zmq_socket(net->ctx, ZMQ_ROUTER);
+    if (!net->router || s_common_opts(net->router, &cfg, net->max_msg) != 0 ||
+        s_setopt_int(net->router, ZMQ_ROUTER_MANDATORY, 1) != 0 ||
+        s_setopt_int(net->router, ZMQ_ROUTER_HANDOVER, 1) != 0) {
+        s_zerr(err, errlen, "cannot set up the ROUTER of", t->nodes[rank].id);
+        goto fail;
+    }
+    if (zmq_bind(net->router, bind) != 0) {
+        nn_errf(err, errlen, "gossip_net: node %s (rank %d) cannot bind %s: %s (a host name "
+                "cannot be bound: use --bind tcp://*:PORT or an address of this machine)",
+                t->nodes[rank].id, rank, bind, zmq_strerror(zmq_errno()));
+        goto fail;
+    }
+    size_t eplen = sizeof net->endpoint;
+    if (zmq_getsockopt(net->router, ZMQ_LAST_ENDPOINT, net->endpoint, &eplen) != 0)
+        snprintf(net->endpoint, sizeof net->endpoint, "%s", bind);
+    net->items[0] = (zmq_pollitem_t){.socket = net->router, .events = ZMQ_POLLIN};
+
+    const char *myid = t->nodes[rank].id;
+    for (int k = 0; k < net->nout; k++) {
+        int j = net->out_ranks[k];
+        const char *ep = t->nodes[j].endpoint;
+        if (!ep[0]) {
+            nn_errf(err, errlen, "gossip_net: out-neighbour %s (rank %d) of node %s has no "
+                    "endpoint in %s: give one there or with --peer %s=tcp://HOST:PORT",
+                    t->nodes[j].id, j, myid, t->name, t->nodes[j].id);
+            goto fail;
+        }
+        void *d = zmq_socket(net->ctx, ZMQ_DEALER);
+        net->dealers[k] = d;
+        if (!d || s_common_opts(d, &cfg, net->max_msg) != 0 ||
+            zmq_setsockopt(d, ZMQ_ROUTING_ID, myid, strlen(myid)) != 0 ||
+            s_setopt_int(d, ZMQ_SNDTIMEO, cfg.send_timeout_ms) != 0) {
+            s_zerr(err, errlen, "cannot set up the DEALER to", t->nodes[j].id);
+            goto fail;
+        }
+        if (zmq_connect(d, ep) != 0) {
+            nn_errf(err, errlen, "gossip_net: node %s cannot connect to out-neighbour %s "
+                    "(rank %d) at %s: %s", myid, t->nodes[j].id, j, ep, zmq_strerror(zmq_errno()));
+            goto fail;
+        }
+        net->items[1 + k] = (zmq_pollitem_t){.socket = d, .events = ZMQ_POLLIN};
+    }
+    return net;
+fail:
+    gossip_net_destroy(&net);
+    return NULL;
+}
+
+void gossip_net_destroy(gossip_net **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    gossip_net *net = *self_p;
+    if (net->have_cur)
+        zmq_msg_close(&net->cur);
+    for (int k = 0; k < net->nout; k++)
+        if (net->dealers[k])
+            zmq_close(net->dealers[k]);
+    if (net->router)
+        zmq_close(net->router);
+    if (net->ctx) /* waits at most linger_ms for queued messages */
+        while (zmq_ctx_term(net->ctx) != 0 && zmq_errno() == EINTR)
+            ;
+    free(net->dealers);
+    free(net->items);
+    free(net->out_ranks);
+    free(net->out_pos);
+    free(net->is_in);
+    free(net);
+    *self_p = NULL;
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+static int s_send(gossip_net *net, int to_rank, const uint8_t *msg, size_t len, int flags,
+                  char *err, size_t errlen)
+{
+    if (to_rank < 0 || to_rank >= net->n || net->out_pos[to_rank] < 0)
+        return nn_errf(err, errlen, "gossip_net: node %d: rank %d is not an out-neighbour",
+                       net->rank, to_rank);
+    void *d = net->dealers[net->out_pos[to_rank]];
+    for (int tries = 0;; tries++) {
+        if (zmq_send(d, msg, len, flags) >= 0)
+            break;
+        int e = zmq_errno();
+        if (e == EINTR && tries < 100)
+            continue;
+        if (e == EAGAIN) {
+            if (flags & ZMQ_DONTWAIT)
+                return 0;
+            return nn_errf(err, errlen, "gossip_net: node %s: send to out-neighbour %s "
+                           "(rank %d, %s) timed out: the peer is not connected or does not read",
+                           net->t->nodes[net->rank].id, net->t->nodes[to_rank].id, to_rank,
+                           net->t->nodes[to_rank].endpoint);
+        }
+        return nn_errf(err, errlen, "gossip_net: node %s: send to %s (rank %d): %s",
+                       net->t->nodes[net->rank].id, net->t->nodes[to_rank].id, to_rank,
+                       zmq_strerror(e));
+    }
+    net->st.bytes_sent += len;
+    net->st.msgs_sent++;
+    return 1;
+}
+
+int gossip_net_send(gossip_net *net, int to_rank, const uint8_t *msg, size_t len, char *err,
+                    size_t errlen)
+{
+    return s_send(net, to_rank, msg, len, 0, err, errlen) < 0 ? -1 : 0;
+}
+
+int gossip_net_try_send(gossip_net *net, int to_rank, const uint8_t *msg, size_t len, char *err,
+                        size_t errlen)
+{
+    return s_send(net, to_rank, msg, len, ZMQ_DONTWAIT, err, errlen);
+}
+
+int gossip_net_reply(gossip_net *net, int to_rank, const uint8_t *msg, size_t len, char *err,
+                     size_t errlen)
+{
+    if (to_rank < 0 || to_rank >= net->n || !net->is_in[to_rank])
+        return nn_errf(err, errlen, "gossip_net: node %d: rank %d is not an in-neighbour",
+                       net->rank, to_rank);
+    const char *id = net->t->nodes[to_rank].id;
+    if (zmq_send(net->router, id, strlen(id), ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+        zmq_send(net->router, msg, len, ZMQ_DONTWAIT) < 0) {
+        net->st.reply_failed++;
+        return nn_errf(err, errlen, "gossip_net: node %s: reply to in-neighbour %s (rank %d): %s",
+                       net->t->nodes[net->rank].id, id, to_rank, zmq_strerror(zmq_errno()));
+    }
+    net->st.bytes_sent += len;
+    net->st.msgs_sent++;
+    return 0;
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+/* Reads one message from the ROUTER: 1 accepted (in net->cur), 0 rejected
+ * or nothing there, -1 transport error. */
+static int s_recv_router(gossip_net *net, int *from_rank, char *err, size_t errlen)
+{
+    zmq_msg_t id;
+    zmq_msg_init(&id);
+    if (zmq_msg_recv(&id, net->router, ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
+        zmq_msg_close(&id);
+        if (e == EAGAIN || e == EINTR)
+            return 0;
+        return s_zerr(err, errlen, "receive on the ROUTER of", net->t->nodes[net->rank].id);
+    }
+    const uint8_t *idb = zmq_msg_data(&id);
+    size_t idlen = zmq_msg_size(&id);
+    int rank = -1;
+    for (int j = 0; j < net->n; j++) {
+        const char *nid = net->t->nodes[j].id;
+        if (net->is_in[j] && strlen(nid) == idlen && memcmp(nid, idb, idlen) == 0) {
+            rank = j;
+            break;
+        }
+    }
+    char pid[128];
+    s_printable(idb, idlen, pid, sizeof pid);
+    if (!s_more(net->router)) { /* cannot happen with a ROUTER; be safe */
+        zmq_msg_close(&id);
+        s_reject(net, 1, "a message with only a routing id from '%s'", pid);
+        return 0;
+    }
+    zmq_msg_close(&net->cur);
+    zmq_msg_init(&net->cur);
+    if (zmq_msg_recv(&net->cur, net->router, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&id);
+        s_drain(net->router);
+        return 0;
+    }
+    int extra = s_drain(net->router);
+    size_t len = zmq_msg_size(&net->cur);
+    zmq_msg_close(&id);
+    if (rank < 0) {
+        s_reject(net, 0, "%zu bytes from unknown or non-neighbour routing id '%s'", len, pid);
+        return 0;
+    }
+    if (extra) {
+        s_reject(net, 1, "a %d-frame message from %s (rank %d): expected one frame", extra + 1,
+                 pid, rank);
+        return 0;
+    }
+    if (len == 0 || len > net->max_msg) {
+        s_reject(net, 2, "a %zu-byte message from %s (rank %d): expected 1..%zu bytes", len, pid,
+                 rank, net->max_msg);
+        return 0;
+    }
+    *from_rank = rank;
+    return 1;
+}
+
+/* Reads one message from DEALER k; same returns as s_recv_router. */
+static int s_recv_dealer(gossip_net *net, int k, int *from_rank, char *err, size_t errlen)
+{
+    void *d = net->dealers[k];
+    int j = net->out_ranks[k];
+    zmq_msg_close(&net->cur);
+    zmq_msg_init(&net->cur);
+    if (zmq_msg_recv(&net->cur, d, ZMQ_DONTWAIT) < 0) {
+        int e = zmq_errno();
+        if (e == EAGAIN || e == EINTR)
+            return 0;
+        return s_zerr(err, errlen, "receive on the DEALER to", net->t->nodes[j].id);
+    }
+    int extra = s_drain(d);
+    size_t len = zmq_msg_size(&net->cur);
+    if (extra) {
+        s_reject(net, 1, "a %d-frame reply from out-neighbour %s (rank %d): expected one frame",
+                 extra + 1, net->t->nodes[j].id, j);
+        return 0;
+    }
+    if (len == 0 || len > net->max_msg) {
+        s_reject(net, 2, "a %zu-byte reply from out-neighbour %s (rank %d): expected 1..%zu bytes",
+                 len, net->t->nodes[j].id, j, net->max_msg);
+        return 0;
+    }
+    *from_rank = j;
+    return 1;
+}
+
+int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_dir *dir,
+                    const uint8_t **msg, size_t *len, char *err, size_t errlen)
+{
+    if (timeout_ms < 0)
+        timeout_ms = 0;
+    double deadline = nn_now() + timeout_ms / 1000.0;
+    int nitems = 1 + net->nout;
+    for (;;) {
+        double left = deadline - nn_now();
+        long wait = left > 0 ? (long)(left * 1000.0 + 0.999) : 0;
+        int rc = zmq_poll(net->items, nitems, wait);
+        if (rc < 0) {
+            if (zmq_errno() == EINTR)
+                return 0;
+            return s_zerr(err, errlen, "poll in", net->t->nodes[net->rank].id);
+        }
+        for (int s = 0; s < nitems && rc > 0; s++) {
+            int k = (net->rr + s) % nitems;
+            if (!(net->items[k].revents & ZMQ_POLLIN))
+                continue;
+            int got = k == 0 ? s_recv_router(net, from_rank, err, errlen)
+                             : s_recv_dealer(net, k - 1, from_rank, err, errlen);
+            if (got < 0)
+                return -1;
+            if (got == 0)
+                continue;
+            net->rr = (k + 1) % nitems;
+            *dir = k == 0 ? GOSSIP_NET_FROM_IN : GOSSIP_NET_FROM_OUT;
+            *msg = zmq_msg_data(&net->cur);
+            *len = zmq_msg_size(&net->cur);
+            net->st.bytes_recv += *len;
+            net->st.msgs_recv++;
+            return 1;
+        }
+        if (nn_now() >= deadline)
+            return 0;
+    }
+}
+
+void gossip_net_stats_get(const gossip_net *net, gossip_net_stats *out)
+{
+    *out = net->st;
+}
+
+const char *gossip_net_endpoint(const gossip_net *net)
+{
+    return net->endpoint;
+}
+
+int gossip_net_rank(const gossip_net *net)
+{
+    return net->rank;
+}

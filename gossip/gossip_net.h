@@ -1,0 +1,126 @@
+/* gossip_net — the ZeroMQ transport of one node (DESIGN §9).
+ *
+ * Owns:    a libzmq context; one ROUTER bound at this node's endpoint for
+ *          everything it receives; one DEALER per out-neighbour (union over
+ *          the topology's schedule) whose routing id is this node's id
+ *          ("Harmony" pattern of the ZeroMQ guide; never ROUTER-to-ROUTER).
+ *          Replies (HELLO/BYE acks) travel back ROUTER -> DEALER over the
+ *          same connections, so no node ever connects to an in-neighbour.
+ *          Byte and rejection counters.
+ * Exposes: the functions below.  Message bytes are opaque here: the caller
+ *          (node/node_cmd_node.c) encodes and decodes them (gossip_codec).
+ * Callers: node/ (`lpgossip node`), tests, bench.
+ *
+ * What arrives is outside input.  gossip_net_recv accepts on the ROUTER only
+ * [routing id][payload] with a routing id equal to the id of a known
+ * in-neighbour, and on a DEALER only single-frame messages; anything else
+ * (unknown or non-neighbour ids, wrong frame counts, empty or oversized
+ * payloads) is dropped, counted per reason and logged (the first few of
+ * each reason), never asserted.  Every wait is bounded: zmq_poll with a
+ * timeout, ZMQ_SNDTIMEO on the DEALERs, non-blocking ROUTER sends,
+ * ZMQ_LINGER on close.  Socket options: ZMQ_MAXMSGSIZE = max_msg + margin
+ * (larger frames make libzmq drop the connection; frames in the margin
+ * are delivered and rejected here, counted), SNDHWM/RCVHWM, ZMTP
+ * heartbeats, ROUTER_MANDATORY (a reply to a peer that is not connected is
+ * an error, not a silent drop) and ROUTER_HANDOVER (a restarted peer takes
+ * its id back).  The DEALERs do NOT use ZMQ_IMMEDIATE: with it, libzmq
+ * terminates a DEALER's pipe when its peer disconnects, dropping replies
+ * that arrived but were not read yet (a peer's last ack before it exits).
+ * Without it, a message sent before the peer is up waits in the DEALER's
+ * queue (up to hwm) and is delivered when the connection comes up: DEALER
+ * -> ROUTER has no slow-joiner loss.
+ *
+ * CURVE security (topology `security: curve`) is not implemented yet:
+ * gossip_net_new refuses such a topology with a clear message.
+ */
+#ifndef GOSSIP_NET_H
+#define GOSSIP_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "nn/nn_core.h"
+#include "topology/topo.h"
+
+typedef struct gossip_net gossip_net;
+
+typedef struct {
+    const char *bind;        /* ROUTER endpoint; NULL: the topology's endpoint of `rank` */
+    size_t      max_msg;     /* largest payload accepted (bytes); 0: 64 MB */
+    int         send_timeout_ms; /* DEALER ZMQ_SNDTIMEO                   [60000] */
+    int         linger_ms;   /* ZMQ_LINGER of every socket on destroy     [1000] */
+    int         hwm;         /* SNDHWM / RCVHWM in messages               [256] */
+    int         heartbeat_ivl_ms;     /* ZMTP heartbeats: interval        [1000] */
+    int         heartbeat_timeout_ms; /* peer silent this long: drop it   [10000] */
+    FILE       *log;         /* rejections are logged here; NULL: silent */
+} gossip_net_config;
+
+/* Where a received message came from. */
+typedef enum {
+    GOSSIP_NET_FROM_IN = 0,  /* ROUTER: an in-neighbour's DEALER */
+    GOSSIP_NET_FROM_OUT = 1  /* a DEALER: the reply of an out-neighbour */
+} gossip_net_dir;
+
+typedef struct {
+    uint64_t bytes_sent, bytes_recv;   /* payload bytes of accepted frames */
+    uint64_t msgs_sent, msgs_recv;
+    uint64_t rejected_identity;        /* unknown or non-neighbour routing id */
+    uint64_t rejected_frames;          /* wrong number of frames */
+    uint64_t rejected_size;            /* empty or larger than max_msg */
+    uint64_t reply_failed;             /* replies to a peer that is not connected */
+} gossip_net_stats;
+
+/* Defaults as listed above (bind NULL, log NULL). */
+void gossip_net_config_default(gossip_net_config *cfg);
+
+/* Largest message the gossip codec can produce for this layout, for any
+ * compressor (dense f32 or sparse blocks with every index), plus a margin
+ * for the header: a safe max_msg. */
+size_t gossip_net_max_msg_size(const nn_arena *layout);
+
+/* Binds the ROUTER (cfg->bind or the endpoint of node `rank` in t) and
+ * connects one DEALER to every out-neighbour's endpoint (all must be set).
+ * t is borrowed and must outlive the object.  NULL with a message naming
+ * the node and endpoint on error (bad rank, missing endpoint, bind or
+ * connect failure, security: curve). */
+gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg, char *err,
+                           size_t errlen);
+
+/* Closes every socket (pending messages get at most linger_ms to leave)
+ * and the context; sends nothing itself.  Safe on NULL; nulls *self_p. */
+void gossip_net_destroy(gossip_net **self_p);
+
+/* Sends msg[0..len) to out-neighbour to_rank through its DEALER (the bytes
+ * are copied: the caller's buffer may change right after).  Blocks at most
+ * send_timeout_ms when the peer's queue is full or the peer is not
+ * connected.  0, or -1 with a message naming the peer. */
+int gossip_net_send(gossip_net *net, int to_rank, const uint8_t *msg, size_t len, char *err,
+                    size_t errlen);
+
+/* Same without waiting: 1 sent (or queued for a peer not connected yet),
+ * 0 would block (queue full), -1 error. */
+int gossip_net_try_send(gossip_net *net, int to_rank, const uint8_t *msg, size_t len, char *err,
+                        size_t errlen);
+
+/* Sends msg to in-neighbour to_rank through the ROUTER (to the DEALER it
+ * connected with): for acks.  Never blocks.  0; -1 with a message when the
+ * peer is not connected (counted in reply_failed) or on error. */
+int gossip_net_reply(gossip_net *net, int to_rank, const uint8_t *msg, size_t len, char *err,
+                     size_t errlen);
+
+/* Waits at most timeout_ms (0: just look) for the next acceptable message
+ * on the ROUTER or any DEALER.  Returns 1 with *from_rank, *dir, *msg
+ * (borrowed: valid until the next gossip_net_recv or destroy) and *len;
+ * 0 on timeout or when interrupted by a signal (EINTR; the caller checks
+ * its flags and calls again); -1 with a message on a transport error.
+ * Rejected frames are dropped and counted, and the wait goes on. */
+int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_dir *dir,
+                    const uint8_t **msg, size_t *len, char *err, size_t errlen);
+
+void gossip_net_stats_get(const gossip_net *net, gossip_net_stats *out);
+/* The endpoint the ROUTER is bound to (ZMQ_LAST_ENDPOINT; borrowed). */
+const char *gossip_net_endpoint(const gossip_net *net);
+int gossip_net_rank(const gossip_net *net);
+
+#endif

@@ -1,0 +1,360 @@
+/* test_gossip_net — the ZeroMQ transport (gossip_net) on 127.0.0.1.
+ *
+ * Three nodes on a directed ring 0 -> 1 -> 2 -> 0 exchange messages
+ * (DEALER -> ROUTER) and replies (ROUTER -> DEALER), small and 1 MB, with
+ * exact byte counters.  Raw libzmq DEALERs play impostors against node 1:
+ * an unknown routing id, the id of a node that is not an in-neighbour,
+ * multipart messages, empty and oversized frames: all are rejected and
+ * counted, never delivered, and a valid message still gets through after.
+ * Receive timeouts are bounded; bad configurations fail with a message.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "gossip/gossip_net.h"
+#include "nn/nn_core.h"
+#include "topology/topo.h"
+
+/* A currently free TCP port on 127.0.0.1 (the kernel picks it). */
+static int s_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Directed ring of n with loopback endpoints on free ports. */
+static topo *s_ring(int n)
+{
+    char err[256];
+    topo *t = topo_generate("directed_ring", n, 0, 0, err, sizeof err);
+    assert_non_null(t);
+    for (int i = 0; i < n; i++)
+        snprintf(t->nodes[i].endpoint, sizeof t->nodes[i].endpoint, "tcp://127.0.0.1:%d",
+                 s_free_port());
+    return t;
+}
+
+static gossip_net *s_net(const topo *t, int rank, size_t max_msg)
+{
+    char err[512] = "";
+    gossip_net_config cfg;
+    gossip_net_config_default(&cfg);
+    cfg.max_msg = max_msg;
+    cfg.send_timeout_ms = 2000;
+    cfg.linger_ms = 100;
+    gossip_net *net = gossip_net_new(t, rank, &cfg, err, sizeof err);
+    if (!net)
+        fprintf(stderr, "gossip_net_new: %s\n", err);
+    assert_non_null(net);
+    return net;
+}
+
+/* Sends once the DEALER is connected (ZMQ_IMMEDIATE), bounded. */
+static void s_send_when_up(gossip_net *net, int to, const uint8_t *msg, size_t len)
+{
+    char err[512];
+    double deadline = nn_now() + 5;
+    int rc;
+    while ((rc = gossip_net_try_send(net, to, msg, len, err, sizeof err)) == 0 &&
+           nn_now() < deadline)
+        usleep(5000);
+    assert_int_equal(rc, 1);
+}
+
+/* Receives one message within 5 s. */
+static void s_recv(gossip_net *net, int *from, gossip_net_dir *dir, const uint8_t **msg,
+                   size_t *len)
+{
+    char err[512];
+    assert_int_equal(gossip_net_recv(net, 5000, from, dir, msg, len, err, sizeof err), 1);
+}
+
+static void test_ring_exchange(void **state)
+{
+    (void)state;
+    topo *t = s_ring(3);
+    gossip_net *net[3];
+    for (int i = 0; i < 3; i++)
+        net[i] = s_net(t, i, 2u << 20);
+    char err[512];
+    /* each node sends "hello from i" to i+1 */
+    for (int i = 0; i < 3; i++) {
+        char m[32];
+        int len = snprintf(m, sizeof m, "hello from %d", i);
+        s_send_when_up(net[i], (i + 1) % 3, (const uint8_t *)m, (size_t)len);
+    }
+    for (int i = 0; i < 3; i++) {
+        int from = -1;
+        gossip_net_dir dir;
+        const uint8_t *msg;
+        size_t len;
+        s_recv(net[i], &from, &dir, &msg, &len);
+        int pred = (i + 2) % 3;
+        char want[32];
+        snprintf(want, sizeof want, "hello from %d", pred);
+        if (from != pred)
+            fail_msg("node %d: got '%.*s' (%zu bytes) from %d, dir %d", i, (int)len,
+                     (const char *)msg, len, from, dir);
+        assert_int_equal(dir, GOSSIP_NET_FROM_IN);
+        assert_int_equal(len, strlen(want));
+        assert_memory_equal(msg, want, len);
+    }
+    /* acks back to the senders over the same connections */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(gossip_net_reply(net[i], (i + 2) % 3, (const uint8_t *)"ack", 3, err,
+                                          sizeof err), 0);
+    for (int i = 0; i < 3; i++) {
+        int from = -1;
+        gossip_net_dir dir;
+        const uint8_t *msg;
+        size_t len;
+        s_recv(net[i], &from, &dir, &msg, &len);
+        assert_int_equal(from, (i + 1) % 3);
+        assert_int_equal(dir, GOSSIP_NET_FROM_OUT);
+        assert_int_equal(len, 3);
+        assert_memory_equal(msg, "ack", 3);
+    }
+    /* a 1 MB message: copied on send, so the buffer may change at once */
+    size_t big = 1u << 20;
+    uint8_t *buf = nn_xmalloc(big);
+    for (size_t k = 0; k < big; k++)
+        buf[k] = (uint8_t)(k * 131 + 7);
+    assert_int_equal(gossip_net_send(net[0], 1, buf, big, err, sizeof err), 0);
+    buf[0] ^= 0xff;
+    int from;
+    gossip_net_dir dir;
+    const uint8_t *msg;
+    size_t len;
+    s_recv(net[1], &from, &dir, &msg, &len);
+    buf[0] ^= 0xff;
+    assert_int_equal(from, 0);
+    assert_int_equal(len, big);
+    assert_memory_equal(msg, buf, big);
+    free(buf);
+    /* counters: payload bytes exactly */
+    gossip_net_stats st0, st1;
+    gossip_net_stats_get(net[0], &st0);
+    gossip_net_stats_get(net[1], &st1);
+    assert_int_equal(st0.bytes_sent, strlen("hello from 0") + 3 + big); /* + reply to 2 */
+    assert_int_equal(st0.msgs_sent, 3);
+    assert_int_equal(st0.bytes_recv, strlen("hello from 2") + 3);
+    assert_int_equal(st1.bytes_recv, strlen("hello from 0") + 3 + big);
+    assert_int_equal(st1.bytes_sent, strlen("hello from 1") + 3);
+    assert_int_equal(st1.rejected_identity + st1.rejected_frames + st1.rejected_size, 0);
+    /* wrong directions are refused */
+    assert_int_equal(gossip_net_send(net[0], 2, (const uint8_t *)"x", 1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not an out-neighbour"));
+    assert_int_equal(gossip_net_reply(net[0], 1, (const uint8_t *)"x", 1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not an in-neighbour"));
+    for (int i = 0; i < 3; i++)
+        gossip_net_destroy(&net[i]);
+    assert_null(net[0]);
+    gossip_net_destroy(&net[0]); /* safe on NULL */
+    topo_destroy(&t);
+}
+
+/* A raw DEALER with routing id `id` connected to endpoint. */
+static void *s_impostor(void *ctx, const char *id, const char *endpoint)
+{
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    assert_non_null(d);
+    int linger = 0;
+    zmq_setsockopt(d, ZMQ_LINGER, &linger, sizeof linger);
+    if (id)
+        assert_int_equal(zmq_setsockopt(d, ZMQ_ROUTING_ID, id, strlen(id)), 0);
+    assert_int_equal(zmq_connect(d, endpoint), 0);
+    return d;
+}
+
+/* Waits (bounded) until node's counters change; returns the stats. */
+static gossip_net_stats s_wait_rejections(gossip_net *net, uint64_t total)
+{
+    gossip_net_stats st;
+    double deadline = nn_now() + 5;
+    char err[256];
+    for (;;) {
+        int from;
+        gossip_net_dir dir;
+        const uint8_t *msg;
+        size_t len;
+        int rc = gossip_net_recv(net, 50, &from, &dir, &msg, &len, err, sizeof err);
+        assert_int_equal(rc, 0); /* nothing may get through */
+        gossip_net_stats_get(net, &st);
+        if (st.rejected_identity + st.rejected_frames + st.rejected_size >= total ||
+            nn_now() > deadline)
+            return st;
+    }
+}
+
+static void test_rejections(void **state)
+{
+    (void)state;
+    topo *t = s_ring(3);
+    const size_t max_msg = 1000;
+    gossip_net *n1 = s_net(t, 1, max_msg); /* in-neighbour: n0 only */
+    const char *ep = gossip_net_endpoint(n1);
+    void *ctx = zmq_ctx_new();
+    char payload[2000];
+    memset(payload, 'p', sizeof payload);
+
+    void *mallory = s_impostor(ctx, "mallory", ep);
+    assert_int_equal(zmq_send(mallory, "hi", 2, 0), 2);
+    gossip_net_stats st = s_wait_rejections(n1, 1);
+    assert_int_equal(st.rejected_identity, 1);
+
+    void *n2 = s_impostor(ctx, "n2", ep); /* a node, but not an in-neighbour of n1 */
+    assert_int_equal(zmq_send(n2, "hi", 2, 0), 2);
+    st = s_wait_rejections(n1, 2);
+    assert_int_equal(st.rejected_identity, 2);
+
+    void *anon = s_impostor(ctx, NULL, ep); /* libzmq's generated id */
+    assert_int_equal(zmq_send(anon, "hi", 2, 0), 2);
+    st = s_wait_rejections(n1, 3);
+    assert_int_equal(st.rejected_identity, 3);
+
+    void *fake0 = s_impostor(ctx, "n0", ep);
+    assert_int_equal(zmq_send(fake0, "a", 1, ZMQ_SNDMORE), 1);
+    assert_int_equal(zmq_send(fake0, "b", 1, 0), 1);
+    st = s_wait_rejections(n1, 4);
+    assert_int_equal(st.rejected_frames, 1);
+
+    assert_int_equal(zmq_send(fake0, "", 0, 0), 0);
+    st = s_wait_rejections(n1, 5);
+    assert_int_equal(st.rejected_size, 1);
+
+    /* max_msg + 1: inside libzmq's margin, rejected and counted here */
+    assert_int_equal(zmq_send(fake0, payload, max_msg + 1, 0), (int)max_msg + 1);
+    st = s_wait_rejections(n1, 6);
+    assert_int_equal(st.rejected_size, 2);
+    assert_int_equal(st.msgs_recv, 0);
+
+    /* a valid message from n0's id still gets through, exactly max_msg */
+    assert_int_equal(zmq_send(fake0, payload, max_msg, 0), (int)max_msg);
+    int from;
+    gossip_net_dir dir;
+    const uint8_t *msg;
+    size_t len;
+    s_recv(n1, &from, &dir, &msg, &len);
+    assert_int_equal(from, 0);
+    assert_int_equal(len, max_msg);
+
+    /* far beyond ZMQ_MAXMSGSIZE: libzmq drops the connection; never delivered */
+    size_t huge = max_msg + (1u << 20);
+    char *hb = nn_xcalloc(1, huge);
+    void *fat = s_impostor(ctx, "n0", ep);
+    assert_int_equal(zmq_send(fat, hb, huge, 0), (int)huge);
+    char err[256];
+    double t0 = nn_now();
+    assert_int_equal(gossip_net_recv(n1, 300, &from, &dir, &msg, &len, err, sizeof err), 0);
+    assert_true(nn_now() - t0 < 2.0);
+    free(hb);
+
+    zmq_close(mallory);
+    zmq_close(n2);
+    zmq_close(anon);
+    zmq_close(fake0);
+    zmq_close(fat);
+    zmq_ctx_term(ctx);
+    gossip_net_destroy(&n1);
+    topo_destroy(&t);
+}
+
+static void test_timeouts_and_errors(void **state)
+{
+    (void)state;
+    topo *t = s_ring(2);
+    gossip_net *n0 = s_net(t, 0, 0);
+    char err[512];
+    int from;
+    gossip_net_dir dir;
+    const uint8_t *msg;
+    size_t len;
+    double t0 = nn_now();
+    assert_int_equal(gossip_net_recv(n0, 150, &from, &dir, &msg, &len, err, sizeof err), 0);
+    double dt = nn_now() - t0;
+    assert_true(dt >= 0.14 && dt < 1.5);
+    t0 = nn_now();
+    assert_int_equal(gossip_net_recv(n0, 0, &from, &dir, &msg, &len, err, sizeof err), 0);
+    assert_true(nn_now() - t0 < 0.5);
+    /* node 1 is not up yet: the message waits in n0's DEALER and arrives
+     * once node 1 binds (no slow-joiner loss) */
+    assert_int_equal(gossip_net_try_send(n0, 1, (const uint8_t *)"early", 5, err, sizeof err), 1);
+    gossip_net *n1 = s_net(t, 1, 0);
+    s_recv(n1, &from, &dir, &msg, &len);
+    assert_int_equal(from, 0);
+    assert_int_equal(len, 5);
+    assert_memory_equal(msg, "early", 5);
+    gossip_net_destroy(&n1);
+    gossip_net_config cfg;
+    gossip_net_config_default(&cfg);
+    /* reply to an in-neighbour that is gone */
+    assert_int_equal(gossip_net_reply(n0, 1, (const uint8_t *)"x", 1, err, sizeof err), -1);
+    gossip_net_stats st;
+    gossip_net_stats_get(n0, &st);
+    assert_int_equal(st.reply_failed, 1);
+    /* a port in use */
+    cfg.bind = gossip_net_endpoint(n0);
+    assert_null(gossip_net_new(t, 1, &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "cannot bind"));
+    gossip_net_destroy(&n0);
+    /* missing endpoints, bad rank, curve */
+    t->nodes[1].endpoint[0] = '\0';
+    assert_null(gossip_net_new(t, 0, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "has no endpoint"));
+    assert_non_null(strstr(err, "--peer n1="));
+    assert_null(gossip_net_new(t, 1, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "--bind"));
+    assert_null(gossip_net_new(t, 5, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "rank 5"));
+    t->security_curve = 1;
+    assert_null(gossip_net_new(t, 0, NULL, err, sizeof err));
+    assert_non_null(strstr(err, "curve"));
+    topo_destroy(&t);
+}
+
+static void test_max_msg_size(void **state)
+{
+    (void)state;
+    nn_arena a;
+    nn_arena_init(&a);
+    int s1[1] = {1000}, s2[2] = {3, 3};
+    nn_arena_add(&a, "w", 1, s1);
+    nn_arena_add(&a, "b", 2, s2);
+    nn_arena_alloc(&a);
+    size_t m = gossip_net_max_msg_size(&a);
+    /* at least a dense f32 message: header + 2 blocks of 4 bytes a value */
+    assert_true(m >= 40 + 2 * 6 + 4 * 1009);
+    assert_true(m < 40 + 4096 + 2 * 64 + 6 * 1009);
+    nn_arena_free(&a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring_exchange),
+        cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_timeouts_and_errors),
+        cmocka_unit_test(test_max_msg_size),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

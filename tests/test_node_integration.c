@@ -1,0 +1,515 @@
+/* test_node_integration — `lpgossip node` as real processes over ZeroMQ on
+ * 127.0.0.1, against `lpgossip simulate` with the same flags.
+ *
+ * For a 4-node directed ring (choco, identity) and a 4-node exponential-like
+ * graph with non-uniform weights (column stochastic only: push-sum; choco
+ * with topk:0.1+q8), four `build/lpgossip node` processes (one started with
+ * LPGOSSIP_RANK instead of --rank) train the small cnn on a training subset
+ * while the in-process simulation runs the same configuration.  Checks:
+ * every process exits 0; each node's final model equals the simulation's
+ * model of that rank to float round-off (in practice bit for bit); the
+ * gossip bytes in the metrics equal the encoded sizes (dense: computed
+ * from the layout; compressed: the simulation's count), received equals
+ * sent, and transport bytes = gossip bytes + 40 per control message.
+ * Failure paths: a lone node names the in-neighbours that never said hello
+ * and exits 1 within its --timeout; two nodes with different models refuse
+ * each other naming the peer.
+ *
+ * The binary is $LPGOSSIP_BIN or ../lpgossip next to this test program
+ * (build/lpgossip, or build/san/lpgossip for the sanitizer build).  Every
+ * wait is bounded; on any failure all children are killed and the temp
+ * directory removed (teardown).  LPGOSSIP_QUICK=1 runs fewer iterations.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "nn/nn_core.h"
+#include "nn/nn_model.h"
+#include "node/node_common.h"
+
+#define S_MAXPROC 8
+
+typedef struct {
+    char  dir[256];
+    pid_t pid[S_MAXPROC];
+    int   npid;
+    char  bin[1024];
+} s_state;
+
+static s_state s_st;
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static int s_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static int s_quick(void)
+{
+    const char *q = getenv("LPGOSSIP_QUICK");
+    return q && q[0] && strcmp(q, "0") != 0;
+}
+
+/* Starts bin with args (NULL-terminated), output to logpath; env_rank >= 0
+ * sets LPGOSSIP_RANK. */
+static pid_t s_spawn(char *const *args, const char *logpath, int env_rank)
+{
+    assert_true(s_st.npid < S_MAXPROC);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        unsetenv("SLURM_PROCID");
+        unsetenv("OMPI_COMM_WORLD_RANK");
+        unsetenv("PMI_RANK");
+        if (env_rank >= 0) {
+            char r[16];
+            snprintf(r, sizeof r, "%d", env_rank);
+            setenv("LPGOSSIP_RANK", r, 1);
+        } else {
+            unsetenv("LPGOSSIP_RANK");
+        }
+        execv(s_st.bin, args);
+        _exit(127);
+    }
+    s_st.pid[s_st.npid++] = pid;
+    return pid;
+}
+
+/* Waits for every child (bounded); fills status[] (exit code, or -1 for
+ * killed/timeout).  Returns 0 when all exited in time. */
+static int s_wait_all(double seconds, int *status)
+{
+    double deadline = nn_now() + seconds;
+    int left = s_st.npid;
+    for (int k = 0; k < s_st.npid; k++)
+        status[k] = -2;
+    while (left > 0 && nn_now() < deadline) {
+        for (int k = 0; k < s_st.npid; k++) {
+            if (status[k] != -2)
+                continue;
+            int ws;
+            pid_t p = waitpid(s_st.pid[k], &ws, WNOHANG);
+            if (p == s_st.pid[k]) {
+                status[k] = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+                s_st.pid[k] = 0;
+                left--;
+            }
+        }
+        usleep(20000);
+    }
+    return left == 0 ? 0 : -1;
+}
+
+static void s_kill_all(void)
+{
+    for (int k = 0; k < s_st.npid; k++)
+        if (s_st.pid[k] > 0) {
+            kill(s_st.pid[k], SIGKILL);
+            waitpid(s_st.pid[k], NULL, 0);
+            s_st.pid[k] = 0;
+        }
+    s_st.npid = 0;
+}
+
+static int s_rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void s_print_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[1024];
+    fprintf(stderr, "---- %s\n", path);
+    while (fgets(line, sizeof line, f))
+        fputs(line, stderr);
+    fclose(f);
+}
+
+static char *s_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return nn_xstrdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = nn_xmalloc((size_t)n + 1);
+    size_t got = fread(s, 1, (size_t)n, f);
+    s[got] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Last line of a JSON-lines file (owned) */
+static char *s_last_line(const char *path)
+{
+    char *s = s_slurp(path);
+    size_t n = strlen(s);
+    while (n > 0 && s[n - 1] == '\n')
+        s[--n] = '\0';
+    char *nl = strrchr(s, '\n');
+    char *out = nn_xstrdup(nl ? nl + 1 : s);
+    free(s);
+    return out;
+}
+
+static double s_json_num(const char *line, const char *key)
+{
+    char pat[80];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(line, pat);
+    if (!p) {
+        fprintf(stderr, "key %s missing in %s\n", key, line);
+        fail();
+    }
+    return strtod(p + strlen(pat), NULL);
+}
+
+static size_t s_varint_len(size_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static nn_model *s_load_model(const char *path)
+{
+    char err[512];
+    node_model_opts mo;
+    if (node_model_opts_from_file(path, &mo, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        fail();
+    }
+    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
+    assert_non_null(m);
+    if (node_model_load(path, m, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        fail();
+    }
+    return m;
+}
+
+/* ---- fixtures --------------------------------------------------------------- */
+
+static int s_setup(void **state)
+{
+    (void)state;
+    memset(&s_st, 0, sizeof s_st);
+    snprintf(s_st.dir, sizeof s_st.dir, "/tmp/lpgossip-node-XXXXXX");
+    if (!mkdtemp(s_st.dir))
+        return -1;
+    const char *env = getenv("LPGOSSIP_BIN");
+    if (env && env[0]) {
+        snprintf(s_st.bin, sizeof s_st.bin, "%s", env);
+    } else {
+        char exe[900];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0)
+            return -1;
+        exe[n] = '\0';
+        snprintf(s_st.bin, sizeof s_st.bin, "%s/../lpgossip", dirname(exe));
+    }
+    if (access(s_st.bin, X_OK) != 0) {
+        fprintf(stderr, "test_node_integration: %s not found: build it first "
+                "(make build/lpgossip, or set LPGOSSIP_BIN)\n", s_st.bin);
+        return -1;
+    }
+    return 0;
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    s_kill_all();
+    if (s_st.dir[0])
+        nftw(s_st.dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    s_st.dir[0] = '\0';
+    return 0;
+}
+
+/* ---- topologies --------------------------------------------------------- */
+
+/* nodes n0..n3 with endpoints on free ports, then `graph` verbatim. */
+static void s_write_topo(const char *path, const char *graph)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "description: test topology\nnodes:\n");
+    for (int i = 0; i < 4; i++)
+        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"}\n", i, s_free_port());
+    fprintf(f, "%s", graph);
+    fclose(f);
+}
+
+static const char *s_ring_graph = "graph:\n  generator: directed_ring\n";
+/* i -> i+1, i+2; even nodes keep 1/2 and send 1/4 each, odd nodes keep and
+ * send 1/3: column stochastic, rows not (push-sum weights move). Row i =
+ * what node i takes from each j. */
+static const char *s_exp_graph =
+    "graph:\n  matrix:\n"
+    "    - [1/2, 0,   1/4, 1/3]\n"
+    "    - [1/4, 1/3, 0,   1/3]\n"
+    "    - [1/4, 1/3, 1/2, 0  ]\n"
+    "    - [0,   1/3, 1/4, 1/3]\n";
+
+/* ---- one comparison run ------------------------------------------------------ */
+
+typedef struct {
+    const char *name;
+    const char *graph;
+    const char *algo, *compress, *eta;
+    int         dense;     /* identity compression: sizes computable */
+    int         outdeg;    /* out-degree of every node */
+} s_case;
+
+static void s_run_case(const s_case *c)
+{
+    char topo[512], nodes[512], sim[512], simlog[512], simmet[512];
+    snprintf(topo, sizeof topo, "%s/%s.yaml", s_st.dir, c->name);
+    snprintf(nodes, sizeof nodes, "%s/%s-nodes", s_st.dir, c->name);
+    snprintf(sim, sizeof sim, "%s/%s-sim", s_st.dir, c->name);
+    snprintf(simlog, sizeof simlog, "%s/%s-sim.txt", s_st.dir, c->name);
+    snprintf(simmet, sizeof simmet, "%s/%s-sim.jsonl", s_st.dir, c->name);
+    s_write_topo(topo, c->graph);
+    const int batch = 8, iters = s_quick() ? 8 : 20;
+    char subset[32], bs[16];
+    snprintf(subset, sizeof subset, "%d", 4 * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char ranks[4][16], logs[4][600];
+    for (int i = 0; i < 4; i++) {
+        snprintf(ranks[i], sizeof ranks[i], "%d", i);
+        snprintf(logs[i], sizeof logs[i], "%s/%s-node%d.txt", s_st.dir, c->name, i);
+    }
+    double t0 = nn_now();
+    for (int i = 0; i < 4; i++) {
+        /* rank 3 from the environment, the others from --rank */
+        char *args[40];
+        int a = 0;
+        args[a++] = "lpgossip";
+        args[a++] = "node";
+        args[a++] = "--topology";
+        args[a++] = topo;
+        if (i != 3) {
+            args[a++] = "--rank";
+            args[a++] = ranks[i];
+        }
+        char *common[] = {"--algo", (char *)c->algo, "--compress", (char *)c->compress, "--eta",
+                          (char *)c->eta, "--train-subset", subset, "--batch", bs, "--epochs",
+                          "1", "--seed", "7", "--lr", "0.05", "--timeout", "40", "--no-eval",
+                          "--out", nodes, NULL};
+        for (int k = 0; common[k]; k++)
+            args[a++] = common[k];
+        args[a] = NULL;
+        s_spawn(args, logs[i], i == 3 ? 3 : -1);
+    }
+    char *sargs[] = {"lpgossip", "simulate", "--topology", topo, "--algo", (char *)c->algo,
+                     "--compress", (char *)c->compress, "--eta", (char *)c->eta,
+                     "--train-subset", subset, "--batch", bs, "--epochs", "1", "--seed", "7",
+                     "--lr", "0.05", "--eval-nodes", "0", "--metrics", simmet, "--out", sim,
+                     NULL};
+    s_spawn(sargs, simlog, -1);
+    int status[S_MAXPROC];
+    int rc = s_wait_all(s_quick() ? 120 : 90, status);
+    int ok = rc == 0;
+    for (int k = 0; k < s_st.npid; k++)
+        ok = ok && status[k] == 0;
+    if (!ok) {
+        for (int i = 0; i < 4; i++)
+            s_print_file(logs[i]);
+        s_print_file(simlog);
+        for (int k = 0; k < s_st.npid; k++)
+            fprintf(stderr, "process %d: status %d\n", k, status[k]);
+        fail_msg("%s: processes did not all exit 0 in time", c->name);
+    }
+    s_st.npid = 0;
+    printf("%s: 4 nodes + simulate, %d iterations: %.1f s\n", c->name, iters, nn_now() - t0);
+
+    /* models: node == simulation, per rank */
+    double gsent_total = 0;
+    for (int i = 0; i < 4; i++) {
+        char pn[700], ps[700], pm[700];
+        snprintf(pn, sizeof pn, "%s/model-%d.safetensors", nodes, i);
+        snprintf(ps, sizeof ps, "%s/model-%d.safetensors", sim, i);
+        snprintf(pm, sizeof pm, "%s/metrics-%d.jsonl", nodes, i);
+        nn_model *mn = s_load_model(pn), *ms = s_load_model(ps);
+        const nn_arena *an = nn_model_params(mn), *as = nn_model_params(ms);
+        assert_int_equal(an->numel, as->numel);
+        double maxdiff = 0, maxabs = 0;
+        size_t differ = 0;
+        for (size_t k = 0; k < an->numel; k++) {
+            double dd = fabs((double)an->data[k] - (double)as->data[k]);
+            if (dd > maxdiff)
+                maxdiff = dd;
+            if (fabs(as->data[k]) > maxabs)
+                maxabs = fabs(as->data[k]);
+            differ += an->data[k] != as->data[k];
+            if (!(dd <= 1e-6 + 1e-5 * fabs((double)as->data[k]))) {
+                fail_msg("%s rank %d: parameter %zu: node %.9g, simulate %.9g", c->name, i, k,
+                         an->data[k], as->data[k]);
+            }
+        }
+        assert_true(maxabs > 0);
+        printf("%s rank %d: max |node - simulate| = %.3g over %zu parameters (%zu differ)\n",
+               c->name, i, maxdiff, an->numel, differ);
+
+        /* bytes */
+        char *line = s_last_line(pm);
+        double gsent = s_json_num(line, "gossip_bytes_sent");
+        double grecv = s_json_num(line, "gossip_bytes_recv");
+        double sent = s_json_num(line, "bytes_sent");
+        double msgs = s_json_num(line, "msgs_sent");
+        double gmsgs = s_json_num(line, "gossip_msgs_sent");
+        assert_true(s_json_num(line, "iter") == iters);
+        assert_true(gmsgs == (double)(iters * c->outdeg));
+        /* transport = gossip bytes + 40-byte control messages (HELLO, acks) */
+        assert_true(msgs > gmsgs);
+        assert_true(sent == gsent + 40.0 * (msgs - gmsgs));
+        assert_true(s_json_num(line, "rejected") == 0);
+        if (c->dense) {
+            size_t per = 40;
+            for (size_t v = 0; v < an->nviews; v++)
+                per += 1 + s_varint_len(an->views[v].numel) + 4 * an->views[v].numel;
+            assert_true(gsent == (double)per * iters * c->outdeg);
+            assert_true(grecv == gsent); /* regular graph */
+        }
+        gsent_total += gsent;
+        free(line);
+        nn_model_destroy(&mn);
+        nn_model_destroy(&ms);
+    }
+    /* the simulation counted the same encoded bytes */
+    char *sl = s_last_line(simmet);
+    double per_node = s_json_num(sl, "bytes_sent_per_node");
+    free(sl);
+    printf("%s: gossip bytes sent per node: nodes %.0f, simulate %.0f\n", c->name,
+           gsent_total / 4, per_node);
+    assert_true(fabs(gsent_total / 4 - per_node) <= 0.5);
+}
+
+static void test_ring_identity(void **state)
+{
+    (void)state;
+    s_case c = {"ring4", s_ring_graph, "choco", "identity", "1", 1, 1};
+    s_run_case(&c);
+}
+
+static void test_exp_topk_q8_push_sum(void **state)
+{
+    (void)state;
+    s_case c = {"exp4", s_exp_graph, "choco", "topk:0.1+q8", "0.2", 0, 2};
+    s_run_case(&c);
+}
+
+/* A lone node of a ring: the barrier times out naming the silent peers. */
+static void test_lonely_node_times_out(void **state)
+{
+    (void)state;
+    char topo[512], log[512];
+    snprintf(topo, sizeof topo, "%s/lonely.yaml", s_st.dir);
+    snprintf(log, sizeof log, "%s/lonely.txt", s_st.dir);
+    s_write_topo(topo, s_ring_graph);
+    char *args[] = {"lpgossip", "node", "--topology", topo, "--rank", "1", "--train-subset", "64",
+                    "--timeout", "1", "--no-eval", NULL};
+    double t0 = nn_now();
+    s_spawn(args, log, -1);
+    int status[S_MAXPROC];
+    assert_int_equal(s_wait_all(30, status), 0);
+    s_st.npid = 0;
+    double dt = nn_now() - t0;
+    char *out = s_slurp(log);
+    if (status[0] != 1 || !strstr(out, "never said hello: n0 (rank 0") ||
+        !strstr(out, "never acknowledged ours: n2 (rank 2"))
+        fail_msg("status %d, output:\n%s", status[0], out);
+    free(out);
+    assert_true(dt < 25);
+}
+
+/* Two nodes with different models refuse each other, naming the peer. */
+static void test_layout_mismatch(void **state)
+{
+    (void)state;
+    char topo[512], log0[512], log1[512];
+    snprintf(topo, sizeof topo, "%s/pair.yaml", s_st.dir);
+    snprintf(log0, sizeof log0, "%s/pair0.txt", s_st.dir);
+    snprintf(log1, sizeof log1, "%s/pair1.txt", s_st.dir);
+    FILE *f = fopen(topo, "w");
+    assert_non_null(f);
+    fprintf(f, "nodes:\n  - {id: a, endpoint: \"tcp://127.0.0.1:%d\"}\n"
+               "  - {id: b, endpoint: \"tcp://127.0.0.1:%d\"}\ngraph:\n  generator: complete\n",
+            s_free_port(), s_free_port());
+    fclose(f);
+    char *a0[] = {"lpgossip", "node", "--topology", topo, "--rank", "0", "--train-subset", "64",
+                  "--timeout", "10", "--no-eval", NULL};
+    char *a1[] = {"lpgossip", "node", "--topology", topo, "--rank", "1", "--train-subset", "64",
+                  "--timeout", "10", "--no-eval", "--norm", "none", NULL};
+    s_spawn(a0, log0, -1);
+    s_spawn(a1, log1, -1);
+    int status[S_MAXPROC];
+    assert_int_equal(s_wait_all(30, status), 0);
+    s_st.npid = 0;
+    char *o0 = s_slurp(log0), *o1 = s_slurp(log1);
+    int ok = status[0] == 1 && status[1] == 1 && strstr(o0, "peer b (rank 1") &&
+             strstr(o0, "different model") && strstr(o1, "peer a (rank 0");
+    if (!ok)
+        fail_msg("status %d %d\n%s\n%s", status[0], status[1], o0, o1);
+    free(o0);
+    free(o1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ring_identity, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_exp_topk_q8_push_sum, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_lonely_node_times_out, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_layout_mismatch, s_setup, s_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
