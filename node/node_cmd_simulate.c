@@ -26,22 +26,17 @@ static void s_usage(FILE *f)
 "usage: lpgossip simulate --topology FILE [options]\n"
 "Runs every node of a topology in this one process (deterministic), with the\n"
 "same gossip code and wire format as `lpgossip node`.\n\n"
-"gossip:\n"
+"simulate:\n"
 "  --topology FILE     topology YAML (see docs/topology.md)       (required)\n"
-"  --algo A            dpsgd (SGP) | choco | deepsqueeze            [choco]\n"
-"  --compress SPEC     identity | q8 | topk:F | topk:F+q8 | randk:F | qsgd:S [identity]\n"
-"  --eta X             consensus step (choco, deepsqueeze)  [1, or 0.01 with topk]\n"
-"  --no-push-sum       plain gossip (needs a doubly stochastic topology)\n"
-"  --skew S            non-IID skew of the data partition, 0 = IID   [0]\n"
-"  --eval-every N      evaluate every N iterations          [once per epoch]\n"
 "  --eval-nodes K      evaluate only the first K node models for the mean\n"
 "                      node accuracy (the average model is always evaluated)\n"
-"  --out DIR           write DIR/model-RANK.safetensors at the end\n\n");
+"  (--out DIR writes DIR/model-RANK.safetensors at the end)\n\n");
+    node_gossip_usage(f);
     node_train_usage(f);
     fprintf(f, "  -h, --help\n");
 }
 
-enum { S_TOPO = 1000, S_ALGO, S_COMP, S_ETA, S_NOPS, S_SKEW, S_EVERY, S_ENODES, S_OUT };
+enum { S_TOPO = 1000, S_ENODES };
 
 /* Mean of the ranks' de-biased models into dst; returns the consensus
  * distance mean_i ||z_i - zbar||^2 / d. */
@@ -63,28 +58,27 @@ static double s_average(float *dst, float **z, int n, size_t d)
 int node_cmd_simulate(int argc, char **argv)
 {
     static const struct option own[] = {
-        {"topology", required_argument, 0, S_TOPO}, {"algo", required_argument, 0, S_ALGO},
-        {"compress", required_argument, 0, S_COMP}, {"eta", required_argument, 0, S_ETA},
-        {"no-push-sum", no_argument, 0, S_NOPS},    {"skew", required_argument, 0, S_SKEW},
-        {"eval-every", required_argument, 0, S_EVERY},
+        {"topology", required_argument, 0, S_TOPO},
         {"eval-nodes", required_argument, 0, S_ENODES},
-        {"out", required_argument, 0, S_OUT},       {"help", no_argument, 0, 'h'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     node_train_opts o;
     node_train_opts_defaults(&o);
-    gossip_config gc;
-    gossip_config_default(&gc);
-    gc.algo = GOSSIP_CHOCO;
-    const char *topo_path = NULL, *out_dir = NULL;
-    double skew = 0, eta = -1;
-    long eval_every = 0, eval_nodes = -1;
+    node_gossip_opts go;
+    node_gossip_opts_defaults(&go);
+    const char *topo_path = NULL;
+    long eval_nodes = -1;
     char err[1024] = "";
-    struct option *opts = node_options_join(own);
+    struct option *mine = node_options_concat(node_gossip_options, own);
+    struct option *opts = node_options_join(mine);
+    free(mine);
     int c, bad = 0;
     optind = 1;
     while (!bad && (c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int r = node_train_opt(&o, c, optarg, err, sizeof err);
+        if (r == 0)
+            r = node_gossip_opt(&go, c, optarg, err, sizeof err);
         if (r < 0) {
             bad = 2;
             break;
@@ -93,27 +87,10 @@ int node_cmd_simulate(int argc, char **argv)
             continue;
         switch (c) {
         case S_TOPO: topo_path = optarg; break;
-        case S_ALGO: bad = gossip_algo_parse(optarg, &gc.algo, err, sizeof err) ? 2 : 0; break;
-        case S_COMP:
-            if (strlen(optarg) >= sizeof gc.compressor)
-                bad = 2, nn_errf(err, sizeof err, "--compress: spec too long");
-            else
-                snprintf(gc.compressor, sizeof gc.compressor, "%s", optarg);
-            break;
-        case S_ETA: bad = node_parse_double("--eta", optarg, 0, 1, &eta, err, sizeof err) ? 2 : 0;
-            break;
-        case S_NOPS: gc.push_sum = 0; break;
-        case S_SKEW: bad = node_parse_double("--skew", optarg, 0, 1, &skew, err, sizeof err) ? 2 : 0;
-            break;
-        case S_EVERY:
-            bad = node_parse_int("--eval-every", optarg, 1, 1L << 40, &eval_every, err, sizeof err)
-                      ? 2 : 0;
-            break;
         case S_ENODES:
             bad = node_parse_int("--eval-nodes", optarg, 0, 1 << 20, &eval_nodes, err, sizeof err)
                       ? 2 : 0;
             break;
-        case S_OUT: out_dir = optarg; break;
         case 'h': free(opts); s_usage(stdout); return 0;
         default: free(opts); s_usage(stderr); return 2;
         }
@@ -128,11 +105,12 @@ int node_cmd_simulate(int argc, char **argv)
                 topo_path ? "unexpected argument (see --help)" : "--topology FILE is required");
         return 2;
     }
-    if (eta < 0) /* DESIGN §3: 1 without compression, 0.01 with 99% top-k */
-        eta = (strstr(gc.compressor, "topk") || strstr(gc.compressor, "randk")) ? 0.01 : 1.0;
-    gc.eta = eta;
-    gc.seed = (uint64_t)o.seed;
     node_train_opts_finish(&o);
+    node_gossip_opts_finish(&go, &o);
+    const gossip_config gc = go.gc;
+    const double skew = go.skew;
+    const char *out_dir = go.out[0] ? go.out : NULL;
+    long eval_every = go.eval_every;
     node_set_threads((int)o.threads);
 
     int rc = 1, n = 0;
@@ -156,9 +134,7 @@ int node_cmd_simulate(int argc, char **argv)
         fprintf(stderr, "lpgossip simulate: %s\n", err);
         goto done;
     }
-    size_t ntrain = o.subset && (size_t)o.subset < d.train.n ? (size_t)o.subset : d.train.n;
-    if (nn_partition_skew(d.train.y, ntrain, d.train.classes, n, skew, (uint64_t)o.seed, shard,
-                          count, err, sizeof err) != 0) {
+    if (node_shards_make(&o, &d, n, skew, shard, count, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip simulate: %s\n", err);
         goto done;
     }
@@ -202,12 +178,10 @@ int node_cmd_simulate(int argc, char **argv)
     fflush(stdout);
     double t0 = nn_now(), t_compute = 0, t_gossip = 0;
     for (uint64_t it = 0; it < iters; it++) {
-        double epoch = (double)it / (double)steps;
-        float lr = nn_lr_at(&o.sched, epoch);
+        float lr = node_lr_at_iter(&o, it, steps);
         double a = nn_now();
         for (int i = 0; i < n; i++) {
-            gossip_node_debias(gossip_sim_node(sim, i), x[i], z[i]);
-            float loss = node_trainer_step(&tr[i], &d, x[i], lr);
+            float loss = node_gossip_local_step(&tr[i], &d, gossip_sim_node(sim, i), x[i], lr);
             if (!isfinite(loss)) {
                 fprintf(stderr, "lpgossip simulate: node %d: loss is %f at iteration %llu "
                         "(lr %g): training diverged; try a smaller --lr or --eta\n", i, loss,
@@ -231,6 +205,14 @@ int node_cmd_simulate(int argc, char **argv)
         for (int i = 0; i < n; i++)
             gossip_node_debias(gossip_sim_node(sim, i), x[i], z[i]);
         double consensus = s_average(nn_model_params(avg)->data, z, n, dim);
+        /* Buffers too (BatchNorm statistics, 8-bit activation ranges). */
+        nn_arena *ab = nn_model_buffers(avg);
+        for (size_t k = 0; k < ab->numel; k++) {
+            double sum = 0;
+            for (int i = 0; i < n; i++)
+                sum += nn_model_buffers(tr[i].model)->data[k];
+            ab->data[k] = (float)(sum / n);
+        }
         double avg_loss, avg_acc = node_evaluate(avg, &d, &d.test, (int)o.batch, &avg_loss);
         double node_acc = 0, train_loss = 0;
         size_t seen = 0;

@@ -40,15 +40,7 @@ void node_train_opts_defaults(node_train_opts *o)
 
 struct option *node_options_join(const struct option *own)
 {
-    size_t a = 0, b = 0;
-    while (node_train_options[a].name)
-        a++;
-    while (own[b].name)
-        b++;
-    struct option *all = nn_xcalloc(a + b + 1, sizeof *all);
-    memcpy(all, node_train_options, a * sizeof *all);
-    memcpy(all + a, own, b * sizeof *all);
-    return all;
+    return node_options_concat(node_train_options, own);
 }
 
 static int s_copy(char *dst, size_t len, const char *flag, const char *arg, char *err,
