@@ -60,7 +60,9 @@ Q := $(if $(V),,@)
 SIMD_AVX2   := -mavx2 -mfma
 SIMD_AVX512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 
-.PHONY: all test unit-test run bench install clean deps fuzz sanitize-test repro compare
+.PHONY: all test unit-test run bench install clean deps fuzz repro
+# Objects of tests and benchmarks are not intermediates to delete.
+.SECONDARY:
 all: $(BIN) $(TESTS) $(BENCHES)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -116,6 +118,11 @@ run: deps
 
 bench: $(BENCHES) $(BIN)
 	@for b in $(BENCHES); do echo "== $$b"; OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
+
+# The paper's experiment grid on Fashion-MNIST (hours on 2 cores; resumable):
+# results/repro.md and results/repro.json.  See docs/repro.md.
+repro: $(BIN)
+	@scripts/repro
 
 # libFuzzer targets: clang only, bounded time each (FUZZ_SECONDS).
 FUZZ_SECONDS ?= 20
