@@ -26,6 +26,8 @@
 
 #include <cmocka.h>
 
+#include "tests/tk.h"
+
 #include "gossip/gossip_codec.h"
 #include "gossip/gossip_node.h"
 #include "gossip/gossip_sim.h"
@@ -46,12 +48,6 @@ static topo *s_named(const char *name)
 static const char *s_topos[] = { "ring8", "ring16", "torus4x4", "ring8-undirected",
                                  "exp8", "complete4", "onepeer-exp8", "star8" };
 #define S_NTOPOS (sizeof s_topos / sizeof s_topos[0])
-
-static int s_quick(void)
-{
-    const char *q = getenv("LPGOSSIP_QUICK");
-    return q && *q && strcmp(q, "0");
-}
 
 /* A small layout with uneven tensors (a bias of 3 values included). */
 static void s_layout(nn_arena *L)
@@ -161,7 +157,7 @@ static double s_consensus(const char *tname, const s_case *c)
 static void s_run_cases(const s_case *cases, size_t ncases)
 {
     for (size_t ti = 0; ti < S_NTOPOS; ti++) {
-        if (s_quick() && ti % 2)
+        if (tk_quick() && ti % 2)
             continue;
         for (size_t ci = 0; ci < ncases; ci++) {
             double e = s_consensus(s_topos[ti], &cases[ci]);
@@ -207,7 +203,7 @@ static void test_consensus_deepsqueeze_topk(void **state)
     (void)state;
     s_case c = { GOSSIP_DEEPSQUEEZE, "topk:0.1+q8", 0.02, 5000, 0.1 };
     for (size_t ti = 0; ti < S_NTOPOS; ti++) {
-        if ((s_quick() && ti % 2) || !strcmp(s_topos[ti], "onepeer-exp8"))
+        if ((tk_quick() && ti % 2) || !strcmp(s_topos[ti], "onepeer-exp8"))
             continue;
         double e = s_consensus(s_topos[ti], &c);
         printf("  consensus %-17s deepsqueeze  %-14s eta %-5g rounds %5d: max |z-avg| = %.2e (tol %.0e)\n",

@@ -20,26 +20,20 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include "tests/tk.h"
 #include <zmq.h>
 
 #include "gossip/gossip_net.h"
 #include "nn/nn_core.h"
 #include "topology/topo.h"
 
-/* A currently free TCP port on 127.0.0.1 (the kernel picks it). */
+/* A free loopback port (asserted). */
 static int s_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    int p = tk_free_port();
+    assert_true(p > 0);
+    return p;
 }
 
 /* Directed ring of n with loopback endpoints on free ports. */

@@ -14,6 +14,8 @@
 
 #include <cmocka.h>
 
+#include "tests/tk.h"
+
 #include "lowprec/lp_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "nn/nn_core.h"
@@ -118,7 +120,7 @@ static void test_extremes(void **state)
     (void)state;
     nn_rng r;
     nn_rng_seed(&r, 12);
-    const shape big = {9, 21, getenv("LPGOSSIP_QUICK") ? 3001 : LP_GEMM_MAX_K};
+    const shape big = {9, 21, tk_quick() ? 3001 : LP_GEMM_MAX_K};
     s_check_shape(&r, big, 1, 0);          /* all 255: 255*255*K */
     s_check_shape(&r, (shape){5, 19, 77}, 2, 0); /* A all 0 (a' = -128) */
 }

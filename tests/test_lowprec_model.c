@@ -37,15 +37,11 @@
 
 #include <cmocka.h>
 
+#include "tests/tk.h"
+
 #include "lowprec/lp_model.h"
 #include "nn/nn_model.h"
 #include "nn/nn_optim.h"
-
-static int s_quick(void)
-{
-    const char *q = getenv("LPGOSSIP_QUICK");
-    return q && *q && strcmp(q, "0") != 0;
-}
 
 static nn_model *s_model(const char *arch, int c, int hw, const nn_factory *f, int N)
 {
@@ -107,25 +103,25 @@ static void s_checked(const char *arch, int c, int hw, int N)
 static void test_checked_cnn(void **state)
 {
     (void)state;
-    s_checked("cnn", 1, 28, s_quick() ? 2 : 4);
+    s_checked("cnn", 1, 28, tk_quick() ? 2 : 4);
 }
 
 static void test_checked_resnet20_28(void **state)
 {
     (void)state;
-    s_checked("resnet20", 1, 28, s_quick() ? 2 : 4);
+    s_checked("resnet20", 1, 28, tk_quick() ? 2 : 4);
 }
 
 static void test_checked_resnet20_32(void **state)
 {
     (void)state;
-    s_checked("resnet20", 3, 32, s_quick() ? 1 : 4);
+    s_checked("resnet20", 3, 32, tk_quick() ? 1 : 4);
 }
 
 static void test_checked_vgg11(void **state)
 {
     (void)state;
-    s_checked("vgg11", 3, 32, s_quick() ? 1 : 2);
+    s_checked("vgg11", 3, 32, tk_quick() ? 1 : 2);
 }
 
 /* ---- end to end: two models ------------------------------------------------ */
@@ -170,10 +166,10 @@ static void s_end_to_end(const char *arch, int c, int hw, int N)
 static void test_end_to_end(void **state)
 {
     (void)state;
-    int N = s_quick() ? 2 : 4;
+    int N = tk_quick() ? 2 : 4;
     s_end_to_end("cnn", 1, 28, N);
     s_end_to_end("resnet20", 1, 28, N);
-    if (!s_quick())
+    if (!tk_quick())
         s_end_to_end("resnet20", 3, 32, N);
 }
 
@@ -192,7 +188,7 @@ static void s_batch(nn_rng *r, const float *tmpl, float *x, uint8_t *y, int N, s
 static void test_int8_cnn_learns(void **state)
 {
     (void)state;
-    const int N = 16, hw = 12, steps = s_quick() ? 25 : 40;
+    const int N = 16, hw = 12, steps = tk_quick() ? 25 : 40;
     const size_t per = (size_t)hw * hw;
     nn_model *m = s_model("cnn", 1, hw, &lp_factory_int8, N);
     nn_sgd sgd;

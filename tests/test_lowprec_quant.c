@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "tests/tk.h"
+
 #include "lowprec/lp_cpu.h"
 #include "lowprec/lp_quant.h"
 #include "nn/nn_core.h"
@@ -118,7 +120,7 @@ static void test_sr_unbiased(void **state)
 {
     (void)state;
     lp_qparams p = lp_qparams_from_range(-2.0f, 3.0f);
-    const int T = getenv("LPGOSSIP_QUICK") ? 400 : 4000;
+    const int T = tk_quick() ? 400 : 4000;
     const float xs[] = {-2.0f, -1.99f, 0.0f, 0.1234567f, 1.0f + 0.5f * p.scale, 2.9999f, 3.0f};
     for (size_t j = 0; j < sizeof xs / sizeof xs[0]; j++) {
         double sum = 0;

@@ -19,6 +19,8 @@
 
 #include <cmocka.h>
 
+#include "tests/tk.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,12 +104,6 @@ static void s_fd_check(const char *what, s_loss_fn loss, void *ctx, double *x, s
         if (!(fabs(an - fd) <= atol + rtol * fabs(fd)))
             fail_msg("%s grad[%zu]: analytic %.9g finite-diff %.9g", what, i, an, fd);
     }
-}
-
-static int s_quick(void)
-{
-    const char *q = getenv("LPGOSSIP_QUICK");
-    return q && *q && strcmp(q, "0") != 0;
 }
 
 /* ---- conv2d ------------------------------------------------------------------ */
@@ -306,7 +302,7 @@ static void test_conv_resnet_shapes(void **state)
     nn_rng_seed(&r, 13);
     const int N = 2;
     for (size_t t = 0; t < sizeof cs / sizeof cs[0]; t++) {
-        if (s_quick() && t % 2)
+        if (tk_quick() && t % 2)
             continue;
         int K = cs[t][3];
         nn_conv_dims d = nn_conv_dims_make(N, cs[t][0], cs[t][2], cs[t][2], cs[t][1], K, cs[t][4],

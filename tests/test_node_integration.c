@@ -15,8 +15,8 @@
  * and exits 1 within its --timeout; two nodes with different models refuse
  * each other naming the peer.
  *
- * The binary is $LPGOSSIP_BIN or ../lpgossip next to this test program
- * (build/lpgossip, or build/san/lpgossip for the sanitizer build).  Every
+ * The binary is tk_bin(): $LPGOSSIP_BIN or ../lpgossip next to this test
+ * program (build/lpgossip, or build/san/lpgossip for the sanitizer build).  Every
  * wait is bounded; on any failure all children are killed and the temp
  * directory removed (teardown).  LPGOSSIP_QUICK=1 runs fewer iterations.
  */
@@ -44,118 +44,15 @@
 #include "nn/nn_core.h"
 #include "nn/nn_model.h"
 #include "node/node_common.h"
-
-#define S_MAXPROC 8
+#include "tests/tk.h"
 
 typedef struct {
-    char  dir[256];
-    pid_t pid[S_MAXPROC];
-    int   npid;
-    char  bin[1024];
+    char dir[256];
 } s_state;
 
 static s_state s_st;
 
 /* ---- helpers -------------------------------------------------------------- */
-
-static int s_free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static int s_quick(void)
-{
-    const char *q = getenv("LPGOSSIP_QUICK");
-    return q && q[0] && strcmp(q, "0") != 0;
-}
-
-/* Starts bin with args (NULL-terminated), output to logpath; env_rank >= 0
- * sets LPGOSSIP_RANK. */
-static pid_t s_spawn(char *const *args, const char *logpath, int env_rank)
-{
-    assert_true(s_st.npid < S_MAXPROC);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        setenv("OPENBLAS_NUM_THREADS", "1", 1);
-        unsetenv("SLURM_PROCID");
-        unsetenv("OMPI_COMM_WORLD_RANK");
-        unsetenv("PMI_RANK");
-        if (env_rank >= 0) {
-            char r[16];
-            snprintf(r, sizeof r, "%d", env_rank);
-            setenv("LPGOSSIP_RANK", r, 1);
-        } else {
-            unsetenv("LPGOSSIP_RANK");
-        }
-        execv(s_st.bin, args);
-        _exit(127);
-    }
-    s_st.pid[s_st.npid++] = pid;
-    return pid;
-}
-
-/* Waits for every child (bounded); fills status[] (exit code, or -1 for
- * killed/timeout).  Returns 0 when all exited in time. */
-static int s_wait_all(double seconds, int *status)
-{
-    double deadline = nn_now() + seconds;
-    int left = s_st.npid;
-    for (int k = 0; k < s_st.npid; k++)
-        status[k] = -2;
-    while (left > 0 && nn_now() < deadline) {
-        for (int k = 0; k < s_st.npid; k++) {
-            if (status[k] != -2)
-                continue;
-            int ws;
-            pid_t p = waitpid(s_st.pid[k], &ws, WNOHANG);
-            if (p == s_st.pid[k]) {
-                status[k] = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-                s_st.pid[k] = 0;
-                left--;
-            }
-        }
-        usleep(20000);
-    }
-    return left == 0 ? 0 : -1;
-}
-
-static void s_kill_all(void)
-{
-    for (int k = 0; k < s_st.npid; k++)
-        if (s_st.pid[k] > 0) {
-            kill(s_st.pid[k], SIGKILL);
-            waitpid(s_st.pid[k], NULL, 0);
-            s_st.pid[k] = 0;
-        }
-    s_st.npid = 0;
-}
-
-static int s_rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
 
 static void s_print_file(const char *path)
 {
@@ -236,40 +133,28 @@ static nn_model *s_load_model(const char *path)
     return m;
 }
 
+/* A free loopback port (asserted). */
+static int s_port(void)
+{
+    int p = tk_free_port();
+    assert_true(p > 0);
+    return p;
+}
+
 /* ---- fixtures --------------------------------------------------------------- */
 
 static int s_setup(void **state)
 {
     (void)state;
     memset(&s_st, 0, sizeof s_st);
-    snprintf(s_st.dir, sizeof s_st.dir, "/tmp/lpgossip-node-XXXXXX");
-    if (!mkdtemp(s_st.dir))
-        return -1;
-    const char *env = getenv("LPGOSSIP_BIN");
-    if (env && env[0]) {
-        snprintf(s_st.bin, sizeof s_st.bin, "%s", env);
-    } else {
-        char exe[900];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (n <= 0)
-            return -1;
-        exe[n] = '\0';
-        snprintf(s_st.bin, sizeof s_st.bin, "%s/../lpgossip", dirname(exe));
-    }
-    if (access(s_st.bin, X_OK) != 0) {
-        fprintf(stderr, "test_node_integration: %s not found: build it first "
-                "(make build/lpgossip, or set LPGOSSIP_BIN)\n", s_st.bin);
-        return -1;
-    }
-    return 0;
+    return tk_bin() && tk_mkdtemp(s_st.dir, sizeof s_st.dir, "node") == 0 ? 0 : -1;
 }
 
 static int s_teardown(void **state)
 {
     (void)state;
-    s_kill_all();
-    if (s_st.dir[0])
-        nftw(s_st.dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+    tk_kill_all();
+    tk_rmtree(s_st.dir);
     s_st.dir[0] = '\0';
     return 0;
 }
@@ -283,7 +168,7 @@ static void s_write_topo(const char *path, const char *graph)
     assert_non_null(f);
     fprintf(f, "description: test topology\nnodes:\n");
     for (int i = 0; i < 4; i++)
-        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"}\n", i, s_free_port());
+        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"}\n", i, s_port());
     fprintf(f, "%s", graph);
     fclose(f);
 }
@@ -318,7 +203,7 @@ static void s_run_case(const s_case *c)
     snprintf(simlog, sizeof simlog, "%s/%s-sim.txt", s_st.dir, c->name);
     snprintf(simmet, sizeof simmet, "%s/%s-sim.jsonl", s_st.dir, c->name);
     s_write_topo(topo, c->graph);
-    const int batch = 8, iters = s_quick() ? 8 : 20;
+    const int batch = 8, iters = tk_quick() ? 8 : 20;
     char subset[32], bs[16];
     snprintf(subset, sizeof subset, "%d", 4 * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
@@ -347,28 +232,28 @@ static void s_run_case(const s_case *c)
         for (int k = 0; common[k]; k++)
             args[a++] = common[k];
         args[a] = NULL;
-        s_spawn(args, logs[i], i == 3 ? 3 : -1);
+        assert_true(tk_spawn(NULL, args, logs[i], i == 3 ? 3 : -1) > 0);
     }
     char *sargs[] = {"lpgossip", "simulate", "--topology", topo, "--algo", (char *)c->algo,
                      "--compress", (char *)c->compress, "--eta", (char *)c->eta,
                      "--train-subset", subset, "--batch", bs, "--epochs", "1", "--seed", "7",
                      "--lr", "0.05", "--eval-nodes", "0", "--metrics", simmet, "--out", sim,
                      NULL};
-    s_spawn(sargs, simlog, -1);
-    int status[S_MAXPROC];
-    int rc = s_wait_all(s_quick() ? 120 : 90, status);
+    assert_true(tk_spawn(NULL, sargs, simlog, -1) > 0);
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(tk_quick() ? 120 : 90, status);
     int ok = rc == 0;
-    for (int k = 0; k < s_st.npid; k++)
+    for (int k = 0; k < 5; k++)
         ok = ok && status[k] == 0;
     if (!ok) {
         for (int i = 0; i < 4; i++)
             s_print_file(logs[i]);
         s_print_file(simlog);
-        for (int k = 0; k < s_st.npid; k++)
+        for (int k = 0; k < 5; k++)
             fprintf(stderr, "process %d: status %d\n", k, status[k]);
         fail_msg("%s: processes did not all exit 0 in time", c->name);
     }
-    s_st.npid = 0;
+    tk_kill_all();
     printf("%s: 4 nodes + simulate, %d iterations: %.1f s\n", c->name, iters, nn_now() - t0);
 
     /* models: node == simulation, per rank */
@@ -458,10 +343,10 @@ static void test_lonely_node_times_out(void **state)
     char *args[] = {"lpgossip", "node", "--topology", topo, "--rank", "1", "--train-subset", "64",
                     "--timeout", "1", "--no-eval", NULL};
     double t0 = nn_now();
-    s_spawn(args, log, -1);
-    int status[S_MAXPROC];
-    assert_int_equal(s_wait_all(30, status), 0);
-    s_st.npid = 0;
+    assert_true(tk_spawn(NULL, args, log, -1) > 0);
+    int status[TK_MAXPROC];
+    assert_int_equal(tk_wait_all(30, status), 0);
+    tk_kill_all();
     double dt = nn_now() - t0;
     char *out = s_slurp(log);
     if (status[0] != 1 || !strstr(out, "never said hello: n0 (rank 0") ||
@@ -483,17 +368,17 @@ static void test_layout_mismatch(void **state)
     assert_non_null(f);
     fprintf(f, "nodes:\n  - {id: a, endpoint: \"tcp://127.0.0.1:%d\"}\n"
                "  - {id: b, endpoint: \"tcp://127.0.0.1:%d\"}\ngraph:\n  generator: complete\n",
-            s_free_port(), s_free_port());
+            s_port(), s_port());
     fclose(f);
     char *a0[] = {"lpgossip", "node", "--topology", topo, "--rank", "0", "--train-subset", "64",
                   "--timeout", "10", "--no-eval", NULL};
     char *a1[] = {"lpgossip", "node", "--topology", topo, "--rank", "1", "--train-subset", "64",
                   "--timeout", "10", "--no-eval", "--norm", "none", NULL};
-    s_spawn(a0, log0, -1);
-    s_spawn(a1, log1, -1);
-    int status[S_MAXPROC];
-    assert_int_equal(s_wait_all(30, status), 0);
-    s_st.npid = 0;
+    assert_true(tk_spawn(NULL, a0, log0, -1) > 0);
+    assert_true(tk_spawn(NULL, a1, log1, -1) > 0);
+    int status[TK_MAXPROC];
+    assert_int_equal(tk_wait_all(30, status), 0);
+    tk_kill_all();
     char *o0 = s_slurp(log0), *o1 = s_slurp(log1);
     int ok = status[0] == 1 && status[1] == 1 && strstr(o0, "peer b (rank 1") &&
              strstr(o0, "different model") && strstr(o1, "peer a (rank 0");

@@ -13,6 +13,8 @@
 
 #include <cmocka.h>
 
+#include "tests/tk.h"
+
 static double s_field(const char *line, const char *key)
 {
     char pat[64];
@@ -23,16 +25,22 @@ static double s_field(const char *line, const char *key)
 
 static void s_run(const char *precision)
 {
-    char dir[] = "/tmp/lpgossip-sim-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char cmd[1024], metrics[256];
+    char dir[256];
+    assert_int_equal(tk_mkdtemp(dir, sizeof dir, "sim"), 0);
+    const char *bin = tk_bin();
+    assert_non_null(bin);
+    char cmd[2048], metrics[300];
     snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
     snprintf(cmd, sizeof cmd,
-             "OPENBLAS_NUM_THREADS=1 timeout 120 build/lpgossip simulate --topology "
+             "OPENBLAS_NUM_THREADS=1 timeout 120 %s simulate --topology "
              "topologies/complete4.yaml --algo dpsgd --model cnn --precision %s --epochs 1 "
              "--train-subset 1600 --batch 16 --lr 0.05 --eval-nodes 1 --metrics %s "
-             ">%s/log 2>&1", precision, metrics, dir);
-    assert_int_equal(system(cmd), 0);
+             ">%s/log 2>&1", bin, precision, metrics, dir);
+    if (system(cmd) != 0) {
+        snprintf(cmd, sizeof cmd, "cat %s/log", dir);
+        (void)system(cmd);
+        fail_msg("lpgossip simulate --precision %s failed (its log is above)", precision);
+    }
     FILE *f = fopen(metrics, "r");
     assert_non_null(f);
     char line[4096] = "", last[4096] = "";
@@ -47,8 +55,7 @@ static void s_run(const char *precision)
     assert_true(cons < 1e-8);
     assert_true(node > 0.3);
     assert_true(fabs(avg - node) < 0.02);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tk_rmtree(dir), 0);
 }
 
 static void test_average_model_fp32(void **state)

@@ -20,6 +20,8 @@
 
 #include <cmocka.h>
 
+#include "tests/tk.h"
+
 #include "nn/nn_core.h"
 #include "node/node_cmds.h"
 #include "topology/topo.h"
@@ -692,8 +694,7 @@ static void test_mutations_never_crash(void **state)
     (void)state;
     const char *files[] = { "topologies/exp8.yaml", "topologies/example-lan.yaml", "topologies/onepeer-exp8.yaml",
                             "tests/data/topo/star8-matrix.yaml", "tests/data/topo/torus4x4-edges.yaml" };
-    const char *q = getenv("LPGOSSIP_QUICK");
-    int rounds = q && *q && strcmp(q, "0") ? 150 : 600;
+    int rounds = tk_quick() ? 150 : 600;
     static const char alphabet[] = " \n:-[]{},#'\"&*!|>0123456789./abcnxyz";
     nn_rng rng;
     nn_rng_seed(&rng, 7);

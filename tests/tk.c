@@ -1,0 +1,220 @@
+/* tk — see tk.h. */
+#include "tests/tk.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <libgen.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    pid_t pid;
+    int   status; /* valid when done */
+    int   done;
+} s_proc;
+
+static s_proc s_tab[TK_MAXPROC];
+static int    s_n;
+
+static double s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int tk_quick(void)
+{
+    const char *q = getenv("LPGOSSIP_QUICK");
+    return q && q[0] && strcmp(q, "0") != 0;
+}
+
+const char *tk_bin(void)
+{
+    static char bin[1100];
+    const char *env = getenv("LPGOSSIP_BIN");
+    if (env && env[0]) {
+        snprintf(bin, sizeof bin, "%s", env);
+    } else {
+        char exe[1024];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) {
+            fprintf(stderr, "tk_bin: cannot read /proc/self/exe\n");
+            return NULL;
+        }
+        exe[n] = '\0';
+        snprintf(bin, sizeof bin, "%s/../lpgossip", dirname(exe));
+    }
+    if (access(bin, X_OK) != 0) {
+        fprintf(stderr, "tk_bin: %s is not an executable: build it first (make all, or set "
+                "LPGOSSIP_BIN)\n", bin);
+        return NULL;
+    }
+    return bin;
+}
+
+int tk_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+int tk_mkdtemp(char *dir, size_t len, const char *prefix)
+{
+    int n = snprintf(dir, len, "/tmp/lpgossip-%s-XXXXXX", prefix);
+    if (n < 0 || (size_t)n >= len || !mkdtemp(dir)) {
+        if (len)
+            dir[0] = '\0';
+        return -1;
+    }
+    return 0;
+}
+
+static int s_rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+int tk_rmtree(const char *dir)
+{
+    if (!dir || !dir[0])
+        return 0;
+    return nftw(dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+pid_t tk_spawn(const char *bin, char *const *args, const char *logpath, int env_rank)
+{
+    if (!bin)
+        bin = tk_bin();
+    if (!bin || s_n >= TK_MAXPROC)
+        return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (logpath) {
+            int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+                close(fd);
+            }
+        }
+        setenv("OPENBLAS_NUM_THREADS", "1", 1);
+        unsetenv("SLURM_PROCID");
+        unsetenv("OMPI_COMM_WORLD_RANK");
+        unsetenv("PMI_RANK");
+        if (env_rank >= 0) {
+            char r[16];
+            snprintf(r, sizeof r, "%d", env_rank);
+            setenv("LPGOSSIP_RANK", r, 1);
+        } else {
+            unsetenv("LPGOSSIP_RANK");
+        }
+        execv(bin, args);
+        _exit(127);
+    }
+    s_tab[s_n++] = (s_proc){pid, 0, 0};
+    return pid;
+}
+
+static s_proc *s_find(pid_t pid)
+{
+    for (int k = 0; k < s_n; k++)
+        if (s_tab[k].pid == pid)
+            return &s_tab[k];
+    return NULL;
+}
+
+/* Reaps p without blocking; 1 when it has ended. */
+static int s_poll(s_proc *p)
+{
+    if (p->done)
+        return 1;
+    int ws;
+    if (waitpid(p->pid, &ws, WNOHANG) != p->pid)
+        return 0;
+    p->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+    p->done = 1;
+    return 1;
+}
+
+int tk_wait(pid_t pid, double seconds)
+{
+    s_proc *p = s_find(pid);
+    if (!p)
+        return -1;
+    double deadline = s_now() + seconds;
+    while (!s_poll(p)) {
+        if (s_now() >= deadline)
+            return -1;
+        usleep(10000);
+    }
+    return p->status;
+}
+
+int tk_wait_all(double seconds, int *status)
+{
+    double deadline = s_now() + seconds;
+    for (;;) {
+        int left = 0;
+        for (int k = 0; k < s_n; k++)
+            left += !s_poll(&s_tab[k]);
+        if (left == 0 || s_now() >= deadline)
+            break;
+        usleep(10000);
+    }
+    int all = 1;
+    for (int k = 0; k < s_n; k++) {
+        status[k] = s_tab[k].done ? s_tab[k].status : -1;
+        all &= s_tab[k].done;
+    }
+    return all ? 0 : -1;
+}
+
+void tk_kill(pid_t pid, int sig)
+{
+    s_proc *p = s_find(pid);
+    if (!p || p->done)
+        return;
+    kill(pid, sig);
+    if (sig == SIGKILL) {
+        int ws;
+        waitpid(pid, &ws, 0);
+        p->status = 128 + SIGKILL;
+        p->done = 1;
+    }
+}
+
+void tk_kill_all(void)
+{
+    for (int k = 0; k < s_n; k++)
+        tk_kill(s_tab[k].pid, SIGKILL);
+    s_n = 0;
+}
