@@ -7,6 +7,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -517,4 +518,63 @@ const float *gossip_node_xhat_of(const gossip_node *g, int rank)
 uint32_t gossip_node_fingerprint(const gossip_node *g)
 {
     return g->fp;
+}
+
+/* ---- checkpoint state ---------------------------------------------------- */
+
+void gossip_node_export(const gossip_node *g, gossip_node_state *s)
+{
+    s->iter = g->iter;
+    s->psi = g->psi;
+    s->rng = g->rng;
+}
+
+int gossip_node_nvec(const gossip_node *g)
+{
+    if (g->cfg.algo == GOSSIP_CHOCO)
+        return 1 + g->nin;
+    return g->cfg.algo == GOSSIP_DEEPSQUEEZE ? 1 : 0;
+}
+
+const float *gossip_node_vec(const gossip_node *g, int k, char *name, size_t namelen)
+{
+    if (k < 0 || k >= gossip_node_nvec(g))
+        return NULL;
+    if (g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
+        snprintf(name, namelen, "e");
+        return g->ebuf;
+    }
+    if (k == 0) {
+        snprintf(name, namelen, "xhat.self");
+        return g->xhat_self;
+    }
+    snprintf(name, namelen, "xhat.%d", g->in_ranks[k - 1]);
+    return g->xhat_in[k - 1];
+}
+
+int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *const *vec,
+                       char *err, size_t errlen)
+{
+    if (!isfinite(s->psi) || !(s->psi > 0.0))
+        return nn_errf(err, errlen, "gossip: node %d: restored push-sum weight psi = %g is not a finite positive number",
+                       g->rank, s->psi);
+    size_t d = g->layout->numel;
+    int nv = gossip_node_nvec(g);
+    char name[32];
+    for (int k = 0; k < nv; k++)
+        for (size_t e = 0; e < d; e++)
+            if (!isfinite(vec[k][e])) {
+                gossip_node_vec(g, k, name, sizeof name);
+                return nn_errf(err, errlen, "gossip: node %d: restored state '%s' holds %g at index %zu",
+                               g->rank, name, (double)vec[k][e], e);
+            }
+    for (int k = 0; k < nv; k++)
+        memcpy((float *)gossip_node_vec(g, k, name, sizeof name), vec[k], d * sizeof(float));
+    for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
+        g->slots[k].have = 0;
+    g->iter = s->iter;
+    g->psi = s->psi;
+    g->rng = s->rng;
+    g->prepared = 0;
+    return 0;
 }

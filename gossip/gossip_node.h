@@ -130,4 +130,31 @@ const float *gossip_node_xhat_of(const gossip_node *g, int rank);
 /* Layout fingerprint carried by every message (for HELLO). */
 uint32_t gossip_node_fingerprint(const gossip_node *g);
 
+/* ---- checkpoint state (node/node_ckpt.c) -------------------------------
+ * The whole algorithm state of a node between two iterations is: the
+ * scalars below and nvec vectors of layout->numel floats (dpsgd none;
+ * deepsqueeze "e" = e_i; choco "xhat.self" = xhat_i, then "xhat.R" = the
+ * copy held for in-neighbour R, R increasing).  Messages in flight are not
+ * state: a node restored at iteration t needs its neighbours' messages for
+ * t again (they re-send them, or resync). */
+typedef struct {
+    uint64_t iter;  /* next iteration to prepare */
+    double   psi;   /* push-sum weight */
+    nn_rng   rng;   /* compressor RNG (randk, qsgd) */
+} gossip_node_state;
+
+/* Scalars of the state (valid between mix and the next prepare). */
+void gossip_node_export(const gossip_node *g, gossip_node_state *s);
+/* Number of state vectors (see above). */
+int gossip_node_nvec(const gossip_node *g);
+/* State vector k (borrowed, read-only, layout->numel floats) and its name
+ * (written into name[namelen], e.g. "xhat.3"); NULL when k is out of range. */
+const float *gossip_node_vec(const gossip_node *g, int k, char *name, size_t namelen);
+/* Restores the state: scalars s and vec[k] (k < nvec, same order and
+ * meaning as gossip_node_vec).  Drops every stored message and the prepared
+ * one.  -1 with a message (state unchanged) when psi is not a finite
+ * positive number or a vector holds NaN/Inf (outside input: a file). */
+int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *const *vec,
+                       char *err, size_t errlen);
+
 #endif

@@ -30,7 +30,12 @@
  *           the model is saved before).  A BYE for fewer iterations than a
  *           node still needs from that peer fails that node at once.
  * Every wait is bounded by --timeout.  SIGINT/SIGTERM: finish the current
- * iteration, save, say BYE, exit 1 (a second signal aborts the wait).
+ * iteration, save (model and, with --out, the checkpoint), say BYE, exit 1
+ * (a second signal aborts the wait).
+ * Checkpoints (node_ckpt.h): --out DIR/ckpt-RANK.safetensors every
+ * --checkpoint-every iterations (default once per epoch); --resume loads it
+ * before the start barrier, whose HELLO then carries the resumed iteration
+ * (a neighbour starting elsewhere is refused by name).
  */
 #include <errno.h>
 #include <math.h>
@@ -44,6 +49,7 @@
 #include "gossip/gossip_codec.h"
 #include "gossip/gossip_net.h"
 #include "gossip/gossip_node.h"
+#include "node/node_ckpt.h"
 #include "node/node_cmds.h"
 #include "node/node_trainer.h"
 #include "topology/topo.h"
@@ -77,7 +83,11 @@ static void s_usage(FILE *f)
 "  --peer ID=ENDPOINT  endpoint of node ID (overrides the topology; repeatable)\n"
 "  --timeout S         bound on every wait (start, each iteration, end) [60]\n"
 "  --no-eval           no test-set evaluation (metrics still written at the end)\n"
-"  --no-gossip         local SGD only, no communication (for timing)\n\n");
+"  --no-gossip         local SGD only, no communication (for timing)\n"
+"  --checkpoint-every N  write --out DIR/ckpt-RANK.safetensors every N iterations\n"
+"                      (atomic; default: once per epoch; 0: only on SIGINT/SIGTERM)\n"
+"  --resume            continue from --out DIR/ckpt-RANK.safetensors (same flags;\n"
+"                      all nodes must resume from the same iteration)\n\n");
     node_gossip_usage(f);
     fprintf(f, "\n");
     node_train_usage(f);
@@ -86,6 +96,7 @@ static void s_usage(FILE *f)
 "metrics-RANK.jsonl (one JSON object per evaluation), log-RANK.txt.\n");
 }
 
+enum { N_CKPT_EVERY = 3100, N_RESUME };
 enum { N_TOPO = 3000, N_RANK, N_BIND, N_PEER, N_TIMEOUT, N_NOEVAL, N_NOGOSSIP };
 
 /* ---- run state ----------------------------------------------------------- */
@@ -115,6 +126,7 @@ typedef struct {
     char          fatal_msg[1024];
     gossip_buf    ctl;
     double        timeout;
+    uint64_t      start_iter; /* 0, or the iteration resumed from (in HELLO) */
 } s_run;
 
 __attribute__((format(printf, 2, 3)))
@@ -278,7 +290,7 @@ static void s_handle(s_run *r, int from, gossip_net_dir dir, const uint8_t *msg,
     uint32_t fp = s_rd32(msg + 28);
     if (kind == GOSSIP_MSG_HELLO && fp != r->fp) {
         if (dir == GOSSIP_NET_FROM_IN) /* our ack carries our fingerprint: it fails too */
-            s_send_control(r, GOSSIP_MSG_HELLO, from, 1, 0);
+            s_send_control(r, GOSSIP_MSG_HELLO, from, 1, r->start_iter);
         s_fatal(r, "peer %s (rank %d, %s) runs a different model (layout fingerprint %08x, "
                 "ours %08x): every node needs the same --model, --norm, --groups, --data and "
                 "--pad-to", s_id(r, from), from, r->t->nodes[from].endpoint, fp, r->fp);
@@ -291,10 +303,16 @@ static void s_handle(s_run *r, int from, gossip_net_dir dir, const uint8_t *msg,
         s_refuse(r, m);
         return;
     }
+    if (h.kind == GOSSIP_MSG_HELLO && h.iter != r->start_iter) {
+        s_fatal(r, "peer %s (rank %d) starts at iteration %llu, we start at %llu: resume every "
+                "node from checkpoints of the same iteration (or none)", s_id(r, from), from,
+                (unsigned long long)h.iter, (unsigned long long)r->start_iter);
+        return;
+    }
     if (h.kind == GOSSIP_MSG_HELLO) {
         if (dir == GOSSIP_NET_FROM_IN) {
             r->hello_in[from] = 1;
-            s_send_control(r, GOSSIP_MSG_HELLO, from, 1, 0);
+            s_send_control(r, GOSSIP_MSG_HELLO, from, 1, r->start_iter);
         } else {
             r->ack_out[from] = 1;
         }
@@ -363,7 +381,7 @@ static int s_hello(s_run *r)
         if (now >= next) {
             for (int a = 0; a < r->nout; a++)
                 if (!r->ack_out[r->out[a]])
-                    s_send_control(r, GOSSIP_MSG_HELLO, r->out[a], 0, 0);
+                    s_send_control(r, GOSSIP_MSG_HELLO, r->out[a], 0, r->start_iter);
             next = now + every;
             every = every * 2 < S_HELLO_MAX ? every * 2 : S_HELLO_MAX;
         }
@@ -542,6 +560,8 @@ int node_cmd_node(int argc, char **argv)
         {"bind", required_argument, 0, N_BIND},     {"peer", required_argument, 0, N_PEER},
         {"timeout", required_argument, 0, N_TIMEOUT}, {"no-eval", no_argument, 0, N_NOEVAL},
         {"no-gossip", no_argument, 0, N_NOGOSSIP},  {"help", no_argument, 0, 'h'},
+        {"checkpoint-every", required_argument, 0, N_CKPT_EVERY},
+        {"resume", no_argument, 0, N_RESUME},
         {0, 0, 0, 0},
     };
     node_train_opts o;
@@ -553,6 +573,8 @@ int node_cmd_node(int argc, char **argv)
     int npeers = 0, no_eval = 0, no_gossip = 0;
     long rank = -1;
     double timeout = 60;
+    long ckpt_every = -1; /* -1: once per epoch */
+    int resume = 0;
     char err[2048] = "";
     struct option *mine = node_options_concat(node_gossip_options, own);
     struct option *opts = node_options_join(mine);
@@ -582,6 +604,11 @@ int node_cmd_node(int argc, char **argv)
             break;
         case N_NOEVAL: no_eval = 1; break;
         case N_NOGOSSIP: no_gossip = 1; break;
+        case N_CKPT_EVERY:
+            bad = node_parse_int("--checkpoint-every", optarg, 0, 1000000000L, &ckpt_every, err,
+                                 sizeof err) ? 2 : 0;
+            break;
+        case N_RESUME: resume = 1; break;
         case 'h': free(opts); free(peers); s_usage(stdout); return 0;
         default: free(opts); free(peers); s_usage(stderr); return 2;
         }
@@ -705,6 +732,41 @@ int node_cmd_node(int argc, char **argv)
         goto done;
     }
     r.fp = gossip_node_fingerprint(r.g);
+    /* Checkpoints: --out DIR/ckpt-RANK.safetensors; identity = what must
+     * match to resume (docs/node.md). */
+    char ckpt_path[1200] = "", id_topo[600], id_rank[32], id_fp[16], id_seed[32], id_batch[32],
+         id_eta[64];
+    snprintf(id_topo, sizeof id_topo, "%s (%d nodes)", t->name, n);
+    snprintf(id_rank, sizeof id_rank, "%d", me);
+    snprintf(id_fp, sizeof id_fp, "%08x", r.fp);
+    snprintf(id_seed, sizeof id_seed, "%ld", o.seed);
+    snprintf(id_batch, sizeof id_batch, "%ld", o.batch);
+    snprintf(id_eta, sizeof id_eta, "%.17g", go.gc.eta);
+    const char *ident[] = {"model", o.mo.model, "norm", o.mo.norm, "precision", o.mo.precision,
+                           "layout", id_fp, "algo", gossip_algo_name(go.gc.algo),
+                           "compressor", go.gc.compressor, "eta", id_eta,
+                           "push_sum", go.gc.push_sum ? "on" : "off", "topology", id_topo,
+                           "rank", id_rank, "seed", id_seed, "batch", id_batch, NULL};
+    node_ckpt ck = {params, x, &tr.sgd, nn_model_buffers(tr.model), no_gossip ? NULL : r.g,
+                    nn_model_rng(tr.model), &tr.aug_rng, &tr.sampler, ident};
+    if (go.out[0])
+        snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt-%d.safetensors", go.out, me);
+    if ((resume || ckpt_every > 0) && !go.out[0]) {
+        s_log(&r, "--resume and --checkpoint-every need --out DIR (checkpoints live there)");
+        rc = 2;
+        goto done;
+    }
+    if (resume) {
+        uint64_t at = 0;
+        if (node_ckpt_load(ckpt_path, &ck, &at, err, sizeof err) != 0) {
+            s_log(&r, "%s", err);
+            rc = 2;
+            goto done;
+        }
+        r.start_iter = at;
+        s_log(&r, "resumed from %s at iteration %llu (psi %.6f)", ckpt_path,
+              (unsigned long long)at, gossip_node_psi(r.g));
+    }
     if (!no_gossip) {
         gossip_net_config nc;
         gossip_net_config_default(&nc);
@@ -735,8 +797,9 @@ int node_cmd_node(int argc, char **argv)
     }
     s_times tm = {0, 0, 0, 0};
     double t0 = nn_now();
-    uint64_t it = 0;
+    uint64_t it = r.start_iter;
     int failed = 0;
+    long ckpt_n = ckpt_every < 0 ? steps : ckpt_every;
     for (; it < iters; it++) {
         if (s_signals) {
             interrupted = 1;
@@ -791,6 +854,14 @@ int node_cmd_node(int argc, char **argv)
                 break;
             }
         }
+        if (ckpt_path[0] && ckpt_n > 0 && (it + 1) % (uint64_t)ckpt_n == 0) {
+            double k0 = nn_now();
+            if (node_ckpt_save(ckpt_path, &ck, it + 1, err, sizeof err) != 0)
+                s_log(&r, "checkpoint: %s", err);
+            else if (it + 1 == (uint64_t)ckpt_n || (it + 1) % ((uint64_t)ckpt_n * 10) == 0)
+                s_log(&r, "checkpoint %s at iteration %llu (%.3f s)", ckpt_path,
+                      (unsigned long long)(it + 1), nn_now() - k0);
+        }
         int last = it + 1 == iters;
         if (!((it + 1) % (uint64_t)eval_every == 0 || last) || (no_eval && !last))
             continue;
@@ -808,6 +879,13 @@ int node_cmd_node(int argc, char **argv)
                       nn_now() - t0, &tm);
     }
     uint64_t done_iters = it; /* iterations whose mix completed */
+    if (interrupted && !failed && ckpt_path[0]) {
+        if (node_ckpt_save(ckpt_path, &ck, done_iters, err, sizeof err) != 0)
+            s_log(&r, "checkpoint: %s", err);
+        else
+            s_log(&r, "checkpoint %s at iteration %llu (resume with --resume)", ckpt_path,
+                  (unsigned long long)done_iters);
+    }
     /* The final model: the de-biased z = x/psi. */
     gossip_node_debias(r.g, x, params->data);
     int saved = 0;
