@@ -287,8 +287,9 @@ static int s_varint(s_rd *r, uint32_t *out)
 
 static const char *s_kind_name(unsigned kind)
 {
-    static const char *names[] = { "?", "HELLO", "GOSSIP", "RESYNC_REQ", "RESYNC", "BYE" };
-    return kind <= 5 ? names[kind] : "?";
+    static const char *names[] = { "?",   "HELLO",     "GOSSIP",  "RESYNC_REQ", "RESYNC",
+                                   "BYE", "HELLO_ACK", "BYE_ACK", "PING" };
+    return kind <= GOSSIP_MSG_LAST ? names[kind] : "?";
 }
 
 #define S_BAD(...) nn_errf(err, errlen, __VA_ARGS__)
@@ -421,8 +422,8 @@ int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, go
     if (h->version != GOSSIP_VERSION)
         return S_BAD("unsupported version %u (this build speaks %d)", h->version, GOSSIP_VERSION);
     h->kind = (uint8_t)s_le(&r, 1);
-    if (h->kind < GOSSIP_MSG_HELLO || h->kind > GOSSIP_MSG_BYE)
-        return S_BAD("unknown message kind %u (known 1..5)", h->kind);
+    if (h->kind < GOSSIP_MSG_HELLO || h->kind > GOSSIP_MSG_LAST)
+        return S_BAD("unknown message kind %u (known 1..%d)", h->kind, GOSSIP_MSG_LAST);
     h->flags = (uint16_t)s_le(&r, 2);
     if (h->flags & ~GOSSIP_FLAG_PUSH_SUM)
         return S_BAD("unknown flags 0x%04x", h->flags);

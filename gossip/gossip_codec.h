@@ -13,15 +13,17 @@
  *   off size
  *    0   4  magic "LPGS"
  *    4   1  version = 1
- *    5   1  kind: 1 HELLO, 2 GOSSIP, 3 RESYNC_REQ, 4 RESYNC, 5 BYE
+ *    5   1  kind: 1 HELLO, 2 GOSSIP, 3 RESYNC_REQ, 4 RESYNC, 5 BYE,
+ *           6 HELLO_ACK, 7 BYE_ACK, 8 PING (meanings: gossip_link.h)
  *    6   2  flags: bit 0 push-sum on; other bits must be 0
  *    8   4  sender rank (u32)
  *   12   8  iteration (u64)
  *   20   8  psi (f64): the sender's own push-sum weight, finite and > 0
  *           (1.0 when push-sum is off); receivers multiply by their W[i][j]
  *   28   4  layout fingerprint (FNV-1a over view names and sizes)
- *   32   4  number of blocks: 0 for HELLO/RESYNC_REQ/BYE, one per tensor
- *           view otherwise
+ *   32   4  number of blocks: one per tensor view for GOSSIP and RESYNC
+ *           (RESYNC: dense f32, the sender's whole public copy), 0 for the
+ *           control kinds
  *   36   4  payload length in bytes (everything after the header)
  *   40  ..  blocks, in view order:
  *        u8 type, varint numel (must equal the view's numel), then
@@ -58,7 +60,11 @@ enum {
     GOSSIP_MSG_GOSSIP     = 2,
     GOSSIP_MSG_RESYNC_REQ = 3,
     GOSSIP_MSG_RESYNC     = 4,
-    GOSSIP_MSG_BYE        = 5
+    GOSSIP_MSG_BYE        = 5,
+    GOSSIP_MSG_HELLO_ACK  = 6,
+    GOSSIP_MSG_BYE_ACK    = 7,
+    GOSSIP_MSG_PING       = 8,
+    GOSSIP_MSG_LAST       = GOSSIP_MSG_PING
 };
 
 #define GOSSIP_FLAG_PUSH_SUM 0x0001u
@@ -116,7 +122,7 @@ uint32_t gossip_layout_fingerprint(const nn_arena *layout);
 size_t gossip_msg_encode(const gossip_header *h, const gossip_cblock *blocks, size_t nblocks,
                          gossip_buf *out);
 
-/* Control message without blocks (HELLO, RESYNC_REQ, BYE). */
+/* Control message without blocks (every kind but GOSSIP and RESYNC). */
 size_t gossip_msg_encode_control(uint8_t kind, uint32_t sender, uint64_t iter,
                                  uint32_t fingerprint, gossip_buf *out);
 

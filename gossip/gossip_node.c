@@ -31,6 +31,14 @@ struct gossip_node {
     int     nout_union, *out_union;
     int     ndest, *dest;             /* destinations of the prepared message */
     s_slot *slots;                    /* nin * GOSSIP_WINDOW */
+    /* membership, per in-neighbour index k (see "Membership" in the header) */
+    uint8_t  *in_down;                /* nin: declared down by the caller */
+    uint64_t *in_from;                /* nin: takes part from this iteration on */
+    uint64_t *sent_thru;              /* nin: proved to have sent all below this */
+    double   *psi_last;               /* nin: its latest psi (message or RESYNC) */
+    uint64_t *copy_thru;              /* nin, choco: copy holds q_j(u), u < this */
+    uint8_t  *copy_bad;               /* nin, choco: copy invalid until RESYNC */
+    uint8_t  *out_down;               /* n: out-neighbour declared down */
     /* state */
     double  psi;
     float  *xhat_self;                /* d, choco */
@@ -46,7 +54,7 @@ struct gossip_node {
     /* buffers */
     gossip_compressed comp_out;
     gossip_payload    self_pl, scratch_pl;
-    gossip_buf        out;
+    gossip_buf        out, resync;
     gossip_stats      stats;
     uint64_t          cur_sent;       /* bytes sent for the current iteration */
 };
@@ -188,6 +196,16 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
             g->out_union[g->nout_union++] = j;
     }
     g->slots = nn_xcalloc((size_t)(g->nin ? g->nin : 1) * GOSSIP_WINDOW, sizeof *g->slots);
+    size_t nk = (size_t)(g->nin ? g->nin : 1);
+    g->in_down = nn_xcalloc(nk, 1);
+    g->in_from = nn_xcalloc(nk, sizeof *g->in_from);
+    g->sent_thru = nn_xcalloc(nk, sizeof *g->sent_thru);
+    g->psi_last = nn_xcalloc(nk, sizeof *g->psi_last);
+    g->copy_thru = nn_xcalloc(nk, sizeof *g->copy_thru);
+    g->copy_bad = nn_xcalloc(nk, 1);
+    g->out_down = nn_xcalloc((size_t)n, 1);
+    for (size_t k = 0; k < nk; k++)
+        g->psi_last[k] = 1.0;
     g->work = nn_xalloc_aligned(d * sizeof(float));
     g->acc = nn_xalloc_aligned(d * sizeof(double));
     if (cfg->algo == GOSSIP_CHOCO) {
@@ -213,6 +231,14 @@ void gossip_node_destroy(gossip_node **self_p)
     for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
         gossip_buf_free(&g->slots[k].bytes);
     free(g->slots);
+    free(g->in_down);
+    free(g->in_from);
+    free(g->sent_thru);
+    free(g->psi_last);
+    free(g->copy_thru);
+    free(g->copy_bad);
+    free(g->out_down);
+    gossip_buf_free(&g->resync);
     if (g->xhat_in)
         for (int k = 0; k < g->nin; k++)
             free(g->xhat_in[k]);
@@ -270,12 +296,13 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
     }
     g->ndest = 0;
     if (g->cfg.algo == GOSSIP_CHOCO) {
-        memcpy(g->dest, g->out_union, (size_t)g->nout_union * sizeof *g->dest);
-        g->ndest = g->nout_union;
+        for (int a = 0; a < g->nout_union; a++)
+            if (!g->out_down[g->out_union[a]])
+                g->dest[g->ndest++] = g->out_union[a];
     } else {
         const double *w = s_w(g, iter);
         for (int j = 0; j < g->n; j++)
-            if (j != g->rank && w[(size_t)j * g->n + g->rank] > 0.0)
+            if (j != g->rank && !g->out_down[j] && w[(size_t)j * g->n + g->rank] > 0.0)
                 g->dest[g->ndest++] = j;
     }
     g->cur_sent = (uint64_t)g->out.len * (uint64_t)g->ndest;
@@ -302,6 +329,154 @@ size_t gossip_node_outbox(const gossip_node *g, int k, int *to_rank, const uint8
     return g->out.len;
 }
 
+/* ---- membership helpers ------------------------------------------------ */
+
+static s_slot *s_slot_of(gossip_node *g, int k, uint64_t iter)
+{
+    return &g->slots[(size_t)k * GOSSIP_WINDOW + iter % GOSSIP_WINDOW];
+}
+
+static int s_present(const gossip_node *g, int k, uint64_t iter)
+{
+    const s_slot *slot = &g->slots[(size_t)k * GOSSIP_WINDOW + iter % GOSSIP_WINDOW];
+    return slot->have && slot->iter == iter;
+}
+
+static void s_clear_slots(gossip_node *g, int k)
+{
+    for (int w = 0; w < GOSSIP_WINDOW; w++)
+        g->slots[(size_t)k * GOSSIP_WINDOW + w].have = 0;
+}
+
+/* In-neighbour index k takes no part in mixing iteration `iter`: declared
+ * down, not yet (re-)admitted, its public copy awaits a RESYNC (choco), or
+ * (dpsgd, deepsqueeze) its message for iter is proved lost: a later message
+ * or a PING on the same FIFO connection arrived without it. */
+static int s_absent(const gossip_node *g, int k, uint64_t iter)
+{
+    if (g->in_down[k] || iter < g->in_from[k])
+        return 1;
+    if (g->cfg.algo == GOSSIP_CHOCO)
+        return g->copy_bad[k];
+    return !s_present(g, k, iter) && iter < g->sent_thru[k];
+}
+
+/* Choco: a message of in-neighbour k that the copy still needs is proved
+ * lost (its iteration lies below sent_thru, but it is neither applied nor
+ * stored).  The copy is then useless until a RESYNC: marked bad. */
+static void s_check_gap(gossip_node *g, int k)
+{
+    if (g->cfg.algo != GOSSIP_CHOCO || g->copy_bad[k] || g->in_down[k])
+        return;
+    uint64_t end = g->sent_thru[k];
+    if (end > g->iter + GOSSIP_WINDOW)
+        end = g->iter + GOSSIP_WINDOW;
+    for (uint64_t m = g->copy_thru[k]; m < end; m++)
+        if (m < g->iter || !s_present(g, k, m)) {
+            g->copy_bad[k] = 1;
+            s_clear_slots(g, k);
+            return;
+        }
+}
+
+/* Self weight of iteration iter after membership changes (row i of W_t in
+ * w).  With push-sum the sender keeps the column shares of its out-neighbours
+ * that are down (mass stays with the living); without push-sum the receiver
+ * keeps the row weights of in-neighbours absent at iter (row stochastic). */
+static double s_self_weight(const gossip_node *g, uint64_t iter)
+{
+    const double *w = s_w(g, iter);
+    int n = g->n, i = g->rank;
+    double wii = w[(size_t)i * n + i], live_in = 0.0, absent_in = 0.0;
+    for (int k = 0; k < g->nin; k++) {
+        int j = g->in_ranks[k];
+        double wij = w[(size_t)i * n + j];
+        if (!s_needs(g, j, iter) || wij <= 0.0)
+            continue;
+        if (s_absent(g, k, iter))
+            absent_in += wij;
+        else
+            live_in += wij;
+    }
+    if (!g->cfg.push_sum)
+        return wii + absent_in;
+    double live_out = 0.0, down_out = 0.0;
+    for (int o = 0; o < n; o++)
+        if (o != i && w[(size_t)o * n + i] > 0.0) {
+            if (g->out_down[o])
+                down_out += w[(size_t)o * n + i];
+            else
+                live_out += w[(size_t)o * n + i];
+        }
+    /* Where the living stay strongly connected, keeping the shares of down
+     * out-neighbours keeps sum x and sum psi.  Where a failure cut a directed
+     * graph into a path, the two ends are special: the node that hears from
+     * nobody (in-neighbours all absent) keeps its row, or it would give its
+     * mass away every iteration and fade to psi = 0; the node that can send
+     * to nobody (out-neighbours all down) does not keep their shares, or it
+     * would collect all mass downstream and its psi would grow without
+     * bound.  Both ends then mix like a row-stochastic matrix: psi stays
+     * put and everybody follows the node at the head of the path. */
+    if (live_out > 0.0)
+        wii += down_out;
+    if (live_in == 0.0)
+        wii += absent_in;
+    return wii;
+}
+
+/* Push-sum safety net.  The gradient step moves z = x/psi by lr*g/psi, so
+ * a psi far from 1 means a wrong step size; only mass draining out of, or
+ * piling up in, a part of the graph cut off by failures gets it there. */
+#define S_PSI_MIN 1e-4
+#define S_PSI_MAX 1e4
+
+static void s_psi_floor(gossip_node *g, float *x)
+{
+    if (!g->cfg.push_sum || (g->psi >= S_PSI_MIN && g->psi <= S_PSI_MAX))
+        return;
+    size_t d = g->layout->numel;
+    double inv = 1.0 / g->psi;
+    for (size_t k = 0; k < d; k++)
+        x[k] = (float)((double)x[k] * inv);
+    g->psi = 1.0;
+    g->stats.psi_resets++;
+}
+
+/* ---- receiving ------------------------------------------------------------ */
+
+/* RESYNC (choco): the sender's whole public copy xhat_j, holding its updates
+ * of every iteration below h->iter, and its psi.  Replaces our copy and
+ * re-admits the sender. */
+static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char *err,
+                            size_t errlen)
+{
+    unsigned s = h->sender;
+    if (g->cfg.algo != GOSSIP_CHOCO)
+        return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u, but %s keeps no public copies",
+                       g->rank, s, gossip_algo_name(g->cfg.algo));
+    for (size_t b = 0; b < g->scratch_pl.nblocks; b++)
+        if (g->scratch_pl.blocks[b].type != GOSSIP_BLK_DENSE_F32)
+            return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u: tensor '%s' is block type %u, not dense f32",
+                           g->rank, s, g->layout->views[b].name, g->scratch_pl.blocks[b].type);
+    if (!g->copy_bad[k] && !g->in_down[k] && h->iter < g->copy_thru[k])
+        return nn_errf(err, errlen, "gossip: node %d: stale RESYNC from rank %u for iteration %llu (our copy is at %llu)",
+                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)g->copy_thru[k]);
+    const nn_arena *L = g->layout;
+    float *copy = g->xhat_in[k];
+    for (size_t b = 0; b < g->scratch_pl.nblocks; b++)
+        memcpy(copy + L->views[b].offset, g->scratch_pl.blocks[b].val, L->views[b].numel * sizeof(float));
+    g->copy_thru[k] = h->iter;
+    g->copy_bad[k] = 0;
+    g->in_down[k] = 0;
+    g->in_from[k] = 0;
+    g->psi_last[k] = h->psi;
+    if (g->sent_thru[k] < h->iter)
+        g->sent_thru[k] = h->iter;
+    s_clear_slots(g, k); /* what they held is inside the copy (FIFO) */
+    g->stats.resyncs_recv++;
+    return GOSSIP_RECV_OK;
+}
+
 int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen)
 {
     gossip_header h;
@@ -309,44 +484,76 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     if (gossip_msg_decode(msg, len, g->layout, &h, &g->scratch_pl, derr, sizeof derr) < 0)
         return nn_errf(err, errlen, "gossip: node %d: rejected message (%zu bytes): %s", g->rank, len, derr);
     unsigned s = h.sender;
-    if (h.kind != GOSSIP_MSG_GOSSIP)
+    if (h.kind != GOSSIP_MSG_GOSSIP && h.kind != GOSSIP_MSG_RESYNC)
         return nn_errf(err, errlen, "gossip: node %d: kind %u message from rank %u is for the transport, not the algorithm",
                        g->rank, h.kind, s);
-    if (s >= (unsigned)g->n)
-        return nn_errf(err, errlen, "gossip: node %d: sender rank %u outside 0..%d", g->rank, s, g->n - 1);
-    if (h.iter < g->iter)
-        return nn_errf(err, errlen, "gossip: node %d: stale message from rank %u for iteration %llu (now at %llu)",
-                       g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter);
-    if (h.iter - g->iter >= GOSSIP_WINDOW)
+    if (s >= (unsigned)g->n || s == (unsigned)g->rank || g->in_pos[s] < 0)
+        return nn_errf(err, errlen, "gossip: node %d: rank %u is not an in-neighbour", g->rank, s);
+    if (!(h.flags & GOSSIP_FLAG_PUSH_SUM) != !g->cfg.push_sum)
+        return nn_errf(err, errlen, "gossip: node %d: rank %u has push-sum %s, we have it %s",
+                       g->rank, s, (h.flags & GOSSIP_FLAG_PUSH_SUM) ? "on" : "off", g->cfg.push_sum ? "on" : "off");
+    int k = g->in_pos[s];
+    if (h.kind == GOSSIP_MSG_RESYNC)
+        return s_receive_resync(g, &h, k, err, errlen);
+    if (h.iter >= g->iter && h.iter - g->iter >= GOSSIP_WINDOW)
         return nn_errf(err, errlen, "gossip: node %d: message from rank %u for iteration %llu is too far ahead (now at %llu, window %d)",
                        g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
     if (!s_needs(g, (int)s, h.iter))
         return nn_errf(err, errlen, "gossip: node %d: rank %u is not an in-neighbour at iteration %llu",
                        g->rank, s, (unsigned long long)h.iter);
-    if (!(h.flags & GOSSIP_FLAG_PUSH_SUM) != !g->cfg.push_sum)
-        return nn_errf(err, errlen, "gossip: node %d: rank %u has push-sum %s, we have it %s",
-                       g->rank, s, (h.flags & GOSSIP_FLAG_PUSH_SUM) ? "on" : "off", g->cfg.push_sum ? "on" : "off");
     for (size_t b = 0; b < g->scratch_pl.nblocks; b++) {
         const gossip_block *blk = &g->scratch_pl.blocks[b];
-        size_t k = gossip_compressor_k(&g->comp, blk->numel);
-        if (blk->type != g->blk_type || blk->k != k)
+        size_t kk = gossip_compressor_k(&g->comp, blk->numel);
+        if (blk->type != g->blk_type || blk->k != kk)
             return nn_errf(err, errlen, "gossip: node %d: rank %u sent block type %u with %zu values for tensor '%s'; compressor %s gives type %u with %zu",
-                           g->rank, s, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type, k);
+                           g->rank, s, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type, kk);
     }
-    s_slot *slot = &g->slots[(size_t)g->in_pos[s] * GOSSIP_WINDOW + h.iter % GOSSIP_WINDOW];
+    int choco = g->cfg.algo == GOSSIP_CHOCO;
+    /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet */
+    if (g->in_down[k] && (choco || h.iter < g->iter))
+        return GOSSIP_RECV_IGNORED;
+    if (choco && g->copy_bad[k])
+        return GOSSIP_RECV_IGNORED;
+    if (h.iter < g->iter) {
+        /* Only choco catches up a copy this way (after a RESYNC from the
+         * past): the next update in order is applied to the copy alone. */
+        if (!choco || h.iter < g->copy_thru[k])
+            return nn_errf(err, errlen, "gossip: node %d: stale or replayed message from rank %u for iteration %llu (now at %llu)",
+                           g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter);
+        if (g->sent_thru[k] < h.iter + 1)
+            g->sent_thru[k] = h.iter + 1;
+        if (h.iter > g->copy_thru[k]) {
+            s_check_gap(g, k);
+            return GOSSIP_RECV_IGNORED;
+        }
+        gossip_payload_add(&g->scratch_pl, g->layout, g->xhat_in[k]);
+        g->copy_thru[k] = h.iter + 1;
+        g->psi_last[k] = h.psi;
+        g->stats.bytes_recv += len;
+        g->stats.msgs_recv++;
+        return GOSSIP_RECV_OK;
+    }
+    s_slot *slot = s_slot_of(g, k, h.iter);
     if (slot->have) {
         if (slot->iter == h.iter)
             return nn_errf(err, errlen, "gossip: node %d: duplicate message from rank %u for iteration %llu",
                            g->rank, s, (unsigned long long)h.iter);
         assert(0 && "slot of an older iteration still occupied");
     }
+    if (g->in_down[k]) { /* dpsgd / deepsqueeze: back from now on */
+        g->in_down[k] = 0;
+        g->in_from[k] = h.iter;
+    }
     gossip_buf_set(&slot->bytes, msg, len);
     slot->iter = h.iter;
     slot->psi = h.psi;
     slot->have = 1;
+    if (g->sent_thru[k] < h.iter + 1)
+        g->sent_thru[k] = h.iter + 1;
     g->stats.bytes_recv += len;
     g->stats.msgs_recv++;
-    return 0;
+    s_check_gap(g, k);
+    return GOSSIP_RECV_OK;
 }
 
 int gossip_node_ready(const gossip_node *g, uint64_t iter)
@@ -355,20 +562,25 @@ int gossip_node_ready(const gossip_node *g, uint64_t iter)
         return 0;
     for (int k = 0; k < g->nin; k++) {
         int j = g->in_ranks[k];
-        if (!s_needs(g, j, iter))
+        if (!s_needs(g, j, iter) || s_absent(g, k, iter))
             continue;
-        const s_slot *slot = &g->slots[(size_t)k * GOSSIP_WINDOW + iter % GOSSIP_WINDOW];
-        if (!slot->have || slot->iter != iter)
+        if (g->cfg.algo == GOSSIP_CHOCO) {
+            if (g->copy_thru[k] > iter || (g->copy_thru[k] == iter && s_present(g, k, iter)))
+                continue;
+            return 0;
+        }
+        if (!s_present(g, k, iter))
             return 0;
     }
     return 1;
 }
 
 /* Decodes the stored message of in-neighbour index k for iter into the
- * scratch payload.  The bytes were validated on receipt. */
+ * scratch payload and frees the slot.  The bytes were validated on
+ * receipt. */
 static const gossip_payload *s_slot_decode(gossip_node *g, int k, uint64_t iter, double *psi, size_t *len)
 {
-    s_slot *slot = &g->slots[(size_t)k * GOSSIP_WINDOW + iter % GOSSIP_WINDOW];
+    s_slot *slot = s_slot_of(g, k, iter);
     assert(slot->have && slot->iter == iter);
     int rc = gossip_msg_decode(slot->bytes.data, slot->bytes.len, g->layout, NULL, &g->scratch_pl, NULL, 0);
     assert(rc == 0 && "stored message was validated on receipt");
@@ -392,32 +604,54 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
     const double *w = s_w(g, iter) + (size_t)g->rank * g->n; /* row i */
     const nn_arena *L = g->layout;
     size_t d = L->numel;
-    double wii = w[g->rank], eta = g->cfg.eta;
+    double wii = s_self_weight(g, iter), eta = g->cfg.eta;
     double psi_acc = wii * g->psi;
     double *acc = g->acc;
     uint64_t recv = 0;
+    int absent = 0;
 
-    if (g->cfg.algo == GOSSIP_DPSGD) {
-        /* x = sum_j W[i][j] c_j; c dense (checked at creation) */
-        const float *ci = g->self_pl.val;
-        for (size_t k = 0; k < d; k++)
-            acc[k] = wii * ci[k];
+    if (g->cfg.algo == GOSSIP_DPSGD || g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
+        /* dpsgd:       x = sum_j W[i][j] c_j                 (c dense)
+         * deepsqueeze: x = x+ + eta * (sum_j W[i][j] c_j - c_i), j incl. i */
+        int ds = g->cfg.algo == GOSSIP_DEEPSQUEEZE;
+        if (ds) {
+            memset(acc, 0, d * sizeof *acc);
+            gossip_payload_axpy(&g->self_pl, L, wii - 1.0, acc);
+        } else {
+            const float *ci = g->self_pl.val;
+            for (size_t k = 0; k < d; k++)
+                acc[k] = wii * ci[k];
+        }
         for (int k = 0; k < g->nin; k++) {
             int j = g->in_ranks[k];
             if (!s_needs(g, j, iter))
                 continue;
+            if (s_absent(g, k, iter)) {
+                absent++;
+                if (s_present(g, k, iter))
+                    s_slot_of(g, k, iter)->have = 0;
+                continue;
+            }
             double psi_j;
             size_t len;
             const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
             gossip_payload_axpy(p, L, w[j], acc);
             psi_acc += w[j] * psi_j;
+            g->psi_last[k] = psi_j;
             recv += len;
         }
-        for (size_t k = 0; k < d; k++)
-            x[k] = (float)acc[k];
-        if (g->cfg.push_sum)
-            g->psi = psi_acc;
-    } else if (g->cfg.algo == GOSSIP_CHOCO) {
+        if (ds) {
+            for (size_t k = 0; k < d; k++)
+                x[k] = (float)(x[k] + eta * acc[k]);
+            if (g->cfg.push_sum)
+                g->psi += eta * (psi_acc - g->psi);
+        } else {
+            for (size_t k = 0; k < d; k++)
+                x[k] = (float)acc[k];
+            if (g->cfg.push_sum)
+                g->psi = psi_acc;
+        }
+    } else {
         /* xhat_j += q_j for every holder; then
          * x = x+ + eta * (sum_j W[i][j] xhat_j - xhat_i), j incl. i */
         const float *xs = g->xhat_self;
@@ -425,11 +659,23 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
             acc[k] = (wii - 1.0) * xs[k];
         for (int k = 0; k < g->nin; k++) {
             int j = g->in_ranks[k];
-            double psi_j;
-            size_t len;
-            const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
-            gossip_payload_add(p, L, g->xhat_in[k]);
-            recv += len;
+            if (s_absent(g, k, iter)) {
+                absent += w[j] > 0.0;
+                if (s_present(g, k, iter))
+                    s_slot_of(g, k, iter)->have = 0;
+                continue;
+            }
+            double psi_j = g->psi_last[k];
+            if (s_present(g, k, iter)) {
+                size_t len;
+                const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
+                if (g->copy_thru[k] == iter) { /* else a RESYNC already holds it */
+                    gossip_payload_add(p, L, g->xhat_in[k]);
+                    g->copy_thru[k] = iter + 1;
+                }
+                g->psi_last[k] = psi_j;
+                recv += len;
+            }
             if (w[j] > 0.0) {
                 const float *xh = g->xhat_in[k];
                 double wij = w[j];
@@ -442,28 +688,11 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
             x[k] = (float)(x[k] + eta * acc[k]);
         if (g->cfg.push_sum)
             g->psi += eta * (psi_acc - g->psi);
-    } else {
-        /* x = x+ + eta * (sum_j W[i][j] c_j - c_i), j incl. i */
-        memset(acc, 0, d * sizeof *acc);
-        gossip_payload_axpy(&g->self_pl, L, wii - 1.0, acc);
-        for (int k = 0; k < g->nin; k++) {
-            int j = g->in_ranks[k];
-            if (!s_needs(g, j, iter))
-                continue;
-            double psi_j;
-            size_t len;
-            const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
-            gossip_payload_axpy(p, L, w[j], acc);
-            psi_acc += w[j] * psi_j;
-            recv += len;
-        }
-        for (size_t k = 0; k < d; k++)
-            x[k] = (float)(x[k] + eta * acc[k]);
-        if (g->cfg.push_sum)
-            g->psi += eta * (psi_acc - g->psi);
     }
+    s_psi_floor(g, x);
     g->stats.iter_bytes_sent = g->cur_sent;
     g->stats.iter_bytes_recv = recv;
+    g->stats.iter_absent = (uint64_t)absent;
     g->prepared = 0;
     g->iter++;
     g->stats.mix_s = nn_now() - t0;
@@ -572,9 +801,113 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
         memcpy((float *)gossip_node_vec(g, k, name, sizeof name), vec[k], d * sizeof(float));
     for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
         g->slots[k].have = 0;
+    for (int k = 0; k < g->nin; k++) { /* everyone live, copies current */
+        g->in_down[k] = 0;
+        g->in_from[k] = 0;
+        g->copy_bad[k] = 0;
+        g->copy_thru[k] = s->iter;
+        g->sent_thru[k] = s->iter;
+        g->psi_last[k] = 1.0;
+    }
+    memset(g->out_down, 0, (size_t)g->n);
     g->iter = s->iter;
     g->psi = s->psi;
     g->rng = s->rng;
     g->prepared = 0;
+    return 0;
+}
+
+/* ---- membership (see the header) ----------------------------------------- */
+
+void gossip_node_peer_down(gossip_node *g, int rank)
+{
+    if (rank < 0 || rank >= g->n || rank == g->rank)
+        return;
+    if (g->in_pos[rank] >= 0) {
+        int k = g->in_pos[rank];
+        g->in_down[k] = 1;
+        s_clear_slots(g, k);
+    }
+    g->out_down[rank] = 1;
+}
+
+void gossip_node_peer_up(gossip_node *g, int rank)
+{
+    if (rank >= 0 && rank < g->n)
+        g->out_down[rank] = 0;
+}
+
+void gossip_node_peer_reset(gossip_node *g, int rank)
+{
+    if (rank < 0 || rank >= g->n || g->in_pos[rank] < 0)
+        return;
+    int k = g->in_pos[rank];
+    if (g->cfg.algo == GOSSIP_CHOCO)
+        g->copy_bad[k] = 1;
+    g->sent_thru[k] = 0;
+    s_clear_slots(g, k);
+}
+
+void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru)
+{
+    if (rank < 0 || rank >= g->n || g->in_pos[rank] < 0)
+        return;
+    int k = g->in_pos[rank];
+    if (g->sent_thru[k] < sent_thru)
+        g->sent_thru[k] = sent_thru;
+    s_check_gap(g, k);
+}
+
+int gossip_node_peer_state(const gossip_node *g, int rank)
+{
+    if (rank < 0 || rank >= g->n || rank == g->rank)
+        return 0;
+    int st = g->out_down[rank] ? GOSSIP_PEER_OUT_DOWN : 0;
+    int k = g->in_pos[rank];
+    if (k >= 0) {
+        if (g->in_down[k])
+            st |= GOSSIP_PEER_IN_DOWN;
+        if (g->cfg.algo == GOSSIP_CHOCO && (g->in_down[k] || g->copy_bad[k]))
+            st |= GOSSIP_PEER_WANTS_RESYNC;
+    }
+    return st;
+}
+
+size_t gossip_node_resync_msg(gossip_node *g, const uint8_t **msg)
+{
+    if (g->cfg.algo != GOSSIP_CHOCO)
+        return 0;
+    const nn_arena *L = g->layout;
+    gossip_cblock *blocks = nn_xcalloc(L->nviews, sizeof *blocks);
+    for (size_t v = 0; v < L->nviews; v++)
+        blocks[v] = (gossip_cblock){ GOSSIP_BLK_DENSE_F32, (uint32_t)L->views[v].numel,
+                                     (uint32_t)L->views[v].numel, NULL,
+                                     g->xhat_self + L->views[v].offset, NULL, NULL };
+    gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_RESYNC,
+                        (uint16_t)(g->cfg.push_sum ? GOSSIP_FLAG_PUSH_SUM : 0), (uint32_t)g->rank,
+                        g->iter + (uint64_t)g->prepared, g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0 };
+    gossip_msg_encode(&h, blocks, L->nviews, &g->resync);
+    free(blocks);
+    g->stats.resyncs_sent++;
+    *msg = g->resync.data;
+    return g->resync.len;
+}
+
+int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen)
+{
+    if (g->prepared || iter < g->iter)
+        return nn_errf(err, errlen, "gossip: node %d: cannot move from iteration %llu%s to %llu",
+                       g->rank, (unsigned long long)g->iter, g->prepared ? " (prepared)" : "",
+                       (unsigned long long)iter);
+    for (int k = 0; k < g->nin; k++) {
+        for (int w = 0; w < GOSSIP_WINDOW; w++) {
+            s_slot *slot = &g->slots[(size_t)k * GOSSIP_WINDOW + w];
+            if (slot->have && slot->iter < iter)
+                slot->have = 0;
+        }
+        if (g->copy_thru[k] < iter && g->cfg.algo == GOSSIP_CHOCO && !g->copy_bad[k])
+            g->copy_bad[k] = 1; /* it misses the updates in between */
+    }
+    g->iter = iter;
     return 0;
 }

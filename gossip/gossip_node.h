@@ -41,6 +41,37 @@
  * apart; the mixing still uses W_t only).  On a fixed graph both coincide.
  * Byte counters count message bytes exactly as encoded (one count per
  * destination); transport framing is not included.
+ *
+ * Membership (failure tolerance; the transport layer, gossip_link, decides
+ * who is down):
+ *   - gossip_node_peer_down(rank): the peer takes no part in mixing from now
+ *     on and gets no more messages.  Mass: with push-sum the node keeps for
+ *     itself the column shares W[o][i] of its down out-neighbours o (the
+ *     living keep sum_i psi_i and sum_i x_i); without push-sum it keeps the
+ *     row weights W[i][j] of absent in-neighbours j (rows stay stochastic,
+ *     so the living still agree; exact averaging then needs a symmetric W).
+ *     Where a failure cuts a directed graph into a path, its ends behave
+ *     differently: a push-sum node that hears from no in-neighbour (the
+ *     successor of a dead node on a directed ring) keeps its row as well,
+ *     and one whose out-neighbours are all down keeps no shares, so psi
+ *     neither fades nor piles up and everybody follows the head of the
+ *     path.  Should psi still leave [1e-4, 1e4] (the step on z is lr/psi),
+ *     the node rescales x and psi to psi = 1, keeping z (stats.psi_resets).
+ *   - An in-neighbour comes back by itself when it delivers usable state:
+ *     choco a RESYNC (its whole public copy xhat_j and psi, holding its
+ *     updates of all iterations below the RESYNC's), dpsgd/deepsqueeze a
+ *     message for the current iteration or later.  An out-neighbour comes
+ *     back with gossip_node_peer_up (the caller first sends it
+ *     gossip_node_resync_msg for choco).
+ *   - Lost messages: a message (or PING, gossip_node_peer_sent) that the
+ *     peer sent later on the same FIFO connection proves an earlier one
+ *     lost.  dpsgd/deepsqueeze then mix that iteration without it; choco
+ *     marks its copy bad (GOSSIP_PEER_WANTS_RESYNC: the caller sends a
+ *     RESYNC_REQ; until the RESYNC arrives the peer is absent).
+ *   - Choco copies follow the owner's updates in iteration order: a copy
+ *     re-synced from the past catches up with the owner's messages of
+ *     iterations this node already mixed (they update the copy only).
+ * Without failures none of this changes a single bit of the algorithm.
  */
 #ifndef GOSSIP_NODE_H
 #define GOSSIP_NODE_H
@@ -70,6 +101,9 @@ typedef struct {
     uint64_t bytes_sent, bytes_recv;           /* totals */
     uint64_t msgs_sent, msgs_recv;
     uint64_t iter_bytes_sent, iter_bytes_recv; /* of the last finished iteration */
+    uint64_t iter_absent;                      /* in-neighbours left out of the last mix */
+    uint64_t resyncs_sent, resyncs_recv;       /* RESYNC messages encoded / applied */
+    uint64_t psi_resets;                       /* push-sum safety net (see membership) */
     double   prepare_s, mix_s;                 /* last iteration, wall clock */
 } gossip_stats;
 
@@ -103,10 +137,14 @@ size_t gossip_node_outbox(const gossip_node *g, int k, int *to_rank, const uint8
 /* Number of destinations of the prepared message. */
 int gossip_node_ndest(const gossip_node *g);
 
-/* Validates a GOSSIP message fully (codec, sender is an in-neighbour for that
- * iteration, iteration within the window, no duplicate, block types and
- * counts match this run's compressor, push-sum flag) and stores its bytes.
- * Nothing is stored on error: -1 with a message naming the peer. */
+/* Validates a GOSSIP or RESYNC message fully (codec, sender is an
+ * in-neighbour for that iteration, iteration within the window, no
+ * duplicate or replay, block types and counts match this run's compressor,
+ * push-sum flag) and stores or applies it.  Returns GOSSIP_RECV_OK, or
+ * GOSSIP_RECV_IGNORED for a valid message that is of no use (from a down
+ * peer, or one whose choco copy awaits a RESYNC: see gossip_node_peer_state);
+ * -1 with a message naming the peer when it is refused (nothing changed). */
+enum { GOSSIP_RECV_OK = 0, GOSSIP_RECV_IGNORED = 1 };
 int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen);
 
 /* 1 when every message needed to mix iteration iter has arrived. */
@@ -127,6 +165,37 @@ void     gossip_node_stats(const gossip_node *g, gossip_stats *out);
  * in-neighbour `rank` or NULL: for the bit-identity tests. */
 const float *gossip_node_xhat_self(const gossip_node *g);
 const float *gossip_node_xhat_of(const gossip_node *g, int rank);
+/* ---- membership (see the top of this file) ----------------------------- */
+
+/* rank stops taking part, as in- and as out-neighbour (its stored messages
+ * are dropped).  Unknown ranks are ignored. */
+void gossip_node_peer_down(gossip_node *g, int rank);
+/* Out-neighbour rank gets our messages again from the next prepare. */
+void gossip_node_peer_up(gossip_node *g, int rank);
+/* In-neighbour rank restarted: its choco copy is invalid until its RESYNC,
+ * its stored messages are dropped. */
+void gossip_node_peer_reset(gossip_node *g, int rank);
+/* In-neighbour rank proved, on the connection that carries its messages,
+ * that it has sent every message of iterations below sent_thru. */
+void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru);
+enum {
+    GOSSIP_PEER_IN_DOWN      = 1, /* left out of mixing until it comes back */
+    GOSSIP_PEER_OUT_DOWN     = 2, /* gets no messages until gossip_node_peer_up */
+    GOSSIP_PEER_WANTS_RESYNC = 4  /* choco: we need its RESYNC */
+};
+/* GOSSIP_PEER_* flags of rank (0: a live neighbour, or not a neighbour). */
+int gossip_node_peer_state(const gossip_node *g, int rank);
+/* Encodes a RESYNC message (choco only; 0 otherwise): our own public copy
+ * xhat_i, holding our updates of every iteration below its iteration field
+ * (iter, or iter + 1 once prepared), and psi.  *msg is borrowed until the
+ * next call.  Send it to an out-neighbour before any later GOSSIP. */
+size_t gossip_node_resync_msg(gossip_node *g, const uint8_t **msg);
+/* Moves a node that is not prepared forward to iteration iter (a rejoin
+ * catching up with its neighbours): stored messages of earlier iterations
+ * are dropped and choco copies that miss updates are marked bad.  -1 with a
+ * message when prepared or iter is behind. */
+int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen);
+
 /* Layout fingerprint carried by every message (for HELLO). */
 uint32_t gossip_node_fingerprint(const gossip_node *g);
 

@@ -212,7 +212,7 @@ static void s_send_control(s_run *r, int kind, int to, int reply, uint64_t iter)
 static void s_deliver(s_run *r, int from, const uint8_t *msg, size_t len, uint64_t iter)
 {
     char err[1024];
-    if (gossip_node_receive(r->g, msg, len, err, sizeof err) != 0) {
+    if (gossip_node_receive(r->g, msg, len, err, sizeof err) < 0) {
         s_refuse(r, err);
         return;
     }
