@@ -37,7 +37,8 @@ struct gossip_node {
     uint64_t *sent_thru;              /* nin: proved to have sent all below this */
     double   *psi_last;               /* nin: its latest psi (message or RESYNC) */
     uint64_t *copy_thru;              /* nin, choco: copy holds q_j(u), u < this */
-    uint8_t  *copy_bad;               /* nin, choco: copy invalid until RESYNC */
+    uint8_t  *copy_bad;               /* nin, choco: copy unknown (restart): absent until RESYNC */
+    uint8_t  *copy_gap;               /* nin, choco: an update was lost: wait for RESYNC */
     uint8_t  *out_down;               /* n: out-neighbour declared down */
     /* state */
     double  psi;
@@ -203,6 +204,7 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
     g->psi_last = nn_xcalloc(nk, sizeof *g->psi_last);
     g->copy_thru = nn_xcalloc(nk, sizeof *g->copy_thru);
     g->copy_bad = nn_xcalloc(nk, 1);
+    g->copy_gap = nn_xcalloc(nk, 1);
     g->out_down = nn_xcalloc((size_t)n, 1);
     for (size_t k = 0; k < nk; k++)
         g->psi_last[k] = 1.0;
@@ -237,6 +239,7 @@ void gossip_node_destroy(gossip_node **self_p)
     free(g->psi_last);
     free(g->copy_thru);
     free(g->copy_bad);
+    free(g->copy_gap);
     free(g->out_down);
     gossip_buf_free(&g->resync);
     if (g->xhat_in)
@@ -348,32 +351,39 @@ static void s_clear_slots(gossip_node *g, int k)
         g->slots[(size_t)k * GOSSIP_WINDOW + w].have = 0;
 }
 
-/* In-neighbour index k takes no part in mixing iteration `iter`: declared
- * down, not yet (re-)admitted, its public copy awaits a RESYNC (choco), or
- * (dpsgd, deepsqueeze) its message for iter is proved lost: a later message
- * or a PING on the same FIFO connection arrived without it. */
+/* Why in-neighbour index k takes no part in mixing iteration `iter`. */
+enum {
+    S_PRESENT = 0,
+    S_ABSENT_DOWN, /* declared down, not (re-)admitted yet, or (choco) its copy
+                      is unknown after a restart: as if dead */
+    S_ABSENT_LOST  /* dpsgd/deepsqueeze: its message for iter is proved lost (a
+                      later message or a PING on the same FIFO connection came
+                      without it): a one-off */
+};
+
 static int s_absent(const gossip_node *g, int k, uint64_t iter)
 {
     if (g->in_down[k] || iter < g->in_from[k])
-        return 1;
+        return S_ABSENT_DOWN;
     if (g->cfg.algo == GOSSIP_CHOCO)
-        return g->copy_bad[k];
-    return !s_present(g, k, iter) && iter < g->sent_thru[k];
+        return g->copy_bad[k] ? S_ABSENT_DOWN : S_PRESENT;
+    return !s_present(g, k, iter) && iter < g->sent_thru[k] ? S_ABSENT_LOST : S_PRESENT;
 }
 
-/* Choco: a message of in-neighbour k that the copy still needs is proved
+/* Choco: an update of in-neighbour k that the copy still needs is proved
  * lost (its iteration lies below sent_thru, but it is neither applied nor
- * stored).  The copy is then useless until a RESYNC: marked bad. */
+ * stored).  The peer is alive (it sent something later), so its RESYNC is
+ * one round trip away: the copy waits for it (copy_gap). */
 static void s_check_gap(gossip_node *g, int k)
 {
-    if (g->cfg.algo != GOSSIP_CHOCO || g->copy_bad[k] || g->in_down[k])
+    if (g->cfg.algo != GOSSIP_CHOCO || g->copy_bad[k] || g->copy_gap[k] || g->in_down[k])
         return;
     uint64_t end = g->sent_thru[k];
     if (end > g->iter + GOSSIP_WINDOW)
         end = g->iter + GOSSIP_WINDOW;
     for (uint64_t m = g->copy_thru[k]; m < end; m++)
         if (m < g->iter || !s_present(g, k, m)) {
-            g->copy_bad[k] = 1;
+            g->copy_gap[k] = 1;
             s_clear_slots(g, k);
             return;
         }
@@ -387,19 +397,23 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
 {
     const double *w = s_w(g, iter);
     int n = g->n, i = g->rank;
-    double wii = w[(size_t)i * n + i], live_in = 0.0, absent_in = 0.0;
+    double wii = w[(size_t)i * n + i], live_in = 0.0, down_in = 0.0, lost_in = 0.0;
     for (int k = 0; k < g->nin; k++) {
         int j = g->in_ranks[k];
         double wij = w[(size_t)i * n + j];
         if (!s_needs(g, j, iter) || wij <= 0.0)
             continue;
-        if (s_absent(g, k, iter))
-            absent_in += wij;
-        else
-            live_in += wij;
+        switch (s_absent(g, k, iter)) {
+        case S_PRESENT: live_in += wij; break;
+        case S_ABSENT_DOWN: down_in += wij; break;
+        default: lost_in += wij; break;
+        }
     }
+    /* A lost message: the sender counted it as delivered, so the receiver
+     * keeps that weight itself (the mass barely moves: psi_i ~ psi_j). */
+    wii += lost_in;
     if (!g->cfg.push_sum)
-        return wii + absent_in;
+        return wii + down_in;
     double live_out = 0.0, down_out = 0.0;
     for (int o = 0; o < n; o++)
         if (o != i && w[(size_t)o * n + i] > 0.0) {
@@ -411,7 +425,7 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
     /* Where the living stay strongly connected, keeping the shares of down
      * out-neighbours keeps sum x and sum psi.  Where a failure cut a directed
      * graph into a path, the two ends are special: the node that hears from
-     * nobody (in-neighbours all absent) keeps its row, or it would give its
+     * nobody (in-neighbours all down) keeps its row, or it would give its
      * mass away every iteration and fade to psi = 0; the node that can send
      * to nobody (out-neighbours all down) does not keep their shares, or it
      * would collect all mass downstream and its psi would grow without
@@ -419,8 +433,8 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
      * put and everybody follows the node at the head of the path. */
     if (live_out > 0.0)
         wii += down_out;
-    if (live_in == 0.0)
-        wii += absent_in;
+    if (live_in + lost_in == 0.0)
+        wii += down_in;
     return wii;
 }
 
@@ -458,7 +472,7 @@ static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char 
         if (g->scratch_pl.blocks[b].type != GOSSIP_BLK_DENSE_F32)
             return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u: tensor '%s' is block type %u, not dense f32",
                            g->rank, s, g->layout->views[b].name, g->scratch_pl.blocks[b].type);
-    if (!g->copy_bad[k] && !g->in_down[k] && h->iter < g->copy_thru[k])
+    if (!g->copy_bad[k] && !g->copy_gap[k] && !g->in_down[k] && h->iter < g->copy_thru[k])
         return nn_errf(err, errlen, "gossip: node %d: stale RESYNC from rank %u for iteration %llu (our copy is at %llu)",
                        g->rank, s, (unsigned long long)h->iter, (unsigned long long)g->copy_thru[k]);
     const nn_arena *L = g->layout;
@@ -467,6 +481,7 @@ static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char 
         memcpy(copy + L->views[b].offset, g->scratch_pl.blocks[b].val, L->views[b].numel * sizeof(float));
     g->copy_thru[k] = h->iter;
     g->copy_bad[k] = 0;
+    g->copy_gap[k] = 0;
     g->in_down[k] = 0;
     g->in_from[k] = 0;
     g->psi_last[k] = h->psi;
@@ -512,8 +527,8 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet */
     if (g->in_down[k] && (choco || h.iter < g->iter))
         return GOSSIP_RECV_IGNORED;
-    if (choco && g->copy_bad[k])
-        return GOSSIP_RECV_IGNORED;
+    if (choco && (g->copy_bad[k] || g->copy_gap[k]))
+        return GOSSIP_RECV_IGNORED; /* the coming RESYNC holds it */
     if (h.iter < g->iter) {
         /* Only choco catches up a copy this way (after a RESYNC from the
          * past): the next update in order is applied to the copy alone. */
@@ -565,6 +580,8 @@ int gossip_node_ready(const gossip_node *g, uint64_t iter)
         if (!s_needs(g, j, iter) || s_absent(g, k, iter))
             continue;
         if (g->cfg.algo == GOSSIP_CHOCO) {
+            if (g->copy_gap[k])
+                return 0;
             if (g->copy_thru[k] > iter || (g->copy_thru[k] == iter && s_present(g, k, iter)))
                 continue;
             return 0;
@@ -722,9 +739,24 @@ uint64_t gossip_node_iter(const gossip_node *g)
     return g->iter;
 }
 
+uint64_t gossip_node_sent_thru(const gossip_node *g)
+{
+    return g->iter + (uint64_t)g->prepared;
+}
+
 int gossip_node_rank(const gossip_node *g)
 {
     return g->rank;
+}
+
+const nn_arena *gossip_node_layout(const gossip_node *g)
+{
+    return g->layout;
+}
+
+const gossip_config *gossip_node_config(const gossip_node *g)
+{
+    return &g->cfg;
 }
 
 void gossip_node_stats(const gossip_node *g, gossip_stats *out)
@@ -805,6 +837,7 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
         g->in_down[k] = 0;
         g->in_from[k] = 0;
         g->copy_bad[k] = 0;
+        g->copy_gap[k] = 0;
         g->copy_thru[k] = s->iter;
         g->sent_thru[k] = s->iter;
         g->psi_last[k] = 1.0;
@@ -842,8 +875,10 @@ void gossip_node_peer_reset(gossip_node *g, int rank)
     if (rank < 0 || rank >= g->n || g->in_pos[rank] < 0)
         return;
     int k = g->in_pos[rank];
-    if (g->cfg.algo == GOSSIP_CHOCO)
+    if (g->cfg.algo == GOSSIP_CHOCO) {
         g->copy_bad[k] = 1;
+        g->copy_gap[k] = 0;
+    }
     g->sent_thru[k] = 0;
     s_clear_slots(g, k);
 }
@@ -867,7 +902,7 @@ int gossip_node_peer_state(const gossip_node *g, int rank)
     if (k >= 0) {
         if (g->in_down[k])
             st |= GOSSIP_PEER_IN_DOWN;
-        if (g->cfg.algo == GOSSIP_CHOCO && (g->in_down[k] || g->copy_bad[k]))
+        if (g->cfg.algo == GOSSIP_CHOCO && (g->in_down[k] || g->copy_bad[k] || g->copy_gap[k]))
             st |= GOSSIP_PEER_WANTS_RESYNC;
     }
     return st;

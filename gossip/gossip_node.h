@@ -65,9 +65,13 @@
  *     gossip_node_resync_msg for choco).
  *   - Lost messages: a message (or PING, gossip_node_peer_sent) that the
  *     peer sent later on the same FIFO connection proves an earlier one
- *     lost.  dpsgd/deepsqueeze then mix that iteration without it; choco
- *     marks its copy bad (GOSSIP_PEER_WANTS_RESYNC: the caller sends a
- *     RESYNC_REQ; until the RESYNC arrives the peer is absent).
+ *     lost.  dpsgd/deepsqueeze then mix that iteration without it, the
+ *     receiver keeping that row weight itself (the sender counted the mass
+ *     as delivered; psi_i ~ psi_j, so psi stays put even on lossy links).
+ *     Choco waits for the peer's RESYNC (GOSSIP_PEER_WANTS_RESYNC: the caller
+ *     sends a RESYNC_REQ); the peer is alive, so it is one round trip away.
+ *     A copy that is unknown (gossip_node_peer_reset: the peer restarted)
+ *     makes the peer absent instead, until its RESYNC.
  *   - Choco copies follow the owner's updates in iteration order: a copy
  *     re-synced from the past catches up with the owner's messages of
  *     iterations this node already mixed (they update the copy only).
@@ -159,7 +163,11 @@ double   gossip_node_psi(const gossip_node *g);
 /* z = x / psi (z may equal x). */
 void     gossip_node_debias(const gossip_node *g, const float *x, float *z);
 uint64_t gossip_node_iter(const gossip_node *g);
+/* Iterations whose message is out: iter, or iter + 1 once prepared. */
+uint64_t gossip_node_sent_thru(const gossip_node *g);
 int      gossip_node_rank(const gossip_node *g);
+const nn_arena      *gossip_node_layout(const gossip_node *g);
+const gossip_config *gossip_node_config(const gossip_node *g);
 void     gossip_node_stats(const gossip_node *g, gossip_stats *out);
 /* The own public copy xhat_i (choco) or NULL; and the copy held for
  * in-neighbour `rank` or NULL: for the bit-identity tests. */

@@ -88,6 +88,12 @@ nn_model *node_model_build(const node_model_opts *o, int in_c, int in_h, int in_
 double node_evaluate(nn_model *m, const node_data *d, const nn_dataset *set, int batch,
                      double *loss_out)
 {
+    return node_evaluate_tick(m, d, set, batch, loss_out, NULL, NULL);
+}
+
+double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set, int batch,
+                          double *loss_out, void (*tick)(void *arg), void *arg)
+{
     const nn_model_config *cfg = nn_model_cfg(m);
     size_t per = (size_t)cfg->in_c * (size_t)cfg->in_h * (size_t)cfg->in_w;
     float *x = nn_xalloc_aligned((size_t)batch * per * sizeof(float));
@@ -102,6 +108,8 @@ double node_evaluate(nn_model *m, const node_data *d, const nn_dataset *set, int
         nn_data_batch(set, idx, N, d->mean, d->std, &d->aug_eval, NULL, x, y);
         loss += (double)nn_model_forward(m, x, y, N, 0) * N;
         correct += (size_t)nn_model_correct(m, y, N);
+        if (tick)
+            tick(arg);
     }
     free(x);
     free(y);

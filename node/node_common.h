@@ -46,6 +46,10 @@ nn_model *node_model_build(const node_model_opts *o, int in_c, int in_h, int in_
  * (the model must be prepared for it). */
 double node_evaluate(nn_model *m, const node_data *d, const nn_dataset *set, int batch,
                      double *loss_out);
+/* The same, calling tick(arg) after every batch (a gossip node keeps
+ * answering its neighbours while it evaluates); tick may be NULL. */
+double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set, int batch,
+                          double *loss_out, void (*tick)(void *arg), void *arg);
 
 /* Model files: safetensors with the options as metadata, so `eval` can
  * rebuild the model from the file alone. */

@@ -193,6 +193,10 @@ float node_trainer_step(node_trainer *t, const node_data *d, float *x, float lr)
         return loss;
     t->correct += (size_t)nn_model_correct(t->model, t->yb, t->batch);
     nn_model_backward(t->model);
+    const nn_arena *gr = nn_model_grads(t->model);
+    for (size_t k = 0; k < gr->numel; k++)
+        if (!isfinite(gr->data[k]))
+            return NAN; /* x untouched: nothing non-finite reaches the neighbours */
     nn_sgd_step_at(&t->sgd, x, nn_model_grads(t->model)->data, nn_model_params(t->model)->data,
                    lr);
     t->loss_sum += (double)loss * t->batch;

@@ -68,7 +68,7 @@ int  node_trainer_init(node_trainer *t, const node_train_opts *o, const node_dat
 /* One local step at learning rate lr: a batch from the shard, forward and
  * backward at the model's parameters (z), then the SGD update of x (weight
  * decay at z; x may be the model's own parameter vector).  Returns the batch
- * loss; a non-finite loss leaves x untouched. */
+ * loss; a non-finite loss or gradient leaves x untouched and returns NaN. */
 float node_trainer_step(node_trainer *t, const node_data *d, float *x, float lr);
 void node_trainer_reset_stats(node_trainer *t);
 void node_trainer_free(node_trainer *t);

@@ -469,14 +469,21 @@ static void test_messages_and_counters(void **state)
     len = gossip_node_outbox(g[0], 0, &to, &msg);
     assert_int_equal(gossip_node_receive(g[1], msg, len, err, sizeof err), 0);
     assert_true(gossip_node_ready(g[1], 1));
-    /* a node at iteration 0 receiving iteration 1 buffers it; on a FIFO
-     * connection that proves node 0's message of iteration 0 lost, so
-     * iteration 0 mixes without node 0 */
+    /* a node at iteration 0 receiving iteration 1: on a FIFO connection that
+     * proves node 0's update of iteration 0 lost, so (choco) the copy waits
+     * for node 0's RESYNC, which then holds both updates */
     gossip_node *late = gossip_node_new(&cfg, &L, t, 1, err, sizeof err);
     assert_false(gossip_node_ready(late, 0));
     assert_int_equal(gossip_node_receive(late, msg, len, err, sizeof err), 0);
+    assert_false(gossip_node_ready(late, 0));
+    assert_true(gossip_node_peer_state(late, 0) & GOSSIP_PEER_WANTS_RESYNC);
+    const uint8_t *rs;
+    size_t rlen = gossip_node_resync_msg(g[0], &rs);
+    assert_int_equal(gossip_node_receive(late, rs, rlen, err, sizeof err), 0);
     assert_true(gossip_node_ready(late, 0));
     assert_true(gossip_node_ready(late, 1));
+    assert_memory_equal(gossip_node_xhat_of(late, 0), gossip_node_xhat_self(g[0]),
+                        L.numel * sizeof(float));
     gossip_node_destroy(&late);
     for (int i = 0; i < 8; i++)
         gossip_node_destroy(&g[i]);

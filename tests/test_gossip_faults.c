@@ -283,11 +283,21 @@ static void s_lossy(const char *tname, gossip_algo algo, const char *comp, doubl
     s_world_new(&w, tname, algo, comp, eta, 1, 11);
     w.pdrop = 0.05;
     int lossy = rounds / 3;
+    double psi_min = INFINITY, psi_max = 0;
     for (int r = 0; r < rounds; r++) {
         if (r == lossy)
             w.pdrop = 0;
         s_round(&w, (uint64_t)r);
+        for (int i = 0; i < w.n; i++) {
+            double p = gossip_node_psi(w.g[i]);
+            psi_min = p < psi_min ? p : psi_min;
+            psi_max = p > psi_max ? p : psi_max;
+        }
     }
+    /* lost messages must not drain or inflate the push-sum weights (the
+     * step on z is lr/psi): the healthy range is [0.5, 1.9] on exp8 */
+    print_message("  psi stayed in [%.3f, %.3f]\n", psi_min, psi_max);
+    assert_true(psi_min >= 0.3 && psi_max <= 3.0);
     double spread = s_spread(&w, NULL);
     print_message("%s %s %s: %llu of the messages of %d rounds dropped, %llu resyncs, "
                   "spread %.3g (tol %g)\n", tname, gossip_algo_name(algo), comp,

@@ -54,37 +54,10 @@ static s_state s_st;
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static void s_print_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    char line[1024];
-    fprintf(stderr, "---- %s\n", path);
-    while (fgets(line, sizeof line, f))
-        fputs(line, stderr);
-    fclose(f);
-}
-
-static char *s_slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return nn_xstrdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = nn_xmalloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* Last line of a JSON-lines file (owned) */
 static char *s_last_line(const char *path)
 {
-    char *s = s_slurp(path);
+    char *s = tk_slurp(path);
     size_t n = strlen(s);
     while (n > 0 && s[n - 1] == '\n')
         s[--n] = '\0';
@@ -247,8 +220,8 @@ static void s_run_case(const s_case *c)
         ok = ok && status[k] == 0;
     if (!ok) {
         for (int i = 0; i < 4; i++)
-            s_print_file(logs[i]);
-        s_print_file(simlog);
+            tk_dump(logs[i]);
+        tk_dump(simlog);
         for (int k = 0; k < 5; k++)
             fprintf(stderr, "process %d: status %d\n", k, status[k]);
         fail_msg("%s: processes did not all exit 0 in time", c->name);
@@ -348,7 +321,7 @@ static void test_lonely_node_times_out(void **state)
     assert_int_equal(tk_wait_all(30, status), 0);
     tk_kill_all();
     double dt = nn_now() - t0;
-    char *out = s_slurp(log);
+    char *out = tk_slurp(log);
     if (status[0] != 1 || !strstr(out, "never said hello: n0 (rank 0") ||
         !strstr(out, "never acknowledged ours: n2 (rank 2"))
         fail_msg("status %d, output:\n%s", status[0], out);
@@ -379,7 +352,7 @@ static void test_layout_mismatch(void **state)
     int status[TK_MAXPROC];
     assert_int_equal(tk_wait_all(30, status), 0);
     tk_kill_all();
-    char *o0 = s_slurp(log0), *o1 = s_slurp(log1);
+    char *o0 = tk_slurp(log0), *o1 = tk_slurp(log1);
     int ok = status[0] == 1 && status[1] == 1 && strstr(o0, "peer b (rank 1") &&
              strstr(o0, "different model") && strstr(o1, "peer a (rank 0");
     if (!ok)

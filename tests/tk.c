@@ -106,6 +106,33 @@ int tk_rmtree(const char *dir)
     return nftw(dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+char *tk_slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *s = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0)
+        n = ftell(f);
+    if (f && n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1))) {
+        size_t got = fread(s, 1, (size_t)n, f);
+        s[got] = '\0';
+    }
+    if (f)
+        fclose(f);
+    if (!s && (s = malloc(1)))
+        s[0] = '\0';
+    if (!s)
+        abort();
+    return s;
+}
+
+void tk_dump(const char *path)
+{
+    char *s = tk_slurp(path);
+    fprintf(stderr, "---- %s\n%s\n", path, s);
+    free(s);
+}
+
 pid_t tk_spawn(const char *bin, char *const *args, const char *logpath, int env_rank)
 {
     if (!bin)

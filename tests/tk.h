@@ -4,7 +4,8 @@
  *          kill on teardown), and small helpers every process-level test
  *          needs.
  * Exposes: tk_quick, tk_bin, tk_free_port, tk_mkdtemp, tk_rmtree,
- *          tk_spawn, tk_wait, tk_wait_all, tk_kill, tk_kill_all.
+ *          tk_slurp, tk_dump, tk_spawn, tk_wait, tk_wait_all, tk_kill,
+ *          tk_kill_all.
  * Callers: tests/test_*.c (linked into every test program by the Makefile:
  *          each tests/NAME.c that is not a test program is a helper).
  *
@@ -40,6 +41,12 @@ int tk_mkdtemp(char *dir, size_t len, const char *prefix);
 /* Removes dir and everything below it (no symlinks followed); 0 or -1.
  * Safe on "" (does nothing). */
 int tk_rmtree(const char *dir);
+
+/* The whole file as a NUL-terminated string (malloc'ed; "" when it cannot
+ * be read). */
+char *tk_slurp(const char *path);
+/* Prints "---- path" and the file to stderr (for failing tests). */
+void tk_dump(const char *path);
 
 /* Starts tk_bin() (or bin when not NULL) with args (argv[0] included,
  * NULL-terminated) in a child whose stdout and stderr go to logpath (NULL:

@@ -1,0 +1,921 @@
+/* gossip_link — see gossip_link.h.
+ *
+ * Dimension legend: n nodes; a "neighbour" is an in- or out-neighbour of
+ * this node in any matrix of the schedule (both for undirected graphs).
+ */
+#include "gossip/gossip_link.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gossip/gossip_codec.h"
+
+#define S_SLICE        0.2   /* s: longest single wait (signals, checks) */
+#define S_HELLO_FIRST  0.2   /* s before the first HELLO repeat, doubling ... */
+#define S_HELLO_MAX    2.0   /* ... up to this */
+#define S_RESYNC_RETRY 1.0   /* s between two RESYNC_REQ to the same peer */
+#define S_LOG_REFUSED  20    /* refusals logged before they are only counted */
+
+typedef struct {
+    uint8_t *bytes;
+    size_t   len;
+    uint64_t iter;
+    int      from;
+} s_early;
+
+typedef struct {
+    uint8_t  is_in, is_out;    /* roles, union over the schedule */
+    uint8_t  hello, ack;       /* start: it said HELLO / answered ours */
+    uint8_t  bye_in, bye_ack;  /* end: it said BYE / acknowledged ours */
+    uint8_t  down;             /* declared down by us and not back yet */
+    uint8_t  hello_seen;       /* hello_iter is valid */
+    uint64_t hello_iter;       /* the iteration of its first HELLO */
+    uint64_t bye_iter;         /* iterations announced in its BYE */
+    uint64_t got;              /* 1 + the last GOSSIP iteration it delivered */
+    uint64_t reported;         /* iteration it last reported (HELLO*, PING) */
+    double   heard;            /* clock of its last valid message */
+    double   sent_dealer;      /* clock of our last message to it, DEALER */
+    double   sent_router;      /* ... ROUTER */
+    double   last_gossip;      /* clock of its last GOSSIP */
+    double   period;           /* EWMA of the gaps between its GOSSIPs */
+    double   resync_asked;     /* clock of our last RESYNC_REQ to it */
+    uint64_t resync_iter;      /* 1 + iteration of our last RESYNC to it (0: none) */
+} s_peer;
+
+struct gossip_link {
+    gossip_link_config cfg;
+    gossip_net        *net;
+    gossip_node       *g;
+    const topo        *t;
+    const nn_arena    *layout;
+    int                rank, n, choco;
+    uint32_t           fp;
+    s_peer            *p;          /* n */
+    int               *nb, nnb;    /* neighbour ranks */
+    s_early           *stash;
+    size_t             nstash, cap_stash, stash_max; /* stash_max per peer */
+    uint64_t           lag, progress_every;
+    int                running;    /* past the start */
+    int                fatal;
+    char               fatal_msg[1024];
+    gossip_buf         ctl;
+    nn_rng             rng;
+    double             round_period; /* EWMA of our own round time */
+    double             round_start;
+    gossip_link_stats  st;
+};
+
+/* ---- small helpers --------------------------------------------------------- */
+
+__attribute__((format(printf, 2, 3)))
+static void s_log(gossip_link *l, const char *fmt, ...)
+{
+    if (!l->cfg.log)
+        return;
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    l->cfg.log(l->cfg.log_arg, msg);
+}
+
+__attribute__((format(printf, 2, 3)))
+static int s_fatal(gossip_link *l, const char *fmt, ...)
+{
+    if (l->fatal)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(l->fatal_msg, sizeof l->fatal_msg, fmt, ap);
+    va_end(ap);
+    l->fatal = 1;
+    return -1;
+}
+
+__attribute__((format(printf, 2, 3)))
+static void s_refuse(gossip_link *l, const char *fmt, ...)
+{
+    l->st.refused++;
+    if (l->st.refused > S_LOG_REFUSED)
+        return;
+    char msg[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    s_log(l, "refused: %s%s", msg,
+          l->st.refused == S_LOG_REFUSED ? " (further refusals are only counted)" : "");
+}
+
+static const char *s_id(const gossip_link *l, int j)
+{
+    return l->t->nodes[j].id;
+}
+
+static int s_signals(const gossip_link *l)
+{
+    return l->cfg.signals ? (int)*l->cfg.signals : 0;
+}
+
+static uint64_t s_rd64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t s_rd32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Control message `kind` carrying `iter` to j: over our DEALER (j is an
+ * out-neighbour) or as a reply over our ROUTER (j is an in-neighbour).
+ * Never blocks; a peer that is not connected just misses it. */
+static void s_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
+{
+    char err[512];
+    gossip_msg_encode_control((uint8_t)kind, (uint32_t)l->rank, iter, l->fp, &l->ctl);
+    int rc = router ? gossip_net_reply(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err)
+                    : gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err);
+    if (rc >= 0) {
+        if (router)
+            l->p[j].sent_router = nn_now();
+        else
+            l->p[j].sent_dealer = nn_now();
+    }
+}
+
+/* Seconds of silence after which neighbour j is declared down. */
+static double s_limit(const gossip_link *l, int j)
+{
+    double period = l->p[j].period > 0 ? l->p[j].period : l->round_period;
+    double lim = l->cfg.peer_factor * period;
+    if (lim < l->cfg.peer_floor)
+        lim = l->cfg.peer_floor;
+    if (lim > l->cfg.timeout)
+        lim = l->cfg.timeout;
+    return lim;
+}
+
+/* Both roles of j are down (as gossip_node sees it). */
+static int s_all_down(const gossip_link *l, int j)
+{
+    int st = gossip_node_peer_state(l->g, j);
+    const s_peer *p = &l->p[j];
+    return (!p->is_in || (st & GOSSIP_PEER_IN_DOWN)) && (!p->is_out || (st & GOSSIP_PEER_OUT_DOWN));
+}
+
+static void s_drop_stash_of(gossip_link *l, int j)
+{
+    size_t k = 0;
+    for (size_t a = 0; a < l->nstash; a++) {
+        if (l->stash[a].from == j)
+            free(l->stash[a].bytes);
+        else
+            l->stash[k++] = l->stash[a];
+    }
+    l->nstash = k;
+}
+
+static size_t s_stashed_of(const gossip_link *l, int j, uint64_t *first)
+{
+    size_t c = 0;
+    for (size_t a = 0; a < l->nstash; a++)
+        if (l->stash[a].from == j) {
+            if (c == 0 && first)
+                *first = l->stash[a].iter;
+            c++;
+        }
+    return c;
+}
+
+/* ---- membership ---------------------------------------------------------------- */
+
+__attribute__((format(printf, 3, 4)))
+static void s_down(gossip_link *l, int j, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (l->cfg.fail_on_loss) {
+        s_fatal(l, "neighbour %s (rank %d, %s) lost: %s", s_id(l, j), j,
+                l->t->nodes[j].endpoint[0] ? l->t->nodes[j].endpoint : "no endpoint", why);
+        return;
+    }
+    gossip_node_peer_down(l->g, j);
+    s_drop_stash_of(l, j);
+    l->p[j].down = 1;
+    l->st.down_events++;
+    s_log(l, "neighbour %s (rank %d) is down: %s; mixing goes on without it", s_id(l, j), j, why);
+}
+
+/* After a valid message from j: an out-neighbour that was down gets our
+ * messages again, but only on evidence that it receives them (traffic from
+ * its ROUTER over our DEALER: a PING, RESYNC_REQ or HELLO); a peer that
+ * only sends could otherwise soak up our push-sum mass for ever.  A
+ * neighbour that is up again in some role is logged. */
+static void s_revive(gossip_link *l, int j, gossip_net_dir dir)
+{
+    s_peer *p = &l->p[j];
+    if (p->is_out && dir == GOSSIP_NET_FROM_OUT &&
+        (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
+        gossip_node_peer_up(l->g, j);
+    if (p->down && !s_all_down(l, j)) {
+        p->down = 0;
+        l->st.back_events++;
+        s_log(l, "neighbour %s (rank %d) is back%s", s_id(l, j), j,
+              l->choco && (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC)
+                  ? " (asking for its public copy)" : "");
+    }
+}
+
+/* Choco: asks in-neighbours whose copy we cannot use for their RESYNC,
+ * when they are around to answer. */
+static void s_ask_resyncs(gossip_link *l)
+{
+    if (!l->choco)
+        return;
+    double now = nn_now();
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        s_peer *p = &l->p[j];
+        if (!p->is_in || !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
+            continue;
+        if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > s_limit(l, j))
+            continue;
+        p->resync_asked = now;
+        s_ctl(l, GOSSIP_MSG_RESYNC_REQ, j, 1, gossip_node_iter(l->g));
+        l->st.resync_req_sent++;
+    }
+}
+
+/* Choco: our public copy to out-neighbour o, behind what we sent it before. */
+static void s_answer_resync(gossip_link *l, int o)
+{
+    if (!l->choco || !l->running)
+        return; /* asked during our start: the asker retries */
+    uint64_t at = gossip_node_sent_thru(l->g);
+    if (l->p[o].resync_iter == at + 1)
+        return; /* it already has this one (it crossed the request) */
+    if (gossip_node_peer_state(l->g, o) & GOSSIP_PEER_OUT_DOWN)
+        gossip_node_peer_up(l->g, o);
+    const uint8_t *m;
+    size_t len = gossip_node_resync_msg(l->g, &m);
+    char err[512];
+    int rc = gossip_net_try_send(l->net, o, m, len, err, sizeof err);
+    if (rc < 0) {
+        s_log(l, "RESYNC to %s: %s", s_id(l, o), err);
+        return;
+    }
+    if (rc == 0)
+        return; /* its queue is full: it will ask again */
+    l->p[o].resync_iter = at + 1;
+    l->p[o].sent_dealer = nn_now();
+    l->st.resyncs_sent++;
+    l->st.resync_bytes += len;
+}
+
+/* PINGs: to every neighbour we sent nothing for ping_every seconds, and
+ * (progress) to every in-neighbour when `progress` is set. */
+static void s_ping(gossip_link *l, int progress)
+{
+    double now = nn_now();
+    uint64_t at = gossip_node_sent_thru(l->g);
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        s_peer *p = &l->p[j];
+        if (p->is_out && now - p->sent_dealer >= l->cfg.ping_every)
+            s_ctl(l, GOSSIP_MSG_PING, j, 0, at);
+        if (p->is_in && (progress || now - p->sent_router >= l->cfg.ping_every))
+            s_ctl(l, GOSSIP_MSG_PING, j, 1, at);
+    }
+}
+
+/* Declares down whoever has been silent too long, whose message for `iter`
+ * is later than the timeout (wait_start: when the wait began; < 0: not
+ * waiting), or who left early. */
+static void s_check_peers(gossip_link *l, int64_t iter, double wait_start)
+{
+    double now = nn_now();
+    for (int a = 0; a < l->nnb && !l->fatal; a++) {
+        int j = l->nb[a];
+        s_peer *p = &l->p[j];
+        if (s_all_down(l, j))
+            continue;
+        int in_live = p->is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN);
+        double silent = now - p->heard, lim = s_limit(l, j);
+        if (silent > lim) {
+            s_down(l, j, "silent for %.1f s (limit %.1f s)", silent, lim);
+        } else if (iter >= 0 && in_live && p->bye_in && p->bye_iter <= (uint64_t)iter &&
+                   p->got <= (uint64_t)iter) {
+            s_down(l, j, "it left after %llu iterations (BYE)", (unsigned long long)p->bye_iter);
+        } else if (iter >= 0 && in_live && wait_start >= 0 && p->got <= (uint64_t)iter &&
+                   now - wait_start > l->cfg.timeout) {
+            s_down(l, j, "its message for iteration %lld is %.0f s late (--timeout)",
+                   (long long)iter, now - wait_start);
+        }
+    }
+}
+
+/* ---- receiving ------------------------------------------------------------------- */
+
+static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
+{
+    char err[1024];
+    int rc = gossip_node_receive(l->g, msg, len, err, sizeof err);
+    if (rc < 0) {
+        s_refuse(l, "%s", err);
+        return;
+    }
+    s_peer *p = &l->p[from];
+    if (p->got < iter + 1)
+        p->got = iter + 1;
+}
+
+/* GOSSIP from in-neighbour `from`: replays are refused; late ones are
+ * passed on only where they still matter (a choco copy catching up);
+ * those beyond the window wait in the stash, within the flow-control
+ * bound. */
+static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
+{
+    s_peer *p = &l->p[from];
+    uint64_t cur = gossip_node_iter(l->g);
+    if (iter < p->got) {
+        s_refuse(l, "replayed or duplicate message from %s (rank %d) for iteration %llu "
+                 "(it already sent %llu)", s_id(l, from), from, (unsigned long long)iter,
+                 (unsigned long long)p->got - 1);
+        return;
+    }
+    double now = nn_now();
+    if (p->last_gossip > 0) {
+        double gap = now - p->last_gossip;
+        p->period = p->period > 0 ? 0.9 * p->period + 0.1 * gap : gap;
+    }
+    p->last_gossip = now;
+    if (iter < cur && !l->choco) {
+        p->got = iter + 1; /* late: that iteration was mixed without it */
+        return;
+    }
+    if (iter >= cur + GOSSIP_WINDOW) {
+        if (iter > cur + l->lag + GOSSIP_WINDOW ||
+            s_stashed_of(l, from, NULL) >= l->stash_max) {
+            s_refuse(l, "message from %s (rank %d) for iteration %llu is too far ahead (we are "
+                     "at %llu; flow control keeps honest peers within %llu)", s_id(l, from), from,
+                     (unsigned long long)iter, (unsigned long long)cur,
+                     (unsigned long long)l->lag);
+            return;
+        }
+        if (l->nstash == l->cap_stash) {
+            l->cap_stash = l->cap_stash ? 2 * l->cap_stash : 16;
+            l->stash = nn_xrealloc(l->stash, l->cap_stash * sizeof *l->stash);
+        }
+        s_early *e = &l->stash[l->nstash++];
+        e->bytes = nn_xmalloc(len);
+        memcpy(e->bytes, msg, len);
+        e->len = len;
+        e->iter = iter;
+        e->from = from;
+        p->got = iter + 1;
+        return;
+    }
+    s_deliver(l, from, msg, len, iter);
+}
+
+/* Feeds stashed messages that are now inside gossip_node's window, in
+ * arrival order; drops those that fell behind. */
+static void s_feed_stash(gossip_link *l)
+{
+    uint64_t cur = gossip_node_iter(l->g);
+    size_t k = 0;
+    for (size_t a = 0; a < l->nstash; a++) {
+        s_early *e = &l->stash[a];
+        if (e->iter < cur + GOSSIP_WINDOW) {
+            if (e->iter >= cur || l->choco)
+                s_deliver(l, e->from, e->bytes, e->len, e->iter);
+            free(e->bytes);
+        } else {
+            l->stash[k++] = *e;
+        }
+    }
+    l->nstash = k;
+}
+
+/* One message from the transport (outside input: nothing is trusted). */
+static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg, size_t len)
+{
+    char err[1024];
+    const char *chan = dir == GOSSIP_NET_FROM_IN ? "in-neighbour" : "out-neighbour";
+    if (len < GOSSIP_HEADER_BYTES || s_rd32(msg) != GOSSIP_MAGIC) {
+        s_refuse(l, "%zu bytes from %s %s (rank %d) that are not an lpgossip message", len, chan,
+                 s_id(l, from), from);
+        return;
+    }
+    unsigned kind = msg[5];
+    uint32_t sender = s_rd32(msg + 8);
+    uint64_t iter = s_rd64(msg + 12);
+    if (sender != (uint32_t)from) {
+        s_refuse(l, "message from %s %s (rank %d) claims to come from rank %u", chan,
+                 s_id(l, from), from, sender);
+        return;
+    }
+    int in = dir == GOSSIP_NET_FROM_IN;
+    if ((kind == GOSSIP_MSG_HELLO || kind == GOSSIP_MSG_HELLO_ACK) && s_rd32(msg + 28) != l->fp) {
+        /* A misconfigured peer shows at the start, before its valid HELLO;
+         * a foreign layout after that is an intruder. */
+        if (l->running || l->p[from].hello_seen || l->p[from].ack) {
+            s_refuse(l, "HELLO from %s %s (rank %d) for another model (layout %08x, ours %08x)",
+                     chan, s_id(l, from), from, s_rd32(msg + 28), l->fp);
+            return;
+        }
+        if (in && kind == GOSSIP_MSG_HELLO) /* our answer carries our fingerprint: it fails too */
+            s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
+        s_fatal(l, "peer %s (rank %d, %s) runs a different model (layout fingerprint %08x, "
+                "ours %08x): every node needs the same --model, --norm, --groups, --data and "
+                "--pad-to", s_id(l, from), from, l->t->nodes[from].endpoint, s_rd32(msg + 28),
+                l->fp);
+        return;
+    }
+    gossip_header h;
+    int blocks = kind == GOSSIP_MSG_GOSSIP || kind == GOSSIP_MSG_RESYNC;
+    if (!blocks && gossip_msg_decode(msg, len, l->layout, &h, NULL, err, sizeof err) != 0) {
+        s_refuse(l, "control message from %s (rank %d): %s", s_id(l, from), from, err);
+        return;
+    }
+    /* which kinds may come on which channel */
+    int ok;
+    switch (kind) {
+    case GOSSIP_MSG_GOSSIP: case GOSSIP_MSG_RESYNC: case GOSSIP_MSG_BYE: ok = in; break;
+    case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: ok = !in; break;
+    case GOSSIP_MSG_HELLO: case GOSSIP_MSG_HELLO_ACK: case GOSSIP_MSG_PING: ok = 1; break;
+    default: ok = -1;
+    }
+    if (ok <= 0) {
+        s_refuse(l, "%s message (kind %u) from %s %s (rank %d)%s",
+                 ok < 0 ? "unknown" : "misdirected", kind, chan, s_id(l, from), from,
+                 ok < 0 ? "" : ": not valid on that channel");
+        return;
+    }
+    s_peer *p = &l->p[from];
+    uint64_t refused_before = l->st.refused;
+    switch (kind) {
+    case GOSSIP_MSG_GOSSIP:
+        s_gossip(l, from, msg, len, iter);
+        break;
+    case GOSSIP_MSG_RESYNC: {
+        int rc = gossip_node_receive(l->g, msg, len, err, sizeof err);
+        if (rc < 0) {
+            s_refuse(l, "%s", err);
+            break;
+        }
+        s_drop_stash_of(l, from); /* older than the RESYNC (FIFO): inside it */
+        if (p->got < iter)
+            p->got = iter;
+        p->resync_asked = 0; /* answered: the next gap may ask at once */
+        break;
+    }
+    case GOSSIP_MSG_RESYNC_REQ:
+        s_answer_resync(l, from);
+        break;
+    case GOSSIP_MSG_PING:
+        if (in) {
+            /* behind everything it sent us: what is missing below is lost */
+            uint64_t first = 0, proved = iter;
+            if (s_stashed_of(l, from, &first) && first < proved)
+                proved = first;
+            gossip_node_peer_sent(l->g, from, proved);
+        }
+        p->reported = iter;
+        break;
+    case GOSSIP_MSG_HELLO: {
+        /* A HELLO repeated before our answer reached it is not a restart;
+         * one after its GOSSIP, after it was down, or for another start is. */
+        int restart = l->running && (p->down || p->got > 0 || !p->hello_seen ||
+                                     p->hello_iter != iter);
+        if (!p->hello_seen) {
+            p->hello_seen = 1;
+            p->hello_iter = iter;
+        }
+        p->reported = iter;
+        if (in) {
+            p->hello = 1;
+            s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
+        } else {
+            p->ack = 1; /* a (re)starting out-neighbour announces itself */
+            s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 0, gossip_node_sent_thru(l->g));
+        }
+        if (restart) {
+            /* whatever we hold of it is void */
+            p->hello_iter = iter;
+            if (in && p->is_in) {
+                gossip_node_peer_reset(l->g, from);
+                s_drop_stash_of(l, from);
+                p->got = 0;
+            }
+            s_log(l, "neighbour %s (rank %d) (re)starts at iteration %llu", s_id(l, from), from,
+                  (unsigned long long)iter);
+        }
+        break;
+    }
+    case GOSSIP_MSG_HELLO_ACK:
+        p->reported = iter;
+        if (in)
+            p->hello = 1;
+        else
+            p->ack = 1;
+        break;
+    case GOSSIP_MSG_BYE:
+        p->bye_in = 1;
+        p->bye_iter = iter;
+        s_ctl(l, GOSSIP_MSG_BYE_ACK, from, 1, iter);
+        break;
+    case GOSSIP_MSG_BYE_ACK:
+        p->bye_ack = 1;
+        break;
+    }
+    if (l->st.refused == refused_before) {
+        p->heard = nn_now();
+        s_revive(l, from, dir);
+    }
+}
+
+/* Receives and handles messages for at most `seconds` (one slice at most),
+ * then asks for RESYNCs and PINGs as due.  0, or -1 on a transport error or
+ * a fatal condition. */
+static int s_pump(gossip_link *l, double seconds)
+{
+    char err[1024];
+    int ms = seconds <= 0 ? 0 : (int)(fmin(seconds, S_SLICE) * 1000.0 + 0.5);
+    int from;
+    gossip_net_dir dir;
+    const uint8_t *msg;
+    size_t len;
+    int rc = gossip_net_recv(l->net, ms, &from, &dir, &msg, &len, err, sizeof err);
+    for (int k = 0; rc > 0 && k < 256 && !l->fatal; k++) {
+        s_handle(l, from, dir, msg, len);
+        rc = gossip_net_recv(l->net, 0, &from, &dir, &msg, &len, err, sizeof err);
+    }
+    if (rc < 0)
+        return s_fatal(l, "%s", err);
+    if (l->running)
+        s_ask_resyncs(l);
+    s_ping(l, 0);
+    return l->fatal ? -1 : 0;
+}
+
+/* ---- public ------------------------------------------------------------------------- */
+
+void gossip_link_config_default(gossip_link_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->timeout = 60;
+    cfg->peer_floor = 5;
+    cfg->peer_factor = 20;
+    cfg->ping_every = 0.5;
+    cfg->seed = 1;
+}
+
+gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int rank,
+                             const gossip_link_config *cfg)
+{
+    gossip_link *l = nn_xcalloc(1, sizeof *l);
+    l->cfg = *cfg;
+    if (l->cfg.peer_floor > l->cfg.timeout)
+        l->cfg.peer_floor = l->cfg.timeout;
+    l->net = net;
+    l->g = g;
+    l->t = t;
+    l->layout = gossip_node_layout(g);
+    l->rank = rank;
+    l->n = t->n;
+    l->choco = gossip_node_config(g)->algo == GOSSIP_CHOCO;
+    l->fp = gossip_node_fingerprint(g);
+    l->p = nn_xcalloc((size_t)l->n, sizeof *l->p);
+    l->nb = nn_xcalloc((size_t)l->n, sizeof *l->nb);
+    int *tmp = nn_xcalloc((size_t)l->n, sizeof *tmp);
+    int k = topo_in_neighbors_any(t, rank, tmp);
+    for (int a = 0; a < k; a++)
+        l->p[tmp[a]].is_in = 1;
+    k = topo_out_neighbors_any(t, rank, tmp);
+    for (int a = 0; a < k; a++)
+        l->p[tmp[a]].is_out = 1;
+    free(tmp);
+    for (int j = 0; j < l->n; j++)
+        if (j != rank && (l->p[j].is_in || l->p[j].is_out))
+            l->nb[l->nnb++] = j;
+    l->lag = (uint64_t)l->n + 2 * GOSSIP_WINDOW;
+    l->progress_every = l->lag / 4 ? l->lag / 4 : 1;
+    l->stash_max = (size_t)l->lag + GOSSIP_WINDOW;
+    l->round_period = 0;
+    nn_rng_seed(&l->rng, cfg->seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(rank + 1)));
+    return l;
+}
+
+void gossip_link_destroy(gossip_link **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    gossip_link *l = *self_p;
+    for (size_t a = 0; a < l->nstash; a++)
+        free(l->stash[a].bytes);
+    free(l->stash);
+    free(l->p);
+    free(l->nb);
+    gossip_buf_free(&l->ctl);
+    free(l);
+    *self_p = NULL;
+}
+
+/* "n1 (rank 1, tcp://...)" for every neighbour whose flag (read by `get`)
+ * is 0, among those with the role `role` (1 in, 2 out, 3 any). */
+static void s_missing(const gossip_link *l, int role, int which, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int a = 0; a < l->nnb && o < len; a++) {
+        int j = l->nb[a];
+        const s_peer *p = &l->p[j];
+        int has = ((role & 1) && p->is_in) || ((role & 2) && p->is_out);
+        int flag = which == 0 ? p->hello : which == 1 ? p->ack : (p->hello || p->ack);
+        if (!has || flag)
+            continue;
+        o += (size_t)snprintf(buf + o, len - o, "%s%s (rank %d, %s)", o ? ", " : "", s_id(l, j),
+                              j, l->t->nodes[j].endpoint[0] ? l->t->nodes[j].endpoint
+                                                            : "no endpoint");
+    }
+}
+
+int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, size_t errlen)
+{
+    const uint64_t start = *iter;
+    int rejoin = resumed || start > 0;
+    double t0 = nn_now(), deadline = t0 + l->cfg.timeout, next = 0, every = S_HELLO_FIRST;
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].heard = t0;
+    for (;;) {
+        int done = 1;
+        uint64_t far = start;
+        for (int a = 0; a < l->nnb; a++) {
+            const s_peer *p = &l->p[l->nb[a]];
+            if (rejoin)
+                done &= p->hello || p->ack;
+            else
+                done &= (!p->is_in || p->hello) && (!p->is_out || p->ack);
+            if ((p->hello || p->ack) && p->reported > far)
+                far = p->reported;
+        }
+        if (!rejoin && far > start) {
+            rejoin = 1; /* the run is in progress: join it */
+            s_log(l, "the neighbours are at iteration %llu: joining the run in progress%s",
+                  (unsigned long long)far, resumed ? "" : " (no checkpoint: from the initial weights)");
+            continue;
+        }
+        if (done)
+            break;
+        double now = nn_now();
+        if (s_signals(l))
+            return nn_errf(err, errlen, "interrupted (signal) while waiting for the neighbours");
+        if (now >= deadline) {
+            char a[1024], b[1024];
+            if (!rejoin) {
+                s_missing(l, 1, 0, a, sizeof a);
+                s_missing(l, 2, 1, b, sizeof b);
+                return nn_errf(err, errlen, "start barrier: no answer after %.0f s; "
+                               "in-neighbours that never said hello: %s; out-neighbours that "
+                               "never acknowledged ours: %s (are they started, with the same "
+                               "topology and endpoints?)", l->cfg.timeout, a[0] ? a : "none",
+                               b[0] ? b : "none");
+            }
+            int any = 0;
+            for (int k = 0; k < l->nnb; k++)
+                any |= l->p[l->nb[k]].hello || l->p[l->nb[k]].ack;
+            s_missing(l, 3, 2, a, sizeof a);
+            if (!any && l->nnb > 0)
+                return nn_errf(err, errlen, "rejoin: no neighbour answered within %.0f s: %s",
+                               l->cfg.timeout, a);
+            for (int k = 0; k < l->nnb; k++) {
+                int j = l->nb[k];
+                if (!l->p[j].hello && !l->p[j].ack)
+                    s_down(l, j, "no answer to our HELLO within %.0f s", l->cfg.timeout);
+            }
+            break;
+        }
+        if (now >= next) {
+            for (int a = 0; a < l->nnb; a++) {
+                int j = l->nb[a];
+                const s_peer *p = &l->p[j];
+                if (p->is_out && !p->ack)
+                    s_ctl(l, GOSSIP_MSG_HELLO, j, 0, start);
+                if (rejoin && p->is_in && !p->hello)
+                    s_ctl(l, GOSSIP_MSG_HELLO, j, 1, start);
+            }
+            next = now + every;
+            every = every * 2 < S_HELLO_MAX ? every * 2 : S_HELLO_MAX;
+        }
+        double until = next < deadline ? next : deadline;
+        if (s_pump(l, until - now) != 0)
+            return nn_errf(err, errlen, "%s", l->fatal_msg);
+    }
+    uint64_t T = start;
+    if (rejoin)
+        for (int a = 0; a < l->nnb; a++) {
+            const s_peer *p = &l->p[l->nb[a]];
+            if ((p->hello || p->ack) && p->reported > T)
+                T = p->reported;
+        }
+    if (T > start && gossip_node_set_iter(l->g, T, err, errlen) != 0)
+        return -1;
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].heard = nn_now();
+    l->running = 1;
+    if (rejoin && l->choco) {
+        /* our copies of the in-neighbours are void: ask for theirs */
+        for (int a = 0; a < l->nnb; a++) {
+            int j = l->nb[a];
+            if (l->p[j].is_in && !l->p[j].down) {
+                gossip_node_peer_reset(l->g, j);
+                l->p[j].resync_asked = 0;
+            }
+        }
+        double until = nn_now() + l->cfg.timeout;
+        for (;;) {
+            int waiting = 0;
+            for (int a = 0; a < l->nnb; a++) {
+                int j = l->nb[a];
+                waiting += l->p[j].is_in && !l->p[j].down &&
+                           (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC);
+            }
+            if (!waiting)
+                break;
+            if (s_signals(l))
+                return nn_errf(err, errlen, "interrupted (signal) while re-syncing");
+            if (nn_now() >= until) {
+                for (int a = 0; a < l->nnb; a++) {
+                    int j = l->nb[a];
+                    if (l->p[j].is_in && !l->p[j].down &&
+                        (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
+                        s_down(l, j, "no RESYNC within %.0f s", l->cfg.timeout);
+                }
+                break;
+            }
+            if (s_pump(l, until - nn_now()) != 0)
+                return nn_errf(err, errlen, "%s", l->fatal_msg);
+        }
+    }
+    if (l->fatal)
+        return nn_errf(err, errlen, "%s", l->fatal_msg);
+    *iter = T;
+    int up = 0;
+    for (int a = 0; a < l->nnb; a++)
+        up += !l->p[l->nb[a]].down;
+    s_log(l, "%s passed in %.2f s at iteration %llu (%d of %d neighbours)",
+          rejoin ? "rejoin" : "start barrier", nn_now() - t0, (unsigned long long)T, up, l->nnb);
+    l->round_start = nn_now();
+    return 0;
+}
+
+/* Flow control: a live out-neighbour is too far behind iteration iter. */
+static int s_flow_blocked(const gossip_link *l, uint64_t iter)
+{
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        const s_peer *p = &l->p[j];
+        if (p->is_out && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN) &&
+            iter >= p->reported + l->lag)
+            return 1;
+    }
+    return 0;
+}
+
+int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times *tm, char *err,
+                      size_t errlen)
+{
+    gossip_link_times dummy;
+    if (!tm)
+        tm = &dummy;
+    double t0 = nn_now();
+    double wait_start = t0;
+    int waited = 0;
+    while (s_flow_blocked(l, iter)) {
+        waited = 1;
+        if (s_signals(l) > 1)
+            s_fatal(l, "interrupted twice while waiting for a slow out-neighbour");
+        s_check_peers(l, -1, -1);
+        if (l->fatal || s_pump(l, S_SLICE) != 0)
+            return nn_errf(err, errlen, "%s", l->fatal_msg);
+    }
+    l->st.flow_waits += (uint64_t)waited;
+    double t1 = nn_now();
+    if (gossip_node_prepare(l->g, x, iter, err, errlen) != 0)
+        return -1;
+    double t2 = nn_now();
+    tm->compress += t2 - t1;
+    int to;
+    const uint8_t *msg;
+    size_t len;
+    for (int k = 0; (len = gossip_node_outbox(l->g, k, &to, &msg)) > 0; k++) {
+        if (l->cfg.drop_gossip > 0 && nn_rng_uniform(&l->rng) < l->cfg.drop_gossip) {
+            l->st.dropped_test++;
+            continue;
+        }
+        int rc = gossip_net_try_send(l->net, to, msg, len, err, errlen);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
+            l->st.dropped_full++; /* it is far behind or dead; its gap shows */
+            continue;
+        }
+        l->p[to].sent_dealer = nn_now();
+    }
+    wait_start = nn_now();
+    while (!gossip_node_ready(l->g, iter)) {
+        if (s_signals(l) > 1)
+            s_fatal(l, "interrupted twice while waiting for iteration %llu",
+                    (unsigned long long)iter);
+        s_check_peers(l, (int64_t)iter, wait_start);
+        if (l->fatal || s_pump(l, S_SLICE) != 0)
+            return nn_errf(err, errlen, "%s", l->fatal_msg);
+    }
+    double t3 = nn_now();
+    tm->wait += (t1 - t0) + (t3 - t2);
+    if (gossip_node_mix(l->g, x, iter, err, errlen) != 0)
+        return -1;
+    s_feed_stash(l);
+    if (gossip_node_iter(l->g) % l->progress_every == 0)
+        s_ping(l, 1);
+    double t4 = nn_now();
+    tm->mix += t4 - t3;
+    double round = t4 - l->round_start;
+    l->round_start = t4;
+    l->round_period = l->round_period > 0 ? 0.9 * l->round_period + 0.1 * round : round;
+    return 0;
+}
+
+void gossip_link_pump(gossip_link *l, double seconds)
+{
+    double until = nn_now() + seconds;
+    do {
+        s_check_peers(l, -1, -1);
+        if (s_pump(l, until - nn_now()) != 0)
+            return;
+    } while (nn_now() < until);
+}
+
+void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s)
+{
+    l->fatal = 0;
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        if (l->p[j].is_out && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
+            s_ctl(l, GOSSIP_MSG_BYE, j, 0, done);
+    }
+    double deadline = nn_now() + wait_s;
+    for (;;) {
+        int left = 0;
+        for (int a = 0; a < l->nnb; a++) {
+            int j = l->nb[a];
+            const s_peer *p = &l->p[j];
+            int st = gossip_node_peer_state(l->g, j);
+            left += p->is_out && !(st & GOSSIP_PEER_OUT_DOWN) && !p->bye_ack;
+            left += p->is_in && !(st & GOSSIP_PEER_IN_DOWN) && !p->bye_in;
+        }
+        if (!left)
+            return;
+        if (nn_now() >= deadline || s_signals(l) > 1 || l->fatal) {
+            char a[1024] = "", b[1024] = "";
+            size_t oa = 0, ob = 0;
+            for (int k = 0; k < l->nnb; k++) {
+                int j = l->nb[k];
+                const s_peer *p = &l->p[j];
+                int st = gossip_node_peer_state(l->g, j);
+                if (p->is_out && !(st & GOSSIP_PEER_OUT_DOWN) && !p->bye_ack && oa < sizeof a)
+                    oa += (size_t)snprintf(a + oa, sizeof a - oa, "%s%s", oa ? ", " : "", s_id(l, j));
+                if (p->is_in && !(st & GOSSIP_PEER_IN_DOWN) && !p->bye_in && ob < sizeof b)
+                    ob += (size_t)snprintf(b + ob, sizeof b - ob, "%s%s", ob ? ", " : "", s_id(l, j));
+            }
+            s_log(l, "warning: leaving without BYE acks from %s and without BYE from %s",
+                  a[0] ? a : "none", b[0] ? b : "none");
+            if (l->fatal)
+                s_log(l, "%s", l->fatal_msg);
+            return;
+        }
+        if (s_pump(l, deadline - nn_now()) != 0)
+            l->fatal = 0; /* keep listening until the deadline */
+    }
+}
+
+void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out)
+{
+    *out = l->st;
+    uint64_t down = 0;
+    for (int a = 0; a < l->nnb; a++)
+        down += l->p[l->nb[a]].down;
+    out->peers_down = down;
+}

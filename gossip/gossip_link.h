@@ -1,0 +1,139 @@
+/* gossip_link — the protocol between one node and its neighbours: a
+ * gossip_node driven over a gossip_net (DESIGN §9), surviving dead, slow and
+ * restarted peers and hostile bytes.
+ *
+ * Owns:    per-neighbour protocol state (barrier flags, liveness clocks, the
+ *          observed message period, flow-control progress, resync requests),
+ *          the stash of messages that run more than GOSSIP_WINDOW iterations
+ *          ahead, and the counters of what was refused.
+ * Exposes: gossip_link_start (start barrier, or rejoin of a run in
+ *          progress), gossip_link_round (one gossip round), gossip_link_pump
+ *          (stay responsive during long local work), gossip_link_goodbye.
+ * Callers: node/node_cmd_node.c (`lpgossip node`), tests.
+ *
+ * Messages (gossip_codec.h; all but GOSSIP and RESYNC are 40-byte headers):
+ *   HELLO      "I start, or restart, at iteration iter".  Sent to
+ *              out-neighbours over our DEALERs and, when rejoining, to
+ *              in-neighbours over our ROUTER; answered with HELLO_ACK.
+ *   HELLO_ACK  "I am here, at iteration iter" (its next message).
+ *   GOSSIP     one iteration's compressed update (gossip_node).
+ *   PING       "everything I sent you before this is out; I am at iter".
+ *              Sent to every neighbour we sent nothing to for ping_every
+ *              seconds, and to in-neighbours every few iterations (their
+ *              flow control).  On the DEALER -> ROUTER connection it travels
+ *              behind our GOSSIP messages, so it proves which ones were lost.
+ *   RESYNC_REQ "send me your public copy": a choco holder whose copy is bad.
+ *   RESYNC     the owner's whole public copy (gossip_node_resync_msg).
+ *   BYE / BYE_ACK  "I stop after iter iterations" / "noted".
+ *
+ * Liveness.  ZMTP heartbeats (gossip_net) keep the TCP connections honest;
+ * on top, a neighbour is declared down when it has been silent (no valid
+ * message of any kind) for longer than
+ *     clamp(peer_factor x its observed message period, peer_floor, timeout),
+ * or when its message for the current iteration is still missing after
+ * `timeout`, or when it says BYE early.  A down neighbour is logged once
+ * with the reason and dropped from mixing (gossip_node_peer_down: weights
+ * and push-sum mass as documented there); the run goes on.  It comes back
+ * by itself: as out-neighbour when it speaks again (any valid message), as
+ * in-neighbour when its state is usable again (choco: we ask for, and get,
+ * its RESYNC; dpsgd/deepsqueeze: its next message).
+ *
+ * Flow control.  No iteration is prepared more than LAG = n + 2*WINDOW
+ * iterations ahead of what a live out-neighbour last reported, so stashes
+ * stay bounded even when a failure turns a ring into a path; anything
+ * further ahead is refused as hostile.
+ *
+ * Start.  A fresh run waits until every in-neighbour said HELLO and every
+ * out-neighbour acknowledged ours (bounded by `timeout`, naming who is
+ * missing).  A node that resumes from a checkpoint, or finds its neighbours
+ * further along, rejoins: it waits for whoever answers within `timeout`,
+ * continues at T = max(its own iteration, theirs), and (choco) exchanges
+ * RESYNCs with every answering neighbour before iteration T.
+ *
+ * Refused input (counted, the first 20 logged, never asserted): bytes that
+ * are not an lpgossip message, a sender field that is not the connection's
+ * peer, unknown kinds, kinds on the wrong channel, a different layout,
+ * replayed or far-future iterations, malformed or non-finite payloads.
+ */
+#ifndef GOSSIP_LINK_H
+#define GOSSIP_LINK_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gossip/gossip_net.h"
+#include "gossip/gossip_node.h"
+#include "topology/topo.h"
+
+typedef struct gossip_link gossip_link;
+
+typedef struct {
+    double   timeout;      /* cap on every wait and on a silent peer (s)       [60] */
+    double   peer_floor;   /* a silent peer is down after at least this (s)    [5] */
+    double   peer_factor;  /* ... or after factor x its message period         [20] */
+    double   ping_every;   /* PING a neighbour we sent nothing for this long (s) [0.5] */
+    int      fail_on_loss; /* 1: a lost neighbour ends the run instead         [0] */
+    double   drop_gossip;  /* fault injection: drop this fraction of GOSSIP    [0] */
+    uint64_t seed;         /* drop_gossip's RNG */
+    /* log lines (no trailing newline); NULL: silent */
+    void   (*log)(void *arg, const char *msg);
+    void    *log_arg;
+    /* signal counter of the caller, or NULL: waits give up at 1 during the
+     * start, at 2 later (the first signal lets the iteration finish) */
+    const volatile sig_atomic_t *signals;
+} gossip_link_config;
+
+typedef struct {
+    uint64_t refused;          /* messages refused by the link or gossip_node */
+    uint64_t peers_down;       /* neighbours down right now */
+    uint64_t down_events;      /* times a neighbour was declared down */
+    uint64_t back_events;      /* times one came back */
+    uint64_t resync_req_sent;  /* RESYNC_REQ sent */
+    uint64_t resyncs_sent;     /* RESYNC sent */
+    uint64_t resync_bytes;     /* bytes of those */
+    uint64_t dropped_full;     /* GOSSIP not sent: the peer's queue was full */
+    uint64_t dropped_test;     /* GOSSIP dropped by drop_gossip */
+    uint64_t flow_waits;       /* rounds that waited for a slow out-neighbour */
+} gossip_link_stats;
+
+/* Seconds of one round, accumulated by gossip_link_round. */
+typedef struct {
+    double compress, wait, mix;
+} gossip_link_times;
+
+void gossip_link_config_default(gossip_link_config *cfg);
+
+/* The link of node `rank` over net and g (borrowed; they and t must outlive
+ * it). */
+gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int rank,
+                             const gossip_link_config *cfg);
+void gossip_link_destroy(gossip_link **self_p);
+
+/* Start barrier (see above).  *iter: in, the iteration this node starts at
+ * (0, or a checkpoint's); out, the iteration to continue from (moved
+ * forward with gossip_node_set_iter when rejoining).  resumed: the node
+ * restarted from a checkpoint.  0, or -1 with a message. */
+int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, size_t errlen);
+
+/* One round of iteration `iter` (the node's current one) on x = x+ after
+ * the local step: waits for room (flow control), prepares, sends, waits
+ * until every live in-neighbour's part is there (declaring silent peers
+ * down, answering and asking for RESYNCs), mixes.  tm (may be NULL)
+ * accumulates.  0, or -1 with a message (transport failure, a lost peer
+ * with fail_on_loss, a second signal). */
+int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times *tm, char *err,
+                      size_t errlen);
+
+/* Handles what arrives for at most `seconds` (0: what is there), sending
+ * PINGs as due: call it during long local work (evaluation, checkpoints). */
+void gossip_link_pump(gossip_link *l, double seconds);
+
+/* Says BYE after `done` iterations and waits at most wait_s until every
+ * live out-neighbour acknowledged and every live in-neighbour said BYE.
+ * Problems are logged, not returned (the model is saved before). */
+void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s);
+
+void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out);
+
+#endif

@@ -1,0 +1,543 @@
+/* test_node_faults — `lpgossip node` processes on 127.0.0.1 under failures.
+ *
+ *   kill and rejoin: an 8-node directed ring (choco, topk:0.1+q8) with
+ *     checkpoints; node 3 is SIGKILLed mid-training, its out-neighbour
+ *     declares it down and the others go on; it is restarted with --resume
+ *     and rejoins (jumping to their iteration, re-syncing public copies).
+ *     Later node 6 is SIGKILLed and restarted at once, before anyone
+ *     notices.  Every node finishes; the restarted nodes' final models are
+ *     as close to the average as the others';
+ *   resync over the network: 4 nodes on an undirected ring drop 10% of
+ *     their gossip messages on purpose (--debug-drop); the run completes and
+ *     the public copies in the final checkpoints are bit-identical to their
+ *     owners';
+ *   hostile peer: the test plays node n2 of a 3-node graph at the socket
+ *     level (a ROUTER at its endpoint, a DEALER with its id) and sends node
+ *     n0 garbage, a forged sender, an unknown kind, a far-future iteration,
+ *     a NaN payload, a replay, a stranger's connection and an oversized
+ *     frame, then falls silent; n0 refuses and counts each, declares n2
+ *     down, and finishes with n1 with a finite model.
+ * Every wait is bounded; children are killed and temp files removed in the
+ * teardown.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "tests/tk.h"
+
+#include "gossip/gossip_codec.h"
+#include "nn/nn_core.h"
+#include "nn/nn_model.h"
+#include "nn/nn_safetensors.h"
+#include "node/node_common.h"
+
+static char s_dir[256];
+
+static int s_setup(void **state)
+{
+    (void)state;
+    return tk_bin() && tk_mkdtemp(s_dir, sizeof s_dir, "faults") == 0 ? 0 : -1;
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    tk_kill_all();
+    tk_rmtree(s_dir);
+    s_dir[0] = '\0';
+    return 0;
+}
+
+static int s_port(void)
+{
+    int p = tk_free_port();
+    assert_true(p > 0);
+    return p;
+}
+
+/* A topology file of n nodes n0.. on free loopback ports, then `graph`. */
+static void s_topo(const char *path, int n, const char *graph, int *ports)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "description: test topology\nnodes:\n");
+    for (int i = 0; i < n; i++) {
+        int p = s_port();
+        if (ports)
+            ports[i] = p;
+        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"}\n", i, p);
+    }
+    fprintf(f, "%s", graph);
+    fclose(f);
+}
+
+/* argv for `lpgossip node` rank i: common flags + extra (NULL-terminated). */
+static pid_t s_node(const char *topo, int rank, char *const *common, const char *extra,
+                    const char *log)
+{
+    char *args[64], rk[16];
+    int a = 0;
+    snprintf(rk, sizeof rk, "%d", rank);
+    args[a++] = "lpgossip";
+    args[a++] = "node";
+    args[a++] = "--topology";
+    args[a++] = (char *)topo;
+    args[a++] = "--rank";
+    args[a++] = rk;
+    for (int k = 0; common[k]; k++)
+        args[a++] = common[k];
+    if (extra)
+        args[a++] = (char *)extra;
+    args[a] = NULL;
+    pid_t pid = tk_spawn(NULL, args, log, -1);
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* The cnn's parameters from a model file (owned model). */
+static nn_model *s_model(const char *path)
+{
+    char err[512];
+    node_model_opts mo;
+    if (node_model_opts_from_file(path, &mo, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
+    assert_non_null(m);
+    if (node_model_load(path, m, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    return m;
+}
+
+static uint64_t s_ckpt_iter(const char *path)
+{
+    char val[64], err[256];
+    if (nn_safetensors_meta(path, "iter", val, sizeof val, err, sizeof err) != 0)
+        return 0;
+    return strtoull(val, NULL, 10);
+}
+
+/* ---- kill -9 and rejoin ----------------------------------------------------------- */
+
+static void test_kill_and_rejoin(void **state)
+{
+    (void)state;
+    const int n = 8, victim = 3, batch = 8, iters = tk_quick() ? 220 : 300;
+    char topo[512], out[512], subset[32], bs[16], logs[8][600], relog[600], ckpt[700];
+    snprintf(topo, sizeof topo, "%s/ring8.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    s_topo(topo, n, "graph:\n  generator: directed_ring\n", NULL);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.15",
+                      "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
+                      "--lr", "0.05", "--seed", "3", "--no-eval", "--checkpoint-every", "10",
+                      "--peer-timeout", "1", "--timeout", "60", "--out", out, NULL};
+    pid_t pid[8];
+    for (int i = 0; i < n; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+        pid[i] = s_node(topo, i, common, NULL, logs[i]);
+    }
+    /* kill the victim once it has checkpointed iteration >= 40 */
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-%d.safetensors", out, victim);
+    double t0 = nn_now();
+    uint64_t at = 0;
+    while ((at = s_ckpt_iter(ckpt)) < 40) {
+        if (nn_now() - t0 > 120 || tk_wait(pid[victim], 0) >= 0) {
+            tk_dump(logs[victim]);
+            fail_msg("node %d never reached iteration 40", victim);
+        }
+        usleep(20000);
+    }
+    tk_kill(pid[victim], SIGKILL);
+    double killed = nn_now();
+    /* the others go on; restart the victim once its out-neighbour gave up
+     * on it */
+    char *l4 = NULL;
+    for (;;) {
+        free(l4);
+        l4 = tk_slurp(logs[victim + 1]);
+        if (strstr(l4, "neighbour n3 (rank 3) is down") || nn_now() - killed > 60)
+            break;
+        usleep(50000);
+    }
+    free(l4);
+    double noticed = nn_now() - killed;
+    snprintf(relog, sizeof relog, "%s/node%d-rejoin.txt", s_dir, victim);
+    s_node(topo, victim, common, "--resume", relog);
+    /* node 6 dies later and comes back at once, before anyone notices */
+    const int quick = 6;
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-%d.safetensors", out, quick);
+    while (s_ckpt_iter(ckpt) < 120 && nn_now() - killed < 120 && tk_wait(pid[quick], 0) < 0)
+        usleep(20000);
+    tk_kill(pid[quick], SIGKILL);
+    char relog6[600];
+    snprintf(relog6, sizeof relog6, "%s/node%d-rejoin.txt", s_dir, quick);
+    s_node(topo, quick, common, "--resume", relog6);
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(tk_quick() ? 400 : 240, status);
+    int ok = rc == 0;
+    for (int i = 0; i < n; i++)
+        if (i != victim && i != quick)
+            ok = ok && status[i] == 0;
+    ok = ok && status[victim] == 128 + SIGKILL && status[quick] == 128 + SIGKILL &&
+         status[n] == 0 && status[n + 1] == 0;
+    if (!ok) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        tk_dump(relog);
+        tk_dump(relog6);
+        for (int k = 0; k <= n + 1; k++)
+            fprintf(stderr, "process %d: status %d\n", k, status[k]);
+        fail_msg("not every node finished (rc %d)", rc);
+    }
+    printf("killed node %d at checkpoint iteration %llu; its out-neighbour noticed after %.1f s; "
+           "node %d killed later and restarted at once; all done %.1f s after the first kill\n",
+           victim, (unsigned long long)at, noticed, quick, nn_now() - killed);
+    l4 = tk_slurp(logs[victim + 1]);
+    char *lv = tk_slurp(relog), *l6 = tk_slurp(relog6);
+    assert_non_null(strstr(l4, "neighbour n3 (rank 3) is down"));
+    assert_non_null(strstr(l4, "neighbour n3 (rank 3) is back"));
+    assert_non_null(strstr(lv, "rejoin passed"));
+    assert_non_null(strstr(l6, "rejoin passed"));
+    free(l4);
+    free(lv);
+    free(l6);
+    /* consensus: distance of every node's model to the average */
+    nn_model *m[8];
+    for (int i = 0; i < n; i++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/model-%d.safetensors", out, i);
+        m[i] = s_model(p);
+    }
+    size_t d = nn_model_params(m[0])->numel;
+    double *avg = nn_xcalloc(d, sizeof(double)), norm = 0, dist[8];
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < d; k++)
+            avg[k] += nn_model_params(m[i])->data[k] / n;
+    for (size_t k = 0; k < d; k++)
+        norm += avg[k] * avg[k];
+    double others = 0;
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (size_t k = 0; k < d; k++) {
+            double e = nn_model_params(m[i])->data[k] - avg[k];
+            s += e * e;
+        }
+        dist[i] = sqrt(s / norm);
+        if (i != victim && dist[i] > others)
+            others = dist[i];
+        printf("node %d: ||z - avg|| / ||avg|| = %.4f\n", i, dist[i]);
+    }
+    assert_true(isfinite(dist[victim]));
+    assert_true(dist[victim] <= fmax(2.0 * others, 0.02));
+    for (int i = 0; i < n; i++)
+        nn_model_destroy(&m[i]);
+    free(avg);
+}
+
+/* ---- resync over the network --------------------------------------------------------- */
+
+static void test_resync_over_network(void **state)
+{
+    (void)state;
+    const int n = 4, batch = 8, iters = 120;
+    char topo[512], out[512], subset[32], bs[16], its[16], logs[4][600];
+    snprintf(topo, sizeof topo, "%s/ring4.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/drop", s_dir);
+    s_topo(topo, n, "graph:\n  generator: undirected_ring\n", NULL);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    snprintf(its, sizeof its, "%d", iters);
+    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.15",
+                      "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
+                      "--lr", "0.05", "--no-eval", "--checkpoint-every", its, "--debug-drop",
+                      "0.1", "--timeout", "60", "--out", out, NULL};
+    for (int i = 0; i < n; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/drop%d.txt", s_dir, i);
+        s_node(topo, i, common, NULL, logs[i]);
+    }
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(180, status);
+    for (int i = 0; i < n; i++)
+        if (rc != 0 || status[i] != 0) {
+            for (int k = 0; k < n; k++)
+                tk_dump(logs[k]);
+            fail_msg("node %d: status %d", i, status[i]);
+        }
+    /* every holder's copy equals the owner's own xhat, bit for bit */
+    char p[700], err[512];
+    snprintf(p, sizeof p, "%s/model-0.safetensors", out);
+    nn_model *m = s_model(p);
+    const nn_arena *L = nn_model_params(m);
+    nn_arena self[4], copy;
+    nn_arena_init(&copy);
+    nn_arena_clone_layout(&copy, L);
+    uint64_t resyncs = 0;
+    for (int i = 0; i < n; i++) {
+        nn_arena_init(&self[i]);
+        nn_arena_clone_layout(&self[i], L);
+        snprintf(p, sizeof p, "%s/ckpt-%d.safetensors", out, i);
+        assert_int_equal(s_ckpt_iter(p), iters);
+        nn_arena *a[1] = {&self[i]};
+        const char *pre[1] = {"gossip.xhat.self."};
+        if (nn_safetensors_load_prefixed(p, a, pre, 1, err, sizeof err) != 0)
+            fail_msg("%s", err);
+        snprintf(p, sizeof p, "%s/metrics-%d.jsonl", out, i);
+        char *met = tk_slurp(p), *q = strstr(met, "\"resyncs_recv\":");
+        assert_non_null(q);
+        resyncs += strtoull(q + strlen("\"resyncs_recv\":"), NULL, 10);
+        free(met);
+    }
+    int pairs = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            if (j != (i + 1) % n && j != (i + n - 1) % n)
+                continue;
+            char pre[64];
+            snprintf(p, sizeof p, "%s/ckpt-%d.safetensors", out, i);
+            snprintf(pre, sizeof pre, "gossip.xhat.%d.", j);
+            nn_arena *a[1] = {&copy};
+            const char *pres[1] = {pre};
+            if (nn_safetensors_load_prefixed(p, a, pres, 1, err, sizeof err) != 0)
+                fail_msg("%s", err);
+            if (memcmp(copy.data, self[j].data, L->numel * sizeof(float)) != 0)
+                fail_msg("node %d's copy of node %d differs from node %d's own", i, j, j);
+            pairs++;
+        }
+    printf("10%% of gossip messages dropped: %llu RESYNCs applied; %d copies bit-identical to "
+           "their owners\n", (unsigned long long)resyncs, pairs);
+    assert_true(resyncs > 0);
+    assert_int_equal(pairs, 8);
+    for (int i = 0; i < n; i++)
+        nn_arena_free(&self[i]);
+    nn_arena_free(&copy);
+    nn_model_destroy(&m);
+}
+
+/* ---- a hostile peer ------------------------------------------------------------------ */
+
+static void s_hdr(uint8_t *b, unsigned kind, uint32_t sender, uint64_t iter, uint32_t fp,
+                  uint32_t nblocks, uint32_t payload)
+{
+    memset(b, 0, GOSSIP_HEADER_BYTES);
+    memcpy(b, "LPGS", 4);
+    b[4] = GOSSIP_VERSION;
+    b[5] = (uint8_t)kind;
+    b[6] = 1; /* push-sum */
+    for (int i = 0; i < 4; i++)
+        b[8 + i] = (uint8_t)(sender >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[12 + i] = (uint8_t)(iter >> (8 * i));
+    double one = 1.0;
+    memcpy(b + 20, &one, 8); /* little-endian hosts only (x86-64, arm64) */
+    for (int i = 0; i < 4; i++) {
+        b[28 + i] = (uint8_t)(fp >> (8 * i));
+        b[32 + i] = (uint8_t)(nblocks >> (8 * i));
+        b[36 + i] = (uint8_t)(payload >> (8 * i));
+    }
+}
+
+static void s_send(void *sock, const void *b, size_t len)
+{
+    assert_true(zmq_send(sock, b, len, 0) == (int)len);
+}
+
+static void test_hostile_peer(void **state)
+{
+    (void)state;
+    int ports[3];
+    char topo[512], out[512], logs[2][600];
+    snprintf(topo, sizeof topo, "%s/three.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/hostile", s_dir);
+    /* n0 <-> n1 and n0 <-> n2; column stochastic (push-sum) */
+    s_topo(topo, 3, "graph:\n  matrix:\n"
+                    "    - [1/2, 1/2, 1/2]\n"
+                    "    - [1/4, 1/2, 0  ]\n"
+                    "    - [1/4, 0,   1/2]\n", ports);
+    void *ctx = zmq_ctx_new();
+    void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
+    char ep[64];
+    int zero = 0, tmo = 20000;
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[2]);
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(router, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    assert_int_equal(zmq_bind(router, ep), 0);
+    zmq_setsockopt(dealer, ZMQ_ROUTING_ID, "n2", 2);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[0]);
+    assert_int_equal(zmq_connect(dealer, ep), 0);
+    const int batch = 8, iters = 150;
+    char subset[32], bs[16];
+    snprintf(subset, sizeof subset, "%d", 3 * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "choco", "--compress", "identity", "--model", "cnn",
+                      "--train-subset", subset, "--batch", bs, "--epochs", "1", "--lr", "0.05",
+                      "--no-eval", "--peer-timeout", "3", "--timeout", "60", "--out", out, NULL};
+    for (int i = 0; i < 2; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/hostile%d.txt", s_dir, i);
+        s_node(topo, i, common, NULL, logs[i]);
+    }
+    /* play n2 through the start: answer n0's HELLO, say ours */
+    uint8_t id[16], msg[256], b[GOSSIP_HEADER_BYTES];
+    int idlen = zmq_recv(router, id, sizeof id, 0);
+    int len = zmq_recv(router, msg, sizeof msg, 0);
+    if (idlen != 2 || len != GOSSIP_HEADER_BYTES || msg[5] != GOSSIP_MSG_HELLO) {
+        tk_dump(logs[0]);
+        fail_msg("expected n0's HELLO, got %d/%d bytes", idlen, len);
+    }
+    uint32_t fp = (uint32_t)msg[28] | (uint32_t)msg[29] << 8 | (uint32_t)msg[30] << 16 |
+                  (uint32_t)msg[31] << 24;
+    s_hdr(b, GOSSIP_MSG_HELLO_ACK, 2, 0, fp, 0, 0);
+    assert_true(zmq_send(router, id, (size_t)idlen, ZMQ_SNDMORE) == idlen);
+    s_send(router, b, sizeof b);
+    s_hdr(b, GOSSIP_MSG_HELLO, 2, 0, fp, 0, 0);
+    s_send(dealer, b, sizeof b);
+    char *l0 = NULL;
+    double t0 = nn_now();
+    for (;;) { /* n0 past its start (n1 may be slow to come up) */
+        free(l0);
+        l0 = tk_slurp(logs[0]);
+        if (strstr(l0, "start barrier passed") || nn_now() - t0 > 60)
+            break;
+        usleep(50000);
+    }
+    /* now the hostile part */
+    int expect = 0;
+    uint8_t garbage[100];
+    for (size_t k = 0; k < sizeof garbage; k++)
+        garbage[k] = (uint8_t)(k * 37 + 11);
+    s_send(dealer, garbage, sizeof garbage), expect++;            /* not lpgossip */
+    s_hdr(b, 99, 2, 0, fp, 0, 0);
+    s_send(dealer, b, sizeof b), expect++;                        /* unknown kind */
+    s_hdr(b, GOSSIP_MSG_PING, 1, 0, fp, 0, 0);
+    s_send(dealer, b, sizeof b), expect++;                        /* forged sender */
+    s_hdr(b, GOSSIP_MSG_HELLO, 2, 0, fp ^ 1, 0, 0);
+    s_send(dealer, b, sizeof b), expect++;                        /* another model */
+    s_hdr(b, GOSSIP_MSG_BYE_ACK, 2, 0, fp, 0, 0);
+    s_send(dealer, b, sizeof b), expect++;                        /* wrong channel */
+    /* a GOSSIP of the right layout with zeros, and a NaN copy of it */
+    char mp[700], err[512];
+    snprintf(mp, sizeof mp, "%s/layout.safetensors", s_dir);
+    node_model_opts mo;
+    node_model_opts_defaults(&mo);
+    snprintf(mo.model, sizeof mo.model, "cnn");
+    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
+    if (!m)
+        fail_msg("%s", err);
+    const nn_arena *L = nn_model_params(m);
+    gossip_cblock *blk = nn_xcalloc(L->nviews, sizeof *blk);
+    float *zeros = nn_xcalloc(L->numel, sizeof(float));
+    for (size_t v = 0; v < L->nviews; v++)
+        blk[v] = (gossip_cblock){GOSSIP_BLK_DENSE_F32, (uint32_t)L->views[v].numel,
+                                 (uint32_t)L->views[v].numel, NULL, zeros + L->views[v].offset,
+                                 NULL, NULL};
+    gossip_header h = {GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, GOSSIP_FLAG_PUSH_SUM, 2, 1000000000ull,
+                       1.0, fp, 0, 0};
+    gossip_buf gb = {0};
+    gossip_msg_encode(&h, blk, L->nviews, &gb);
+    if (gossip_layout_fingerprint(L) != fp)
+        fail_msg("the test's cnn layout differs from the node's (fingerprint)");
+    s_send(dealer, gb.data, gb.len), expect++;                    /* far future */
+    h.iter = 0;
+    gossip_msg_encode(&h, blk, L->nviews, &gb);
+    uint8_t *nan = nn_xmalloc(gb.len);
+    memcpy(nan, gb.data, gb.len);
+    size_t off = GOSSIP_HEADER_BYTES + 1; /* type, then the varint numel */
+    while (nan[off] & 0x80)
+        off++;
+    off++;
+    float qnan = NAN;
+    memcpy(nan + off, &qnan, 4);
+    s_send(dealer, nan, gb.len), expect++;                        /* NaN value */
+    usleep(200000);
+    /* a stranger's connection */
+    void *stranger = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(stranger, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(stranger, ZMQ_ROUTING_ID, "mallory", 7);
+    assert_int_equal(zmq_connect(stranger, ep), 0);
+    s_hdr(b, GOSSIP_MSG_PING, 2, 0, fp, 0, 0);
+    s_send(stranger, b, sizeof b);
+    /* fall silent until n0 gives up on us, then replay a message twice */
+    t0 = nn_now();
+    for (;;) {
+        free(l0);
+        l0 = tk_slurp(logs[0]);
+        if (strstr(l0, "neighbour n2 (rank 2) is down") || nn_now() - t0 > 60)
+            break;
+        usleep(100000);
+    }
+    s_send(dealer, gb.data, gb.len);
+    s_send(dealer, gb.data, gb.len), expect++;                    /* replay */
+    /* an oversized frame: libzmq drops the connection (MAXMSGSIZE) */
+    size_t big = 64u << 20;
+    uint8_t *huge = calloc(1, big);
+    assert_non_null(huge);
+    zmq_send(dealer, huge, big, ZMQ_DONTWAIT);
+    free(huge);
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(180, status);
+    free(l0);
+    l0 = tk_slurp(logs[0]);
+    if (rc != 0 || status[0] != 0 || status[1] != 0) {
+        tk_dump(logs[0]);
+        tk_dump(logs[1]);
+        fail_msg("n0/n1 did not finish cleanly: %d %d", status[0], status[1]);
+    }
+    snprintf(mp, sizeof mp, "%s/metrics-0.jsonl", out);
+    char *met = tk_slurp(mp), *q = strstr(met, "\"rejected\":");
+    assert_non_null(q);
+    long rejected = strtol(q + strlen("\"rejected\":"), NULL, 10);
+    /* nothing of n2 was mixed in, and no push-sum mass drained into it */
+    q = strstr(met, "\"psi\":");
+    assert_non_null(q);
+    double psi = strtod(q + strlen("\"psi\":"), NULL);
+    printf("n0's final psi %.4f\n", psi);
+    assert_true(psi > 0.2 && psi < 5);
+    printf("n0 refused %ld messages (%d hostile ones sent, plus the stranger's)\n", rejected,
+           expect);
+    assert_true(rejected >= expect + 1);
+    assert_non_null(strstr(l0, "not an lpgossip message"));
+    assert_non_null(strstr(l0, "claims to come from rank 1"));
+    assert_non_null(strstr(l0, "too far ahead"));
+    assert_non_null(strstr(l0, "replayed or duplicate"));
+    assert_non_null(strstr(l0, "neighbour n2 (rank 2) is down"));
+    snprintf(mp, sizeof mp, "%s/model-0.safetensors", out);
+    nn_model *fin = s_model(mp);
+    const nn_arena *F = nn_model_params(fin);
+    for (size_t k = 0; k < F->numel; k++)
+        assert_true(isfinite(F->data[k]));
+    nn_model_destroy(&fin);
+    free(met);
+    free(l0);
+    free(nan);
+    gossip_buf_free(&gb);
+    free(zeros);
+    free(blk);
+    nn_model_destroy(&m);
+    zmq_close(stranger);
+    zmq_close(dealer);
+    zmq_close(router);
+    zmq_ctx_term(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_resync_over_network, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_peer, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_and_rejoin, s_setup, s_teardown),
+    };
+    if (getenv("TEST_FILTER")) /* e.g. TEST_FILTER=test_hostile_peer */
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
