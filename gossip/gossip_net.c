@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <czmq.h>
 #include <zmq.h>
 
 #include "gossip/gossip_codec.h"
@@ -17,19 +18,23 @@ struct gossip_net {
     const topo *t;
     int         rank, n;
     void       *ctx;
+    int         shared_ctx;  /* CZMQ's context (CURVE): not ours to terminate */
+    int         curve;
+    zactor_t   *auth;        /* zauth (CURVE) */
+    void       *monitor;     /* PAIR fed by the ROUTER's socket monitor */
     void       *router;
     int         nout;
     int        *out_ranks;  /* nout */
     void      **dealers;    /* nout, DEALER to out_ranks[k] */
     int        *out_pos;    /* n: index into out_ranks or -1 */
     char       *is_in;      /* n: 1 for in-neighbours (union over the schedule) */
-    zmq_pollitem_t *items;  /* 1 + nout: router first */
+    zmq_pollitem_t *items;  /* 2 + nout: router, dealers, monitor last */
     int         rr;         /* round-robin start among ready sockets */
     zmq_msg_t   cur;        /* payload handed out by the last recv */
     int         have_cur;
     size_t      max_msg;
     FILE       *log;
-    unsigned    logged[3];
+    unsigned    logged[4];
     char        endpoint[TOPO_ENDPOINT_MAX];
     gossip_net_stats st;
 };
@@ -93,7 +98,8 @@ static void s_reject(gossip_net *net, int reason, const char *fmt, ...)
 {
     uint64_t *counter = reason == 0   ? &net->st.rejected_identity
                         : reason == 1 ? &net->st.rejected_frames
-                                      : &net->st.rejected_size;
+                        : reason == 2 ? &net->st.rejected_size
+                                      : &net->st.rejected_auth;
     (*counter)++;
     if (!net->log || net->logged[reason] >= S_LOG_FIRST)
         return;
@@ -151,6 +157,89 @@ static int s_more(void *sock)
     return more;
 }
 
+/* CURVE nets alive in this process: zauth binds the one ZAP endpoint of
+ * CZMQ's shared context, so there can be only one (a second zauth would
+ * abort inside CZMQ).  Nets are created and destroyed by one thread. */
+static int s_curve_nets;
+
+/* zauth admitting the in-neighbours' keys, each tagged "node" = its id
+ * (the tag travels as connection metadata on every frame). */
+static int s_start_auth(gossip_net *net, char *err, size_t errlen)
+{
+    if (s_curve_nets > 0)
+        return nn_errf(err, errlen, "gossip_net: node %s: only one CURVE node per process (its "
+                       "ZAP handler serves the whole process); run one process per node",
+                       net->t->nodes[net->rank].id);
+    zcertstore_t *store = zcertstore_new(NULL);
+    uint8_t pub[32], none[32];
+    memset(none, 0, sizeof none);
+    for (int j = 0; j < net->n; j++) {
+        if (!net->is_in[j])
+            continue;
+        if (!zmq_z85_decode(pub, net->t->nodes[j].pubkey)) {
+            zcertstore_destroy(&store);
+            return nn_errf(err, errlen, "gossip_net: the public key of %s in %s is not valid Z85",
+                           net->t->nodes[j].id, net->t->name);
+        }
+        zcert_t *c = zcert_new_from(pub, none);
+        zcert_set_meta(c, "node", "%s", net->t->nodes[j].id);
+        zcertstore_insert(store, &c);
+    }
+    net->auth = zactor_new(zauth, store); /* takes the store */
+    if (!net->auth) {
+        zcertstore_destroy(&store);
+        return nn_errf(err, errlen, "gossip_net: cannot start the ZAP handler (zauth)");
+    }
+    s_curve_nets++;
+    return 0;
+}
+
+/* A PAIR socket that receives the ROUTER's handshake failures. */
+static int s_start_monitor(gossip_net *net, char *err, size_t errlen)
+{
+    char ep[96];
+    snprintf(ep, sizeof ep, "inproc://lpgossip-monitor-%p", (void *)net);
+    if (zmq_socket_monitor(net->router, ep, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                                                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                                ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+        return s_zerr(err, errlen, "cannot monitor the ROUTER of", net->t->nodes[net->rank].id);
+    net->monitor = zmq_socket(net->ctx, ZMQ_PAIR);
+    int zero = 0;
+    if (!net->monitor || zmq_setsockopt(net->monitor, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_connect(net->monitor, ep) != 0)
+        return s_zerr(err, errlen, "cannot connect the monitor of", net->t->nodes[net->rank].id);
+    return 0;
+}
+
+/* Logs and counts one monitor event (two frames: u16 event + u32 value,
+ * then the endpoint). */
+static void s_monitor_event(gossip_net *net)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, net->monitor, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return;
+    }
+    uint16_t ev = 0;
+    uint32_t val = 0;
+    if (zmq_msg_size(&m) >= 6) {
+        const uint8_t *d = zmq_msg_data(&m);
+        memcpy(&ev, d, 2);
+        memcpy(&val, d + 2, 4);
+    }
+    zmq_msg_close(&m);
+    s_drain(net->monitor);
+    const char *what = ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                           ? "its key is not one of this node's in-neighbours (CURVE)"
+                       : ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                           ? (net->curve ? "wrong security mechanism or not a CURVE client"
+                                         : "a protocol error (not a ZMTP peer?)")
+                           : "the handshake broke off";
+    s_reject(net, 3, "a connection on %s: %s (event 0x%x, code %u)", net->endpoint, what, ev, val);
+}
+
+
 /* ---- lifecycle ---------------------------------------------------------- */
 
 gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg_in, char *err,
@@ -167,10 +256,20 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
         return NULL;
     }
     if (t->security_curve) {
-        nn_errf(err, errlen, "gossip_net: %s asks for `security: curve`, which this version "
-                "does not implement yet; remove it to run unencrypted on a trusted network",
-                t->name);
-        return NULL;
+        char mine[41];
+        if (!cfg.curve_public || !cfg.curve_secret) {
+            nn_errf(err, errlen, "gossip_net: %s says `security: curve`: node %s needs its "
+                    "certificate (--cert FILE, written by `lpgossip keygen`)", t->name,
+                    t->nodes[rank].id);
+            return NULL;
+        }
+        zmq_z85_encode(mine, cfg.curve_public, 32);
+        if (strcmp(mine, t->nodes[rank].pubkey) != 0) {
+            nn_errf(err, errlen, "gossip_net: the certificate's public key %s is not the one %s "
+                    "lists for node %s (%s): wrong --cert?", mine, t->name, t->nodes[rank].id,
+                    t->nodes[rank].pubkey);
+            return NULL;
+        }
     }
     const char *bind = cfg.bind ? cfg.bind : t->nodes[rank].endpoint;
     if (!bind[0]) {
@@ -198,11 +297,20 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
     for (int k = 0; k < net->nout; k++)
         net->out_pos[net->out_ranks[k]] = k;
     net->dealers = nn_xcalloc((size_t)net->nout + 1, sizeof(void *));
-    net->items = nn_xcalloc((size_t)net->nout + 1, sizeof(zmq_pollitem_t));
+    net->items = nn_xcalloc((size_t)net->nout + 2, sizeof(zmq_pollitem_t));
     zmq_msg_init(&net->cur);
     net->have_cur = 1;
 
-    net->ctx = zmq_ctx_new();
+    net->curve = t->security_curve;
+    if (net->curve) {
+        zsys_handler_set(NULL); /* the caller owns SIGINT/SIGTERM */
+        net->ctx = zsys_init();
+        net->shared_ctx = 1;
+        if (!net->ctx || s_start_auth(net, err, errlen) != 0)
+            goto fail;
+    } else {
+        net->ctx = zmq_ctx_new();
+    }
     if (!net->ctx) {
         s_zerr(err, errlen, "cannot create a context for", t->nodes[rank].id);
         goto fail;
@@ -210,10 +318,14 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
     net->router = zmq_socket(net->ctx, ZMQ_ROUTER);
     if (!net->router || s_common_opts(net->router, &cfg, net->max_msg) != 0 ||
         s_setopt_int(net->router, ZMQ_ROUTER_MANDATORY, 1) != 0 ||
-        s_setopt_int(net->router, ZMQ_ROUTER_HANDOVER, 1) != 0) {
+        s_setopt_int(net->router, ZMQ_ROUTER_HANDOVER, 1) != 0 ||
+        (net->curve && (s_setopt_int(net->router, ZMQ_CURVE_SERVER, 1) != 0 ||
+                        zmq_setsockopt(net->router, ZMQ_CURVE_SECRETKEY, cfg.curve_secret, 32) != 0))) {
         s_zerr(err, errlen, "cannot set up the ROUTER of", t->nodes[rank].id);
         goto fail;
     }
+    if (s_start_monitor(net, err, errlen) != 0)
+        goto fail;
     if (zmq_bind(net->router, bind) != 0) {
         nn_errf(err, errlen, "gossip_net: node %s (rank %d) cannot bind %s: %s (a host name "
                 "cannot be bound: use --bind tcp://*:PORT or an address of this machine)",
@@ -243,6 +355,16 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
             s_zerr(err, errlen, "cannot set up the DEALER to", t->nodes[j].id);
             goto fail;
         }
+        if (net->curve) {
+            uint8_t server[32];
+            if (!zmq_z85_decode(server, t->nodes[j].pubkey) ||
+                zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, server, 32) != 0 ||
+                zmq_setsockopt(d, ZMQ_CURVE_PUBLICKEY, cfg.curve_public, 32) != 0 ||
+                zmq_setsockopt(d, ZMQ_CURVE_SECRETKEY, cfg.curve_secret, 32) != 0) {
+                s_zerr(err, errlen, "cannot set the CURVE keys of the DEALER to", t->nodes[j].id);
+                goto fail;
+            }
+        }
         if (zmq_connect(d, ep) != 0) {
             nn_errf(err, errlen, "gossip_net: node %s cannot connect to out-neighbour %s "
                     "(rank %d) at %s: %s", myid, t->nodes[j].id, j, ep, zmq_strerror(zmq_errno()));
@@ -250,6 +372,7 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
         }
         net->items[1 + k] = (zmq_pollitem_t){.socket = d, .events = ZMQ_POLLIN};
     }
+    net->items[1 + net->nout] = (zmq_pollitem_t){.socket = net->monitor, .events = ZMQ_POLLIN};
     return net;
 fail:
     gossip_net_destroy(&net);
@@ -266,9 +389,17 @@ void gossip_net_destroy(gossip_net **self_p)
     for (int k = 0; k < net->nout; k++)
         if (net->dealers[k])
             zmq_close(net->dealers[k]);
-    if (net->router)
+    if (net->router) {
+        zmq_socket_monitor(net->router, NULL, 0);
         zmq_close(net->router);
-    if (net->ctx) /* waits at most linger_ms for queued messages */
+    }
+    if (net->monitor)
+        zmq_close(net->monitor);
+    if (net->auth) {
+        zactor_destroy(&net->auth);
+        s_curve_nets--;
+    }
+    if (net->ctx && !net->shared_ctx) /* waits at most linger_ms for queued messages */
         while (zmq_ctx_term(net->ctx) != 0 && zmq_errno() == EINTR)
             ;
     free(net->dealers);
@@ -398,6 +529,14 @@ static int s_recv_router(gossip_net *net, int *from_rank, char *err, size_t errl
                  rank, net->max_msg);
         return 0;
     }
+    if (net->curve) {
+        const char *who = zmq_msg_gets(&net->cur, "node");
+        if (!who || strcmp(who, net->t->nodes[rank].id) != 0) {
+            s_reject(net, 0, "%zu bytes with routing id '%s' on a connection authenticated as "
+                     "'%s'", len, pid, who ? who : "nobody");
+            return 0;
+        }
+    }
     *from_rank = rank;
     return 1;
 }
@@ -437,15 +576,19 @@ int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_
     if (timeout_ms < 0)
         timeout_ms = 0;
     double deadline = nn_now() + timeout_ms / 1000.0;
-    int nitems = 1 + net->nout;
+    int nitems = 1 + net->nout; /* the monitor (last item) is polled but not a source */
     for (;;) {
         double left = deadline - nn_now();
         long wait = left > 0 ? (long)(left * 1000.0 + 0.999) : 0;
-        int rc = zmq_poll(net->items, nitems, wait);
+        int rc = zmq_poll(net->items, nitems + 1, wait);
         if (rc < 0) {
             if (zmq_errno() == EINTR)
                 return 0;
             return s_zerr(err, errlen, "poll in", net->t->nodes[net->rank].id);
+        }
+        if (net->items[nitems].revents & ZMQ_POLLIN) {
+            s_monitor_event(net);
+            rc--;
         }
         for (int s = 0; s < nitems && rc > 0; s++) {
             int k = (net->rr + s) % nitems;

@@ -30,8 +30,19 @@
  * queue (up to hwm) and is delivered when the connection comes up: DEALER
  * -> ROUTER has no slow-joiner loss.
  *
- * CURVE security (topology `security: curve`) is not implemented yet:
- * gossip_net_new refuses such a topology with a clear message.
+ * CURVE security (topology `security: curve`).  The ROUTER is a CURVE
+ * server with this node's secret key; every DEALER is a CURVE client that
+ * authenticates its out-neighbour by the public key the topology lists.  A
+ * zauth actor (CZMQ) admits on the ROUTER only the public keys of this
+ * node's in-neighbours, each tagged with its node id, and every frame that
+ * arrives must carry the id of the routing id it claims (one member cannot
+ * speak for another).  The sockets then live in CZMQ's shared context (its
+ * signal handlers are switched off: the caller's stay), whose one ZAP
+ * endpoint allows one CURVE gossip_net per process.  Refused
+ * handshakes (unknown key, a plaintext client, junk on the port) are
+ * logged and counted in rejected_auth by a socket monitor, in both modes.
+ * Without `security: curve` traffic is neither encrypted nor
+ * authenticated.
  */
 #ifndef GOSSIP_NET_H
 #define GOSSIP_NET_H
@@ -54,6 +65,9 @@ typedef struct {
     int         heartbeat_ivl_ms;     /* ZMTP heartbeats: interval        [1000] */
     int         heartbeat_timeout_ms; /* peer silent this long: drop it   [10000] */
     FILE       *log;         /* rejections are logged here; NULL: silent */
+    /* CURVE key pair of this node, 32 bytes each (binary), e.g. from its
+     * zcert; required when the topology says `security: curve`. */
+    const uint8_t *curve_public, *curve_secret;
 } gossip_net_config;
 
 /* Where a received message came from. */
@@ -69,6 +83,7 @@ typedef struct {
     uint64_t rejected_frames;          /* wrong number of frames */
     uint64_t rejected_size;            /* empty or larger than max_msg */
     uint64_t reply_failed;             /* replies to a peer that is not connected */
+    uint64_t rejected_auth;            /* handshakes refused (key, mechanism, junk) */
 } gossip_net_stats;
 
 /* Defaults as listed above (bind NULL, log NULL). */
@@ -83,7 +98,8 @@ size_t gossip_net_max_msg_size(const nn_arena *layout);
  * connects one DEALER to every out-neighbour's endpoint (all must be set).
  * t is borrowed and must outlive the object.  NULL with a message naming
  * the node and endpoint on error (bad rank, missing endpoint, bind or
- * connect failure, security: curve). */
+ * connect failure; with CURVE: no key pair, or a public key that is not
+ * the one the topology lists for this node). */
 gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg, char *err,
                            size_t errlen);
 

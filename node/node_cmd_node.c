@@ -30,6 +30,7 @@
 #include "gossip/gossip_link.h"
 #include "gossip/gossip_net.h"
 #include "gossip/gossip_node.h"
+#include "node/node_cert.h"
 #include "node/node_ckpt.h"
 #include "node/node_cmds.h"
 #include "node/node_trainer.h"
@@ -57,6 +58,8 @@ static void s_usage(FILE *f)
 "  --topology FILE     topology YAML with endpoints (docs/topology.md) (required)\n"
 "  --rank R            this node's rank; default from LPGOSSIP_RANK, SLURM_PROCID,\n"
 "                      OMPI_COMM_WORLD_RANK or PMI_RANK\n"
+"  --cert FILE         this node's CURVE certificate (lpgossip keygen), required\n"
+"                      when the topology says `security: curve`\n"
 "  --bind ENDPOINT     bind the receiving socket here (e.g. tcp://*:5555)\n"
 "                      instead of this node's endpoint in the topology\n"
 "  --peer ID=ENDPOINT  endpoint of node ID (overrides the topology; repeatable)\n"
@@ -83,7 +86,7 @@ static void s_usage(FILE *f)
 "metrics-RANK.jsonl (one JSON object per evaluation), log-RANK.txt.\n");
 }
 
-enum { N_CKPT_EVERY = 3100, N_RESUME, N_PEER_FLOOR, N_PEER_FACTOR, N_FAIL_LOSS, N_DROP };
+enum { N_CKPT_EVERY = 3100, N_RESUME, N_PEER_FLOOR, N_PEER_FACTOR, N_FAIL_LOSS, N_DROP, N_CERT };
 enum { N_TOPO = 3000, N_RANK, N_BIND, N_PEER, N_TIMEOUT, N_NOEVAL, N_NOGOSSIP };
 
 /* ---- run state ----------------------------------------------------------- */
@@ -193,7 +196,7 @@ static void s_metrics(FILE *f, int rank, uint64_t iter, long steps, double loss,
             (unsigned long long)ns.bytes_recv, (unsigned long long)ns.msgs_sent,
             (unsigned long long)ns.msgs_recv, (unsigned long long)gs.bytes_sent,
             (unsigned long long)gs.bytes_recv, (unsigned long long)gs.msgs_sent,
-            (unsigned long long)(ns.rejected_identity + ns.rejected_frames + ns.rejected_size +
+            (unsigned long long)(ns.rejected_identity + ns.rejected_frames + ns.rejected_size + ns.rejected_auth +
                                  ls.refused),
             (unsigned long long)ls.peers_down, (unsigned long long)ls.down_events,
             (unsigned long long)ls.back_events, (unsigned long long)gs.resyncs_sent,
@@ -215,6 +218,7 @@ int node_cmd_node(int argc, char **argv)
         {"peer-timeout-factor", required_argument, 0, N_PEER_FACTOR},
         {"fail-on-peer-loss", no_argument, 0, N_FAIL_LOSS},
         {"debug-drop", required_argument, 0, N_DROP},
+        {"cert", required_argument, 0, N_CERT},
         {0, 0, 0, 0},
     };
     node_train_opts o;
@@ -223,7 +227,7 @@ int node_cmd_node(int argc, char **argv)
     node_gossip_opts_defaults(&go);
     gossip_link_config lc;
     gossip_link_config_default(&lc);
-    const char *topo_path = NULL, *bind = NULL;
+    const char *topo_path = NULL, *bind = NULL, *cert = NULL;
     const char **peers = nn_xcalloc((size_t)argc + 1, sizeof *peers);
     int npeers = 0, no_eval = 0, no_gossip = 0;
     long rank = -1;
@@ -251,6 +255,7 @@ int node_cmd_node(int argc, char **argv)
                       ? 2 : 0;
             break;
         case N_BIND: bind = optarg; break;
+        case N_CERT: cert = optarg; break;
         case N_PEER: peers[npeers++] = optarg; break;
         case N_TIMEOUT:
             bad = node_parse_double("--timeout", optarg, 0.1, 1e6, &lc.timeout, err, sizeof err)
@@ -316,6 +321,23 @@ int node_cmd_node(int argc, char **argv)
         topo_destroy(&t);
         return 2;
     }
+    uint8_t curve_pub[32], curve_sec[32];
+    if (t->security_curve && !cert && !no_gossip) {
+        fprintf(stderr, "lpgossip node: %s says `security: curve`: give this node's certificate "
+                "with --cert FILE (`lpgossip keygen NAME` writes one)\n", topo_path);
+        topo_destroy(&t);
+        return 2;
+    }
+    if (t->security_curve && cert &&
+        node_cert_load(cert, curve_pub, curve_sec, err, sizeof err) != 0) {
+        fprintf(stderr, "lpgossip node: %s\n", err);
+        topo_destroy(&t);
+        return 2;
+    }
+    if (!t->security_curve && cert)
+        fprintf(stderr, "lpgossip node: warning: --cert %s ignored: %s does not say "
+                "`security: curve` (traffic is neither encrypted nor authenticated)\n", cert,
+                topo_path);
 
     int rc = 1, have_shards = 0, interrupted = 0;
     const int n = t->n, me = (int)rank;
@@ -425,6 +447,10 @@ int node_cmd_node(int argc, char **argv)
         nc.max_msg = gossip_net_max_msg_size(params);
         nc.send_timeout_ms = (int)(lc.timeout * 1000 > 2e9 ? 2e9 : lc.timeout * 1000);
         nc.log = r.logf ? r.logf : stderr;
+        if (t->security_curve) {
+            nc.curve_public = curve_pub;
+            nc.curve_secret = curve_sec;
+        }
         net = gossip_net_new(t, me, &nc, err, sizeof err);
         if (!net) {
             s_log(&r, "%s", err);
@@ -566,7 +592,8 @@ int node_cmd_node(int argc, char **argv)
               (unsigned long long)done_iters, (unsigned long long)ns.bytes_sent,
               (unsigned long long)ns.msgs_sent, (unsigned long long)ns.bytes_recv,
               (unsigned long long)ns.msgs_recv, (unsigned long long)ls.refused,
-              (unsigned long long)(ns.rejected_identity + ns.rejected_frames + ns.rejected_size),
+              (unsigned long long)(ns.rejected_identity + ns.rejected_frames + ns.rejected_size +
+                                   ns.rejected_auth),
               (unsigned long long)ls.down_events, (unsigned long long)ls.back_events,
               (unsigned long long)ls.peers_down, (unsigned long long)ls.resyncs_sent,
               (unsigned long long)ls.resync_bytes, (unsigned long long)skipped,
@@ -579,6 +606,7 @@ int node_cmd_node(int argc, char **argv)
     else if (!failed && (saved || !(go.out[0] || o.save[0])))
         rc = 0;
 done:
+    memset(curve_sec, 0, sizeof curve_sec);
     if (mf)
         fclose(mf);
     gossip_link_destroy(&link);

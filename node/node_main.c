@@ -16,6 +16,7 @@ static const s_command s_commands[] = {
     {"topology", node_cmd_topology, "validate a topology file and print its report"},
     {"simulate", node_cmd_simulate, "run every node of a topology in one process"},
     {"node", node_cmd_node, "run one node of a topology, gossiping over ZeroMQ"},
+    {"keygen", node_cmd_keygen, "write a CURVE key pair for one node (security: curve)"},
 };
 
 static void s_usage(FILE *f)

@@ -25,6 +25,8 @@
 #include <zmq.h>
 
 #include "gossip/gossip_net.h"
+
+#include <czmq.h>
 #include "nn/nn_core.h"
 #include "topology/topo.h"
 
@@ -342,9 +344,128 @@ static void test_max_msg_size(void **state)
     nn_arena_free(&a);
 }
 
+/* ---- CURVE -------------------------------------------------------------- */
+
+/* A raw DEALER with routing id `id` towards endpoint ep: a CURVE client with
+ * key pair `me` and server key `server` (NULL: plaintext). */
+static void *s_raw_dealer(void *ctx, const char *id, const char *ep, zcert_t *me,
+                          const uint8_t *server)
+{
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(d, ZMQ_ROUTING_ID, id, strlen(id));
+    if (me) {
+        zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, server, 32);
+        zmq_setsockopt(d, ZMQ_CURVE_PUBLICKEY, zcert_public_key(me), 32);
+        zmq_setsockopt(d, ZMQ_CURVE_SECRETKEY, zcert_secret_key(me), 32);
+    }
+    assert_int_equal(zmq_connect(d, ep), 0);
+    return d;
+}
+
+/* Nothing may arrive at net for `ms`. */
+static void s_quiet(gossip_net *net, int ms)
+{
+    char err[512];
+    int from;
+    gossip_net_dir dir;
+    const uint8_t *msg;
+    size_t len;
+    double until = nn_now() + ms / 1000.0;
+    while (nn_now() < until)
+        assert_int_equal(gossip_net_recv(net, 50, &from, &dir, &msg, &len, err, sizeof err), 0);
+}
+
+/* n0, n1, n2 all connected (complete graph) with CURVE; n1 is absent and
+ * played by intruders. */
+static void test_curve(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = topo_generate("complete", 3, 0, 0, err, sizeof err);
+    assert_non_null(t);
+    t->security_curve = 1;
+    zcert_t *cert[3], *mallory = zcert_new();
+    for (int i = 0; i < 3; i++) {
+        cert[i] = zcert_new();
+        snprintf(t->nodes[i].pubkey, sizeof t->nodes[i].pubkey, "%s", zcert_public_txt(cert[i]));
+        snprintf(t->nodes[i].endpoint, sizeof t->nodes[i].endpoint, "tcp://127.0.0.1:%d",
+                 s_free_port());
+    }
+    gossip_net_config cfg;
+    gossip_net_config_default(&cfg);
+    cfg.linger_ms = 100;
+    /* configuration errors */
+    assert_null(gossip_net_new(t, 0, &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "--cert"));
+    cfg.curve_public = zcert_public_key(cert[1]);
+    cfg.curve_secret = zcert_secret_key(cert[1]);
+    assert_null(gossip_net_new(t, 0, &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "is not the one"));
+    cfg.curve_public = zcert_public_key(cert[0]);
+    cfg.curve_secret = zcert_secret_key(cert[0]);
+    gossip_net *net0 = gossip_net_new(t, 0, &cfg, err, sizeof err);
+    if (!net0)
+        fail_msg("%s", err);
+    /* one CURVE net per process (CZMQ's ZAP endpoint): a clean refusal */
+    cfg.curve_public = zcert_public_key(cert[2]);
+    cfg.curve_secret = zcert_secret_key(cert[2]);
+    assert_null(gossip_net_new(t, 2, &cfg, err, sizeof err));
+    assert_non_null(strstr(err, "one CURVE node per process"));
+    uint8_t server[32];
+    memcpy(server, zcert_public_key(cert[0]), 32);
+    void *ctx = zmq_ctx_new();
+    gossip_net_stats st;
+    int from;
+    gossip_net_dir dir;
+    const uint8_t *msg;
+    size_t len;
+    /* member n2 (played with its own keys) talks, encrypted and authenticated */
+    void *d = s_raw_dealer(ctx, "n2", t->nodes[0].endpoint, cert[2], server);
+    zmq_send(d, "from n2", 7, 0);
+    s_recv(net0, &from, &dir, &msg, &len);
+    assert_int_equal(from, 2);
+    assert_int_equal(len, 7);
+    assert_memory_equal(msg, "from n2", 7);
+    zmq_close(d);
+    /* an unknown key posing as n1 */
+    d = s_raw_dealer(ctx, "n1", t->nodes[0].endpoint, mallory, server);
+    zmq_send(d, "impostor", 8, ZMQ_DONTWAIT);
+    s_quiet(net0, 1000);
+    gossip_net_stats_get(net0, &st);
+    assert_true(st.rejected_auth >= 1);
+    uint64_t auth0 = st.rejected_auth;
+    zmq_close(d);
+    /* a plaintext client */
+    d = s_raw_dealer(ctx, "n1", t->nodes[0].endpoint, NULL, NULL);
+    zmq_send(d, "plaintext", 9, ZMQ_DONTWAIT);
+    s_quiet(net0, 1000);
+    gossip_net_stats_get(net0, &st);
+    assert_true(st.rejected_auth > auth0);
+    zmq_close(d);
+    /* a member (n2's key) that claims to be n1 */
+    d = s_raw_dealer(ctx, "n1", t->nodes[0].endpoint, cert[2], server);
+    zmq_send(d, "n2 as n1", 8, ZMQ_DONTWAIT);
+    s_quiet(net0, 1000);
+    gossip_net_stats_get(net0, &st);
+    assert_true(st.rejected_identity >= 1);
+    zmq_close(d);
+    print_message("CURVE: refused %llu handshakes (unknown key, plaintext) and %llu frames of a "
+                  "member claiming another's id\n", (unsigned long long)st.rejected_auth,
+                  (unsigned long long)st.rejected_identity);
+    zmq_ctx_term(ctx);
+    gossip_net_destroy(&net0);
+    for (int i = 0; i < 3; i++)
+        zcert_destroy(&cert[i]);
+    zcert_destroy(&mallory);
+    topo_destroy(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_curve),
         cmocka_unit_test(test_ring_exchange),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_timeouts_and_errors),

@@ -16,7 +16,11 @@
  *     n0 garbage, a forged sender, an unknown kind, a far-future iteration,
  *     a NaN payload, a replay, a stranger's connection and an oversized
  *     frame, then falls silent; n0 refuses and counts each, declares n2
- *     down, and finishes with n1 with a finite model.
+ *     down, and finishes with n1 with a finite model;
+ *   CURVE: keys from `lpgossip keygen`; two members of a `security: curve`
+ *     topology train together; an impostor with its own key posing as n1
+ *     is refused at the handshake (and logged), so n0 never passes its start
+ *     barrier; a node without --cert is refused at once.
  * Every wait is bounded; children are killed and temp files removed in the
  * teardown.
  */
@@ -530,11 +534,108 @@ static void test_hostile_peer(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* ---- CURVE ------------------------------------------------------------------------ */
+
+/* Public key (Z85) of a keygen certificate file. */
+static void s_pubkey(const char *path, char out[41])
+{
+    char *txt = tk_slurp(path), *p = strstr(txt, "public-key = \"");
+    assert_non_null(p);
+    p += strlen("public-key = \"");
+    memcpy(out, p, 40);
+    out[40] = '\0';
+    free(txt);
+}
+
+static void s_curve_topo(const char *path, const int *ports, const char *k0, const char *k1)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "security: curve\nnodes:\n"
+               "  - {id: n0, endpoint: \"tcp://127.0.0.1:%d\", key: '%s'}\n"
+               "  - {id: n1, endpoint: \"tcp://127.0.0.1:%d\", key: '%s'}\n"
+               "graph: {generator: complete}\n", ports[0], k0, ports[1], k1);
+    fclose(f);
+}
+
+static void test_curve_nodes(void **state)
+{
+    (void)state;
+    char key[3][400], pub[3][41], log[700];
+    const char *names[3] = {"n0", "n1", "mallory"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(key[i], sizeof key[i], "%s/%s", s_dir, names[i]);
+        snprintf(log, sizeof log, "%s/keygen-%s.txt", s_dir, names[i]);
+        char *args[] = {"lpgossip", "keygen", key[i], NULL};
+        assert_int_equal(tk_wait(tk_spawn(NULL, args, log, -1), 30), 0);
+        s_pubkey(key[i], pub[i]);
+    }
+    int ports[2] = {s_port(), s_port()};
+    char topo[600], fake[600], sec[3][420];
+    snprintf(topo, sizeof topo, "%s/curve.yaml", s_dir);
+    snprintf(fake, sizeof fake, "%s/fake.yaml", s_dir);
+    s_curve_topo(topo, ports, pub[0], pub[1]);
+    s_curve_topo(fake, ports, pub[0], pub[2]); /* mallory's view: her key as n1 */
+    for (int i = 0; i < 3; i++)
+        assert_true(snprintf(sec[i], sizeof sec[i], "%s_secret", key[i]) < (int)sizeof sec[i]);
+    char *common[] = {"--train-subset", "320", "--batch", "8", "--epochs", "1", "--no-eval",
+                      "--timeout", "5", NULL};
+    /* the members */
+    char l0[700], l1[700], *args[32];
+    snprintf(l0, sizeof l0, "%s/curve0.txt", s_dir);
+    snprintf(l1, sizeof l1, "%s/curve1.txt", s_dir);
+    for (int r = 0; r < 2; r++) {
+        int a = 0;
+        char rk[8];
+        snprintf(rk, sizeof rk, "%d", r);
+        char *base[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--cert", sec[r]};
+        for (int k = 0; k < 8; k++)
+            args[a++] = base[k];
+        for (int k = 0; common[k]; k++)
+            args[a++] = common[k];
+        args[a] = NULL;
+        assert_true(tk_spawn(NULL, args, r ? l1 : l0, -1) > 0);
+    }
+    int status[TK_MAXPROC];
+    if (tk_wait_all(120, status) != 0 || status[0] != 0 || status[1] != 0) {
+        tk_dump(l0);
+        tk_dump(l1);
+        fail_msg("the CURVE members did not finish: %d %d", status[0], status[1]);
+    }
+    tk_kill_all();
+    /* n0 against an impostor */
+    char *a0[] = {"lpgossip", "node", "--topology", topo, "--rank", "0", "--cert", sec[0],
+                  "--train-subset", "320", "--batch", "8", "--epochs", "1", "--no-eval",
+                  "--timeout", "4", NULL};
+    char *am[] = {"lpgossip", "node", "--topology", fake, "--rank", "1", "--cert", sec[2],
+                  "--train-subset", "320", "--batch", "8", "--epochs", "1", "--no-eval",
+                  "--timeout", "4", NULL};
+    assert_true(tk_spawn(NULL, a0, l0, -1) > 0);
+    assert_true(tk_spawn(NULL, am, l1, -1) > 0);
+    assert_int_equal(tk_wait_all(60, status), 0);
+    char *o0 = tk_slurp(l0);
+    if (status[0] != 1 || !strstr(o0, "never said hello: n1") ||
+        !strstr(o0, "its key is not one of this node's in-neighbours")) {
+        tk_dump(l0);
+        tk_dump(l1);
+        fail_msg("n0 should refuse the impostor (status %d)", status[0]);
+    }
+    free(o0);
+    tk_kill_all();
+    /* no certificate */
+    char *an[] = {"lpgossip", "node", "--topology", topo, "--rank", "1", "--no-eval", NULL};
+    assert_int_equal(tk_wait(tk_spawn(NULL, an, l1, -1), 30), 2);
+    char *o1 = tk_slurp(l1);
+    assert_non_null(strstr(o1, "--cert FILE"));
+    free(o1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_resync_over_network, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_hostile_peer, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_curve_nodes, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_kill_and_rejoin, s_setup, s_teardown),
     };
     if (getenv("TEST_FILTER")) /* e.g. TEST_FILTER=test_hostile_peer */

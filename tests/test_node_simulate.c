@@ -32,7 +32,7 @@ static void s_run(const char *precision)
     char cmd[2048], metrics[300];
     snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
     snprintf(cmd, sizeof cmd,
-             "OPENBLAS_NUM_THREADS=1 timeout 120 %s simulate --topology "
+             "OPENBLAS_NUM_THREADS=1 timeout 500 %s simulate --topology "
              "topologies/complete4.yaml --algo dpsgd --model cnn --precision %s --epochs 1 "
              "--train-subset 1600 --batch 16 --lr 0.05 --eval-nodes 1 --metrics %s "
              ">%s/log 2>&1", bin, precision, metrics, dir);

@@ -1,0 +1,61 @@
+/* node_cert — see node_cert.h. */
+#include "node/node_cert.h"
+
+#include <czmq.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "nn/nn_core.h"
+
+int node_cert_generate(const char *path, int force, char public_txt[41], char *err,
+                       size_t errlen)
+{
+    char secret[1100];
+    if (snprintf(secret, sizeof secret, "%s_secret", path) >= (int)sizeof secret)
+        return nn_errf(err, errlen, "keygen: path too long: %s", path);
+    if (!force && (access(path, F_OK) == 0 || access(secret, F_OK) == 0))
+        return nn_errf(err, errlen, "keygen: %s or %s exists already (use --force to replace "
+                       "it: the old key stops working)", path, secret);
+    zcert_t *c = zcert_new();
+    if (!c)
+        return nn_errf(err, errlen, "keygen: cannot create a key pair");
+    zcert_set_meta(c, "created-by", "lpgossip keygen");
+    mode_t old = umask(077); /* the secret file is nobody else's business */
+    int rc = zcert_save(c, path);
+    umask(old);
+    if (rc != 0) {
+        zcert_destroy(&c);
+        return nn_errf(err, errlen, "keygen: cannot write %s and %s", path, secret);
+    }
+    chmod(path, 0644);
+    chmod(secret, 0600);
+    snprintf(public_txt, 41, "%s", zcert_public_txt(c));
+    zcert_destroy(&c);
+    return 0;
+}
+
+int node_cert_load(const char *path, uint8_t public_key[32], uint8_t secret_key[32], char *err,
+                   size_t errlen)
+{
+    if (access(path, R_OK) != 0)
+        return nn_errf(err, errlen, "--cert %s: no such readable file (write one with "
+                       "`lpgossip keygen NAME`)", path);
+    zcert_t *c = zcert_load(path);
+    if (!c)
+        return nn_errf(err, errlen, "--cert %s: not a certificate file", path);
+    const uint8_t *pub = zcert_public_key(c), *sec = zcert_secret_key(c);
+    int empty = 1;
+    for (int i = 0; i < 32; i++)
+        empty &= sec[i] == 0;
+    if (empty) {
+        zcert_destroy(&c);
+        return nn_errf(err, errlen, "--cert %s holds no secret key: give the _secret file "
+                       "(or the public one with its _secret next to it)", path);
+    }
+    memcpy(public_key, pub, 32);
+    memcpy(secret_key, sec, 32);
+    zcert_destroy(&c);
+    return 0;
+}
