@@ -4,8 +4,9 @@
  * Owns:    message header and per-tensor block encoding, Golomb-Rice coded
  *          sparse indices, the decoded-payload buffers, the layout
  *          fingerprint.
- * Exposes: gossip_msg_encode, gossip_msg_encode_control, gossip_msg_decode
- *          (full decode or validate-only), gossip_payload_*.
+ * Exposes: gossip_msg_encode, gossip_msg_encode_control, gossip_msg_deflate
+ *          (the optional lossless pass), gossip_msg_decode (full decode or
+ *          validate-only), gossip_payload_*.
  * Callers: gossip_node (every message), the ZeroMQ node (control messages),
  *          tests, fuzz target.
  *
@@ -14,7 +15,8 @@
  *    0   4  magic "LPGS"
  *    4   1  version = 1
  *    5   1  kind: 1 HELLO, 2 GOSSIP, 3 RESYNC_REQ, 4 RESYNC, 5 BYE
- *    6   2  flags: bit 0 push-sum on; other bits must be 0
+ *    6   2  flags: bit 0 push-sum on; bit 1 payload deflated (GOSSIP and
+ *           RESYNC only, see below); other bits must be 0
  *    8   4  sender rank (u32)
  *   12   8  iteration (u64)
  *   20   8  psi (f64): the sender's own push-sum weight, finite and > 0
@@ -22,7 +24,7 @@
  *   28   4  layout fingerprint (FNV-1a over view names and sizes)
  *   32   4  number of blocks: 0 for HELLO/RESYNC_REQ/BYE, one per tensor
  *           view otherwise
- *   36   4  payload length in bytes (everything after the header)
+ *   36   4  payload length in bytes (everything after the header, as sent)
  *   40  ..  blocks, in view order:
  *        u8 type, varint numel (must equal the view's numel), then
  *        1 DENSE_F32   numel x f32
@@ -62,6 +64,7 @@ enum {
 };
 
 #define GOSSIP_FLAG_PUSH_SUM 0x0001u
+#define GOSSIP_FLAG_DEFLATE  0x0002u
 
 typedef struct {
     uint8_t  version;
@@ -103,6 +106,7 @@ typedef struct {
     gossip_block *blocks;
     uint32_t     *idx;      /* layout numel */
     float        *val;      /* layout numel */
+    gossip_buf    plain;    /* inflated message (deflated payloads), grow-only */
 } gossip_payload;
 
 /* FNV-1a 32 over every view's name and numel: equal layouts, equal value. */
@@ -120,9 +124,23 @@ size_t gossip_msg_encode(const gossip_header *h, const gossip_cblock *blocks, si
 size_t gossip_msg_encode_control(uint8_t kind, uint32_t sender, uint64_t iter,
                                  uint32_t fingerprint, gossip_buf *out);
 
+/* Largest payload a valid plain message can have for `layout` (a bound
+ * on every block with every Rice parameter): the cap on inflated sizes. */
+size_t gossip_payload_max_bytes(const nn_arena *layout);
+
+/* The lossless pass: deflates the payload of the encoded message in msg
+ * (a GOSSIP or RESYNC message from gossip_msg_encode) into scratch and,
+ * when header + 4 + stream is strictly smaller, rewrites msg as the
+ * deflated message (flag set, payload length patched).  Otherwise msg is
+ * unchanged.  Returns msg->len.  level: zlib level 1..9. */
+size_t gossip_msg_deflate(gossip_buf *msg, gossip_buf *scratch, int level);
+
 /* Decodes and fully validates buf[0..len) against `layout`.  With out ==
  * NULL it only validates (nothing is written but *h); with out it fills
- * out (the caller's scratch, never live state).  On error returns -1 with
+ * out (the caller's scratch, never live state).  A deflated payload is
+ * inflated into out->plain (or a temporary buffer when out == NULL) and
+ * then checked like a plain one; out->hdr keeps the flags as received.
+ * On error returns -1 with
  * a message saying what is wrong and where (block, tensor, byte offset);
  * never reads outside buf, never asserts on the bytes. */
 int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,
