@@ -63,11 +63,15 @@ typedef struct {
     char        compressor[64]; /* spec, gossip_compress.h */
     double      eta;            /* consensus step (choco, deepsqueeze) */
     int         push_sum;       /* 1: psi weights and de-biasing */
-    uint64_t    seed;           /* randk/qsgd; node rank is mixed in */
+    uint64_t    seed;           /* randk/dgc/qsgd; node rank is mixed in */
+    uint64_t    iters_per_epoch; /* dgc warm-up: epoch = iter / this; 0 =
+                                    unknown (a warm-up is then refused) */
 } gossip_config;
 
 typedef struct {
     uint64_t bytes_sent, bytes_recv;           /* totals */
+    uint64_t bytes_sent_plain;                 /* bytes_sent had no message
+                                                  been deflated (+deflate) */
     uint64_t msgs_sent, msgs_recv;
     uint64_t iter_bytes_sent, iter_bytes_recv; /* of the last finished iteration */
     double   prepare_s, mix_s;                 /* last iteration, wall clock */
@@ -75,7 +79,7 @@ typedef struct {
 
 typedef struct gossip_node gossip_node;
 
-/* Defaults: dpsgd, identity, eta 1, push-sum on, seed 1. */
+/* Defaults: dpsgd, identity, eta 1, push-sum on, seed 1, iters_per_epoch 0. */
 void gossip_config_default(gossip_config *cfg);
 /* "dpsgd" (or "sgp"), "choco", "deepsqueeze". -1 with message otherwise. */
 int gossip_algo_parse(const char *name, gossip_algo *out, char *err, size_t errlen);
@@ -84,8 +88,12 @@ const char *gossip_algo_name(gossip_algo a);
 /* New node `rank` of topology t for parameters laid out as `layout`
  * (only the views are used; t and layout are borrowed and must outlive the
  * node).  Checks the config and the topology (column stochastic, positive
- * self weights; doubly stochastic without push-sum).  NULL with a message
- * on error. */
+ * self weights; doubly stochastic without push-sum) and that the
+ * compressor's options fit the algorithm: rdecay only with deepsqueeze (the
+ * only algorithm whose residual e lives outside the model), dgc only with
+ * choco (its momentum correction is choco's error feedback on x+ - xhat_i),
+ * a dgc warm-up only with iters_per_epoch set.  NULL with a message on
+ * error. */
 gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, const topo *t,
                              int rank, char *err, size_t errlen);
 void gossip_node_destroy(gossip_node **self_p);
@@ -134,7 +142,9 @@ uint32_t gossip_node_fingerprint(const gossip_node *g);
  * The whole algorithm state of a node between two iterations is: the
  * scalars below and nvec vectors of layout->numel floats (dpsgd none;
  * deepsqueeze "e" = e_i; choco "xhat.self" = xhat_i, then "xhat.R" = the
- * copy held for in-neighbour R, R increasing).  Messages in flight are not
+ * copy held for in-neighbour R, R increasing; then, with a compressor that
+ * masks momentum (dgc), "sent" = 1 where the last message carried a value,
+ * else 0: the mask still to be applied to the next local step).  Messages in flight are not
  * state: a node restored at iteration t needs its neighbours' messages for
  * t again (they re-send them, or resync). */
 typedef struct {
@@ -156,5 +166,20 @@ const float *gossip_node_vec(const gossip_node *g, int k, char *name, size_t nam
  * positive number or a vector holds NaN/Inf (outside input: a file). */
 int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *const *vec,
                        char *err, size_t errlen);
+
+/* ---- momentum-factor masking (dgc; docs/gossip.md) ---------------------
+ * DGC zeroes the local momentum where a message carried values, so that
+ * stale momentum does not keep pushing coordinates that were just sent.
+ * The training loop calls gossip_node_mask_sent on its momentum buffer
+ * before every local step (node_gossip_local_step does); the mask is that
+ * of the last prepared message and lasts until the next prepare. */
+
+/* 1 when the compressor asks for momentum-factor masking. */
+int gossip_node_masks_momentum(const gossip_node *g);
+/* buf[k] = 0 (buf: layout->numel floats) at every coordinate the last
+ * prepared message carried (sparse: its indices; a q8 code of 0 counts as
+ * carried).  Returns how many; 0 and nothing done when the compressor does
+ * not mask or no message was prepared since creation. */
+size_t gossip_node_mask_sent(const gossip_node *g, float *buf);
 
 #endif
