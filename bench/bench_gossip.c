@@ -104,7 +104,8 @@ static int s_deflate_table(const nn_arena *L, const topo *t)
            "(ResNet-20 init + SGD-like steps), node 0, %d messages each:\n", ITERS - WARM);
     printf("%-15s %10s %10s %7s %10s %10s %8s %8s %8s\n", "compressor", "plain B", "+deflate B",
            "saved", "level 1 B", "level 9 B", "ms L1", "ms L6", "ms L9");
-    gossip_buf copy = { 0 }, scratch = { 0 };
+    gossip_buf copy = { 0 };
+    gossip_deflater dz = { 0 };
     for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++) {
         gossip_config cfg;
         gossip_config_default(&cfg);
@@ -144,7 +145,7 @@ static int s_deflate_table(const nn_arena *L, const topo *t)
                 for (int l = 0; l < 3; l++) {
                     gossip_buf_set(&copy, msg, len);
                     double t0 = nn_now();
-                    zb[l] += (double)gossip_msg_deflate(&copy, &scratch, levels[l]);
+                    zb[l] += (double)gossip_msg_deflate(&copy, &dz, levels[l]);
                     zt[l] += nn_now() - t0;
                 }
             }
@@ -170,7 +171,7 @@ static int s_deflate_table(const nn_arena *L, const topo *t)
         gossip_sim_destroy(&sim);
     }
     gossip_buf_free(&copy);
-    gossip_buf_free(&scratch);
+    gossip_deflater_free(&dz);
     for (int i = 0; i < n; i++)
         free(x[i]);
     free(x);

@@ -260,7 +260,17 @@ static void s_put32_at(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-size_t gossip_msg_deflate(gossip_buf *msg, gossip_buf *scratch, int level)
+void gossip_deflater_free(gossip_deflater *d)
+{
+    if (d->zs) {
+        deflateEnd(d->zs);
+        free(d->zs);
+    }
+    gossip_buf_free(&d->out);
+    memset(d, 0, sizeof *d);
+}
+
+size_t gossip_msg_deflate(gossip_buf *msg, gossip_deflater *d, int level)
 {
     assert(msg->len >= GOSSIP_HEADER_BYTES);
     uint16_t flags = (uint16_t)(msg->data[6] | msg->data[7] << 8);
@@ -269,22 +279,34 @@ size_t gossip_msg_deflate(gossip_buf *msg, gossip_buf *scratch, int level)
     if (raw <= 5) /* 4 + at least one stream byte cannot be smaller */
         return msg->len;
     assert(raw <= UINT32_MAX);
+    if (d->zs && d->level != level) {
+        deflateEnd(d->zs);
+        free(d->zs);
+        d->zs = NULL;
+    }
+    if (!d->zs) {
+        z_stream *zs = nn_xcalloc(1, sizeof *zs);
+        if (deflateInit2(zs, level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+            free(zs);
+            return msg->len; /* out of memory in zlib: plain is always valid */
+        }
+        d->zs = zs;
+        d->level = level;
+    } else {
+        deflateReset(d->zs);
+    }
     /* Room for a stream of at most raw - 5 bytes: if deflate does not end
      * inside it, the deflated form would not be smaller. */
     size_t cap = raw - 5;
-    scratch->len = 0;
-    uint8_t *z = s_grow(scratch, cap);
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (deflateInit2(&zs, level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-        return msg->len; /* out of memory: plain is always valid */
-    zs.next_in = msg->data + GOSSIP_HEADER_BYTES;
-    zs.avail_in = (uInt)raw;
-    zs.next_out = z;
-    zs.avail_out = (uInt)cap;
-    int rc = deflate(&zs, Z_FINISH);
-    size_t zlen = (size_t)zs.total_out;
-    deflateEnd(&zs);
+    d->out.len = 0;
+    uint8_t *z = s_grow(&d->out, cap);
+    z_stream *zs = d->zs;
+    zs->next_in = msg->data + GOSSIP_HEADER_BYTES;
+    zs->avail_in = (uInt)raw;
+    zs->next_out = z;
+    zs->avail_out = (uInt)cap;
+    int rc = deflate(zs, Z_FINISH);
+    size_t zlen = (size_t)zs->total_out;
     if (rc != Z_STREAM_END)
         return msg->len;
     flags |= GOSSIP_FLAG_DEFLATE;
@@ -542,7 +564,7 @@ static int s_decode_blocks(const uint8_t *buf, size_t len, const nn_arena *layou
  * as header + plain payload, never producing more than max_plain payload
  * bytes. */
 static int s_inflate(const uint8_t *buf, size_t len, size_t max_plain, gossip_buf *plain,
-                     char *err, size_t errlen)
+                     z_stream *zs, char *err, size_t errlen)
 {
     size_t plen = len - GOSSIP_HEADER_BYTES;
     if (plen < 5)
@@ -559,32 +581,23 @@ static int s_inflate(const uint8_t *buf, size_t len, size_t max_plain, gossip_bu
     plain->len = 0;
     uint8_t *p = s_grow(plain, GOSSIP_HEADER_BYTES + (size_t)want);
     memcpy(p, buf, GOSSIP_HEADER_BYTES);
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    if (inflateInit2(&zs, -15) != Z_OK)
-        return S_BAD("cannot start inflating (out of memory)");
-    zs.next_in = (Bytef *)(uintptr_t)(buf + GOSSIP_HEADER_BYTES + 4); /* zlib does not write it */
-    zs.avail_in = (uInt)(plen - 4);
-    zs.next_out = p + GOSSIP_HEADER_BYTES;
-    zs.avail_out = want;
-    int zr = inflate(&zs, Z_FINISH);
-    if (zr != Z_STREAM_END && zr != Z_DATA_ERROR && zs.avail_out == 0) {
+    zs->next_in = (Bytef *)(uintptr_t)(buf + GOSSIP_HEADER_BYTES + 4); /* zlib does not write it */
+    zs->avail_in = (uInt)(plen - 4);
+    zs->next_out = p + GOSSIP_HEADER_BYTES;
+    zs->avail_out = want;
+    int zr = inflate(zs, Z_FINISH);
+    if (zr != Z_STREAM_END && zr != Z_DATA_ERROR && zs->avail_out == 0) {
         uint8_t probe; /* full: is there more, or is the stream cut short? */
-        zs.next_out = &probe;
-        zs.avail_out = 1;
-        zr = inflate(&zs, Z_FINISH);
-        if (zs.avail_out == 0) {
-            inflateEnd(&zs);
+        zs->next_out = &probe;
+        zs->avail_out = 1;
+        zr = inflate(zs, Z_FINISH);
+        if (zs->avail_out == 0)
             return S_BAD("deflate stream inflates to more than the %u bytes it declares", want);
-        }
     }
-    size_t got = (size_t)zs.total_out, left = zs.avail_in;
-    const char *zmsg = zs.msg ? zs.msg : "invalid data";
-    char zcopy[96];
-    snprintf(zcopy, sizeof zcopy, "%s", zmsg);
-    inflateEnd(&zs);
+    size_t got = (size_t)zs->total_out, left = zs->avail_in;
     if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT)
-        return S_BAD("corrupt deflate stream after %zu plain bytes: %s", got, zcopy);
+        return S_BAD("corrupt deflate stream after %zu plain bytes: %s", got,
+                     zs->msg ? zs->msg : "invalid data");
     if (zr != Z_STREAM_END)
         return S_BAD("deflate stream truncated: it stops after %zu of %u plain bytes", got, want);
     if (got != want)
@@ -647,11 +660,32 @@ int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, go
 
     if (!(h->flags & GOSSIP_FLAG_DEFLATE))
         return s_decode_blocks(buf, len, layout, h, out, err, errlen);
+    /* the payload's inflate stream, kept between messages; a temporary one
+     * when validating only */
     gossip_buf tmp = { 0 };
+    z_stream tzs, *zs = &tzs;
+    if (out && out->zs) {
+        zs = out->zs;
+        inflateReset(zs);
+    } else {
+        if (out)
+            zs = nn_xcalloc(1, sizeof *zs);
+        else
+            memset(&tzs, 0, sizeof tzs);
+        if (inflateInit2(zs, -15) != Z_OK) {
+            if (out)
+                free(zs);
+            return S_BAD("cannot start inflating (out of memory)");
+        }
+        if (out)
+            out->zs = zs;
+    }
     gossip_buf *plain = out ? &out->plain : &tmp;
-    int rc = s_inflate(buf, len, gossip_payload_max_bytes(layout), plain, err, errlen);
+    int rc = s_inflate(buf, len, gossip_payload_max_bytes(layout), plain, zs, err, errlen);
     if (rc == 0)
         rc = s_decode_blocks(plain->data, plain->len, layout, h, out, err, errlen);
+    if (!out)
+        inflateEnd(zs);
     gossip_buf_free(&tmp);
     return rc;
 }
@@ -673,6 +707,10 @@ void gossip_payload_free(gossip_payload *p)
     free(p->idx);
     free(p->val);
     gossip_buf_free(&p->plain);
+    if (p->zs) {
+        inflateEnd(p->zs);
+        free(p->zs);
+    }
     memset(p, 0, sizeof *p);
 }
 

@@ -107,6 +107,7 @@ typedef struct {
     uint32_t     *idx;      /* layout numel */
     float        *val;      /* layout numel */
     gossip_buf    plain;    /* inflated message (deflated payloads), grow-only */
+    void         *zs;       /* z_stream * for inflating, made on first use */
 } gossip_payload;
 
 /* FNV-1a 32 over every view's name and numel: equal layouts, equal value. */
@@ -128,12 +129,24 @@ size_t gossip_msg_encode_control(uint8_t kind, uint32_t sender, uint64_t iter,
  * on every block with every Rice parameter): the cap on inflated sizes. */
 size_t gossip_payload_max_bytes(const nn_arena *layout);
 
+/* State of the lossless pass kept between messages (zero-initialise):
+ * the zlib deflate stream, made on first use and reset for every message
+ * (no allocation per message), and its output buffer. */
+typedef struct {
+    void      *zs;     /* z_stream * or NULL */
+    int        level;  /* the level zs was made for */
+    gossip_buf out;
+} gossip_deflater;
+
+void gossip_deflater_free(gossip_deflater *d);
+
 /* The lossless pass: deflates the payload of the encoded message in msg
- * (a GOSSIP or RESYNC message from gossip_msg_encode) into scratch and,
- * when header + 4 + stream is strictly smaller, rewrites msg as the
- * deflated message (flag set, payload length patched).  Otherwise msg is
- * unchanged.  Returns msg->len.  level: zlib level 1..9. */
-size_t gossip_msg_deflate(gossip_buf *msg, gossip_buf *scratch, int level);
+ * (a GOSSIP or RESYNC message from gossip_msg_encode) and, when header +
+ * 4 + stream is strictly smaller, rewrites msg as the deflated message
+ * (flag set, payload length patched).  Otherwise msg is unchanged (also
+ * when zlib runs out of memory: plain is always valid).  Returns msg->len.
+ * level: zlib level 1..9. */
+size_t gossip_msg_deflate(gossip_buf *msg, gossip_deflater *d, int level);
 
 /* Decodes and fully validates buf[0..len) against `layout`.  With out ==
  * NULL it only validates (nothing is written but *h); with out it fills

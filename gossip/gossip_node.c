@@ -49,7 +49,7 @@ struct gossip_node {
     gossip_compressed comp_out;
     gossip_payload    self_pl, scratch_pl;
     gossip_buf        out;
-    gossip_buf        zbuf;           /* +deflate scratch */
+    gossip_deflater   zbuf;           /* +deflate state */
     gossip_stats      stats;
     uint64_t          cur_sent;       /* bytes sent for the current iteration */
 };
@@ -281,7 +281,7 @@ void gossip_node_destroy(gossip_node **self_p)
     gossip_payload_free(&g->self_pl);
     gossip_payload_free(&g->scratch_pl);
     gossip_buf_free(&g->out);
-    gossip_buf_free(&g->zbuf);
+    gossip_deflater_free(&g->zbuf);
     free(g);
     *self_p = NULL;
 }

@@ -440,7 +440,8 @@ static void test_deflate_roundtrip(void **state)
     static float f[2000];
     static int8_t q[2000];
     float sc[4];
-    gossip_buf plain = { 0 }, z = { 0 }, scratch = { 0 };
+    gossip_buf plain = { 0 }, z = { 0 };
+    gossip_deflater scratch = { 0 };
     for (int type = GOSSIP_BLK_DENSE_F32; type <= GOSSIP_BLK_SPARSE_Q8; type++) {
         nn_arena L;
         s_one_block(type, &L, &plain, idx, f, q, sc);
@@ -470,7 +471,7 @@ static void test_deflate_roundtrip(void **state)
     nn_arena_free(&L);
     gossip_buf_free(&plain);
     gossip_buf_free(&z);
-    gossip_buf_free(&scratch);
+    gossip_deflater_free(&scratch);
 }
 
 /* Dense f32 blocks of n values: random finite bit patterns with a fraction
@@ -501,7 +502,8 @@ static void test_deflate_never_grows(void **state)
     static float v[N];
     nn_rng r;
     nn_rng_seed(&r, 8);
-    gossip_buf plain = { 0 }, z = { 0 }, scratch = { 0 };
+    gossip_buf plain = { 0 }, z = { 0 };
+    gossip_deflater scratch = { 0 };
     /* incompressible: stays plain, byte for byte */
     s_random_dense(&plain, &L, v, N, 0.0, &r);
     gossip_buf_set(&z, plain.data, plain.len);
@@ -536,7 +538,7 @@ static void test_deflate_never_grows(void **state)
     nn_arena_free(&L);
     gossip_buf_free(&plain);
     gossip_buf_free(&z);
-    gossip_buf_free(&scratch);
+    gossip_deflater_free(&scratch);
 }
 
 /* Raw deflate (no zlib header) of in[0..n) into out. */
@@ -576,7 +578,8 @@ static void test_deflate_malformed(void **state)
     static int8_t q[2000];
     float sc[4];
     nn_arena L;
-    gossip_buf plain = { 0 }, z = { 0 }, scratch = { 0 };
+    gossip_buf plain = { 0 }, z = { 0 };
+    gossip_deflater scratch = { 0 };
     s_one_block(GOSSIP_BLK_SPARSE_Q8, &L, &plain, idx, f, q, sc);
     gossip_buf_set(&z, plain.data, plain.len);
     size_t len = gossip_msg_deflate(&z, &scratch, 6);
@@ -673,7 +676,7 @@ static void test_deflate_malformed(void **state)
     nn_arena_free(&L);
     gossip_buf_free(&plain);
     gossip_buf_free(&z);
-    gossip_buf_free(&scratch);
+    gossip_deflater_free(&scratch);
 }
 
 int main(void)

@@ -26,7 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static nn_arena       s_layout;
 static gossip_payload s_payload, s_payload2;
-static gossip_buf     s_msg, s_plain, s_scratch;
+static gossip_buf     s_msg, s_plain;
+static gossip_deflater s_scratch;
 static float         *s_dst;
 static int            s_ready;
 
