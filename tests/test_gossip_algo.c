@@ -241,20 +241,28 @@ static void test_consensus_dgc_deflate(void **state)
 }
 
 /* DeepSqueeze with top-k on the fixed graphs; on the one-peer schedule its
- * floor is about 0.7 (see docs/gossip.md), so it is not asserted there. */
+ * floor is about 0.7 (see docs/gossip.md), so it is not asserted there.
+ * With eSGD's residual decay (rdecay=0.9) small coordinates are never
+ * amplified past the sent ones, so they stay unsent: the floor is about
+ * 0.2-0.3 instead of 0.03-0.06 (measured); asserted only to stay bounded. */
 static void test_consensus_deepsqueeze_topk(void **state)
 {
     (void)state;
-    s_case c = { GOSSIP_DEEPSQUEEZE, "topk:0.1+q8", 0.02, 5000, 0.1, 0, 0 };
-    for (size_t ti = 0; ti < S_NTOPOS; ti++) {
-        if ((tk_quick() && ti % 2) || !strcmp(s_topos[ti], "onepeer-exp8"))
-            continue;
-        double e = s_consensus(s_topos[ti], &c);
-        printf("  consensus %-17s deepsqueeze  %-14s eta %-5g rounds %5d: max |z-avg| = %.2e (tol %.0e)\n",
-               s_topos[ti], c.comp, c.eta, c.rounds, e, c.tol);
-        if (!(e <= c.tol))
-            fail_msg("deepsqueeze consensus on %s: %g > %g", s_topos[ti], e, c.tol);
-    }
+    static const s_case cases[] = {
+        { GOSSIP_DEEPSQUEEZE, "topk:0.1+q8", 0.02, 5000, 0.1, 0, 0 },
+        { GOSSIP_DEEPSQUEEZE, "topk:0.1,rdecay=0.9+q8", 0.02, 5000, 1.0, 0, 0 },
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (size_t ti = 0; ti < S_NTOPOS; ti++) {
+            const s_case *c = &cases[ci];
+            if ((tk_quick() && ti % 2) || !strcmp(s_topos[ti], "onepeer-exp8"))
+                continue;
+            double e = s_consensus(s_topos[ti], c);
+            printf("  consensus %-17s deepsqueeze  %-14s eta %-5g rounds %5d: max |z-avg| = %.2e (tol %.0e)\n",
+                   s_topos[ti], c->comp, c->eta, c->rounds, e, c->tol);
+            if (!(e <= c->tol))
+                fail_msg("deepsqueeze %s consensus on %s: %g > %g", c->comp, s_topos[ti], e, c->tol);
+        }
 }
 
 /* ---- optimization: distributed least squares ---------------------------- */
@@ -636,14 +644,42 @@ static void test_push_sum_needed_on_star(void **state)
 
 /* ---- eSGD residual decay, DGC momentum masking ---------------------------- */
 
-/* Two nodes (complete graph: W = 1/2 everywhere), one iteration: both
- * prepare, exchange, mix. */
-static void s_pair_round(gossip_node **g, float **x, uint64_t it)
+/* Two nodes g[0..2) of the complete graph on 2 (W = 1/2 everywhere) with
+ * algorithm a, compressor comp and eta, over s_layout_of(L, big); cfg gets
+ * their config.  Returns the topology (owned). */
+static topo *s_pair_new(gossip_algo a, const char *comp, double eta, int big, gossip_config *cfg,
+                        nn_arena *L, gossip_node **g)
+{
+    char err[512];
+    topo *t = topo_generate("complete", 2, 0, 0, err, sizeof err);
+    if (!t)
+        fail_msg("%s", err);
+    s_layout_of(L, big);
+    gossip_config_default(cfg);
+    cfg->algo = a;
+    cfg->eta = eta;
+    snprintf(cfg->compressor, sizeof cfg->compressor, "%s", comp);
+    for (int i = 0; i < 2; i++) {
+        g[i] = gossip_node_new(cfg, L, t, i, err, sizeof err);
+        if (!g[i])
+            fail_msg("%s", err);
+    }
+    return t;
+}
+
+/* Both prepare iteration it. */
+static void s_pair_prepare(gossip_node **g, float **x, uint64_t it)
 {
     char err[512];
     for (int i = 0; i < 2; i++)
         if (gossip_node_prepare(g[i], x[i], it, err, sizeof err) < 0)
             fail_msg("%s", err);
+}
+
+/* Both exchange their prepared messages and mix iteration it. */
+static void s_pair_finish(gossip_node **g, float **x, uint64_t it)
+{
+    char err[512];
     for (int i = 0; i < 2; i++) {
         int to;
         const uint8_t *msg;
@@ -654,6 +690,22 @@ static void s_pair_round(gossip_node **g, float **x, uint64_t it)
     }
     for (int i = 0; i < 2; i++)
         assert_int_equal(gossip_node_mix(g[i], x[i], it, err, sizeof err), 0);
+}
+
+/* Frees the pair, its two vectors, the layout and the topology. */
+static void s_pair_free(gossip_node **g, float **x, nn_arena *L, topo **t)
+{
+    s_vectors_free(x, 2);
+    for (int i = 0; i < 2; i++)
+        gossip_node_destroy(&g[i]);
+    nn_arena_free(L);
+    topo_destroy(t);
+}
+
+static void s_pair_round(gossip_node **g, float **x, uint64_t it)
+{
+    s_pair_prepare(g, x, it);
+    s_pair_finish(g, x, it);
 }
 
 /* The decoded own message of g (prepared): into p. */
@@ -672,23 +724,11 @@ static void s_own_payload(const gossip_node *g, const nn_arena *L, gossip_payloa
 static void test_rdecay_recurrence(void **state)
 {
     (void)state;
-    char err[512];
-    topo *t = topo_generate("complete", 2, 0, 0, err, sizeof err);
-    assert_non_null(t);
-    nn_arena L;
-    s_layout(&L);
-    size_t d = L.numel;
     gossip_config cfg;
-    gossip_config_default(&cfg);
-    cfg.algo = GOSSIP_DEEPSQUEEZE;
-    cfg.eta = 0.3;
-    snprintf(cfg.compressor, sizeof cfg.compressor, "topk:0.25,rdecay=0.5+q8");
+    nn_arena L;
     gossip_node *g[2];
-    for (int i = 0; i < 2; i++) {
-        g[i] = gossip_node_new(&cfg, &L, t, i, err, sizeof err);
-        if (!g[i])
-            fail_msg("%s", err);
-    }
+    topo *t = s_pair_new(GOSSIP_DEEPSQUEEZE, "topk:0.25,rdecay=0.5+q8", 0.3, 0, &cfg, &L, g);
+    size_t d = L.numel;
     float **x = s_vectors(2, d, 31);
     float *v = nn_xcalloc(d, sizeof *v), *e = nn_xcalloc(d, sizeof *e);
     gossip_payload p;
@@ -699,8 +739,7 @@ static void test_rdecay_recurrence(void **state)
         assert_string_equal(name, "e");
         for (size_t k = 0; k < d; k++)
             v[k] = x[0][k] + eb[k];
-        assert_int_equal(gossip_node_prepare(g[0], x[0], it, err, sizeof err), 0);
-        assert_int_equal(gossip_node_prepare(g[1], x[1], it, err, sizeof err), 0);
+        s_pair_prepare(g, x, it);
         s_own_payload(g[0], &L, &p);
         memcpy(e, v, d * sizeof *e);
         gossip_payload_sub(&p, &L, e);
@@ -711,24 +750,13 @@ static void test_rdecay_recurrence(void **state)
         }
         assert_memory_equal(gossip_node_vec(g[0], 0, name, sizeof name), e, d * sizeof *e);
         assert_true(nonzero > d / 2); /* unsent coordinates, q8 error on sent ones */
-        for (int i = 0; i < 2; i++) {
-            const uint8_t *msg;
-            int to;
-            size_t len = gossip_node_outbox(g[i], 0, &to, &msg);
-            assert_int_equal(gossip_node_receive(g[to], msg, len, err, sizeof err), 0);
-        }
-        for (int i = 0; i < 2; i++)
-            assert_int_equal(gossip_node_mix(g[i], x[i], it, err, sizeof err), 0);
+        s_pair_finish(g, x, it);
     }
     printf("  rdecay: deepsqueeze topk:0.25,rdecay=0.5+q8: e = 0.5*(v - c) bit for bit over 5 rounds\n");
     gossip_payload_free(&p);
     free(v);
     free(e);
-    s_vectors_free(x, 2);
-    for (int i = 0; i < 2; i++)
-        gossip_node_destroy(&g[i]);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    s_pair_free(g, x, &L, &t);
 }
 
 /* choco dgc: gossip_node_mask_sent zeroes the SGD momentum exactly where
@@ -738,21 +766,11 @@ static void test_dgc_momentum_mask(void **state)
 {
     (void)state;
     char err[512];
-    topo *t = topo_generate("complete", 2, 0, 0, err, sizeof err);
-    nn_arena L;
-    s_layout_of(&L, 1);
-    size_t d = L.numel;
     gossip_config cfg;
-    gossip_config_default(&cfg);
-    cfg.algo = GOSSIP_CHOCO;
-    cfg.eta = 0.2;
-    snprintf(cfg.compressor, sizeof cfg.compressor, "dgc:0.05+q8");
+    nn_arena L;
     gossip_node *g[2];
-    for (int i = 0; i < 2; i++) {
-        g[i] = gossip_node_new(&cfg, &L, t, i, err, sizeof err);
-        if (!g[i])
-            fail_msg("%s", err);
-    }
+    topo *t = s_pair_new(GOSSIP_CHOCO, "dgc:0.05+q8", 0.2, 1, &cfg, &L, g);
+    size_t d = L.numel;
     assert_true(gossip_node_masks_momentum(g[0]));
     /* a small SGD with a filled momentum buffer */
     nn_sgd_config sc = nn_sgd_defaults();
@@ -853,12 +871,8 @@ static void test_dgc_momentum_mask(void **state)
     free(before);
     gossip_payload_free(&p);
     nn_sgd_free(&sgd);
-    s_vectors_free(x, 2);
     s_vectors_free(grad, 1);
-    for (int i = 0; i < 2; i++)
-        gossip_node_destroy(&g[i]);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    s_pair_free(g, x, &L, &t);
 }
 
 static void test_config_errors(void **state)

@@ -167,6 +167,23 @@ static void s_put32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* 2000 copies of ok[0..len) into b with 1..maxflips random bits of the
+ * payload flipped: decoding never crashes (whatever it says). */
+static void s_flip_bits(const uint8_t *ok, size_t len, uint8_t *b, const nn_arena *L, uint64_t seed,
+                        int maxflips)
+{
+    nn_rng r;
+    nn_rng_seed(&r, seed);
+    for (int t = 0; t < 2000; t++) {
+        memcpy(b, ok, len);
+        int flips = 1 + (int)nn_rng_below(&r, (uint32_t)maxflips);
+        for (int f = 0; f < flips; f++)
+            b[GOSSIP_HEADER_BYTES + nn_rng_below(&r, (uint32_t)(len - GOSSIP_HEADER_BYTES))] ^= (uint8_t)(1u << nn_rng_below(&r, 8));
+        char err[512];
+        (void)gossip_msg_decode(b, len, L, NULL, NULL, err, sizeof err);
+    }
+}
+
 static void test_malformed(void **state)
 {
     (void)state;
@@ -267,16 +284,7 @@ static void test_malformed(void **state)
     }
     gossip_buf_free(&cb);
     /* random garbage after a valid header never crashes */
-    nn_rng r;
-    nn_rng_seed(&r, 77);
-    for (int t = 0; t < 2000; t++) {
-        memcpy(b, ok, len);
-        int flips = 1 + (int)nn_rng_below(&r, 4);
-        for (int f = 0; f < flips; f++)
-            b[GOSSIP_HEADER_BYTES + nn_rng_below(&r, (uint32_t)(len - GOSSIP_HEADER_BYTES))] ^= (uint8_t)(1u << nn_rng_below(&r, 8));
-        char err[512];
-        (void)gossip_msg_decode(b, len, &L, NULL, NULL, err, sizeof err);
-    }
+    s_flip_bits(ok, len, b, &L, 77, 4);
     free(ok);
     free(b);
     nn_arena_free(&L);
@@ -661,16 +669,7 @@ static void test_deflate_malformed(void **state)
     blen = s_wrap(b, z.data, R + 1, bomb, bl);
     s_reject(b, blen, &L, "trailing", "trailing byte inside");
     /* random bit flips in the stream never crash */
-    nn_rng r;
-    nn_rng_seed(&r, 78);
-    for (int t = 0; t < 2000; t++) {
-        memcpy(b, z.data, len);
-        int flips = 1 + (int)nn_rng_below(&r, 3);
-        for (int k = 0; k < flips; k++)
-            b[GOSSIP_HEADER_BYTES + nn_rng_below(&r, (uint32_t)(len - GOSSIP_HEADER_BYTES))] ^= (uint8_t)(1u << nn_rng_below(&r, 8));
-        char err[512];
-        (void)gossip_msg_decode(b, len, &L, NULL, NULL, err, sizeof err);
-    }
+    s_flip_bits(z.data, len, b, &L, 78, 3);
     free(b);
     free(tmp);
     nn_arena_free(&L);
