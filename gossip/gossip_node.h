@@ -6,7 +6,8 @@
  * Owns:    the algorithm state of node `rank`: push-sum weight psi, the own
  *          public copy xhat_i and one xhat_j per in-neighbour (Choco), the
  *          error buffer e_i (DeepSqueeze), the compressor and its RNG, the
- *          outgoing message, received messages for the current iteration and
+ *          dgc momentum mask, the outgoing message (deflated with
+ *          +deflate), received messages for the current iteration and
  *          a few iterations ahead (stored as validated bytes), byte counters.
  * Exposes: the functions below.
  * Callers: gossip_sim (in-process), node/ (ZeroMQ transport, training loop).
@@ -29,7 +30,8 @@
  *          same; x = x+ + eta*(sum_j W[i][j] xhat_j - xhat_i);
  *          psi = psi + eta*(sum_j W[i][j] psi_j - psi).  xhat starts at 0 (as
  *          the reference code), so the first messages carry C(x0).
- *   deepsqueeze  v_i = x+ + e_i; c_i = C(v_i); e_i = v_i - c_i;
+ *   deepsqueeze  v_i = x+ + e_i; c_i = C(v_i); e_i = v_i - c_i (with
+ *          topk:F,rdecay=B: e_i = B*(v_i - c_i), in float);
  *          x = x+ + eta*(sum_j W[i][j] c_j - c_i); psi as in choco.
  * Without push-sum, psi stays 1 and the topology must be doubly stochastic.
  *
@@ -39,8 +41,10 @@
  * the out-neighbours of the UNION of all matrices of a time-varying
  * schedule (every holder of xhat_i must see every q_i, or the copies drift
  * apart; the mixing still uses W_t only).  On a fixed graph both coincide.
- * Byte counters count message bytes exactly as encoded (one count per
- * destination); transport framing is not included.
+ * Byte counters count message bytes exactly as sent, deflated or not (one
+ * count per destination); transport framing is not included.  With dgc the
+ * compressor of iteration t has the warm-up density of epoch
+ * t / iters_per_epoch, on the sender and on every receiver.
  */
 #ifndef GOSSIP_NODE_H
 #define GOSSIP_NODE_H
