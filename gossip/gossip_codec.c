@@ -4,8 +4,10 @@
 #include <assert.h>
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 /* ---- layout fingerprint ------------------------------------------------ */
 
@@ -237,6 +239,86 @@ size_t gossip_msg_encode_control(uint8_t kind, uint32_t sender, uint64_t iter,
     return gossip_msg_encode(&h, NULL, 0, out);
 }
 
+/* ---- the lossless pass ------------------------------------------------- */
+
+size_t gossip_payload_max_bytes(const nn_arena *layout)
+{
+    /* Per block: type, varints numel, k, L (5 bytes each at most), Rice b;
+     * index stream: k(1+b) + sum(gap >> b) <= 32k + numel bits, k <= numel;
+     * values: 4 per element (f32) or 1 per element + 4 per 512 (q8). */
+    size_t total = 0;
+    for (size_t v = 0; v < layout->nviews; v++) {
+        size_t n = layout->views[v].numel;
+        total += 22 + (33 * n + 7) / 8 + 4 * n;
+    }
+    return total;
+}
+
+static void s_put32_at(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void gossip_deflater_free(gossip_deflater *d)
+{
+    if (d->zs) {
+        deflateEnd(d->zs);
+        free(d->zs);
+    }
+    gossip_buf_free(&d->out);
+    memset(d, 0, sizeof *d);
+}
+
+size_t gossip_msg_deflate(gossip_buf *msg, gossip_deflater *d, int level)
+{
+    assert(msg->len >= GOSSIP_HEADER_BYTES);
+    uint16_t flags = (uint16_t)(msg->data[6] | msg->data[7] << 8);
+    assert(!(flags & GOSSIP_FLAG_DEFLATE) && (msg->data[5] == GOSSIP_MSG_GOSSIP || msg->data[5] == GOSSIP_MSG_RESYNC));
+    size_t raw = msg->len - GOSSIP_HEADER_BYTES;
+    if (raw <= 5) /* 4 + at least one stream byte cannot be smaller */
+        return msg->len;
+    assert(raw <= UINT32_MAX);
+    if (d->zs && d->level != level) {
+        deflateEnd(d->zs);
+        free(d->zs);
+        d->zs = NULL;
+    }
+    if (!d->zs) {
+        z_stream *zs = nn_xcalloc(1, sizeof *zs);
+        if (deflateInit2(zs, level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+            free(zs);
+            return msg->len; /* out of memory in zlib: plain is always valid */
+        }
+        d->zs = zs;
+        d->level = level;
+    } else {
+        deflateReset(d->zs);
+    }
+    /* Room for a stream of at most raw - 5 bytes: if deflate does not end
+     * inside it, the deflated form would not be smaller. */
+    size_t cap = raw - 5;
+    d->out.len = 0;
+    uint8_t *z = s_grow(&d->out, cap);
+    z_stream *zs = d->zs;
+    zs->next_in = msg->data + GOSSIP_HEADER_BYTES;
+    zs->avail_in = (uInt)raw;
+    zs->next_out = z;
+    zs->avail_out = (uInt)cap;
+    int rc = deflate(zs, Z_FINISH);
+    size_t zlen = (size_t)zs->total_out;
+    if (rc != Z_STREAM_END)
+        return msg->len;
+    flags |= GOSSIP_FLAG_DEFLATE;
+    msg->data[6] = (uint8_t)flags;
+    msg->data[7] = (uint8_t)(flags >> 8);
+    s_put32_at(msg->data + 36, (uint32_t)(4 + zlen));
+    s_put32_at(msg->data + GOSSIP_HEADER_BYTES, (uint32_t)raw);
+    memcpy(msg->data + GOSSIP_HEADER_BYTES + 4, z, zlen);
+    msg->len = GOSSIP_HEADER_BYTES + 4 + zlen;
+    return msg->len;
+}
+
 /* ---- decode ------------------------------------------------------------ */
 
 typedef struct {
@@ -403,54 +485,12 @@ static int s_read_q8(s_rd *r, size_t k, float *val, size_t b, const char *tname,
     return 0;
 }
 
-int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,
-                      gossip_payload *out, char *err, size_t errlen)
+/* The blocks of a plain message buf[0..len) whose header is already
+ * validated into *h. */
+static int s_decode_blocks(const uint8_t *buf, size_t len, const nn_arena *layout,
+                           const gossip_header *h, gossip_payload *out, char *err, size_t errlen)
 {
-    gossip_header hh;
-    if (!h)
-        h = &hh;
-    memset(h, 0, sizeof *h);
-    if (out)
-        out->nblocks = 0;
-    if (!buf || len < GOSSIP_HEADER_BYTES)
-        return S_BAD("message truncated: %zu bytes, the header needs %d", len, GOSSIP_HEADER_BYTES);
-    s_rd r = { buf, len, 0 };
-    uint32_t magic = (uint32_t)s_le(&r, 4);
-    if (magic != GOSSIP_MAGIC)
-        return S_BAD("bad magic 0x%08x (expected 0x%08x, \"LPGS\"): not an lpgossip message", magic, GOSSIP_MAGIC);
-    h->version = (uint8_t)s_le(&r, 1);
-    if (h->version != GOSSIP_VERSION)
-        return S_BAD("unsupported version %u (this build speaks %d)", h->version, GOSSIP_VERSION);
-    h->kind = (uint8_t)s_le(&r, 1);
-    if (h->kind < GOSSIP_MSG_HELLO || h->kind > GOSSIP_MSG_LAST)
-        return S_BAD("unknown message kind %u (known 1..%d)", h->kind, GOSSIP_MSG_LAST);
-    h->flags = (uint16_t)s_le(&r, 2);
-    if (h->flags & ~GOSSIP_FLAG_PUSH_SUM)
-        return S_BAD("unknown flags 0x%04x", h->flags);
-    h->sender = (uint32_t)s_le(&r, 4);
-    h->iter = s_le(&r, 8);
-    uint64_t u = s_le(&r, 8);
-    memcpy(&h->psi, &u, sizeof u);
-    if (!isfinite(h->psi) || !(h->psi > 0.0))
-        return S_BAD("psi %g from rank %u is not a finite positive number", h->psi, h->sender);
-    if (!(h->flags & GOSSIP_FLAG_PUSH_SUM) && h->psi != 1.0)
-        return S_BAD("psi %g from rank %u but the push-sum flag is off (psi must be 1)", h->psi, h->sender);
-    h->fingerprint = (uint32_t)s_le(&r, 4);
-    uint32_t fp = gossip_layout_fingerprint(layout);
-    if (h->fingerprint != fp)
-        return S_BAD("layout fingerprint 0x%08x from rank %u differs from ours 0x%08x (different model?)",
-                     h->fingerprint, h->sender, fp);
-    h->nblocks = (uint32_t)s_le(&r, 4);
-    h->payload_len = (uint32_t)s_le(&r, 4);
-    int has_blocks = h->kind == GOSSIP_MSG_GOSSIP || h->kind == GOSSIP_MSG_RESYNC;
-    size_t want = has_blocks ? layout->nviews : 0;
-    if (h->nblocks != want)
-        return S_BAD("%s message has %u blocks, expected %zu (one per tensor of the layout)",
-                     s_kind_name(h->kind), h->nblocks, want);
-    if ((uint64_t)h->payload_len != (uint64_t)(len - GOSSIP_HEADER_BYTES))
-        return S_BAD("payload length field says %u bytes but %zu follow the header",
-                     h->payload_len, len - GOSSIP_HEADER_BYTES);
-
+    s_rd r = { buf, len, GOSSIP_HEADER_BYTES };
     for (size_t b = 0; b < h->nblocks; b++) {
         const nn_view *view = &layout->views[b];
         const char *tname = view->name;
@@ -520,6 +560,137 @@ int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, go
     return 0;
 }
 
+
+/* Inflates the deflated message buf[0..len) (header validated) into plain
+ * as header + plain payload, never producing more than max_plain payload
+ * bytes. */
+static int s_inflate(const uint8_t *buf, size_t len, size_t max_plain, gossip_buf *plain,
+                     z_stream *zs, char *err, size_t errlen)
+{
+    size_t plen = len - GOSSIP_HEADER_BYTES;
+    if (plen < 5)
+        return S_BAD("deflated payload of %zu bytes is too short (4-byte plain length, then the stream)", plen);
+    uint32_t want = 0;
+    for (int i = 0; i < 4; i++)
+        want |= (uint32_t)buf[GOSSIP_HEADER_BYTES + i] << (8 * i);
+    if (want > max_plain)
+        return S_BAD("deflated payload declares %u plain bytes, more than the %zu any valid message for this layout has (refused before inflating)",
+                     want, max_plain);
+    if (plen >= want)
+        return S_BAD("deflated payload of %zu bytes is not smaller than its %u plain bytes (such payloads are sent plain)",
+                     plen, want);
+    plain->len = 0;
+    uint8_t *p = s_grow(plain, GOSSIP_HEADER_BYTES + (size_t)want);
+    memcpy(p, buf, GOSSIP_HEADER_BYTES);
+    zs->next_in = (Bytef *)(uintptr_t)(buf + GOSSIP_HEADER_BYTES + 4); /* zlib does not write it */
+    zs->avail_in = (uInt)(plen - 4);
+    zs->next_out = p + GOSSIP_HEADER_BYTES;
+    zs->avail_out = want;
+    int zr = inflate(zs, Z_FINISH);
+    if (zr != Z_STREAM_END && zr != Z_DATA_ERROR && zs->avail_out == 0) {
+        uint8_t probe; /* full: is there more, or is the stream cut short? */
+        zs->next_out = &probe;
+        zs->avail_out = 1;
+        zr = inflate(zs, Z_FINISH);
+        if (zs->avail_out == 0)
+            return S_BAD("deflate stream inflates to more than the %u bytes it declares", want);
+    }
+    size_t got = (size_t)zs->total_out, left = zs->avail_in;
+    if (zr == Z_DATA_ERROR || zr == Z_NEED_DICT)
+        return S_BAD("corrupt deflate stream after %zu plain bytes: %s", got,
+                     zs->msg ? zs->msg : "invalid data");
+    if (zr != Z_STREAM_END)
+        return S_BAD("deflate stream truncated: it stops after %zu of %u plain bytes", got, want);
+    if (got != want)
+        return S_BAD("deflate stream inflates to %zu bytes, the payload declares %u", got, want);
+    if (left)
+        return S_BAD("%zu bytes follow the end of the deflate stream", left);
+    return 0;
+}
+
+int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,
+                      gossip_payload *out, char *err, size_t errlen)
+{
+    gossip_header hh;
+    if (!h)
+        h = &hh;
+    memset(h, 0, sizeof *h);
+    if (out)
+        out->nblocks = 0;
+    if (!buf || len < GOSSIP_HEADER_BYTES)
+        return S_BAD("message truncated: %zu bytes, the header needs %d", len, GOSSIP_HEADER_BYTES);
+    s_rd r = { buf, len, 0 };
+    uint32_t magic = (uint32_t)s_le(&r, 4);
+    if (magic != GOSSIP_MAGIC)
+        return S_BAD("bad magic 0x%08x (expected 0x%08x, \"LPGS\"): not an lpgossip message", magic, GOSSIP_MAGIC);
+    h->version = (uint8_t)s_le(&r, 1);
+    if (h->version != GOSSIP_VERSION)
+        return S_BAD("unsupported version %u (this build speaks %d)", h->version, GOSSIP_VERSION);
+    h->kind = (uint8_t)s_le(&r, 1);
+    if (h->kind < GOSSIP_MSG_HELLO || h->kind > GOSSIP_MSG_LAST)
+        return S_BAD("unknown message kind %u (known 1..%d)", h->kind, GOSSIP_MSG_LAST);
+    h->flags = (uint16_t)s_le(&r, 2);
+    if (h->flags & ~(GOSSIP_FLAG_PUSH_SUM | GOSSIP_FLAG_DEFLATE))
+        return S_BAD("unknown flags 0x%04x", h->flags);
+    int has_blocks = h->kind == GOSSIP_MSG_GOSSIP || h->kind == GOSSIP_MSG_RESYNC;
+    if ((h->flags & GOSSIP_FLAG_DEFLATE) && !has_blocks)
+        return S_BAD("%s message has the deflate flag (only GOSSIP and RESYNC payloads are deflated)",
+                     s_kind_name(h->kind));
+    h->sender = (uint32_t)s_le(&r, 4);
+    h->iter = s_le(&r, 8);
+    uint64_t u = s_le(&r, 8);
+    memcpy(&h->psi, &u, sizeof u);
+    if (!isfinite(h->psi) || !(h->psi > 0.0))
+        return S_BAD("psi %g from rank %u is not a finite positive number", h->psi, h->sender);
+    if (!(h->flags & GOSSIP_FLAG_PUSH_SUM) && h->psi != 1.0)
+        return S_BAD("psi %g from rank %u but the push-sum flag is off (psi must be 1)", h->psi, h->sender);
+    h->fingerprint = (uint32_t)s_le(&r, 4);
+    uint32_t fp = gossip_layout_fingerprint(layout);
+    if (h->fingerprint != fp)
+        return S_BAD("layout fingerprint 0x%08x from rank %u differs from ours 0x%08x (different model?)",
+                     h->fingerprint, h->sender, fp);
+    h->nblocks = (uint32_t)s_le(&r, 4);
+    h->payload_len = (uint32_t)s_le(&r, 4);
+    size_t want = has_blocks ? layout->nviews : 0;
+    if (h->nblocks != want)
+        return S_BAD("%s message has %u blocks, expected %zu (one per tensor of the layout)",
+                     s_kind_name(h->kind), h->nblocks, want);
+    if ((uint64_t)h->payload_len != (uint64_t)(len - GOSSIP_HEADER_BYTES))
+        return S_BAD("payload length field says %u bytes but %zu follow the header",
+                     h->payload_len, len - GOSSIP_HEADER_BYTES);
+
+    if (!(h->flags & GOSSIP_FLAG_DEFLATE))
+        return s_decode_blocks(buf, len, layout, h, out, err, errlen);
+    /* the payload's inflate stream, kept between messages; a temporary one
+     * when validating only */
+    gossip_buf tmp = { 0 };
+    z_stream tzs, *zs = &tzs;
+    if (out && out->zs) {
+        zs = out->zs;
+        inflateReset(zs);
+    } else {
+        if (out)
+            zs = nn_xcalloc(1, sizeof *zs);
+        else
+            memset(&tzs, 0, sizeof tzs);
+        if (inflateInit2(zs, -15) != Z_OK) {
+            if (out)
+                free(zs);
+            return S_BAD("cannot start inflating (out of memory)");
+        }
+        if (out)
+            out->zs = zs;
+    }
+    gossip_buf *plain = out ? &out->plain : &tmp;
+    int rc = s_inflate(buf, len, gossip_payload_max_bytes(layout), plain, zs, err, errlen);
+    if (rc == 0)
+        rc = s_decode_blocks(plain->data, plain->len, layout, h, out, err, errlen);
+    if (!out)
+        inflateEnd(zs);
+    gossip_buf_free(&tmp);
+    return rc;
+}
+
 /* ---- payloads ---------------------------------------------------------- */
 
 void gossip_payload_init(gossip_payload *p, const nn_arena *layout)
@@ -536,6 +707,11 @@ void gossip_payload_free(gossip_payload *p)
     free(p->blocks);
     free(p->idx);
     free(p->val);
+    gossip_buf_free(&p->plain);
+    if (p->zs) {
+        inflateEnd(p->zs);
+        free(p->zs);
+    }
     memset(p, 0, sizeof *p);
 }
 

@@ -4,8 +4,9 @@
  * Owns:    message header and per-tensor block encoding, Golomb-Rice coded
  *          sparse indices, the decoded-payload buffers, the layout
  *          fingerprint.
- * Exposes: gossip_msg_encode, gossip_msg_encode_control, gossip_msg_decode
- *          (full decode or validate-only), gossip_payload_*.
+ * Exposes: gossip_msg_encode, gossip_msg_encode_control, gossip_msg_deflate
+ *          (the optional lossless pass), gossip_msg_decode (full decode or
+ *          validate-only), gossip_payload_*.
  * Callers: gossip_node (every message), the ZeroMQ node (control messages),
  *          tests, fuzz target.
  *
@@ -15,7 +16,8 @@
  *    4   1  version = 1
  *    5   1  kind: 1 HELLO, 2 GOSSIP, 3 RESYNC_REQ, 4 RESYNC, 5 BYE,
  *           6 HELLO_ACK, 7 BYE_ACK, 8 PING (meanings: gossip_link.h)
- *    6   2  flags: bit 0 push-sum on; other bits must be 0
+ *    6   2  flags: bit 0 push-sum on; bit 1 payload deflated (GOSSIP and
+ *           RESYNC only, see below); other bits must be 0
  *    8   4  sender rank (u32)
  *   12   8  iteration (u64)
  *   20   8  psi (f64): the sender's own push-sum weight, finite and > 0
@@ -24,7 +26,7 @@
  *   32   4  number of blocks: one per tensor view for GOSSIP and RESYNC
  *           (RESYNC: dense f32, the sender's whole public copy), 0 for the
  *           control kinds
- *   36   4  payload length in bytes (everything after the header)
+ *   36   4  payload length in bytes (everything after the header, as sent)
  *   40  ..  blocks, in view order:
  *        u8 type, varint numel (must equal the view's numel), then
  *        1 DENSE_F32   numel x f32
@@ -68,6 +70,7 @@ enum {
 };
 
 #define GOSSIP_FLAG_PUSH_SUM 0x0001u
+#define GOSSIP_FLAG_DEFLATE  0x0002u
 
 typedef struct {
     uint8_t  version;
@@ -109,6 +112,8 @@ typedef struct {
     gossip_block *blocks;
     uint32_t     *idx;      /* layout numel */
     float        *val;      /* layout numel */
+    gossip_buf    plain;    /* inflated message (deflated payloads), grow-only */
+    void         *zs;       /* z_stream * for inflating, made on first use */
 } gossip_payload;
 
 /* FNV-1a 32 over every view's name and numel: equal layouts, equal value. */
@@ -126,9 +131,35 @@ size_t gossip_msg_encode(const gossip_header *h, const gossip_cblock *blocks, si
 size_t gossip_msg_encode_control(uint8_t kind, uint32_t sender, uint64_t iter,
                                  uint32_t fingerprint, gossip_buf *out);
 
+/* Largest payload a valid plain message can have for `layout` (a bound
+ * on every block with every Rice parameter): the cap on inflated sizes. */
+size_t gossip_payload_max_bytes(const nn_arena *layout);
+
+/* State of the lossless pass kept between messages (zero-initialise):
+ * the zlib deflate stream, made on first use and reset for every message
+ * (no allocation per message), and its output buffer. */
+typedef struct {
+    void      *zs;     /* z_stream * or NULL */
+    int        level;  /* the level zs was made for */
+    gossip_buf out;
+} gossip_deflater;
+
+void gossip_deflater_free(gossip_deflater *d);
+
+/* The lossless pass: deflates the payload of the encoded message in msg
+ * (a GOSSIP or RESYNC message from gossip_msg_encode) and, when header +
+ * 4 + stream is strictly smaller, rewrites msg as the deflated message
+ * (flag set, payload length patched).  Otherwise msg is unchanged (also
+ * when zlib runs out of memory: plain is always valid).  Returns msg->len.
+ * level: zlib level 1..9. */
+size_t gossip_msg_deflate(gossip_buf *msg, gossip_deflater *d, int level);
+
 /* Decodes and fully validates buf[0..len) against `layout`.  With out ==
  * NULL it only validates (nothing is written but *h); with out it fills
- * out (the caller's scratch, never live state).  On error returns -1 with
+ * out (the caller's scratch, never live state).  A deflated payload is
+ * inflated into out->plain (or a temporary buffer when out == NULL) and
+ * then checked like a plain one; out->hdr keeps the flags as received.
+ * On error returns -1 with
  * a message saying what is wrong and where (block, tensor, byte offset);
  * never reads outside buf, never asserts on the bytes. */
 int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,

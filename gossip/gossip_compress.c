@@ -14,43 +14,94 @@
 /* ---- spec parsing: one row per compressor ------------------------------- */
 
 enum { S_ARG_NONE, S_ARG_FRACTION, S_ARG_LEVELS };
+enum { S_OPT_NONE = 0, S_OPT_RDECAY, S_OPT_WARMUP };
 
 typedef struct {
     const char *name;
     int         is_sparsifier;
     int         kind;      /* gossip_sparse_kind or gossip_quant_kind */
     int         arg;
+    int         opt;       /* the one option it takes, S_OPT_* */
     const char *usage;
 } s_entry;
 
 static const s_entry s_table[] = {
-    { "identity", 0, GOSSIP_QUANT_NONE,   S_ARG_NONE,     "identity" },
-    { "topk",     1, GOSSIP_SPARSE_TOPK,  S_ARG_FRACTION, "topk:F" },
-    { "randk",    1, GOSSIP_SPARSE_RANDK, S_ARG_FRACTION, "randk:F" },
-    { "q8",       0, GOSSIP_QUANT_Q8,     S_ARG_NONE,     "q8" },
-    { "qsgd",     0, GOSSIP_QUANT_QSGD,   S_ARG_LEVELS,   "qsgd:S" },
+    { "identity", 0, GOSSIP_QUANT_NONE,   S_ARG_NONE,     S_OPT_NONE,   "identity" },
+    { "topk",     1, GOSSIP_SPARSE_TOPK,  S_ARG_FRACTION, S_OPT_RDECAY, "topk:F[,rdecay=B]" },
+    { "randk",    1, GOSSIP_SPARSE_RANDK, S_ARG_FRACTION, S_OPT_NONE,   "randk:F" },
+    { "dgc",      1, GOSSIP_SPARSE_DGC,   S_ARG_FRACTION, S_OPT_WARMUP, "dgc:D[,warmup=E]" },
+    { "q8",       0, GOSSIP_QUANT_Q8,     S_ARG_NONE,     S_OPT_NONE,   "q8" },
+    { "qsgd",     0, GOSSIP_QUANT_QSGD,   S_ARG_LEVELS,   S_OPT_NONE,   "qsgd:S" },
 };
 #define S_NTABLE (sizeof s_table / sizeof s_table[0])
 
 static int s_known(char *err, size_t errlen, const char *what, const char *tok)
 {
-    char list[160] = "";
+    char list[200] = "";
     for (size_t i = 0; i < S_NTABLE; i++) {
         strncat(list, s_table[i].usage, sizeof list - strlen(list) - 1);
         if (i + 1 < S_NTABLE)
             strncat(list, ", ", sizeof list - strlen(list) - 1);
     }
-    return nn_errf(err, errlen, "compressor: %s '%s' (known: %s; combine as SPARSIFIER+QUANTIZER)",
-                   what, tok, list);
+    return nn_errf(err, errlen, "compressor: %s '%s' (known: %s; combine as SPARSIFIER+QUANTIZER, "
+                   "then +deflate)", what, tok, list);
 }
 
-/* Parses one token "name[:arg]" into c. */
+/* Parses the ",key=value" options of token `tok` (opts points at the first
+ * ','; the options end at the end of the string). */
+static int s_parse_opts(gossip_compressor *c, const s_entry *e, const char *opts, const char *tok,
+                        char *err, size_t errlen)
+{
+    static const char *names[] = { "", "rdecay", "warmup" };
+    int seen = 0;
+    while (*opts == ',') {
+        const char *key = opts + 1, *eq = strchr(key, '='), *end = strchr(key, ',');
+        if (!end)
+            end = key + strlen(key);
+        size_t klen = eq && eq < end ? (size_t)(eq - key) : (size_t)(end - key);
+        if (e->opt == S_OPT_NONE || klen != strlen(names[e->opt]) || strncmp(key, names[e->opt], klen))
+            return nn_errf(err, errlen, "compressor: unknown option '%.*s' in '%s' (%s)", (int)(end - key),
+                           key, tok, e->opt == S_OPT_NONE ? "it takes no options" : e->usage);
+        if (!eq || eq > end)
+            return nn_errf(err, errlen, "compressor: option '%.*s' in '%s' needs a value, as in %s",
+                           (int)(end - key), key, tok, e->usage);
+        if (seen++)
+            return nn_errf(err, errlen, "compressor: option '%s' given twice in '%s'", names[e->opt], tok);
+        char val[32], *stop;
+        size_t vlen = (size_t)(end - eq - 1);
+        int ok = vlen > 0 && vlen < sizeof val;
+        if (ok) {
+            memcpy(val, eq + 1, vlen);
+            val[vlen] = 0;
+        }
+        if (e->opt == S_OPT_RDECAY) {
+            double b = ok ? strtod(val, &stop) : -1.0;
+            if (!ok || stop == val || *stop || !(b >= 0.0 && b < 1.0))
+                return nn_errf(err, errlen, "compressor: rdecay in '%s' must be a number in [0, 1) "
+                               "(1 would be plain error feedback: leave it out)", tok);
+            c->rdecay = b;
+        } else {
+            long w = ok ? strtol(val, &stop, 10) : -1;
+            if (!ok || stop == val || *stop || w < 0 || w > 1000)
+                return nn_errf(err, errlen, "compressor: warmup in '%s' must be a whole number of "
+                               "epochs in 0..1000", tok);
+            c->warmup = (int)w;
+        }
+        opts = end;
+    }
+    return 0;
+}
+
+/* Parses one token "name[:arg][,key=value]" into c. */
 static int s_parse_token(gossip_compressor *c, const char *tok, int position, int ntok,
                          char *err, size_t errlen)
 {
     char name[32];
     const char *colon = strchr(tok, ':');
-    size_t nlen = colon ? (size_t)(colon - tok) : strlen(tok);
+    const char *comma = strchr(tok, ',');
+    if (colon && comma && comma < colon)
+        colon = NULL;
+    size_t nlen = colon ? (size_t)(colon - tok) : comma ? (size_t)(comma - tok) : strlen(tok);
     if (nlen == 0 || nlen >= sizeof name)
         return s_known(err, errlen, "bad part", tok);
     memcpy(name, tok, nlen);
@@ -62,69 +113,101 @@ static int s_parse_token(gossip_compressor *c, const char *tok, int position, in
     if (!e)
         return s_known(err, errlen, "unknown compressor", tok);
     if (strcmp(e->name, "identity") == 0 && ntok != 1)
-        return nn_errf(err, errlen, "compressor: 'identity' cannot be combined with anything");
+        return nn_errf(err, errlen, "compressor: 'identity' cannot be combined with anything but +deflate");
     if (e->is_sparsifier && position != 0)
         return nn_errf(err, errlen, "compressor: sparsifier '%s' must come first (SPARSIFIER+QUANTIZER)", tok);
     if (!e->is_sparsifier && position == 0 && ntok == 2)
-        return nn_errf(err, errlen, "compressor: '%s' is a quantizer; the first part of A+B must be a sparsifier (topk, randk)", tok);
+        return nn_errf(err, errlen, "compressor: '%s' is a quantizer; the first part of A+B must be a sparsifier (topk, randk, dgc)", tok);
     if (e->arg == S_ARG_NONE && colon)
         return nn_errf(err, errlen, "compressor: '%s' takes no argument", name);
     if (e->arg != S_ARG_NONE && !colon)
         return nn_errf(err, errlen, "compressor: '%s' needs an argument, as in %s", name, e->usage);
+    char arg[32] = "";
+    if (colon) {
+        size_t alen = comma ? (size_t)(comma - colon - 1) : strlen(colon + 1);
+        if (alen >= sizeof arg)
+            alen = sizeof arg - 1; /* rejected below: the number does not end */
+        memcpy(arg, colon + 1, alen);
+        arg[alen] = 0;
+    }
+    size_t arglen = colon ? (comma ? (size_t)(comma - colon - 1) : strlen(colon + 1)) : 0;
     if (e->arg == S_ARG_FRACTION) {
         char *end;
-        double f = strtod(colon + 1, &end);
-        if (end == colon + 1 || *end || !(f > 0.0 && f <= 1.0))
+        double f = strtod(arg, &end);
+        if (end == arg || *end || arglen != strlen(arg) || !(f > 0.0 && f <= 1.0))
             return nn_errf(err, errlen, "compressor: fraction in '%s' must be a number in (0, 1]", tok);
         c->sparse = (gossip_sparse_kind)e->kind;
         c->fraction = f;
     } else {
         if (e->arg == S_ARG_LEVELS) {
             char *end;
-            long s = strtol(colon + 1, &end, 10);
-            if (end == colon + 1 || *end || s < 1 || s > 127)
+            long s = strtol(arg, &end, 10);
+            if (end == arg || *end || arglen != strlen(arg) || s < 1 || s > 127)
                 return nn_errf(err, errlen, "compressor: levels in '%s' must be an integer in 1..127", tok);
             c->levels = (int)s;
         }
         c->quant = (gossip_quant_kind)e->kind;
     }
-    return 0;
+    return comma ? s_parse_opts(c, e, comma, tok, err, errlen) : 0;
 }
 
 int gossip_compressor_parse(gossip_compressor *c, const char *spec, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
+    c->rdecay = 1.0;
     if (!spec || !*spec)
-        return nn_errf(err, errlen, "compressor: empty spec (use identity, topk:F, randk:F, q8, qsgd:S or A+B)");
+        return nn_errf(err, errlen, "compressor: empty spec (use identity, topk:F, randk:F, dgc:D, q8, qsgd:S or A+B, optionally +deflate)");
     char buf[128];
     if (strlen(spec) >= sizeof buf)
         return nn_errf(err, errlen, "compressor: spec too long");
     snprintf(buf, sizeof buf, "%s", spec);
+    char *last = strrchr(buf, '+');
+    if (last && !strcmp(last + 1, "deflate")) {
+        c->deflate = 1;
+        *last = 0;
+        if (!*buf)
+            return nn_errf(err, errlen, "compressor: '+deflate' follows a compressor, as in q8+deflate");
+    } else if (!strcmp(buf, "deflate")) {
+        return nn_errf(err, errlen, "compressor: 'deflate' is a suffix: write identity+deflate, q8+deflate, ...");
+    }
+    if (strstr(buf, "deflate"))
+        return nn_errf(err, errlen, "compressor: 'deflate' in '%s' must be the last part, once (as in topk:0.01+q8+deflate)", spec);
     char *plus = strchr(buf, '+');
     int ntok = plus ? 2 : 1;
     if (plus) {
         *plus = 0;
         if (strchr(plus + 1, '+'))
-            return nn_errf(err, errlen, "compressor: '%s' has more than two parts", spec);
+            return nn_errf(err, errlen, "compressor: '%s' has more than two parts before +deflate", spec);
     }
     if (s_parse_token(c, buf, 0, ntok, err, errlen) < 0)
         return -1;
     if (plus && s_parse_token(c, plus + 1, 1, ntok, err, errlen) < 0)
         return -1;
+    c->mask_momentum = c->sparse == GOSSIP_SPARSE_DGC;
     /* canonical form */
-    char sp[40] = "", qu[24] = "";
-    if (c->sparse == GOSSIP_SPARSE_TOPK)
-        snprintf(sp, sizeof sp, "topk:%g", c->fraction);
-    else if (c->sparse == GOSSIP_SPARSE_RANDK)
-        snprintf(sp, sizeof sp, "randk:%g", c->fraction);
+    static const char *sname[] = { "", "topk", "randk", "dgc" };
+    char sp[64] = "", qu[24] = "";
+    if (c->sparse != GOSSIP_SPARSE_NONE) {
+        int n = snprintf(sp, sizeof sp, "%s:%g", sname[c->sparse], c->fraction);
+        if (c->rdecay < 1.0)
+            snprintf(sp + n, sizeof sp - (size_t)n, ",rdecay=%g", c->rdecay);
+        else if (c->warmup > 0)
+            snprintf(sp + n, sizeof sp - (size_t)n, ",warmup=%d", c->warmup);
+    }
     if (c->quant == GOSSIP_QUANT_Q8)
         snprintf(qu, sizeof qu, "q8");
     else if (c->quant == GOSSIP_QUANT_QSGD)
         snprintf(qu, sizeof qu, "qsgd:%d", c->levels);
+    char canon[160];
     if (!*sp && !*qu)
-        snprintf(c->spec, sizeof c->spec, "identity");
+        snprintf(canon, sizeof canon, "identity");
     else
-        snprintf(c->spec, sizeof c->spec, "%s%s%s", sp, (*sp && *qu) ? "+" : "", qu);
+        snprintf(canon, sizeof canon, "%s%s%s", sp, (*sp && *qu) ? "+" : "", qu);
+    if (c->deflate)
+        strncat(canon, "+deflate", sizeof canon - strlen(canon) - 1);
+    if (strlen(canon) >= sizeof c->spec)
+        return nn_errf(err, errlen, "compressor: canonical form '%s' of '%s' is too long", canon, spec);
+    memcpy(c->spec, canon, strlen(canon) + 1);
     return 0;
 }
 
@@ -138,6 +221,59 @@ size_t gossip_compressor_k(const gossip_compressor *c, size_t numel)
     if (k > numel)
         k = numel;
     return k;
+}
+
+void gossip_compressor_k_range(const gossip_compressor *c, size_t numel, size_t *lo, size_t *hi)
+{
+    size_t k = gossip_compressor_k(c, numel);
+    *lo = *hi = k;
+    if (c->sparse == GOSSIP_SPARSE_DGC) {
+        *lo = (8 * k + 9) / 10;
+        *hi = 13 * k / 10;
+    }
+}
+
+/* y with y^e = a (0 < a < 1, e >= 1) by bisection: only IEEE multiplications
+ * and comparisons, so the same y on every machine (pow() is not required to
+ * be correctly rounded). */
+static double s_root(double a, int e)
+{
+    double lo = a, hi = 1.0;
+    for (int it = 0; it < 200; it++) {
+        double mid = 0.5 * (lo + hi);
+        if (mid <= lo || mid >= hi)
+            break;
+        double p = 1.0;
+        for (int i = 0; i < e; i++)
+            p *= mid;
+        if (p < a)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return hi;
+}
+
+#define S_DGC_START 0.25 /* warm-up starts at 25% density (DGC: 75% sparsity) */
+
+double gossip_compressor_density(const gossip_compressor *c, uint64_t epoch)
+{
+    if (c->sparse == GOSSIP_SPARSE_NONE)
+        return 1.0;
+    if (c->sparse != GOSSIP_SPARSE_DGC || c->warmup == 0 || epoch >= (uint64_t)c->warmup ||
+        c->fraction >= S_DGC_START)
+        return c->fraction;
+    double y = s_root(c->fraction / S_DGC_START, c->warmup), d = S_DGC_START;
+    for (uint64_t i = 0; i < epoch; i++)
+        d *= y;
+    return d > c->fraction ? d : c->fraction;
+}
+
+void gossip_compressor_at_epoch(gossip_compressor *cur, const gossip_compressor *c, uint64_t epoch)
+{
+    *cur = *c;
+    if (c->sparse != GOSSIP_SPARSE_NONE)
+        cur->fraction = gossip_compressor_density(c, epoch);
 }
 
 uint8_t gossip_compressor_block_type(const gossip_compressor *c)
@@ -226,26 +362,36 @@ static uint32_t s_select(uint32_t *a, size_t n, size_t r)
     return a[lo];
 }
 
-void gossip_topk(const float *v, size_t n, size_t k, uint32_t *idx, uint32_t *keys)
+/* Top-k of the candidates cand[0..c) of v (cand == NULL: all of 0..c-1),
+ * ties to the lower index, written increasing to idx.  idx may equal cand
+ * (each output position is at or before the candidate it came from). */
+static void s_topk_among(const float *v, const uint32_t *cand, size_t c, size_t k, uint32_t *idx,
+                         uint32_t *keys)
 {
-    assert(k >= 1 && k <= n);
-    for (size_t i = 0; i < n; i++)
-        keys[i] = s_magkey(v[i]);
-    uint32_t thr = s_select(keys, n, n - k);
+    assert(k >= 1 && k <= c);
+    for (size_t j = 0; j < c; j++)
+        keys[j] = s_magkey(v[cand ? cand[j] : j]);
+    uint32_t thr = s_select(keys, c, c - k);
     size_t above = 0;
-    for (size_t i = 0; i < n; i++)
-        above += s_magkey(v[i]) > thr;
+    for (size_t j = 0; j < c; j++)
+        above += s_magkey(v[cand ? cand[j] : j]) > thr;
     assert(above < k + 1);
     size_t ties = k - above, m = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t j = 0; j < c; j++) {
+        uint32_t i = cand ? cand[j] : (uint32_t)j;
         uint32_t key = s_magkey(v[i]);
         if (key > thr || (key == thr && ties > 0)) {
             if (key == thr)
                 ties--;
-            idx[m++] = (uint32_t)i;
+            idx[m++] = i;
         }
     }
     assert(m == k);
+}
+
+void gossip_topk(const float *v, size_t n, size_t k, uint32_t *idx, uint32_t *keys)
+{
+    s_topk_among(v, NULL, n, k, idx, keys);
 }
 
 typedef struct {
@@ -278,6 +424,99 @@ void gossip_topk_ref(const float *v, size_t n, size_t k, uint32_t *idx)
         idx[i] = t[i].i;
     qsort(idx, k, sizeof *idx, s_cmp_u32);
     free(t);
+}
+
+/* ---- DGC: sampled threshold, count corrected into [0.8k, 1.3k] ---------- */
+
+size_t gossip_dgc_samples(size_t n)
+{
+    size_t s = n / 100 + (n % 100 != 0);
+    return s > 256 ? s : 256;
+}
+
+static int s_dgc_in_bounds(size_t m, size_t k)
+{
+    return 10 * (uint64_t)m >= 8 * (uint64_t)k && 10 * (uint64_t)m <= 13 * (uint64_t)k;
+}
+
+/* Rank r (1-based, from the top) of the sample matching k of n:
+ * ceil(s*k/n), in 1..s. */
+static size_t s_dgc_rank(size_t s, size_t n, size_t k)
+{
+    uint64_t r = ((uint64_t)s * k + n - 1) / n;
+    return r < 1 ? 1 : (r > s ? s : (size_t)r);
+}
+
+size_t gossip_dgc_select(const float *v, size_t n, size_t k, nn_rng *rng, uint32_t *idx,
+                         uint32_t *keys, int *how)
+{
+    assert(k >= 1 && k <= n && n <= UINT32_MAX);
+    size_t s = gossip_dgc_samples(n);
+    int h = GOSSIP_DGC_EXACT;
+    size_t m = k;
+    if (s >= n) {
+        gossip_topk(v, n, k, idx, keys);
+    } else {
+        for (size_t j = 0; j < s; j++)
+            keys[j] = s_magkey(v[nn_rng_below(rng, (uint32_t)n)]);
+        uint32_t thr = s_select(keys, s, s - s_dgc_rank(s, n, k));
+        size_t c = 0;
+        for (size_t i = 0; i < n; i++)
+            if (s_magkey(v[i]) >= thr)
+                idx[c++] = (uint32_t)i;
+        if (s_dgc_in_bounds(c, k)) {
+            h = GOSSIP_DGC_THRESHOLD;
+            m = c;
+        } else if (c > k) {
+            h = GOSSIP_DGC_CANDIDATES;
+            s_topk_among(v, idx, c, k, idx, keys);
+        } else {
+            gossip_topk(v, n, k, idx, keys);
+        }
+    }
+    if (how)
+        *how = h;
+    return m;
+}
+
+static int s_cmp_u32_desc(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x > y ? -1 : (x < y);
+}
+
+size_t gossip_dgc_select_ref(const float *v, size_t n, size_t k, nn_rng *rng, uint32_t *idx,
+                             int *how)
+{
+    size_t s = gossip_dgc_samples(n);
+    if (how)
+        *how = GOSSIP_DGC_EXACT;
+    if (s >= n) {
+        gossip_topk_ref(v, n, k, idx);
+        return k;
+    }
+    uint32_t *sample = nn_xmalloc(s * sizeof *sample);
+    for (size_t j = 0; j < s; j++)
+        sample[j] = s_magkey(v[nn_rng_below(rng, (uint32_t)n)]);
+    qsort(sample, s, sizeof *sample, s_cmp_u32_desc);
+    uint32_t thr = sample[s_dgc_rank(s, n, k) - 1];
+    free(sample);
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += s_magkey(v[i]) >= thr;
+    if (!s_dgc_in_bounds(c, k)) {
+        if (how)
+            *how = c > k ? GOSSIP_DGC_CANDIDATES : GOSSIP_DGC_EXACT;
+        gossip_topk_ref(v, n, k, idx); /* top-k of the candidates = top-k of all */
+        return k;
+    }
+    if (how)
+        *how = GOSSIP_DGC_THRESHOLD;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (s_magkey(v[i]) >= thr)
+            idx[m++] = (uint32_t)i;
+    return m;
 }
 
 /* ---- rand-k (Floyd's sampling, then a scan gives increasing order) ----- */
@@ -382,19 +621,24 @@ int gossip_compress(const gossip_compressor *c, const nn_arena *layout, const fl
         memset(blk, 0, sizeof *blk);
         blk->type = gossip_compressor_block_type(c);
         blk->numel = (uint32_t)n;
-        blk->k = (uint32_t)k;
         const float *vals = src; /* the k values to carry */
         if (c->sparse != GOSSIP_SPARSE_NONE) {
             uint32_t *idx = out->idx + off;
-            if (c->sparse == GOSSIP_SPARSE_TOPK)
+            if (c->sparse == GOSSIP_SPARSE_TOPK) {
                 gossip_topk(src, n, k, idx, out->keys);
-            else
+            } else if (c->sparse == GOSSIP_SPARSE_DGC) {
+                int how;
+                k = gossip_dgc_select(src, n, k, rng, idx, out->keys, &how);
+                out->dgc_how[how]++;
+            } else {
                 gossip_randk(rng, n, k, idx, out->mark);
+            }
             for (size_t i = 0; i < k; i++)
                 out->tmp[i] = src[idx[i]];
             vals = out->tmp;
             blk->idx = idx;
         }
+        blk->k = (uint32_t)k;
         int rc = 0;
         switch (c->quant) {
         case GOSSIP_QUANT_NONE:

@@ -45,6 +45,8 @@ struct gossip_node {
     float  *xhat_self;                /* d, choco */
     float **xhat_in;                  /* nin x d, choco */
     float  *ebuf;                     /* d, deepsqueeze */
+    float  *sent;                     /* d, dgc: 1 where the last message
+                                         carried a value (momentum mask) */
     float  *work;                     /* d scratch */
     double *acc;                      /* d scratch: mixing sums in double so
                                          that float weights (1/3, 1/5) do not
@@ -56,6 +58,7 @@ struct gossip_node {
     gossip_compressed comp_out;
     gossip_payload    self_pl, scratch_pl;
     gossip_buf        out, resync;
+    gossip_deflater   zbuf;           /* +deflate state */
     gossip_stats      stats;
     uint64_t          cur_sent;       /* bytes sent for the current iteration */
 };
@@ -75,6 +78,34 @@ static int s_needs(const gossip_node *g, int j, uint64_t iter)
     if (g->cfg.algo == GOSSIP_CHOCO)
         return 1;
     return s_w(g, iter)[(size_t)g->rank * g->n + j] > 0.0;
+}
+
+/* zlib level of +deflate: 6 (zlib's default); see docs/gossip.md. */
+#define S_DEFLATE_LEVEL 6
+
+/* The compressor of iteration iter (the dgc warm-up density of its epoch). */
+static void s_comp_at(const gossip_node *g, uint64_t iter, gossip_compressor *cur)
+{
+    uint64_t ipe = g->cfg.iters_per_epoch;
+    gossip_compressor_at_epoch(cur, &g->comp, ipe ? iter / ipe : 0);
+}
+
+static void s_scale(float *v, size_t d, float a)
+{
+    for (size_t k = 0; k < d; k++)
+        v[k] = a * v[k];
+}
+
+/* sent = 1 at every coordinate p carries, 0 elsewhere. */
+static void s_mark_sent(const gossip_payload *p, const nn_arena *layout, float *sent)
+{
+    memset(sent, 0, layout->numel * sizeof *sent);
+    for (size_t b = 0; b < p->nblocks; b++) {
+        const gossip_block *blk = &p->blocks[b];
+        float *s = sent + layout->views[b].offset;
+        for (size_t i = 0; i < blk->k; i++)
+            s[blk->idx ? blk->idx[i] : i] = 1.0f;
+    }
 }
 
 void gossip_config_default(gossip_config *cfg)
@@ -156,6 +187,24 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
         nn_errf(err, errlen, "gossip: dpsgd sends the whole model; sparsifier '%s' needs choco or deepsqueeze", comp.spec);
         return NULL;
     }
+    if (comp.rdecay < 1.0 && cfg->algo != GOSSIP_DEEPSQUEEZE) {
+        nn_errf(err, errlen, "gossip: compressor %s: rdecay decays the unsent residual, which only deepsqueeze "
+                "keeps apart from the model (e = rdecay*(v - c)); in %s the residual x+ - xhat_i is part of the "
+                "model and cannot decay without changing it", comp.spec, gossip_algo_name(cfg->algo));
+        return NULL;
+    }
+    if (comp.sparse == GOSSIP_SPARSE_DGC && cfg->algo != GOSSIP_CHOCO) {
+        nn_errf(err, errlen, "gossip: compressor %s needs choco: DGC's momentum correction is error feedback on "
+                "the accumulated local updates (choco's x+ - xhat_i); %s compresses the model itself, so "
+                "masking the momentum of the largest weights would be wrong (use topk:F[,rdecay=B])",
+                comp.spec, gossip_algo_name(cfg->algo));
+        return NULL;
+    }
+    if (comp.warmup > 0 && cfg->iters_per_epoch == 0) {
+        nn_errf(err, errlen, "gossip: compressor %s: the density warm-up counts epochs, but the iterations per "
+                "epoch are not known (gossip_config.iters_per_epoch = 0)", comp.spec);
+        return NULL;
+    }
     if (cfg->algo != GOSSIP_DPSGD && !(isfinite(cfg->eta) && cfg->eta > 0.0 && cfg->eta <= 1.0)) {
         nn_errf(err, errlen, "gossip: consensus step eta = %g must be in (0, 1]", cfg->eta);
         return NULL;
@@ -218,6 +267,8 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
     }
     if (cfg->algo == GOSSIP_DEEPSQUEEZE)
         g->ebuf = nn_xalloc_aligned(d * sizeof(float));
+    if (comp.mask_momentum)
+        g->sent = nn_xalloc_aligned(d * sizeof(float)); /* nothing sent yet */
     nn_rng_seed(&g->rng, cfg->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(rank + 1)));
     gossip_compressed_init(&g->comp_out, layout);
     gossip_payload_init(&g->self_pl, layout);
@@ -248,6 +299,7 @@ void gossip_node_destroy(gossip_node **self_p)
     free(g->xhat_in);
     free(g->xhat_self);
     free(g->ebuf);
+    free(g->sent);
     free(g->work);
     free(g->acc);
     free(g->in_pos);
@@ -258,6 +310,7 @@ void gossip_node_destroy(gossip_node **self_p)
     gossip_payload_free(&g->self_pl);
     gossip_payload_free(&g->scratch_pl);
     gossip_buf_free(&g->out);
+    gossip_deflater_free(&g->zbuf);
     free(g);
     *self_p = NULL;
 }
@@ -280,12 +333,16 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
             g->work[k] = x[k] + g->ebuf[k];
         v = g->work;
     }
-    if (gossip_compress(&g->comp, g->layout, v, &g->rng, &g->comp_out, err, errlen) < 0)
+    gossip_compressor cur;
+    s_comp_at(g, iter, &cur);
+    if (gossip_compress(&cur, g->layout, v, &g->rng, &g->comp_out, err, errlen) < 0)
         return -1;
     gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP,
                         (uint16_t)(g->cfg.push_sum ? GOSSIP_FLAG_PUSH_SUM : 0),
                         (uint32_t)g->rank, iter, g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0 };
-    gossip_msg_encode(&h, g->comp_out.blocks, g->comp_out.nblocks, &g->out);
+    size_t plain_len = gossip_msg_encode(&h, g->comp_out.blocks, g->comp_out.nblocks, &g->out);
+    if (g->comp.deflate)
+        gossip_msg_deflate(&g->out, &g->zbuf, S_DEFLATE_LEVEL);
     /* Decode our own bytes: the values we apply are exactly what receivers
      * decode (bit-identical public copies). */
     char derr[256];
@@ -296,7 +353,11 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
     } else if (g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
         memcpy(g->ebuf, g->work, d * sizeof(float));
         gossip_payload_sub(&g->self_pl, g->layout, g->ebuf);
+        if (g->comp.rdecay < 1.0) /* eSGD residual momentum: e = B*(v - c) */
+            s_scale(g->ebuf, d, (float)g->comp.rdecay);
     }
+    if (g->sent)
+        s_mark_sent(&g->self_pl, g->layout, g->sent);
     g->ndest = 0;
     if (g->cfg.algo == GOSSIP_CHOCO) {
         for (int a = 0; a < g->nout_union; a++)
@@ -310,6 +371,7 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
     }
     g->cur_sent = (uint64_t)g->out.len * (uint64_t)g->ndest;
     g->stats.bytes_sent += g->cur_sent;
+    g->stats.bytes_sent_plain += (uint64_t)plain_len * (uint64_t)g->ndest;
     g->stats.msgs_sent += (uint64_t)g->ndest;
     g->prepared = 1;
     g->stats.prepare_s = nn_now() - t0;
@@ -516,12 +578,16 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     if (!s_needs(g, (int)s, h.iter))
         return nn_errf(err, errlen, "gossip: node %d: rank %u is not an in-neighbour at iteration %llu",
                        g->rank, s, (unsigned long long)h.iter);
+    gossip_compressor cur;
+    s_comp_at(g, h.iter, &cur);
     for (size_t b = 0; b < g->scratch_pl.nblocks; b++) {
         const gossip_block *blk = &g->scratch_pl.blocks[b];
-        size_t kk = gossip_compressor_k(&g->comp, blk->numel);
-        if (blk->type != g->blk_type || blk->k != kk)
-            return nn_errf(err, errlen, "gossip: node %d: rank %u sent block type %u with %zu values for tensor '%s'; compressor %s gives type %u with %zu",
-                           g->rank, s, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type, kk);
+        size_t lo, hi;
+        gossip_compressor_k_range(&cur, blk->numel, &lo, &hi);
+        if (blk->type != g->blk_type || blk->k < lo || blk->k > hi)
+            return nn_errf(err, errlen, "gossip: node %d: rank %u sent block type %u with %zu values for tensor '%s'; compressor %s gives type %u with %zu..%zu at iteration %llu",
+                           g->rank, s, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type,
+                           lo, hi, (unsigned long long)h.iter);
     }
     int choco = g->cfg.algo == GOSSIP_CHOCO;
     /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet */
@@ -792,15 +858,20 @@ void gossip_node_export(const gossip_node *g, gossip_node_state *s)
 
 int gossip_node_nvec(const gossip_node *g)
 {
+    int nv = g->sent != NULL;
     if (g->cfg.algo == GOSSIP_CHOCO)
-        return 1 + g->nin;
-    return g->cfg.algo == GOSSIP_DEEPSQUEEZE ? 1 : 0;
+        return nv + 1 + g->nin;
+    return nv + (g->cfg.algo == GOSSIP_DEEPSQUEEZE ? 1 : 0);
 }
 
 const float *gossip_node_vec(const gossip_node *g, int k, char *name, size_t namelen)
 {
     if (k < 0 || k >= gossip_node_nvec(g))
         return NULL;
+    if (g->sent && k == gossip_node_nvec(g) - 1) {
+        snprintf(name, namelen, "sent");
+        return g->sent;
+    }
     if (g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
         snprintf(name, namelen, "e");
         return g->ebuf;
@@ -829,6 +900,11 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
                 return nn_errf(err, errlen, "gossip: node %d: restored state '%s' holds %g at index %zu",
                                g->rank, name, (double)vec[k][e], e);
             }
+    if (g->sent)
+        for (size_t e = 0; e < d; e++)
+            if (vec[nv - 1][e] != 0.0f && vec[nv - 1][e] != 1.0f)
+                return nn_errf(err, errlen, "gossip: node %d: restored state 'sent' holds %g at index %zu (0 or 1 expected)",
+                               g->rank, (double)vec[nv - 1][e], e);
     for (int k = 0; k < nv; k++)
         memcpy((float *)gossip_node_vec(g, k, name, sizeof name), vec[k], d * sizeof(float));
     for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
@@ -945,4 +1021,24 @@ int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen
     }
     g->iter = iter;
     return 0;
+}
+
+/* ---- momentum-factor masking --------------------------------------------- */
+
+int gossip_node_masks_momentum(const gossip_node *g)
+{
+    return g->sent != NULL;
+}
+
+size_t gossip_node_mask_sent(const gossip_node *g, float *buf)
+{
+    if (!g->sent)
+        return 0;
+    size_t m = 0, d = g->layout->numel;
+    for (size_t k = 0; k < d; k++)
+        if (g->sent[k] != 0.0f) {
+            buf[k] = 0.0f;
+            m++;
+        }
+    return m;
 }

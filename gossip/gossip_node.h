@@ -6,7 +6,8 @@
  * Owns:    the algorithm state of node `rank`: push-sum weight psi, the own
  *          public copy xhat_i and one xhat_j per in-neighbour (Choco), the
  *          error buffer e_i (DeepSqueeze), the compressor and its RNG, the
- *          outgoing message, received messages for the current iteration and
+ *          dgc momentum mask, the outgoing message (deflated with
+ *          +deflate), received messages for the current iteration and
  *          a few iterations ahead (stored as validated bytes), byte counters.
  * Exposes: the functions below.
  * Callers: gossip_sim (in-process), node/ (ZeroMQ transport, training loop).
@@ -29,7 +30,8 @@
  *          same; x = x+ + eta*(sum_j W[i][j] xhat_j - xhat_i);
  *          psi = psi + eta*(sum_j W[i][j] psi_j - psi).  xhat starts at 0 (as
  *          the reference code), so the first messages carry C(x0).
- *   deepsqueeze  v_i = x+ + e_i; c_i = C(v_i); e_i = v_i - c_i;
+ *   deepsqueeze  v_i = x+ + e_i; c_i = C(v_i); e_i = v_i - c_i (with
+ *          topk:F,rdecay=B: e_i = B*(v_i - c_i), in float);
  *          x = x+ + eta*(sum_j W[i][j] c_j - c_i); psi as in choco.
  * Without push-sum, psi stays 1 and the topology must be doubly stochastic.
  *
@@ -39,8 +41,10 @@
  * the out-neighbours of the UNION of all matrices of a time-varying
  * schedule (every holder of xhat_i must see every q_i, or the copies drift
  * apart; the mixing still uses W_t only).  On a fixed graph both coincide.
- * Byte counters count message bytes exactly as encoded (one count per
- * destination); transport framing is not included.
+ * Byte counters count message bytes exactly as sent, deflated or not (one
+ * count per destination); transport framing is not included.  With dgc the
+ * compressor of iteration t has the warm-up density of epoch
+ * t / iters_per_epoch, on the sender and on every receiver.
  *
  * Membership (failure tolerance; the transport layer, gossip_link, decides
  * who is down):
@@ -98,11 +102,15 @@ typedef struct {
     char        compressor[64]; /* spec, gossip_compress.h */
     double      eta;            /* consensus step (choco, deepsqueeze) */
     int         push_sum;       /* 1: psi weights and de-biasing */
-    uint64_t    seed;           /* randk/qsgd; node rank is mixed in */
+    uint64_t    seed;           /* randk/dgc/qsgd; node rank is mixed in */
+    uint64_t    iters_per_epoch; /* dgc warm-up: epoch = iter / this; 0 =
+                                    unknown (a warm-up is then refused) */
 } gossip_config;
 
 typedef struct {
     uint64_t bytes_sent, bytes_recv;           /* totals */
+    uint64_t bytes_sent_plain;                 /* bytes_sent had no message
+                                                  been deflated (+deflate) */
     uint64_t msgs_sent, msgs_recv;
     uint64_t iter_bytes_sent, iter_bytes_recv; /* of the last finished iteration */
     uint64_t iter_absent;                      /* in-neighbours left out of the last mix */
@@ -113,7 +121,7 @@ typedef struct {
 
 typedef struct gossip_node gossip_node;
 
-/* Defaults: dpsgd, identity, eta 1, push-sum on, seed 1. */
+/* Defaults: dpsgd, identity, eta 1, push-sum on, seed 1, iters_per_epoch 0. */
 void gossip_config_default(gossip_config *cfg);
 /* "dpsgd" (or "sgp"), "choco", "deepsqueeze". -1 with message otherwise. */
 int gossip_algo_parse(const char *name, gossip_algo *out, char *err, size_t errlen);
@@ -122,8 +130,12 @@ const char *gossip_algo_name(gossip_algo a);
 /* New node `rank` of topology t for parameters laid out as `layout`
  * (only the views are used; t and layout are borrowed and must outlive the
  * node).  Checks the config and the topology (column stochastic, positive
- * self weights; doubly stochastic without push-sum).  NULL with a message
- * on error. */
+ * self weights; doubly stochastic without push-sum) and that the
+ * compressor's options fit the algorithm: rdecay only with deepsqueeze (the
+ * only algorithm whose residual e lives outside the model), dgc only with
+ * choco (its momentum correction is choco's error feedback on x+ - xhat_i),
+ * a dgc warm-up only with iters_per_epoch set.  NULL with a message on
+ * error. */
 gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, const topo *t,
                              int rank, char *err, size_t errlen);
 void gossip_node_destroy(gossip_node **self_p);
@@ -211,7 +223,9 @@ uint32_t gossip_node_fingerprint(const gossip_node *g);
  * The whole algorithm state of a node between two iterations is: the
  * scalars below and nvec vectors of layout->numel floats (dpsgd none;
  * deepsqueeze "e" = e_i; choco "xhat.self" = xhat_i, then "xhat.R" = the
- * copy held for in-neighbour R, R increasing).  Messages in flight are not
+ * copy held for in-neighbour R, R increasing; then, with a compressor that
+ * masks momentum (dgc), "sent" = 1 where the last message carried a value,
+ * else 0: the mask still to be applied to the next local step).  Messages in flight are not
  * state: a node restored at iteration t needs its neighbours' messages for
  * t again (they re-send them, or resync). */
 typedef struct {
@@ -233,5 +247,20 @@ const float *gossip_node_vec(const gossip_node *g, int k, char *name, size_t nam
  * positive number or a vector holds NaN/Inf (outside input: a file). */
 int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *const *vec,
                        char *err, size_t errlen);
+
+/* ---- momentum-factor masking (dgc; docs/gossip.md) ---------------------
+ * DGC zeroes the local momentum where a message carried values, so that
+ * stale momentum does not keep pushing coordinates that were just sent.
+ * The training loop calls gossip_node_mask_sent on its momentum buffer
+ * before every local step (node_gossip_local_step does); the mask is that
+ * of the last prepared message and lasts until the next prepare. */
+
+/* 1 when the compressor asks for momentum-factor masking. */
+int gossip_node_masks_momentum(const gossip_node *g);
+/* buf[k] = 0 (buf: layout->numel floats) at every coordinate the last
+ * prepared message carried (sparse: its indices; a q8 code of 0 counts as
+ * carried).  Returns how many; 0 and nothing done when the compressor does
+ * not mask or no message was prepared since creation. */
+size_t gossip_node_mask_sent(const gossip_node *g, float *buf);
 
 #endif

@@ -399,6 +399,9 @@ int node_cmd_node(int argc, char **argv)
     size_t dim = params->numel;
     x = nn_xalloc_aligned(dim * sizeof(float));
     memcpy(x, params->data, dim * sizeof(float));
+    /* Iterations per epoch from shard 0, exactly as simulate. */
+    long steps = (long)((count[0] + (size_t)o.batch - 1) / (size_t)o.batch);
+    go.gc.iters_per_epoch = (uint64_t)steps;
     g = gossip_node_new(&go.gc, params, t, me, err, sizeof err);
     if (!g) {
         s_log(&r, "%s", err);
@@ -462,8 +465,6 @@ int node_cmd_node(int argc, char **argv)
         lc.signals = &s_signals;
         link = gossip_link_new(net, g, t, me, &lc);
     }
-    /* Iterations per epoch from shard 0, exactly as simulate. */
-    long steps = (long)((count[0] + (size_t)o.batch - 1) / (size_t)o.batch);
     uint64_t iters = (uint64_t)(steps * o.epochs);
     long eval_every = go.eval_every > 0 ? go.eval_every : steps;
     s_log(&r, "node %s of %s (%d nodes), %s on %s; %s, compress %s, eta %g, push-sum %s, "

@@ -107,7 +107,7 @@ int node_cmd_simulate(int argc, char **argv)
     }
     node_train_opts_finish(&o);
     node_gossip_opts_finish(&go, &o);
-    const gossip_config gc = go.gc;
+    gossip_config gc = go.gc;
     const double skew = go.skew;
     const char *out_dir = go.out[0] ? go.out : NULL;
     long eval_every = go.eval_every;
@@ -151,6 +151,7 @@ int node_cmd_simulate(int argc, char **argv)
         memcpy(x[i], nn_model_params(tr[i].model)->data, dim * sizeof(float));
         z[i] = nn_model_params(tr[i].model)->data;
     }
+    gc.iters_per_epoch = (uint64_t)tr[0].steps_per_epoch; /* dgc warm-up */
     sim = gossip_sim_new(&gc, layout, t, err, sizeof err);
     if (!sim) {
         fprintf(stderr, "lpgossip simulate: %s\n", err);

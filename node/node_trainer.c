@@ -262,7 +262,8 @@ void node_gossip_opts_finish(node_gossip_opts *g, const node_train_opts *o)
 {
     double eta = g->eta;
     if (eta < 0) /* DESIGN §3: 1 without compression, 0.01 with 99% top-k */
-        eta = (strstr(g->gc.compressor, "topk") || strstr(g->gc.compressor, "randk")) ? 0.01 : 1.0;
+        eta = (strstr(g->gc.compressor, "topk") || strstr(g->gc.compressor, "randk") ||
+               strstr(g->gc.compressor, "dgc")) ? 0.01 : 1.0;
     g->gc.eta = eta;
     g->gc.seed = (uint64_t)o->seed;
 }
@@ -272,7 +273,9 @@ void node_gossip_usage(FILE *f)
     fprintf(f,
 "gossip:\n"
 "  --algo A            dpsgd (SGP) | choco | deepsqueeze            [choco]\n"
-"  --compress SPEC     identity | q8 | topk:F | topk:F+q8 | randk:F | qsgd:S [identity]\n"
+"  --compress SPEC     [SPARSIFIER][+QUANTIZER][+deflate]            [identity]\n"
+"                      sparsifiers: topk:F[,rdecay=B] | randk:F | dgc:D[,warmup=E]\n"
+"                      quantizers: q8 | qsgd:S; e.g. topk:0.01+q8, dgc:0.001,warmup=4+q8+deflate\n"
 "  --eta X             consensus step (choco, deepsqueeze)  [1, or 0.01 with topk]\n"
 "  --no-push-sum       plain gossip (needs a doubly stochastic topology)\n"
 "  --skew S            non-IID skew of the data partition, 0 = IID   [0]\n"
@@ -309,6 +312,7 @@ float node_lr_at_iter(const node_train_opts *o, uint64_t iter, long steps)
 float node_gossip_local_step(node_trainer *t, const node_data *d, const gossip_node *g, float *x,
                              float lr)
 {
+    gossip_node_mask_sent(g, t->sgd.mom.data); /* dgc momentum-factor masking */
     gossip_node_debias(g, x, nn_model_params(t->model)->data);
     return node_trainer_step(t, d, x, lr);
 }

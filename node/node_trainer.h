@@ -104,7 +104,9 @@ int node_shards_make(const node_train_opts *o, const node_data *d, int nodes, do
 /* Learning rate of iteration `iter` with `steps` iterations per epoch. */
 float node_lr_at_iter(const node_train_opts *o, uint64_t iter, long steps);
 
-/* The local step of a gossip run: de-biases x into the model's parameters
+/* The local step of a gossip run: applies g's momentum-factor masking to
+ * the SGD momentum (dgc: zero where g's last message carried values,
+ * gossip_node_mask_sent), de-biases x into the model's parameters
  * (z = x/psi of g) and applies node_trainer_step to x.  Returns the loss. */
 float node_gossip_local_step(node_trainer *t, const node_data *d, const gossip_node *g, float *x,
                              float lr);

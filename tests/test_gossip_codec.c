@@ -7,7 +7,13 @@
  * trailing bytes, block type, tensor size, index past the tensor, repeated
  * and unsorted indices, NaN/Inf values and scales, negative scale, code
  * -128, k > numel, rice parameter, over-long varint, padding); wire sizes of
- * a 273000-value tensor against the information bound.
+ * a 273000-value tensor against the information bound.  The lossless pass
+ * (+deflate): round trip of every block type, a message never grows (an
+ * incompressible payload stays plain), and malformed deflated messages
+ * (truncated stream, wrong plain length either way, a zip bomb, a length
+ * beyond the layout's bound, a flag on a control message, a corrupt stream,
+ * bytes after the stream, a payload not smaller than its plain form, a bad
+ * block inside) are each rejected with a message saying so.
  */
 #include <float.h>
 #include <math.h>
@@ -19,6 +25,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <zlib.h>
 
 #include "gossip/gossip_codec.h"
 #include "gossip/gossip_compress.h"
@@ -160,6 +167,23 @@ static void s_put32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* 2000 copies of ok[0..len) into b with 1..maxflips random bits of the
+ * payload flipped: decoding never crashes (whatever it says). */
+static void s_flip_bits(const uint8_t *ok, size_t len, uint8_t *b, const nn_arena *L, uint64_t seed,
+                        int maxflips)
+{
+    nn_rng r;
+    nn_rng_seed(&r, seed);
+    for (int t = 0; t < 2000; t++) {
+        memcpy(b, ok, len);
+        int flips = 1 + (int)nn_rng_below(&r, (uint32_t)maxflips);
+        for (int f = 0; f < flips; f++)
+            b[GOSSIP_HEADER_BYTES + nn_rng_below(&r, (uint32_t)(len - GOSSIP_HEADER_BYTES))] ^= (uint8_t)(1u << nn_rng_below(&r, 8));
+        char err[512];
+        (void)gossip_msg_decode(b, len, L, NULL, NULL, err, sizeof err);
+    }
+}
+
 static void test_malformed(void **state)
 {
     (void)state;
@@ -260,16 +284,7 @@ static void test_malformed(void **state)
     }
     gossip_buf_free(&cb);
     /* random garbage after a valid header never crashes */
-    nn_rng r;
-    nn_rng_seed(&r, 77);
-    for (int t = 0; t < 2000; t++) {
-        memcpy(b, ok, len);
-        int flips = 1 + (int)nn_rng_below(&r, 4);
-        for (int f = 0; f < flips; f++)
-            b[GOSSIP_HEADER_BYTES + nn_rng_below(&r, (uint32_t)(len - GOSSIP_HEADER_BYTES))] ^= (uint8_t)(1u << nn_rng_below(&r, 8));
-        char err[512];
-        (void)gossip_msg_decode(b, len, &L, NULL, NULL, err, sizeof err);
-    }
+    s_flip_bits(ok, len, b, &L, 77, 4);
     free(ok);
     free(b);
     nn_arena_free(&L);
@@ -369,6 +384,300 @@ static void test_rice_edges(void **state)
     nn_arena_free(&L);
 }
 
+/* ---- the lossless pass ---------------------------------------------------- */
+
+/* One tensor of 2000 values; one block of `type` with compressible content
+ * (repeating values and codes, every third index). */
+static void s_one_block(int type, nn_arena *L, gossip_buf *buf, uint32_t *idx, float *f, int8_t *q,
+                        float *sc)
+{
+    nn_arena_init(L);
+    nn_arena_add(L, "t", 1, (int[]){ 2000 });
+    int sparse = type == GOSSIP_BLK_SPARSE_F32 || type == GOSSIP_BLK_SPARSE_Q8;
+    uint32_t k = sparse ? 666 : 2000;
+    for (uint32_t i = 0; i < k; i++) {
+        idx[i] = 3 * i;
+        f[i] = 0.25f * (float)(i % 5) - 0.5f;
+        q[i] = (int8_t)((int)(i % 9) - 4);
+    }
+    sc[0] = 0.01f;
+    sc[1] = 0.02f;
+    sc[2] = 0.03f;
+    sc[3] = 0.04f;
+    gossip_cblock b = { (uint8_t)type, 2000, k, sparse ? idx : NULL,
+                        (type == GOSSIP_BLK_DENSE_F32 || type == GOSSIP_BLK_SPARSE_F32) ? f : NULL,
+                        (type == GOSSIP_BLK_DENSE_Q8 || type == GOSSIP_BLK_SPARSE_Q8) ? q : NULL,
+                        (type == GOSSIP_BLK_DENSE_Q8 || type == GOSSIP_BLK_SPARSE_Q8) ? sc : NULL };
+    gossip_header h = s_hdr(L);
+    gossip_msg_encode(&h, &b, 1, buf);
+}
+
+/* Both messages decode, to the same blocks. */
+static void s_same_decode(const gossip_buf *a, const gossip_buf *b, const nn_arena *L)
+{
+    gossip_payload pa, pb;
+    gossip_payload_init(&pa, L);
+    gossip_payload_init(&pb, L);
+    char err[512];
+    gossip_header ha, hb;
+    if (gossip_msg_decode(a->data, a->len, L, &ha, &pa, err, sizeof err) < 0)
+        fail_msg("plain: %s", err);
+    if (gossip_msg_decode(b->data, b->len, L, &hb, &pb, err, sizeof err) < 0)
+        fail_msg("deflated: %s", err);
+    assert_int_equal(gossip_msg_decode(b->data, b->len, L, NULL, NULL, err, sizeof err), 0);
+    assert_int_equal(ha.flags | GOSSIP_FLAG_DEFLATE, hb.flags | GOSSIP_FLAG_DEFLATE);
+    assert_true(ha.iter == hb.iter && ha.psi == hb.psi && ha.sender == hb.sender);
+    assert_int_equal(pa.nblocks, pb.nblocks);
+    for (size_t i = 0; i < pa.nblocks; i++) {
+        assert_int_equal(pa.blocks[i].type, pb.blocks[i].type);
+        assert_int_equal(pa.blocks[i].k, pb.blocks[i].k);
+        assert_memory_equal(pa.blocks[i].val, pb.blocks[i].val, pa.blocks[i].k * sizeof(float));
+        if (pa.blocks[i].idx)
+            assert_memory_equal(pa.blocks[i].idx, pb.blocks[i].idx, pa.blocks[i].k * sizeof(uint32_t));
+        else
+            assert_null(pb.blocks[i].idx);
+    }
+    gossip_payload_free(&pa);
+    gossip_payload_free(&pb);
+}
+
+static void test_deflate_roundtrip(void **state)
+{
+    (void)state;
+    static uint32_t idx[2000];
+    static float f[2000];
+    static int8_t q[2000];
+    float sc[4];
+    gossip_buf plain = { 0 }, z = { 0 };
+    gossip_deflater scratch = { 0 };
+    for (int type = GOSSIP_BLK_DENSE_F32; type <= GOSSIP_BLK_SPARSE_Q8; type++) {
+        nn_arena L;
+        s_one_block(type, &L, &plain, idx, f, q, sc);
+        gossip_buf_set(&z, plain.data, plain.len);
+        size_t len = gossip_msg_deflate(&z, &scratch, 6);
+        printf("  deflate block type %d: %zu -> %zu bytes\n", type, plain.len, len);
+        assert_int_equal(len, z.len);
+        assert_true(len < plain.len);
+        assert_true(z.data[6] & GOSSIP_FLAG_DEFLATE);
+        assert_memory_equal(z.data, plain.data, 6); /* magic, version, kind */
+        assert_memory_equal(z.data + 8, plain.data + 8, 28); /* sender .. block count */
+        s_same_decode(&plain, &z, &L);
+        s_same_decode(&plain, &plain, &L);
+        nn_arena_free(&L);
+    }
+    /* the mixed message of four block types, whatever deflate makes of it */
+    nn_arena L;
+    s_layout(&L);
+    s_msgdata m;
+    s_fill(&m);
+    gossip_header h = s_hdr(&L);
+    gossip_msg_encode(&h, m.b, 4, &plain);
+    gossip_buf_set(&z, plain.data, plain.len);
+    gossip_msg_deflate(&z, &scratch, 9);
+    assert_true(z.len <= plain.len);
+    s_same_decode(&plain, &z, &L);
+    nn_arena_free(&L);
+    gossip_buf_free(&plain);
+    gossip_buf_free(&z);
+    gossip_deflater_free(&scratch);
+}
+
+/* Dense f32 blocks of n values: random finite bit patterns with a fraction
+ * `zeros` of zeros. */
+static void s_random_dense(gossip_buf *buf, const nn_arena *L, float *v, size_t n, double zeros, nn_rng *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        do
+            u = (uint32_t)nn_rng_next(r);
+        while (((u >> 23) & 0xff) == 0xff); /* NaN/Inf */
+        memcpy(&v[i], &u, 4);
+        if (nn_rng_uniform(r) < zeros)
+            v[i] = 0.0f;
+    }
+    gossip_cblock b = { GOSSIP_BLK_DENSE_F32, (uint32_t)n, (uint32_t)n, NULL, v, NULL, NULL };
+    gossip_header h = s_hdr(L);
+    gossip_msg_encode(&h, &b, 1, buf);
+}
+
+static void test_deflate_never_grows(void **state)
+{
+    (void)state;
+    enum { N = 3000 };
+    nn_arena L;
+    nn_arena_init(&L);
+    nn_arena_add(&L, "t", 1, (int[]){ N });
+    static float v[N];
+    nn_rng r;
+    nn_rng_seed(&r, 8);
+    gossip_buf plain = { 0 }, z = { 0 };
+    gossip_deflater scratch = { 0 };
+    /* incompressible: stays plain, byte for byte */
+    s_random_dense(&plain, &L, v, N, 0.0, &r);
+    gossip_buf_set(&z, plain.data, plain.len);
+    assert_int_equal(gossip_msg_deflate(&z, &scratch, 6), plain.len);
+    assert_memory_equal(z.data, plain.data, plain.len);
+    /* from incompressible to mostly zeros: never larger, decodes the same */
+    int shrunk = 0;
+    for (int t = 0; t <= 20; t++) {
+        s_random_dense(&plain, &L, v, N, t / 20.0, &r);
+        gossip_buf_set(&z, plain.data, plain.len);
+        gossip_msg_deflate(&z, &scratch, 1 + t % 9);
+        assert_true(z.len <= plain.len);
+        if (z.len < plain.len) {
+            assert_true(z.data[6] & GOSSIP_FLAG_DEFLATE);
+            shrunk++;
+        } else {
+            assert_memory_equal(z.data, plain.data, plain.len);
+        }
+        s_same_decode(&plain, &z, &L);
+    }
+    assert_true(shrunk > 10);
+    /* tiny payloads cannot win */
+    nn_arena T;
+    nn_arena_init(&T);
+    nn_arena_add(&T, "one", 1, (int[]){ 1 });
+    float one = 0.0f;
+    gossip_cblock b = { GOSSIP_BLK_DENSE_F32, 1, 1, NULL, &one, NULL, NULL };
+    gossip_header h = s_hdr(&T);
+    gossip_msg_encode(&h, &b, 1, &z);
+    assert_int_equal(gossip_msg_deflate(&z, &scratch, 6), GOSSIP_HEADER_BYTES + 6);
+    nn_arena_free(&T);
+    nn_arena_free(&L);
+    gossip_buf_free(&plain);
+    gossip_buf_free(&z);
+    gossip_deflater_free(&scratch);
+}
+
+/* Raw deflate (no zlib header) of in[0..n) into out. */
+static size_t s_raw_deflate(const uint8_t *in, size_t n, uint8_t *out, size_t cap)
+{
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    assert_int_equal(deflateInit2(&zs, 9, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    zs.next_in = (Bytef *)(uintptr_t)in;
+    zs.avail_in = (uInt)n;
+    zs.next_out = out;
+    zs.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    size_t len = zs.total_out;
+    deflateEnd(&zs);
+    return len;
+}
+
+/* A deflated message: the header of hdr40 with the flag, payload
+ * u32 plain_len + stream. */
+static size_t s_wrap(uint8_t *out, const uint8_t *hdr40, uint32_t plain_len, const uint8_t *stream,
+                     size_t slen)
+{
+    memcpy(out, hdr40, GOSSIP_HEADER_BYTES);
+    out[6] |= GOSSIP_FLAG_DEFLATE;
+    s_put32(out + 36, (uint32_t)(4 + slen));
+    s_put32(out + GOSSIP_HEADER_BYTES, plain_len);
+    memcpy(out + GOSSIP_HEADER_BYTES + 4, stream, slen);
+    return GOSSIP_HEADER_BYTES + 4 + slen;
+}
+
+static void test_deflate_malformed(void **state)
+{
+    (void)state;
+    static uint32_t idx[2000];
+    static float f[2000];
+    static int8_t q[2000];
+    float sc[4];
+    nn_arena L;
+    gossip_buf plain = { 0 }, z = { 0 };
+    gossip_deflater scratch = { 0 };
+    s_one_block(GOSSIP_BLK_SPARSE_Q8, &L, &plain, idx, f, q, sc);
+    gossip_buf_set(&z, plain.data, plain.len);
+    size_t len = gossip_msg_deflate(&z, &scratch, 6);
+    assert_true(z.data[6] & GOSSIP_FLAG_DEFLATE);
+    uint32_t R = (uint32_t)(plain.len - GOSSIP_HEADER_BYTES);
+    const uint8_t *stream = z.data + GOSSIP_HEADER_BYTES + 4;
+    size_t slen = len - GOSSIP_HEADER_BYTES - 4;
+    size_t cap = 4u << 20;
+    uint8_t *b = nn_xmalloc(cap), *tmp = nn_xmalloc(cap);
+    size_t blen;
+
+    /* cut anywhere: refused (length field as is, and patched) */
+    for (size_t cut = 0; cut < len; cut++) {
+        char label[96];
+        snprintf(label, sizeof label, "deflated, truncated to %zu of %zu", cut, len);
+        s_reject(z.data, cut, &L, cut < GOSSIP_HEADER_BYTES ? "truncated" : "payload length", label);
+        if (cut >= GOSSIP_HEADER_BYTES) {
+            memcpy(b, z.data, cut);
+            s_put32(b + 36, (uint32_t)(cut - GOSSIP_HEADER_BYTES));
+            s_reject(b, cut, &L, cut < GOSSIP_HEADER_BYTES + 5 ? "too short" : NULL, label);
+        }
+    }
+    /* the stream cut short, length consistent */
+    blen = s_wrap(b, z.data, R, stream, slen / 2);
+    s_reject(b, blen, &L, "truncated", "stream cut in half");
+    /* declared plain length one more / one less than the stream gives */
+    blen = s_wrap(b, z.data, R + 1, stream, slen);
+    s_reject(b, blen, &L, "the payload declares", "plain length + 1");
+    blen = s_wrap(b, z.data, R - 1, stream, slen);
+    s_reject(b, blen, &L, "more than the", "plain length - 1");
+    /* beyond the layout's bound: refused before inflating */
+    size_t bound = gossip_payload_max_bytes(&L);
+    blen = s_wrap(b, z.data, (uint32_t)bound + 1, stream, slen);
+    s_reject(b, blen, &L, "refused before inflating", "plain length beyond the bound");
+    blen = s_wrap(b, z.data, 0xffffffffu, stream, slen);
+    s_reject(b, blen, &L, "refused before inflating", "plain length 4 GiB");
+    /* a zip bomb: 4 MiB of zeros in a few KB, declaring the bound */
+    memset(tmp, 0, cap);
+    static uint8_t bomb[1 << 16];
+    size_t bl = s_raw_deflate(tmp, cap, bomb, sizeof bomb);
+    assert_true(bl < bound);
+    blen = s_wrap(b, z.data, (uint32_t)bound, bomb, bl);
+    s_reject(b, blen, &L, "more than the", "zip bomb");
+    /* the flag on control messages */
+    gossip_buf c = { 0 };
+    gossip_msg_encode_control(GOSSIP_MSG_HELLO, 1, 0, gossip_layout_fingerprint(&L), &c);
+    c.data[6] |= GOSSIP_FLAG_DEFLATE;
+    s_reject(c.data, c.len, &L, "deflate flag", "HELLO with the deflate flag");
+    blen = s_wrap(b, c.data, R, stream, slen);
+    s_reject(b, blen, &L, "deflate flag", "HELLO with a deflated payload");
+    gossip_msg_encode_control(GOSSIP_MSG_BYE, 1, 0, gossip_layout_fingerprint(&L), &c);
+    c.data[6] |= GOSSIP_FLAG_DEFLATE;
+    s_reject(c.data, c.len, &L, "BYE message has the deflate flag", "BYE with the deflate flag");
+    gossip_buf_free(&c);
+    /* corrupt stream: a reserved block type */
+    memcpy(tmp, stream, slen);
+    tmp[0] = 0xff;
+    blen = s_wrap(b, z.data, R, tmp, slen);
+    s_reject(b, blen, &L, "corrupt deflate stream", "reserved block type");
+    /* bytes after the end of the stream */
+    memcpy(tmp, stream, slen);
+    tmp[slen] = 0;
+    blen = s_wrap(b, z.data, R, tmp, slen + 1);
+    s_reject(b, blen, &L, "follow the end", "byte after the stream");
+    /* a payload not smaller than its plain form, and one too short */
+    blen = s_wrap(b, z.data, (uint32_t)(slen + 4), stream, slen);
+    s_reject(b, blen, &L, "not smaller", "not smaller");
+    blen = s_wrap(b, z.data, R, stream, 0);
+    s_reject(b, blen, &L, "too short", "empty stream");
+    /* a bad block inside a good stream: the plain checks apply */
+    memcpy(tmp, plain.data, plain.len);
+    tmp[GOSSIP_HEADER_BYTES] = 9;
+    bl = s_raw_deflate(tmp + GOSSIP_HEADER_BYTES, R, bomb, sizeof bomb);
+    blen = s_wrap(b, z.data, R, bomb, bl);
+    s_reject(b, blen, &L, "unknown block type 9 at byte 40", "bad block type inside");
+    memcpy(tmp, plain.data, plain.len);
+    tmp[plain.len] = 0; /* a trailing byte inside */
+    bl = s_raw_deflate(tmp + GOSSIP_HEADER_BYTES, R + 1, bomb, sizeof bomb);
+    blen = s_wrap(b, z.data, R + 1, bomb, bl);
+    s_reject(b, blen, &L, "trailing", "trailing byte inside");
+    /* random bit flips in the stream never crash */
+    s_flip_bits(z.data, len, b, &L, 78, 3);
+    free(b);
+    free(tmp);
+    nn_arena_free(&L);
+    gossip_buf_free(&plain);
+    gossip_buf_free(&z);
+    gossip_deflater_free(&scratch);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -376,6 +685,9 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_wire_sizes),
         cmocka_unit_test(test_rice_edges),
+        cmocka_unit_test(test_deflate_roundtrip),
+        cmocka_unit_test(test_deflate_never_grows),
+        cmocka_unit_test(test_deflate_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,7 +3,11 @@
  * topk against its sort-based _ref twin (ties to the lower index, zeros,
  * NaN, a 273k vector), randk (distinct, increasing, seeded, uniform), q8
  * round-trip error <= scale/2, QSGD unbiased over many draws, spec parsing
- * (canonical names, every malformed spec rejected with a reason).
+ * (canonical names, options, +deflate, every malformed spec rejected with a
+ * reason).  DGC: the selected count lies in [0.8k, 1.3k] on random tensors
+ * of many sizes and distributions (ties, zeros, tiny tensors), equals its
+ * _ref twin bit for bit, is reproducible from the seed, never leaves a
+ * larger magnitude behind; the warm-up density schedule.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -26,6 +30,13 @@ static void test_parse(void **state)
         { "q8", "q8" },                   { "topk:0.01+q8", "topk:0.01+q8" },
         { "randk:0.01", "randk:0.01" },   { "qsgd:16", "qsgd:16" },
         { "randk:0.5+qsgd:4", "randk:0.5+qsgd:4" }, { "topk:1", "topk:1" },
+        { "dgc:0.01", "dgc:0.01" },       { "dgc:0.001,warmup=4+q8", "dgc:0.001,warmup=4+q8" },
+        { "dgc:0.01,warmup=0", "dgc:0.01" }, { "dgc:0.010+q8+deflate", "dgc:0.01+q8+deflate" },
+        { "topk:0.01,rdecay=0.9", "topk:0.01,rdecay=0.9" },
+        { "topk:0.01,rdecay=0.90+q8", "topk:0.01,rdecay=0.9+q8" },
+        { "topk:0.01,rdecay=0+qsgd:4+deflate", "topk:0.01,rdecay=0+qsgd:4+deflate" },
+        { "identity+deflate", "identity+deflate" }, { "q8+deflate", "q8+deflate" },
+        { "randk:0.1+qsgd:4+deflate", "randk:0.1+qsgd:4+deflate" },
     };
     gossip_compressor c;
     char err[256];
@@ -39,6 +50,27 @@ static void test_parse(void **state)
     assert_int_equal(gossip_compressor_block_type(&c), GOSSIP_BLK_SPARSE_Q8);
     assert_int_equal(gossip_compressor_k(&c, 273000), 2730);
     assert_int_equal(gossip_compressor_k(&c, 16), 1); /* max(1, floor) */
+    assert_int_equal(c.deflate, 0);
+    assert_int_equal(c.mask_momentum, 0);
+    assert_true(c.rdecay == 1.0);
+    assert_int_equal(gossip_compressor_parse(&c, "dgc:0.001,warmup=4+q8+deflate", err, sizeof err), 0);
+    assert_int_equal(c.sparse, GOSSIP_SPARSE_DGC);
+    assert_int_equal(c.warmup, 4);
+    assert_int_equal(c.deflate, 1);
+    assert_int_equal(c.mask_momentum, 1);
+    assert_int_equal(gossip_compressor_block_type(&c), GOSSIP_BLK_SPARSE_Q8);
+    size_t lo, hi;
+    gossip_compressor_k_range(&c, 273000, &lo, &hi); /* k = 273 */
+    assert_int_equal(lo, 219); /* ceil(218.4) */
+    assert_int_equal(hi, 354); /* floor(354.9) */
+    gossip_compressor_k_range(&c, 16, &lo, &hi);   /* k = 1 */
+    assert_int_equal(lo, 1);
+    assert_int_equal(hi, 1);
+    assert_int_equal(gossip_compressor_parse(&c, "topk:0.01,rdecay=0.25", err, sizeof err), 0);
+    assert_true(c.rdecay == 0.25);
+    gossip_compressor_k_range(&c, 273000, &lo, &hi);
+    assert_int_equal(lo, 2730);
+    assert_int_equal(hi, 2730);
     static const char *bad[][2] = {
         { "", "empty" },
         { "foo", "unknown compressor" },
@@ -54,6 +86,28 @@ static void test_parse(void **state)
         { "identity+q8", "cannot be combined" },
         { "topk:0.1+q8+q8", "more than two" },
         { "topk:0.1+randk:0.1", "must come first" },
+        { "deflate", "suffix" },
+        { "+deflate", "follows a compressor" },
+        { "deflate+q8", "last part" },
+        { "q8+deflate+deflate", "last part" },
+        { "topk:0.1+deflate+q8", "last part" },
+        { "dgc", "needs an argument" },
+        { "dgc:0", "(0, 1]" },
+        { "dgc:2+q8", "(0, 1]" },
+        { "q8+dgc:0.1", "must be a sparsifier" },
+        { "topk:0.1,rdecay=1", "[0, 1)" },
+        { "topk:0.1,rdecay=-0.5", "[0, 1)" },
+        { "topk:0.1,rdecay=", "[0, 1)" },
+        { "topk:0.1,rdecay=0.5x", "[0, 1)" },
+        { "topk:0.1,rdecay", "needs a value" },
+        { "topk:0.1,warmup=2", "unknown option 'warmup=2'" },
+        { "dgc:0.1,rdecay=0.5", "unknown option 'rdecay=0.5'" },
+        { "dgc:0.1,warmup=-1", "0..1000" },
+        { "dgc:0.1,warmup=1.5", "0..1000" },
+        { "dgc:0.1,warmup=2,warmup=3", "given twice" },
+        { "randk:0.1,rdecay=0.5", "takes no options" },
+        { "q8,rdecay=0.5", "takes no options" },
+        { "topk:0.1,", "unknown option" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
@@ -124,6 +178,174 @@ static void test_topk_matches_ref(void **state)
     free(bi);
     free(bk);
     free(big);
+}
+
+/* ---- DGC ------------------------------------------------------------------ */
+
+/* |v| as the kernels order it (NaN-free inputs here). */
+static float s_mag(float v)
+{
+    return fabsf(v);
+}
+
+/* Checks one selection: count within [0.8k, 1.3k], strictly increasing
+ * indices below n, and no unselected magnitude above a selected one. */
+static void s_check_dgc_sel(const float *v, size_t n, size_t k, const uint32_t *idx, size_t m,
+                            uint8_t *mark, const char *label)
+{
+    if (!(10 * m >= 8 * k && 10 * m <= 13 * k))
+        fail_msg("%s: n %zu k %zu: %zu selected, outside [0.8k, 1.3k]", label, n, k, m);
+    float minsel = INFINITY, maxout = -1.0f;
+    for (size_t i = 0; i < m; i++) {
+        assert_true(idx[i] < n);
+        if (i)
+            assert_true(idx[i] > idx[i - 1]);
+        mark[idx[i]] = 1;
+        minsel = fminf(minsel, s_mag(v[idx[i]]));
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!mark[i])
+            maxout = fmaxf(maxout, s_mag(v[i]));
+        mark[i] = 0;
+    }
+    if (!(maxout <= minsel))
+        fail_msg("%s: n %zu k %zu: unselected |v| %g above selected %g", label, n, k, (double)maxout,
+                 (double)minsel);
+}
+
+/* Fills v[0..n) with distribution `dist`. */
+static void s_fill_dist(float *v, size_t n, int dist, nn_rng *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = nn_rng_normal(r);
+        switch (dist) {
+        case 0: v[i] = g; break;                                        /* normal */
+        case 1: v[i] = nn_rng_uniform(r) - 0.5f; break;                  /* uniform */
+        case 2: v[i] = g / (fabsf(nn_rng_normal(r)) + 1e-3f); break;     /* heavy tails */
+        case 3: v[i] = (float)((int)nn_rng_below(r, 5) - 2); break;      /* heavy ties */
+        case 4: v[i] = nn_rng_below(r, 50) ? 0.0f : g; break;            /* 98% zeros */
+        case 5: v[i] = 0.0f; break;                                      /* all zero */
+        case 6: v[i] = expf(8.0f * g) * (nn_rng_below(r, 2) ? 1.0f : -1.0f); break; /* log-normal */
+        default: v[i] = (float)(i % 7) * 0.5f; break;                   /* periodic ties */
+        }
+    }
+}
+
+static void test_dgc_count_bounds(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = { 1, 2, 5, 16, 100, 256, 257, 300, 1000, 4096, 9216, 36864, 100000 };
+    static const double dens[] = { 0.001, 0.01, 0.05, 0.1, 0.3, 0.9, 1.0 };
+    enum { NDIST = 8, REPS = 6 };
+    size_t nmax = 100000;
+    float *v = nn_xmalloc(nmax * sizeof *v);
+    uint32_t *a = nn_xmalloc(nmax * sizeof *a), *b = nn_xmalloc(nmax * sizeof *b);
+    uint32_t *keys = nn_xmalloc(nmax * sizeof *keys);
+    uint8_t *mark = nn_xcalloc(nmax, 1);
+    nn_rng data;
+    nn_rng_seed(&data, 21);
+    size_t how[3] = { 0 }, cases = 0, big = 0, big_thr = 0;
+    double worst_lo = 10, worst_hi = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+        for (int dist = 0; dist < NDIST; dist++)
+            for (size_t di = 0; di < sizeof dens / sizeof dens[0]; di++)
+                for (int rep = 0; rep < (sizes[si] > 10000 ? 2 : REPS); rep++) {
+                    size_t n = sizes[si];
+                    size_t k = (size_t)floor((double)n * dens[di]);
+                    k = k < 1 ? 1 : k;
+                    s_fill_dist(v, n, dist, &data);
+                    nn_rng r1, r2;
+                    nn_rng_seed(&r1, 1000 + (uint64_t)rep);
+                    r2 = r1;
+                    int h1, h2;
+                    size_t m1 = gossip_dgc_select(v, n, k, &r1, a, keys, &h1);
+                    size_t m2 = gossip_dgc_select_ref(v, n, k, &r2, b, &h2);
+                    char label[96];
+                    snprintf(label, sizeof label, "dist %d density %g rep %d", dist, dens[di], rep);
+                    s_check_dgc_sel(v, n, k, a, m1, mark, label);
+                    /* the _ref twin: same count, indices, outcome and draws */
+                    assert_int_equal(m1, m2);
+                    assert_int_equal(h1, h2);
+                    assert_memory_equal(a, b, m1 * sizeof *a);
+                    assert_memory_equal(&r1, &r2, sizeof r1);
+                    how[h1]++;
+                    cases++;
+                    if (n >= 4096 && dist != 5 && dist != 3) { /* sampled, not all ties */
+                        big++;
+                        big_thr += h1 == GOSSIP_DGC_THRESHOLD;
+                    }
+                    double q = (double)m1 / (double)k;
+                    worst_lo = q < worst_lo ? q : worst_lo;
+                    worst_hi = q > worst_hi ? q : worst_hi;
+                }
+    printf("  dgc: %zu random tensors (%zu sizes 1..100000, %d distributions, %zu densities): "
+           "count/k in [%.3f, %.3f]; threshold %zu, top-k of candidates %zu, exact %zu\n",
+           cases, sizeof sizes / sizeof sizes[0], NDIST, sizeof dens / sizeof dens[0], worst_lo,
+           worst_hi, how[GOSSIP_DGC_THRESHOLD], how[GOSSIP_DGC_CANDIDATES], how[GOSSIP_DGC_EXACT]);
+    printf("  dgc: n >= 4096 without mass ties: the sampled threshold landed in bounds in %zu of %zu\n",
+           big_thr, big);
+    assert_true(how[GOSSIP_DGC_THRESHOLD] > 0 && how[GOSSIP_DGC_CANDIDATES] > 0 && how[GOSSIP_DGC_EXACT] > 0);
+
+    /* reproducible: the same seed gives the same selection; the threshold
+     * path on a large normal tensor (sample 1000 of 100000, k/n = 0.1) */
+    size_t n = 100000, k = 10000;
+    s_fill_dist(v, n, 0, &data);
+    nn_rng r1, r2;
+    nn_rng_seed(&r1, 5);
+    nn_rng_seed(&r2, 5);
+    int h;
+    size_t m1 = gossip_dgc_select(v, n, k, &r1, a, keys, &h);
+    size_t m2 = gossip_dgc_select(v, n, k, &r2, b, keys, NULL);
+    assert_int_equal(m1, m2);
+    assert_memory_equal(a, b, m1 * sizeof *a);
+    assert_int_equal(h, GOSSIP_DGC_THRESHOLD);
+    assert_int_equal(gossip_dgc_samples(100000), 1000);
+    assert_int_equal(gossip_dgc_samples(25601), 257);
+    assert_int_equal(gossip_dgc_samples(300), 256);
+    free(v);
+    free(a);
+    free(b);
+    free(keys);
+    free(mark);
+}
+
+static void test_dgc_warmup_schedule(void **state)
+{
+    (void)state;
+    gossip_compressor c, cur;
+    char err[256];
+    assert_int_equal(gossip_compressor_parse(&c, "dgc:0.001,warmup=4+q8", err, sizeof err), 0);
+    /* DGC's schedule: 25%, then x (0.004)^(1/4) per epoch, D from epoch 4 */
+    double prev = 1.0;
+    for (uint64_t e = 0; e < 4; e++) {
+        double d = gossip_compressor_density(&c, e);
+        double want = 0.25 * pow(0.001 / 0.25, (double)e / 4.0);
+        printf("  dgc:0.001,warmup=4 epoch %llu: density %.6g\n", (unsigned long long)e, d);
+        assert_true(fabs(d - want) <= 1e-12 * want);
+        assert_true(d < prev);
+        prev = d;
+    }
+    assert_true(gossip_compressor_density(&c, 0) == 0.25);
+    assert_true(gossip_compressor_density(&c, 4) == 0.001);
+    assert_true(gossip_compressor_density(&c, 1000) == 0.001);
+    gossip_compressor_at_epoch(&cur, &c, 1);
+    assert_true(cur.fraction == gossip_compressor_density(&c, 1));
+    assert_int_equal(gossip_compressor_k(&cur, 36864), (size_t)floor(36864 * cur.fraction));
+    assert_string_equal(cur.spec, c.spec);
+    /* one warm-up epoch: 25% in epoch 0, then D */
+    assert_int_equal(gossip_compressor_parse(&c, "dgc:0.01,warmup=1", err, sizeof err), 0);
+    assert_true(gossip_compressor_density(&c, 0) == 0.25);
+    assert_true(gossip_compressor_density(&c, 1) == 0.01);
+    /* D >= 25%: nothing to warm up */
+    assert_int_equal(gossip_compressor_parse(&c, "dgc:0.5,warmup=3", err, sizeof err), 0);
+    assert_true(gossip_compressor_density(&c, 0) == 0.5);
+    /* no warm-up, other compressors */
+    assert_int_equal(gossip_compressor_parse(&c, "dgc:0.01", err, sizeof err), 0);
+    assert_true(gossip_compressor_density(&c, 0) == 0.01);
+    assert_int_equal(gossip_compressor_parse(&c, "topk:0.02", err, sizeof err), 0);
+    assert_true(gossip_compressor_density(&c, 0) == 0.02);
+    assert_int_equal(gossip_compressor_parse(&c, "q8", err, sizeof err), 0);
+    assert_true(gossip_compressor_density(&c, 0) == 1.0);
 }
 
 static void test_randk(void **state)
@@ -237,14 +459,17 @@ static void test_compress_layout(void **state)
     gossip_compressed_init(&out, &L);
     gossip_compressor c;
     char err[256];
-    static const char *specs[] = { "identity", "q8", "qsgd:8", "topk:0.1", "topk:0.1+q8", "randk:0.1+qsgd:2" };
+    static const char *specs[] = { "identity", "q8", "qsgd:8", "topk:0.1", "topk:0.1+q8", "randk:0.1+qsgd:2",
+                                   "dgc:0.1", "dgc:0.01+q8", "topk:0.1,rdecay=0.5+q8+deflate" };
     for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
         assert_int_equal(gossip_compressor_parse(&c, specs[s], err, sizeof err), 0);
         assert_int_equal(gossip_compress(&c, &L, L.data, &r, &out, err, sizeof err), 0);
         for (size_t b = 0; b < 2; b++) {
             assert_int_equal(out.blocks[b].type, gossip_compressor_block_type(&c));
             assert_int_equal(out.blocks[b].numel, L.views[b].numel);
-            assert_int_equal(out.blocks[b].k, gossip_compressor_k(&c, L.views[b].numel));
+            size_t lo, hi;
+            gossip_compressor_k_range(&c, L.views[b].numel, &lo, &hi);
+            assert_in_range(out.blocks[b].k, lo, hi);
         }
         if (c.sparse == GOSSIP_SPARSE_TOPK && c.quant == GOSSIP_QUANT_NONE) /* values are exact */
             for (size_t i = 0; i < out.blocks[0].k; i++)
@@ -263,6 +488,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_topk_matches_ref),
+        cmocka_unit_test(test_dgc_count_bounds),
+        cmocka_unit_test(test_dgc_warmup_schedule),
         cmocka_unit_test(test_randk),
         cmocka_unit_test(test_q8_roundtrip),
         cmocka_unit_test(test_qsgd_unbiased),

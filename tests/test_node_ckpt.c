@@ -8,7 +8,8 @@
  * restored changes the trajectory).  Checked:
  *   - 2T iterations straight == T iterations, checkpoint of every node,
  *     everything destroyed and rebuilt, resume, T more: x and psi
- *     bit-identical (choco + randk, deepsqueeze + qsgd, dpsgd);
+ *     bit-identical (choco + randk, deepsqueeze + qsgd, dpsgd, and choco +
+ *     dgc with warm-up and deflate, whose momentum mask is state);
  *   - truncated, corrupted and foreign (other algo) checkpoints are refused
  *     with a message and leave the live state unchanged;
  *   - crash during write: a child process saving checkpoints in a loop is
@@ -79,6 +80,7 @@ static void s_run_new(s_run *r, const char *algo, const char *comp)
     assert_int_equal(gossip_algo_parse(algo, &r->gc.algo, err, sizeof err), 0);
     snprintf(r->gc.compressor, sizeof r->gc.compressor, "%s", comp);
     r->gc.eta = r->gc.algo == GOSSIP_DPSGD ? 1.0 : 0.5;
+    r->gc.iters_per_epoch = 3; /* dgc warm-up epochs within the run */
     r->sim = gossip_sim_new(&r->gc, &r->L, r->t, err, sizeof err);
     if (!r->sim)
         fail_msg("%s", err);
@@ -136,6 +138,7 @@ static void s_iterate(s_run *r, uint64_t it)
             r->grad[k] = 0.05f * s->x[k] + 0.01f * nn_rng_normal(&s->aug) +
                          0.001f * (float)idx[k % 3] + 0.002f * u;
         s->buffers.data[it % 2] += u;
+        gossip_node_mask_sent(gossip_sim_node(r->sim, i), s->sgd.mom.data); /* as node_gossip_local_step */
         nn_sgd_step(&s->sgd, s->x, r->grad, 0.1f);
     }
     if (gossip_sim_step(r->sim, r->xs, it, err, sizeof err) != 0)
@@ -236,6 +239,12 @@ static void test_round_trip_deepsqueeze(void **state)
 {
     (void)state;
     s_round_trip("deepsqueeze", "qsgd:16");
+}
+
+static void test_round_trip_dgc(void **state)
+{
+    (void)state;
+    s_round_trip("choco", "dgc:0.2,warmup=2+q8+deflate");
 }
 
 static void test_round_trip_dpsgd(void **state)
@@ -407,6 +416,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_choco),
+        cmocka_unit_test(test_round_trip_dgc),
         cmocka_unit_test(test_round_trip_deepsqueeze),
         cmocka_unit_test(test_round_trip_dpsgd),
         cmocka_unit_test(test_refused),
