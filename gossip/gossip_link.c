@@ -671,12 +671,14 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
             if ((p->hello || p->ack) && p->reported > far)
                 far = p->reported;
         }
-        if (!rejoin && far > start) {
-            rejoin = 1; /* the run is in progress: join it */
-            s_log(l, "the neighbours are at iteration %llu: joining the run in progress%s",
-                  (unsigned long long)far, resumed ? "" : " (no checkpoint: from the initial weights)");
-            continue;
-        }
+        /* In a fresh start the neighbours that passed their barrier first
+         * may be an iteration or two along already (they need our messages
+         * to go further); far beyond is a run in progress, which this node
+         * joins only from its checkpoint. */
+        if (!rejoin && far > start + l->lag)
+            return nn_errf(err, errlen, "the neighbours are at iteration %llu: this run is in "
+                           "progress; restart this node with --resume to rejoin it from its "
+                           "checkpoint", (unsigned long long)far);
         if (done)
             break;
         double now = nn_now();

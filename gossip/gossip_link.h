@@ -45,10 +45,11 @@
  *
  * Start.  A fresh run waits until every in-neighbour said HELLO and every
  * out-neighbour acknowledged ours (bounded by `timeout`, naming who is
- * missing).  A node that resumes from a checkpoint, or finds its neighbours
- * further along, rejoins: it waits for whoever answers within `timeout`,
- * continues at T = max(its own iteration, theirs), and (choco) exchanges
- * RESYNCs with every answering neighbour before iteration T.
+ * missing); neighbours far along (a run in progress) are an error that
+ * points to --resume.  A node that resumes from a checkpoint rejoins: it
+ * waits for whoever answers within `timeout`, continues at T = max(its own
+ * iteration, theirs), and (choco) exchanges RESYNCs with every answering
+ * neighbour before iteration T.
  *
  * Refused input (counted, the first 20 logged, never asserted): bytes that
  * are not an lpgossip message, a sender field that is not the connection's

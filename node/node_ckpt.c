@@ -87,11 +87,13 @@ static int s_rng_parse(const char *s, nn_rng *r)
 
 int node_ckpt_save(const char *path, const node_ckpt *c, uint64_t iter, char *err, size_t errlen)
 {
-    if (c->g && gossip_node_iter(c->g) != iter)
-        return nn_errf(err, errlen, "checkpoint %s: iteration %llu but the gossip state is at %llu",
-                       path, (unsigned long long)iter, (unsigned long long)gossip_node_iter(c->g));
-    char s_iter[32], s_psi[64], s_rm[80], s_ra[80], s_rc[80], s_pos[32], s_lr[64];
-    gossip_node_state gs = {iter, 1.0, {{0, 0, 0, 0}}};
+    uint64_t H = c->gossip_every ? c->gossip_every : 1;
+    if (c->g && gossip_node_iter(c->g) != iter / H)
+        return nn_errf(err, errlen, "checkpoint %s: iteration %llu (gossip round %llu) but the gossip state is at round %llu",
+                       path, (unsigned long long)iter, (unsigned long long)(iter / H),
+                       (unsigned long long)gossip_node_iter(c->g));
+    char s_iter[32], s_psi[64], s_rm[80], s_ra[80], s_rc[80], s_pos[32], s_lr[64], s_every[32];
+    gossip_node_state gs = {iter / H, 1.0, {{0, 0, 0, 0}}};
     if (c->g)
         gossip_node_export(c->g, &gs);
     nn_rng zero = {{0, 0, 0, 0}};
@@ -103,11 +105,13 @@ int node_ckpt_save(const char *path, const node_ckpt *c, uint64_t iter, char *er
     snprintf(s_pos, sizeof s_pos, "%llu",
              (unsigned long long)(c->sampler ? nn_sampler_position(c->sampler) : 0));
     snprintf(s_lr, sizeof s_lr, "%a", (double)c->sgd->last_lr);
-    const char *meta[2 * (9 + NODE_CKPT_MAX_IDENT) + 1];
+    snprintf(s_every, sizeof s_every, "%llu", (unsigned long long)H);
+    const char *meta[2 * (10 + NODE_CKPT_MAX_IDENT) + 1];
     int m = 0;
     const char *fixed[] = {"format", S_FORMAT, "version", S_VERSION, "iter", s_iter,
                            "psi", s_psi, "rng_model", s_rm, "rng_aug", s_ra,
-                           "rng_comp", s_rc, "sampler_pos", s_pos, "sgd_last_lr", s_lr};
+                           "rng_comp", s_rc, "sampler_pos", s_pos, "sgd_last_lr", s_lr,
+                           "gossip_every", s_every};
     for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++)
         meta[m++] = fixed[k];
     for (int k = 0; c->ident && c->ident[k]; k += 2) {
@@ -187,6 +191,16 @@ int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, si
                            "'%s' (resume with the same flags and topology)",
                            path, c->ident[k], val, c->ident[k + 1]);
     }
+    /* 2b. the same rounds per iteration (absent in files of before
+     * --gossip-every: 1) */
+    uint64_t every = 1, H = c->gossip_every ? c->gossip_every : 1;
+    if (nn_safetensors_meta(path, "gossip_every", val, sizeof val, e, sizeof e) == 0 &&
+        s_u64(path, "gossip_every", val, &every, err, errlen) != 0)
+        return -1;
+    if (every != H)
+        return nn_errf(err, errlen, "cannot resume from %s: it was written with --gossip-every "
+                       "%llu, this run has %llu", path, (unsigned long long)every,
+                       (unsigned long long)H);
     /* 3. scalars */
     uint64_t it, pos;
     double psi, lr;
@@ -228,7 +242,7 @@ int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, si
         const float **vec = nn_xcalloc((size_t)(nv ? nv : 1), sizeof *vec);
         for (int k = 0; k < nv; k++)
             vec[k] = tmp[first_g + k].data;
-        gossip_node_state gs = {it, psi, rcomp};
+        gossip_node_state gs = {it / H, psi, rcomp};
         if (gossip_node_import(c->g, &gs, vec, e, sizeof e) != 0)
             rc = nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
         free(vec);

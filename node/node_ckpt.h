@@ -15,7 +15,8 @@
  *            format "lpgossip-ckpt", version "1",
  *            iter (iterations completed), psi (C99 hex float, exact),
  *            rng_model, rng_aug, rng_comp (xoshiro state: 4 x 16 hex digits),
- *            sampler_pos (decimal), sgd_last_lr (hex float),
+ *            sampler_pos (decimal), sgd_last_lr (hex float), gossip_every
+ *            (local steps per gossip round; a file without it means 1),
  *            plus the caller's identity pairs (model, algo, topology, rank,
  *            ...): a checkpoint whose identity differs is refused, naming
  *            the first differing key and both values.
@@ -48,11 +49,15 @@ typedef struct {
     /* identity: {key0, value0, key1, value1, ..., NULL}, at most
      * NODE_CKPT_MAX_IDENT pairs; keys must not clash with the keys above */
     const char *const *ident;
+    /* local steps per gossip round (--gossip-every); 0 or 1: one round per
+     * iteration.  After `iter` iterations the gossip node has done
+     * iter / gossip_every rounds. */
+    uint64_t gossip_every;
 } node_ckpt;
 
 /* Writes the checkpoint of the state after `iter` completed iterations
- * (with gossip, iter must equal gossip_node_iter(c->g): called between mix
- * and the next prepare).  Atomic (see above).  0, or -1 with a message. */
+ * (with gossip, iter / gossip_every must equal gossip_node_iter(c->g):
+ * called between mix and the next prepare).  Atomic (see above).  0, or -1 with a message. */
 int node_ckpt_save(const char *path, const node_ckpt *c, uint64_t iter, char *err, size_t errlen);
 
 /* Restores the state pointed at by c from `path` and writes the number of

@@ -401,7 +401,8 @@ int node_cmd_node(int argc, char **argv)
     memcpy(x, params->data, dim * sizeof(float));
     /* Iterations per epoch from shard 0, exactly as simulate. */
     long steps = (long)((count[0] + (size_t)o.batch - 1) / (size_t)o.batch);
-    go.gc.iters_per_epoch = (uint64_t)steps;
+    const uint64_t H = (uint64_t)go.gossip_every; /* local steps per gossip round */
+    go.gc.iters_per_epoch = (uint64_t)steps / H ? (uint64_t)steps / H : 1; /* rounds */
     g = gossip_node_new(&go.gc, params, t, me, err, sizeof err);
     if (!g) {
         s_log(&r, "%s", err);
@@ -425,7 +426,7 @@ int node_cmd_node(int argc, char **argv)
                            "push_sum", go.gc.push_sum ? "on" : "off", "topology", id_topo,
                            "rank", id_rank, "seed", id_seed, "batch", id_batch, NULL};
     node_ckpt ck = {params, x, &tr.sgd, nn_model_buffers(tr.model), no_gossip ? NULL : g,
-                    nn_model_rng(tr.model), &tr.aug_rng, &tr.sampler, ident};
+                    nn_model_rng(tr.model), &tr.aug_rng, &tr.sampler, ident, H};
     if (go.out[0])
         snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt-%d.safetensors", go.out, me);
     if ((resume || ckpt_every > 0) && !go.out[0]) {
@@ -474,10 +475,13 @@ int node_cmd_node(int argc, char **argv)
           go.gc.compressor, go.gc.eta, go.gc.push_sum ? "on" : "off", go.skew, o.mo.model, dim,
           count[me], o.epochs, steps, no_eval ? ", no evaluation" : "");
 
-    if (link && gossip_link_start(link, resume, &it, err, sizeof err) != 0) {
+    uint64_t round = it / H; /* gossip rounds done */
+    if (link && gossip_link_start(link, resume, &round, err, sizeof err) != 0) {
         s_log(&r, "%s", err);
         goto done;
     }
+    if (round * H > it)
+        it = round * H; /* rejoined further along: start that round's local steps */
     s_times tm = {0, 0, 0, 0};
     double t0 = nn_now();
     int failed = 0;
@@ -508,18 +512,21 @@ int node_cmd_node(int argc, char **argv)
         } else {
             skipped_run = 0;
         }
-        if (link) {
+        if (link && (it + 1) % H != 0) {
+            gossip_link_pump(link, 0); /* between rounds: answer, PING */
+        } else if (link) {
             gossip_link_times lt = {0, 0, 0};
-            if (gossip_link_round(link, x, it, &lt, err, sizeof err) != 0) {
+            if (gossip_link_round(link, x, (it + 1) / H - 1, &lt, err, sizeof err) != 0) {
                 s_log(&r, "iteration %llu: %s", (unsigned long long)it, err);
                 failed = 1;
                 break;
             }
-            nn_sgd_after_mix(&tr.sgd, x);
             tm.compress += lt.compress;
             tm.wait += lt.wait;
             tm.mix += lt.mix;
         }
+        if (link)
+            nn_sgd_after_mix(&tr.sgd, x);
         if (ckpt_path[0] && ckpt_n > 0 && (it + 1) % (uint64_t)ckpt_n == 0) {
             double k0 = nn_now();
             if (node_ckpt_save(ckpt_path, &ck, it + 1, err, sizeof err) != 0)

@@ -111,6 +111,7 @@ int node_cmd_simulate(int argc, char **argv)
     const double skew = go.skew;
     const char *out_dir = go.out[0] ? go.out : NULL;
     long eval_every = go.eval_every;
+    const uint64_t H = (uint64_t)go.gossip_every; /* local steps per gossip round */
     node_set_threads((int)o.threads);
 
     int rc = 1, n = 0;
@@ -151,7 +152,8 @@ int node_cmd_simulate(int argc, char **argv)
         memcpy(x[i], nn_model_params(tr[i].model)->data, dim * sizeof(float));
         z[i] = nn_model_params(tr[i].model)->data;
     }
-    gc.iters_per_epoch = (uint64_t)tr[0].steps_per_epoch; /* dgc warm-up */
+    /* dgc warm-up: gossip rounds per epoch */
+    gc.iters_per_epoch = (uint64_t)tr[0].steps_per_epoch / H ? (uint64_t)tr[0].steps_per_epoch / H : 1;
     sim = gossip_sim_new(&gc, layout, t, err, sizeof err);
     if (!sim) {
         fprintf(stderr, "lpgossip simulate: %s\n", err);
@@ -172,10 +174,11 @@ int node_cmd_simulate(int argc, char **argv)
     if (eval_nodes < 0 || eval_nodes > n)
         eval_nodes = n;
     printf("simulate: %d nodes (%s), %s, compress %s, eta %g, push-sum %s, skew %g; %s (%zu "
-           "parameters) on %s, %zu samples per node, %ld epochs x %ld iterations\n",
+           "parameters) on %s, %zu samples per node, %ld epochs x %ld iterations, a gossip "
+           "round every %llu\n",
            n, topo_path, gossip_algo_name(gc.algo), gc.compressor, gc.eta,
            gc.push_sum ? "on" : "off", skew, o.mo.model, dim, d.train.name, count[0], o.epochs,
-           steps);
+           steps, (unsigned long long)H);
     fflush(stdout);
     double t0 = nn_now(), t_compute = 0, t_gossip = 0;
     for (uint64_t it = 0; it < iters; it++) {
@@ -191,7 +194,7 @@ int node_cmd_simulate(int argc, char **argv)
             }
         }
         double b = nn_now();
-        if (gossip_sim_step(sim, x, it, err, sizeof err) != 0) {
+        if ((it + 1) % H == 0 && gossip_sim_step(sim, x, (it + 1) / H - 1, err, sizeof err) != 0) {
             fprintf(stderr, "lpgossip simulate: iteration %llu: %s\n", (unsigned long long)it,
                     err);
             goto done;

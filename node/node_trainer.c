@@ -222,13 +222,15 @@ void node_trainer_free(node_trainer *t)
 
 /* ---- shared by `simulate` and `node` ------------------------------------ */
 
-enum { G_ALGO = 2000, G_COMP, G_ETA, G_NOPS, G_SKEW, G_EVERY, G_OUT };
+enum { G_ALGO = 2000, G_COMP, G_ETA, G_NOPS, G_SKEW, G_EVERY, G_OUT, G_GOSSIP_EVERY };
 
 const struct option node_gossip_options[] = {
     {"algo", required_argument, 0, G_ALGO},       {"compress", required_argument, 0, G_COMP},
     {"eta", required_argument, 0, G_ETA},         {"no-push-sum", no_argument, 0, G_NOPS},
     {"skew", required_argument, 0, G_SKEW},       {"eval-every", required_argument, 0, G_EVERY},
-    {"out", required_argument, 0, G_OUT},         {0, 0, 0, 0},
+    {"out", required_argument, 0, G_OUT},
+    {"gossip-every", required_argument, 0, G_GOSSIP_EVERY},
+    {0, 0, 0, 0},
 };
 
 void node_gossip_opts_defaults(node_gossip_opts *g)
@@ -237,6 +239,7 @@ void node_gossip_opts_defaults(node_gossip_opts *g)
     gossip_config_default(&g->gc);
     g->gc.algo = GOSSIP_CHOCO;
     g->eta = -1;
+    g->gossip_every = 1;
 }
 
 int node_gossip_opt(node_gossip_opts *g, int code, const char *arg, char *err, size_t errlen)
@@ -253,6 +256,9 @@ int node_gossip_opt(node_gossip_opts *g, int code, const char *arg, char *err, s
         bad = node_parse_int("--eval-every", arg, 1, 1L << 40, &g->eval_every, err, errlen);
         break;
     case G_OUT: return s_copy(g->out, sizeof g->out, "--out", arg, err, errlen);
+    case G_GOSSIP_EVERY:
+        bad = node_parse_int("--gossip-every", arg, 1, 1L << 30, &g->gossip_every, err, errlen);
+        break;
     default: return 0;
     }
     return bad ? -1 : 1;
@@ -280,6 +286,8 @@ void node_gossip_usage(FILE *f)
 "  --no-push-sum       plain gossip (needs a doubly stochastic topology)\n"
 "  --skew S            non-IID skew of the data partition, 0 = IID   [0]\n"
 "  --eval-every N      evaluate every N iterations          [once per epoch]\n"
+"  --gossip-every H    H local SGD steps per gossip round (an iteration is one\n"
+"                      local step; rounds after iterations H, 2H, ...)  [1]\n"
 "  --out DIR           output directory (models, metrics)\n");
 }
 

@@ -76,12 +76,16 @@ void node_trainer_free(node_trainer *t);
 /* ---- shared by `simulate` and `node` (the gossip runs) ----------------- */
 
 /* The gossip flags of `simulate` and `node`: --algo --compress --eta
- * --no-push-sum --skew --eval-every --out. */
+ * --no-push-sum --skew --eval-every --gossip-every --out.  With
+ * --gossip-every H, iteration t is always one local step (learning rate,
+ * evaluation, checkpoints and epochs count local steps) and gossip round r
+ * follows iteration (r+1)H - 1: the gossip node counts rounds. */
 typedef struct {
     gossip_config gc;          /* algo, compressor, push-sum; eta and seed by finish */
     double        eta;         /* -1: default (1, or 0.01 with topk/randk) */
     double        skew;        /* non-IID skew of the partition, 0 = IID */
     long          eval_every;  /* 0: once per epoch */
+    long          gossip_every; /* H: a gossip round after every H local steps [1] */
     char          out[512];    /* output directory or "" */
 } node_gossip_opts;
 

@@ -151,7 +151,7 @@ static node_ckpt s_ckpt_of(s_run *r, int i, const char *const *ident)
 {
     node_ckpt c = { &r->L, r->st[i].x, &r->st[i].sgd, &r->st[i].buffers,
                     gossip_sim_node(r->sim, i), &r->st[i].model, &r->st[i].aug,
-                    &r->st[i].sampler, ident };
+                    &r->st[i].sampler, ident, 0 };
     return c;
 }
 
@@ -350,7 +350,7 @@ static void s_writer(const char *path)
     for (uint64_t v = 1;; v++) {
         for (size_t k = 0; k < L.numel; k++)
             x[k] = (float)v;
-        node_ckpt c = { &L, x, &sgd, NULL, NULL, NULL, NULL, NULL, ident };
+        node_ckpt c = { &L, x, &sgd, NULL, NULL, NULL, NULL, NULL, ident, 0 };
         if (node_ckpt_save(path, &c, v, err, sizeof err) != 0)
             _exit(3);
     }
@@ -394,7 +394,7 @@ static void test_kill_during_write(void **state)
         fclose(f);
         if (access(path, F_OK) != 0)
             continue; /* killed before the first rename: no checkpoint yet, fine */
-        node_ckpt c = { &L, x, &sgd, NULL, NULL, NULL, NULL, NULL, ident };
+        node_ckpt c = { &L, x, &sgd, NULL, NULL, NULL, NULL, NULL, ident, 0 };
         uint64_t it = 0;
         if (node_ckpt_load(path, &c, &it, err, sizeof err) != 0)
             fail_msg("trial %d: checkpoint corrupt after kill: %s", t, err);

@@ -165,6 +165,7 @@ typedef struct {
     const char *algo, *compress, *eta;
     int         dense;     /* identity compression: sizes computable */
     int         outdeg;    /* out-degree of every node */
+    int         every;     /* --gossip-every (0: not given, 1) */
 } s_case;
 
 static void s_run_case(const s_case *c)
@@ -177,9 +178,11 @@ static void s_run_case(const s_case *c)
     snprintf(simmet, sizeof simmet, "%s/%s-sim.jsonl", s_st.dir, c->name);
     s_write_topo(topo, c->graph);
     const int batch = 8, iters = tk_quick() ? 8 : 20;
-    char subset[32], bs[16];
+    char subset[32], bs[16], every[16];
     snprintf(subset, sizeof subset, "%d", 4 * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
+    snprintf(every, sizeof every, "%d", c->every ? c->every : 1);
+    const int rounds = iters / (c->every ? c->every : 1);
     char ranks[4][16], logs[4][600];
     for (int i = 0; i < 4; i++) {
         snprintf(ranks[i], sizeof ranks[i], "%d", i);
@@ -201,7 +204,7 @@ static void s_run_case(const s_case *c)
         char *common[] = {"--algo", (char *)c->algo, "--compress", (char *)c->compress, "--eta",
                           (char *)c->eta, "--train-subset", subset, "--batch", bs, "--epochs",
                           "1", "--seed", "7", "--lr", "0.05", "--timeout", "40", "--no-eval",
-                          "--out", nodes, NULL};
+                          "--gossip-every", every, "--out", nodes, NULL};
         for (int k = 0; common[k]; k++)
             args[a++] = common[k];
         args[a] = NULL;
@@ -211,7 +214,7 @@ static void s_run_case(const s_case *c)
                      "--compress", (char *)c->compress, "--eta", (char *)c->eta,
                      "--train-subset", subset, "--batch", bs, "--epochs", "1", "--seed", "7",
                      "--lr", "0.05", "--eval-nodes", "0", "--metrics", simmet, "--out", sim,
-                     NULL};
+                     "--gossip-every", every, NULL};
     assert_true(tk_spawn(NULL, sargs, simlog, -1) > 0);
     int status[TK_MAXPROC];
     int rc = tk_wait_all(tk_quick() ? 120 : 90, status);
@@ -265,7 +268,7 @@ static void s_run_case(const s_case *c)
         double msgs = s_json_num(line, "msgs_sent");
         double gmsgs = s_json_num(line, "gossip_msgs_sent");
         assert_true(s_json_num(line, "iter") == iters);
-        assert_true(gmsgs == (double)(iters * c->outdeg));
+        assert_true(gmsgs == (double)(rounds * c->outdeg));
         /* transport = gossip bytes + 40-byte control messages (HELLO, acks) */
         assert_true(msgs > gmsgs);
         assert_true(sent == gsent + 40.0 * (msgs - gmsgs));
@@ -274,7 +277,7 @@ static void s_run_case(const s_case *c)
             size_t per = 40;
             for (size_t v = 0; v < an->nviews; v++)
                 per += 1 + s_varint_len(an->views[v].numel) + 4 * an->views[v].numel;
-            assert_true(gsent == (double)per * iters * c->outdeg);
+            assert_true(gsent == (double)per * rounds * c->outdeg);
             assert_true(grecv == gsent); /* regular graph */
         }
         gsent_total += gsent;
@@ -294,15 +297,64 @@ static void s_run_case(const s_case *c)
 static void test_ring_identity(void **state)
 {
     (void)state;
-    s_case c = {"ring4", s_ring_graph, "choco", "identity", "1", 1, 1};
+    s_case c = {"ring4", s_ring_graph, "choco", "identity", "1", 1, 1, 0};
     s_run_case(&c);
 }
 
 static void test_exp_topk_q8_push_sum(void **state)
 {
     (void)state;
-    s_case c = {"exp4", s_exp_graph, "choco", "topk:0.1+q8", "0.2", 0, 2};
+    s_case c = {"exp4", s_exp_graph, "choco", "topk:0.1+q8", "0.2", 0, 2, 0};
     s_run_case(&c);
+}
+
+/* Local SGD between rounds: a gossip round after every 4 local steps. */
+static void test_gossip_every(void **state)
+{
+    (void)state;
+    s_case c = {"every4", s_ring_graph, "dpsgd", "identity", "1", 1, 1, 4};
+    s_run_case(&c);
+}
+
+/* --gossip-every H beyond the run: the nodes do local SGD only, so each
+ * model equals its --no-gossip twin bit for bit. */
+static void test_local_sgd_only(void **state)
+{
+    (void)state;
+    char topo[512], a[512], b[512], logs[8][600];
+    snprintf(topo, sizeof topo, "%s/local.yaml", s_st.dir);
+    snprintf(a, sizeof a, "%s/local-every", s_st.dir);
+    snprintf(b, sizeof b, "%s/local-none", s_st.dir);
+    s_write_topo(topo, s_ring_graph);
+    for (int run = 0; run < 2; run++)
+        for (int i = 0; i < 4; i++) {
+            char rk[8];
+            snprintf(rk, sizeof rk, "%d", i);
+            snprintf(logs[run * 4 + i], sizeof logs[0], "%s/local%d-%d.txt", s_st.dir, run, i);
+            char *args[] = {"lpgossip", "node", "--topology", topo, "--rank", rk,
+                            "--train-subset", "256", "--batch", "8", "--epochs", "1",
+                            "--no-eval", "--timeout", "40", "--out", run ? b : a,
+                            run ? "--no-gossip" : "--gossip-every", run ? NULL : "1000", NULL};
+            assert_true(tk_spawn(NULL, args, logs[run * 4 + i], -1) > 0);
+        }
+    int status[TK_MAXPROC];
+    assert_int_equal(tk_wait_all(120, status), 0);
+    for (int k = 0; k < 8; k++)
+        if (status[k] != 0) {
+            tk_dump(logs[k]);
+            fail_msg("process %d: status %d", k, status[k]);
+        }
+    for (int i = 0; i < 4; i++) {
+        char pa[700], pb[700];
+        snprintf(pa, sizeof pa, "%s/model-%d.safetensors", a, i);
+        snprintf(pb, sizeof pb, "%s/model-%d.safetensors", b, i);
+        nn_model *ma = s_load_model(pa), *mb = s_load_model(pb);
+        const nn_arena *A = nn_model_params(ma), *B = nn_model_params(mb);
+        assert_int_equal(A->numel, B->numel);
+        assert_memory_equal(A->data, B->data, A->numel * sizeof(float));
+        nn_model_destroy(&ma);
+        nn_model_destroy(&mb);
+    }
 }
 
 /* A lone node of a ring: the barrier times out naming the silent peers. */
@@ -366,6 +418,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ring_identity, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_exp_topk_q8_push_sum, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_gossip_every, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_local_sgd_only, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_lonely_node_times_out, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_layout_mismatch, s_setup, s_teardown),
     };
