@@ -60,7 +60,7 @@ Q := $(if $(V),,@)
 SIMD_AVX2   := -mavx2 -mfma
 SIMD_AVX512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 
-.PHONY: all test unit-test run bench install clean deps fuzz repro
+.PHONY: all test unit-test run bench install clean deps fuzz repro compare drill valgrind
 # Objects of tests and benchmarks are not intermediates to delete.
 .SECONDARY:
 all: $(BIN) $(TESTS) $(BENCHES)
@@ -120,14 +120,28 @@ bench: $(BENCHES) $(BIN)
 	@for b in $(BENCHES); do echo "== $$b"; OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
 
 # The paper's experiment grid on Fashion-MNIST (hours on 2 cores; resumable):
-# results/repro.md and results/repro.json.  See docs/repro.md.
+# results/repro.md and results/repro.json (scripts/repro --help).
 repro: $(BIN)
 	@scripts/repro
+
+# Compressors (each with and without +deflate) and --gossip-every H on the
+# same task (under an hour on 2 cores; resumable): results/compare.md.
+compare: $(BIN)
+	@scripts/compare
+
+# Fault drill: the default experiment with node 3 killed at 30% and
+# restarted at 50% of training, against an undisturbed run: results/drill.md.
+drill: $(BIN)
+	@scripts/drill
 
 # libFuzzer targets: clang only, bounded time each (FUZZ_SECONDS).
 FUZZ_SECONDS ?= 20
 fuzz:
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# Every test program under valgrind memcheck (slow: tens of minutes).
+valgrind: all
+	@scripts/valgrind.sh $(BUILD)
 
 install: $(BIN)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/lpgossip/topologies

@@ -1,0 +1,147 @@
+"""lpgexp -- runs grids of `lpgossip simulate` configurations for the
+experiment scripts (scripts/repro, scripts/compare).
+
+Each configuration is one `simulate` run (the exact algorithm code of
+`lpgossip node`, all nodes in one process, deterministic).  Its result --
+every metrics line, the wall time and the command -- is cached as JSON in a
+directory keyed by the command line, so an interrupted grid resumes where
+it stopped and an unchanged configuration is never run twice.  Runs go
+WORKERS at a time (default 2, one per core), each with
+OPENBLAS_NUM_THREADS=1.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def key_of(cmd):
+    return hashlib.sha1("\0".join(cmd).encode()).hexdigest()[:16]
+
+
+def read_jsonl(path):
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    rows.append(json.loads(line))
+    except (OSError, ValueError):
+        pass
+    return rows
+
+
+def run_grid(configs, cache, binary=None, workers=2, log=print):
+    """configs: list of dicts with 'name' and 'args' (simulate flags, the
+    topology included).  Returns {name: result} with result = {'name',
+    'args', 'rows' (metrics lines), 'final' (last line), 'seconds'}."""
+    binary = binary or os.path.join(ROOT, "build", "lpgossip")
+    if not os.access(binary, os.X_OK):
+        sys.exit("lpgexp: %s is not built (run make)" % binary)
+    os.makedirs(cache, exist_ok=True)
+    results, todo = {}, []
+    for c in configs:
+        cmd = [binary, "simulate"] + c["args"]
+        path = os.path.join(cache, key_of(cmd) + ".json")
+        if os.path.exists(path):
+            with open(path) as f:
+                results[c["name"]] = json.load(f)
+        else:
+            todo.append((c, cmd, path))
+    if todo:
+        log("lpgexp: %d of %d runs cached, %d to run, %d at a time"
+            % (len(configs) - len(todo), len(configs), len(todo), workers))
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    running, t_start = [], time.time()
+    while todo or running:
+        while todo and len(running) < workers:
+            c, cmd, path = todo.pop(0)
+            metrics = path[:-5] + ".jsonl"
+            if os.path.exists(metrics):
+                os.remove(metrics)
+            logf = open(path[:-5] + ".log", "w")
+            full = cmd + ["--metrics", metrics]
+            p = subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, env=env)
+            running.append((c, full, path, metrics, logf, p, time.time()))
+            log("lpgexp: started %s" % c["name"])
+        time.sleep(0.5)
+        still = []
+        for item in running:
+            c, full, path, metrics, logf, p, t0 = item
+            if p.poll() is None:
+                still.append(item)
+                continue
+            logf.close()
+            if p.returncode != 0:
+                with open(path[:-5] + ".log", errors="replace") as f:
+                    tail = "".join(f.readlines()[-5:])
+                sys.exit("lpgexp: %s failed (status %d):\n%s" % (c["name"], p.returncode, tail))
+            rows = read_jsonl(metrics)
+            res = {"name": c["name"], "args": c["args"], "cmd": full, "rows": rows,
+                   "final": rows[-1] if rows else {}, "seconds": round(time.time() - t0, 1)}
+            with open(path, "w") as f:
+                json.dump(res, f)
+            results[c["name"]] = res
+            fin = res["final"]
+            log("lpgexp: done %s in %.0f s: averaged model %.2f%%, %.2f MB sent per node "
+                "(%.0f s elapsed)" % (c["name"], res["seconds"], 100 * fin.get("avg_model_acc", 0),
+                                      fin.get("bytes_sent_per_node", 0) / 1e6,
+                                      time.time() - t_start))
+        running = still
+    return results
+
+
+def bytes_to_reach(rows, acc):
+    """Bytes per node when the averaged model first reached `acc` (linear
+    between evaluations), or None."""
+    prev_b, prev_a = 0.0, 0.0
+    for r in rows:
+        a, b = r.get("avg_model_acc", 0), r.get("bytes_sent_per_node", 0)
+        if a >= acc:
+            if a == prev_a:
+                return b
+            return prev_b + (b - prev_b) * (acc - prev_a) / (a - prev_a)
+        prev_b, prev_a = b, a
+    return None
+
+
+def gnuplot(png, title, xlabel, ylabel, series, logx=False):
+    """series: list of (label, [(x, y), ...]).  Returns png, or None when
+    gnuplot is missing."""
+    datas = []
+    for i, (label, pts) in enumerate(series):
+        d = png + ".%d.dat" % i
+        with open(d, "w") as f:
+            for x, y in pts:
+                f.write("%g %g\n" % (x, y))
+        datas.append((label, d))
+    script = ["set terminal pngcairo size 900,560 noenhanced" if _has_cairo() else
+              "set terminal png size 900,560 noenhanced",
+              "set output '%s'" % png, "set title '%s'" % title, "set xlabel '%s'" % xlabel,
+              "set ylabel '%s'" % ylabel, "set key bottom right", "set grid"]
+    if logx:
+        script.append("set logscale x")
+    script.append("plot " + ", ".join("'%s' with linespoints title '%s'" % (d, l.replace("'", ""))
+                                      for l, d in datas))
+    try:
+        p = subprocess.run(["gnuplot"], input="\n".join(script), text=True,
+                           capture_output=True)
+    except OSError:
+        return None
+    for _, d in datas:
+        os.remove(d)
+    return png if p.returncode == 0 else None
+
+
+def _has_cairo():
+    try:
+        p = subprocess.run(["gnuplot", "-e", "set terminal"], capture_output=True, text=True)
+        return "pngcairo" in (p.stdout + p.stderr)
+    except OSError:
+        return False
