@@ -77,7 +77,9 @@ static void s_usage(FILE *f)
 "                      mixing and the run goes on; it comes back when it speaks again\n"
 "  --fail-on-peer-loss end the run instead when a neighbour is lost\n"
 "  --debug-drop P      fault injection: drop a fraction P of the outgoing gossip\n"
-"                      messages (exercises the resync protocol)\n\n");
+"                      messages (exercises the resync protocol)\n"
+"  --debug-nan-at T    fault injection: a NaN in the input of iteration T's batch\n"
+"                      (exercises the non-finite step guard)\n\n");
     node_gossip_usage(f);
     fprintf(f, "\n");
     node_train_usage(f);
@@ -86,7 +88,8 @@ static void s_usage(FILE *f)
 "metrics-RANK.jsonl (one JSON object per evaluation), log-RANK.txt.\n");
 }
 
-enum { N_CKPT_EVERY = 3100, N_RESUME, N_PEER_FLOOR, N_PEER_FACTOR, N_FAIL_LOSS, N_DROP, N_CERT };
+enum { N_CKPT_EVERY = 3100, N_RESUME, N_PEER_FLOOR, N_PEER_FACTOR, N_FAIL_LOSS, N_DROP, N_CERT,
+       N_NAN_AT };
 enum { N_TOPO = 3000, N_RANK, N_BIND, N_PEER, N_TIMEOUT, N_NOEVAL, N_NOGOSSIP };
 
 /* ---- run state ----------------------------------------------------------- */
@@ -219,6 +222,7 @@ int node_cmd_node(int argc, char **argv)
         {"fail-on-peer-loss", no_argument, 0, N_FAIL_LOSS},
         {"debug-drop", required_argument, 0, N_DROP},
         {"cert", required_argument, 0, N_CERT},
+        {"debug-nan-at", required_argument, 0, N_NAN_AT},
         {0, 0, 0, 0},
     };
     node_train_opts o;
@@ -232,6 +236,7 @@ int node_cmd_node(int argc, char **argv)
     int npeers = 0, no_eval = 0, no_gossip = 0;
     long rank = -1;
     long ckpt_every = -1; /* -1: once per epoch */
+    long nan_at = -1;
     int resume = 0;
     char err[2048] = "";
     struct option *mine = node_options_concat(node_gossip_options, own);
@@ -256,6 +261,10 @@ int node_cmd_node(int argc, char **argv)
             break;
         case N_BIND: bind = optarg; break;
         case N_CERT: cert = optarg; break;
+        case N_NAN_AT:
+            bad = node_parse_int("--debug-nan-at", optarg, 0, 1L << 40, &nan_at, err, sizeof err)
+                      ? 2 : 0;
+            break;
         case N_PEER: peers[npeers++] = optarg; break;
         case N_TIMEOUT:
             bad = node_parse_double("--timeout", optarg, 0.1, 1e6, &lc.timeout, err, sizeof err)
@@ -493,6 +502,8 @@ int node_cmd_node(int argc, char **argv)
             break;
         }
         float lr = node_lr_at_iter(&o, it, steps);
+        if (nan_at >= 0 && it == (uint64_t)nan_at)
+            tr.poison_next = 1;
         double a = nn_now();
         float loss = node_gossip_local_step(&tr, &d, g, x, lr);
         double b = nn_now();

@@ -188,6 +188,10 @@ float node_trainer_step(node_trainer *t, const node_data *d, float *x, float lr)
     const uint32_t *idx = nn_sampler_next(&t->sampler, t->batch, NULL);
     nn_data_batch(&d->train, idx, t->batch, d->mean, d->std, &d->aug_train, &t->aug_rng, t->xb,
                   t->yb);
+    if (t->poison_next) {
+        t->poison_next = 0;
+        t->xb[0] = NAN;
+    }
     float loss = nn_model_forward(t->model, t->xb, t->yb, t->batch, 1);
     if (!isfinite(loss))
         return loss;

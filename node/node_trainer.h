@@ -54,6 +54,7 @@ typedef struct {
     int        batch;
     size_t     shard_n;
     long       steps_per_epoch;
+    int        poison_next; /* fault injection: the next batch gets a NaN pixel */
     /* running statistics since node_trainer_reset_stats */
     double     loss_sum;
     size_t     seen, correct;

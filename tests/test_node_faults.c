@@ -17,6 +17,9 @@
  *     a NaN payload, a replay, a stranger's connection and an oversized
  *     frame, then falls silent; n0 refuses and counts each, declares n2
  *     down, and finishes with n1 with a finite model;
+ *   a non-finite step: node 2 gets a NaN in one batch (--debug-nan-at); the
+ *     step is skipped and logged, nothing non-finite reaches the neighbours,
+ *     everyone finishes with a finite model;
  *   CURVE: keys from `lpgossip keygen`; two members of a `security: curve`
  *     topology train together; an impostor with its own key posing as n1
  *     is refused at the handshake (and logged), so n0 never passes its start
@@ -534,6 +537,49 @@ static void test_hostile_peer(void **state)
     zmq_ctx_term(ctx);
 }
 
+/* ---- a non-finite step ---------------------------------------------------------- */
+
+static void test_nan_step(void **state)
+{
+    (void)state;
+    char topo[512], out[512], logs[4][600];
+    snprintf(topo, sizeof topo, "%s/ring4.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/nan", s_dir);
+    s_topo(topo, 4, "graph:\n  generator: undirected_ring\n", NULL);
+    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.15",
+                      "--model", "cnn", "--train-subset", "1280", "--batch", "8", "--epochs",
+                      "1", "--no-eval", "--timeout", "60", "--out", out, NULL};
+    for (int i = 0; i < 4; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/nan%d.txt", s_dir, i);
+        s_node(topo, i, common, i == 2 ? "--debug-nan-at=5" : NULL, logs[i]);
+    }
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(180, status);
+    for (int i = 0; i < 4; i++)
+        if (rc != 0 || status[i] != 0) {
+            for (int k = 0; k < 4; k++)
+                tk_dump(logs[k]);
+            fail_msg("node %d: status %d", i, status[i]);
+        }
+    char *l2 = tk_slurp(logs[2]), mp[700];
+    assert_non_null(strstr(l2, "iteration 5: the loss or a gradient is not finite"));
+    free(l2);
+    snprintf(mp, sizeof mp, "%s/metrics-2.jsonl", out);
+    char *met = tk_slurp(mp), *q = strstr(met, "\"skipped_steps\":");
+    assert_non_null(q);
+    assert_int_equal(strtol(q + strlen("\"skipped_steps\":"), NULL, 10), 1);
+    free(met);
+    for (int i = 0; i < 4; i++) {
+        snprintf(mp, sizeof mp, "%s/model-%d.safetensors", out, i);
+        nn_model *m = s_model(mp);
+        const nn_arena *P = nn_model_params(m);
+        for (size_t k = 0; k < P->numel; k++)
+            if (!isfinite(P->data[k]))
+                fail_msg("node %d: parameter %zu is %g", i, k, (double)P->data[k]);
+        nn_model_destroy(&m);
+    }
+}
+
 /* ---- CURVE ------------------------------------------------------------------------ */
 
 /* Public key (Z85) of a keygen certificate file. */
@@ -636,6 +682,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resync_over_network, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_hostile_peer, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_curve_nodes, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_nan_step, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_kill_and_rejoin, s_setup, s_teardown),
     };
     if (getenv("TEST_FILTER")) /* e.g. TEST_FILTER=test_hostile_peer */
