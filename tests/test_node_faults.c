@@ -632,7 +632,7 @@ static void test_curve_nodes(void **state)
     snprintf(l1, sizeof l1, "%s/curve1.txt", s_dir);
     for (int r = 0; r < 2; r++) {
         int a = 0;
-        char rk[8];
+        char rk[16];
         snprintf(rk, sizeof rk, "%d", r);
         char *base[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--cert", sec[r]};
         for (int k = 0; k < 8; k++)

@@ -328,7 +328,7 @@ static void test_local_sgd_only(void **state)
     s_write_topo(topo, s_ring_graph);
     for (int run = 0; run < 2; run++)
         for (int i = 0; i < 4; i++) {
-            char rk[8];
+            char rk[16];
             snprintf(rk, sizeof rk, "%d", i);
             snprintf(logs[run * 4 + i], sizeof logs[0], "%s/local%d-%d.txt", s_st.dir, run, i);
             char *args[] = {"lpgossip", "node", "--topology", topo, "--rank", rk,

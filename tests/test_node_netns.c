@@ -167,7 +167,7 @@ static int s_setup(void **state)
     for (int k = 0; k < S_N; k++) {
         char tap[IFNAMSIZ];
         snprintf(s_ns[k], sizeof s_ns[k], "lpg-%d-%d", (int)getpid() % 100000, k);
-        snprintf(tap, sizeof tap, "lpgtap%d", k);
+        snprintf(tap, sizeof tap, "lpgtap%u", (unsigned)k % 100u);
         struct ifreq ifr;
         memset(&ifr, 0, sizeof ifr);
         ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
@@ -237,7 +237,7 @@ static void test_delay_and_loss(void **state)
     fprintf(f, "graph: {generator: undirected_ring}\n");
     fclose(f);
     const int batch = 8, iters = tk_quick() ? 40 : 80;
-    char subset[32], bs[16], rank[S_N][8], logs[S_N][600];
+    char subset[32], bs[16], rank[S_N][16], logs[S_N][600];
     snprintf(subset, sizeof subset, "%d", S_N * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
     double t0 = nn_now();
