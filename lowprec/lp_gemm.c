@@ -114,3 +114,49 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
         lp_gemm_kernel_portable(C, ldc, Ap, Bp, M, N, K, colsum);
     }
 }
+
+/* ---- shifted-row GEMM ------------------------------------------------------ */
+
+void lp_shiftgemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                      size_t ldb, int np, const int *toff, int T, size_t n)
+{
+    const size_t K2 = (size_t)np * T;
+    for (int m = 0; m < M; m++)
+        for (size_t j = 0; j < n; j++) {
+            int32_t acc = 0;
+            for (int p = 0; p < np; p++)
+                for (int t = 0; t < T; t++) {
+                    uint32_t a = Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4];
+                    uint32_t b = (B + (size_t)p * ldb + toff[t])[j];
+                    acc += (int32_t)(a & 0xFFFF) * (int32_t)(b & 0xFFFF) +
+                           (int32_t)(a >> 16) * (int32_t)(b >> 16);
+                }
+            S[(size_t)m * ldc + j] = acc;
+        }
+}
+
+void lp_shiftgemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                  size_t ldb, int np, const int *toff, int T, size_t n)
+{
+    assert(M >= 1 && np >= 1 && T >= 1 && 2 * (size_t)np * T <= LP_GEMM_MAX_K);
+    if (lp_cpu_level() >= LP_CPU_AVX2)
+        lp_shiftgemm_avx2(S, ldc, Ap, M, B, ldb, np, toff, T, n);
+    else
+        lp_shiftgemm_ref(S, ldc, Ap, M, B, ldb, np, toff, T, n);
+}
+
+void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c, double base,
+                        size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = (float)(c * S[i] + t[i] + base);
+}
+
+void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, double base,
+                    size_t n)
+{
+    if (lp_cpu_level() >= LP_CPU_AVX2)
+        lp_dequant_row_avx2(out, S, t, c, base, n);
+    else
+        lp_dequant_row_ref(out, S, t, c, base, n);
+}

@@ -84,3 +84,113 @@ void lp_gemm_kernel_avx2(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *B
             s_tile(C, ldc, Ap, Bp, Mp, Np, K4, M, N, mb, nb, csblk, colsum, 0);
     }
 }
+
+/* ---- shifted-row GEMM on int16 pairs (lp_gemm.h) ---------------------------
+ * Tile: 4 rows (one packed m-tile) x 16 columns: 8 int32 accumulators,
+ * 2 B vectors, 1 broadcast and the vpmaddwd result (vpmaddwd does not
+ * accumulate, so a 4 x 24 tile would need 17 ymm and spills one
+ * accumulator through memory on every step).  Column tails use vpmaskmovd
+ * (masked lanes are neither read nor written). */
+
+static inline __m256i s_lane_mask(size_t w, size_t lo)
+{
+    size_t rem = w > lo ? w - lo : 0;
+    int r = rem >= 8 ? 8 : (int)rem;
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+#define S_MADD2(c, a) \
+    do { \
+        c##0 = _mm256_add_epi32(c##0, _mm256_madd_epi16(a, b0)); \
+        c##1 = _mm256_add_epi32(c##1, _mm256_madd_epi16(a, b1)); \
+    } while (0)
+#define S_STORE2(o, c) \
+    do { \
+        if (full) { \
+            _mm256_storeu_si256((__m256i *)(o), c##0); \
+            _mm256_storeu_si256((__m256i *)((o) + 8), c##1); \
+        } else { \
+            _mm256_maskstore_epi32((int *)(o), k0, c##0); \
+            _mm256_maskstore_epi32((int *)((o) + 8), k1, c##1); \
+        } \
+    } while (0)
+
+static inline __attribute__((always_inline)) void
+s_shift_tile(int32_t *S, size_t ldc, int mr, const uint32_t *A, const uint32_t *B, size_t ldb,
+             int np, const int *toff, int T, size_t w, const int full)
+{
+    const __m256i k0 = s_lane_mask(w, 0), k1 = s_lane_mask(w, 8);
+    __m256i p0 = _mm256_setzero_si256(), p1 = p0;
+    __m256i q0 = p0, q1 = p0;
+    __m256i r0 = p0, r1 = p0;
+    __m256i s0 = p0, s1 = p0;
+    for (int p = 0; p < np; p++) {
+        const uint32_t *bp = B + (size_t)p * ldb;
+        for (int t = 0; t < T; t++) {
+            const int *b = (const int *)(bp + toff[t]);
+            __m256i b0, b1;
+            if (full) {
+                b0 = _mm256_loadu_si256((const __m256i *)b);
+                b1 = _mm256_loadu_si256((const __m256i *)(b + 8));
+            } else {
+                b0 = _mm256_maskload_epi32(b, k0);
+                b1 = _mm256_maskload_epi32(b + 8, k1);
+            }
+            __m256i a = _mm256_set1_epi32((int)A[0]);
+            S_MADD2(p, a);
+            a = _mm256_set1_epi32((int)A[1]);
+            S_MADD2(q, a);
+            a = _mm256_set1_epi32((int)A[2]);
+            S_MADD2(r, a);
+            a = _mm256_set1_epi32((int)A[3]);
+            S_MADD2(s, a);
+            A += 4;
+        }
+    }
+    S_STORE2(S, p);
+    if (mr > 1)
+        S_STORE2(S + ldc, q);
+    if (mr > 2)
+        S_STORE2(S + 2 * ldc, r);
+    if (mr > 3)
+        S_STORE2(S + 3 * ldc, s);
+}
+
+void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                       size_t ldb, int np, const int *toff, int T, size_t n)
+{
+    const size_t K2 = (size_t)np * (size_t)T, tw = 16;
+    for (size_t j0 = 0; j0 < n; j0 += tw) {
+        const size_t w = n - j0 < tw ? n - j0 : tw;
+        for (int m0 = 0; m0 < M; m0 += 4) {
+            const int mr = M - m0 < 4 ? M - m0 : 4;
+            const uint32_t *A = Ap + (size_t)(m0 / 4) * K2 * 4;
+            if (w == tw)
+                s_shift_tile(S + (size_t)m0 * ldc + j0, ldc, mr, A, B + j0, ldb, np, toff, T, w,
+                             1);
+            else
+                s_shift_tile(S + (size_t)m0 * ldc + j0, ldc, mr, A, B + j0, ldb, np, toff, T, w,
+                             0);
+        }
+    }
+}
+
+/* out = (float)(c*S + t + base) in double: the same three roundings as the
+ * scalar twin (mul, add, add; no FMA), then one to float. */
+void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c, double base,
+                         size_t n)
+{
+    const __m256d vc = _mm256_set1_pd(c), vb = _mm256_set1_pd(base);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i s = _mm256_loadu_si256((const __m256i *)(S + i));
+        __m256d lo = _mm256_cvtepi32_pd(_mm256_castsi256_si128(s));
+        __m256d hi = _mm256_cvtepi32_pd(_mm256_extracti128_si256(s, 1));
+        lo = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(vc, lo), _mm256_loadu_pd(t + i)), vb);
+        hi = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(vc, hi), _mm256_loadu_pd(t + i + 4)), vb);
+        __m256 f = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+        _mm256_storeu_ps(out + i, f);
+    }
+    for (; i < n; i++)
+        out[i] = (float)(c * S[i] + t[i] + base);
+}
