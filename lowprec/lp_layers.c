@@ -19,6 +19,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "lowprec/lp_cpu.h"
 #include "lowprec/lp_gemm.h"
 
 #define ALIGN64(n) (((n) + 63) & ~(size_t)63)
@@ -51,30 +52,92 @@ size_t lp_conv2d_saved_bytes(const nn_conv_dims *d)
     return (size_t)d->N * d->C * d->H * d->W + (size_t)d->OC * d->C * d->KH * d->KW;
 }
 
+/* ---- shift path (stride-1 "same" convs at the portable and AVX2 levels) ----
+ * The integer twin of nn's im2col-free convolution (nn_conv.c): codes of nb
+ * samples go into a zero-bordered grid of int16 channel pairs (lp_gemm.h,
+ * pair grids), cs = nb*Hp*Wp lanes per channel pair, and lp_shiftgemm reads
+ * the shifted rows directly:
+ *   S[m][j] = sum_{c, t} a[m][c][t] * b[c][j + toff[t]]
+ * (no im2col, no col2im; pad columns produce unused sums).  The forward is
+ * the conv of the input codes with the weight codes (m = oc); the input
+ * gradient of a stride-1 same conv is the same conv of the gradient codes
+ * with the kernel flipped and the channels swapped (m = c), so both use
+ * s_shift_conv.  Border pixels see fewer taps: the affine correction uses
+ * SB(p) = sum of the codes b over the taps inside the image (pad codes are
+ * 0) and SA(m, p) = the sum of a over the same taps (2-D prefix sums over
+ * the kernel), exactly as the im2col path.  At AVX-512 VNNI the im2col +
+ * vpdpbusd path is faster and is kept. */
+
+#define LP_SHIFT_TMAX 49 /* most taps (K*K) the shift path takes */
+
+static int s_force_im2col;
+
+void lp_conv2d_force_im2col(int on)
+{
+    s_force_im2col = on;
+}
+
+static int s_use_shift(const nn_conv_dims *d)
+{
+    return !s_force_im2col && lp_cpu_level() <= LP_CPU_AVX2 && d->stride == 1 &&
+           d->KH == d->KW && d->KH > 1 && 2 * d->pad == d->KH - 1 &&
+           d->KH * d->KW <= LP_SHIFT_TMAX;
+}
+
+/* Samples per chunk of the shift path: >= 1024 grid columns. */
+static int s_shift_nb(int N, int H, int W, int pad)
+{
+    size_t plane = (size_t)(H + 2 * pad) * (W + 2 * pad);
+    int nb = (int)((1024 + plane - 1) / plane);
+    return nb < 1 ? 1 : nb > N ? N : nb;
+}
+
+/* Bytes of s_shift_conv scratch: M output rows, nch input channels. */
+static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int pad)
+{
+    const int np = (nch + 1) / 2, T = K * K;
+    const size_t cs = (size_t)s_shift_nb(N, H, W, pad) * (H + 2 * pad) * (W + 2 * pad);
+    size_t s = 0;
+    s += ALIGN64(lp_shift_pack_lanes(M, np * T) * 4);
+    s += ALIGN64((size_t)M * (K + 1) * (K + 1) * 4);
+    s += ALIGN64((size_t)(H + W) * 2 * sizeof(int));
+    s += ALIGN64((size_t)np * cs * 4);
+    s += ALIGN64(cs * 4);
+    s += ALIGN64((size_t)M * cs * 4);
+    s += ALIGN64((size_t)H * W * sizeof(double));
+    return s;
+}
+
 size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
 {
     const int CK = d->C * d->KH * d->KW, P = d->OH * d->OW, Pp = lp_gemm_np(P);
-    size_t s = 0;
-    /* forward */
-    s += ALIGN64(lp_gemm_pack_a_bytes(d->OC, CK));
-    s += ALIGN64(lp_gemm_pack_b_bytes(CK, P));
-    s += ALIGN64((size_t)d->OC * P * 4);
-    s += ALIGN64((size_t)Pp * 4);
-    s += ALIGN64((size_t)d->OC * (d->KH + 1) * (d->KW + 1) * 4);
-    s += ALIGN64((size_t)d->OC * 5);
-    s += ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
-    s += ALIGN64((size_t)P * sizeof(double));
-    /* backward */
-    size_t b = 0;
-    b += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
-    b += ALIGN64((size_t)CK * 4);
-    b += ALIGN64(lp_gemm_pack_b_bytes(d->OC, P));
-    b += ALIGN64((size_t)CK * P * 4);
-    b += ALIGN64((size_t)Pp * 4);
-    b += ALIGN64((size_t)d->N * d->OC * P);
-    b += ALIGN64((size_t)CK * P * sizeof(float));
-    b += ALIGN64((size_t)P * sizeof(double));
-    b += ALIGN64((size_t)(d->KH + d->KW) * 2 * sizeof(int));
+    const size_t xn = (size_t)d->N * d->C * d->H * d->W;
+    /* forward: bias, then the im2col path or the shift path */
+    size_t s = ALIGN64((size_t)d->OC * 5), si = 0;
+    si += ALIGN64(lp_gemm_pack_a_bytes(d->OC, CK));
+    si += ALIGN64(lp_gemm_pack_b_bytes(CK, P));
+    si += ALIGN64((size_t)d->OC * P * 4);
+    si += ALIGN64((size_t)Pp * 4);
+    si += ALIGN64((size_t)d->OC * (d->KH + 1) * (d->KW + 1) * 4);
+    si += ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
+    si += ALIGN64((size_t)P * sizeof(double));
+    size_t ss = s_shift_conv_bytes(d->N, d->C, d->OC, d->H, d->W, d->KH, d->pad);
+    s += si > ss ? si : ss;
+    /* backward, weight gradient: dequantized input + nn's conv scratch */
+    size_t bw = ALIGN64(xn * sizeof(float)) + ALIGN64(nn_conv_scratch_floats(d) * sizeof(float));
+    /* backward, input gradient: gradient codes, then either path */
+    size_t b = ALIGN64((size_t)d->N * d->OC * P), bi = 0;
+    bi += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
+    bi += ALIGN64((size_t)CK * 4);
+    bi += ALIGN64(lp_gemm_pack_b_bytes(d->OC, P));
+    bi += ALIGN64((size_t)CK * P * 4);
+    bi += ALIGN64((size_t)Pp * 4);
+    bi += ALIGN64((size_t)P * sizeof(double));
+    bi += ALIGN64((size_t)(d->KH + d->KW) * 2 * sizeof(int));
+    size_t bs = ALIGN64((size_t)d->OC * CK) +
+                s_shift_conv_bytes(d->N, d->OC, d->C, d->H, d->W, d->KH, d->pad);
+    b += bi > bs ? bi : bs;
+    b = b > bw ? b : bw;
     return (s > b ? s : b) + 64;
 }
 
@@ -120,36 +183,148 @@ static void s_im2col_b4(uint8_t *Bp, const uint8_t *x, const nn_conv_dims *d)
             }
 }
 
-/* codes of sample x -> float col (CK, P) of dequantized values, padding 0. */
-static void s_im2col_deq(float *col, const uint8_t *x, lp_qparams p, const nn_conv_dims *d)
+/* pre (M, K+1, K+1) = 2-D prefix sums over (kh, kw) of sum_c a[m][c][kh][kw],
+ * for kernel codes a (M, nch, K, K): the sum of a row's codes over any
+ * rectangle of taps is four lookups (S_RECT). */
+static void s_tap_prefix(int32_t *pre, const uint8_t *a, int M, int nch, int KH, int KW)
 {
-    const int C = d->C, H = d->H, W = d->W, KH = d->KH, KW = d->KW, S = d->stride;
-    const int pad = d->pad, OH = d->OH, OW = d->OW;
-    float lut[256];
-    lp_dequantize_lut(lut, p);
-    for (int c = 0; c < C; c++)
+    const size_t PS = (size_t)(KH + 1) * (KW + 1), CK = (size_t)nch * KH * KW;
+    for (int m = 0; m < M; m++) {
+        int32_t *ps = pre + (size_t)m * PS;
+        memset(ps, 0, PS * 4);
         for (int kh = 0; kh < KH; kh++)
             for (int kw = 0; kw < KW; kw++) {
-                float *dst = col + (size_t)((c * KH + kh) * KW + kw) * OH * OW;
-                for (int oh = 0; oh < OH; oh++) {
-                    int ih = oh * S - pad + kh;
-                    float *drow = dst + (size_t)oh * OW;
-                    if (ih < 0 || ih >= H) {
-                        memset(drow, 0, (size_t)OW * sizeof(float));
-                        continue;
-                    }
-                    const uint8_t *srow = x + ((size_t)c * H + ih) * W;
-                    int iw0 = -pad + kw;
-                    if (S == 1 && iw0 >= 0 && iw0 + OW <= W) {
-                        const uint8_t *sr = srow + iw0;
-                        for (int ow = 0; ow < OW; ow++)
-                            drow[ow] = lut[sr[ow]];
-                    } else {
-                        for (int ow = 0, iw = iw0; ow < OW; ow++, iw += S)
-                            drow[ow] = (iw >= 0 && iw < W) ? lut[srow[iw]] : 0.0f;
+                int32_t t = 0;
+                for (int c = 0; c < nch; c++)
+                    t += a[(size_t)m * CK + (size_t)(c * KH + kh) * KW + kw];
+                ps[(kh + 1) * (KW + 1) + kw + 1] =
+                    t + ps[kh * (KW + 1) + kw + 1] + ps[(kh + 1) * (KW + 1) + kw] -
+                    ps[kh * (KW + 1) + kw];
+            }
+    }
+}
+
+/* sum of the codes of the prefix table ps over taps [h0,h1) x [w0,w1) */
+#define S_RECT(ps, KW, h0, h1, w0, w1) \
+    ((ps)[(h1) * ((KW) + 1) + (w1)] - (ps)[(h0) * ((KW) + 1) + (w1)] - \
+     (ps)[(h1) * ((KW) + 1) + (w0)] + (ps)[(h0) * ((KW) + 1) + (w0)])
+
+/* out (N, M, H, W) = the stride-1 same conv (K x K, pad = (K-1)/2) of the
+ * codes b (N, nch, H, W) with the kernel codes a (M, nch, K, K), in real
+ * values: sum over the taps inside the image of (sa*a + ma)(sb*b + mb),
+ * plus bias[m] (may be NULL).  Overwrites out.  Scratch:
+ * s_shift_conv_bytes(N, nch, M, H, W, K, pad). */
+static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uint8_t *a,
+                         lp_qparams aqp, const float *bias, int N, int nch, int M, int H, int W,
+                         int K, int pad, void *scratch)
+{
+    const int np = (nch + 1) / 2, T = K * K, K2 = np * T, Wp = W + 2 * pad, P = H * W;
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, jlo = (size_t)pad * Wp + pad;
+    const size_t PS = (size_t)(K + 1) * (K + 1), xper = (size_t)nch * P;
+    const int nb = s_shift_nb(N, H, W, pad);
+    unsigned char *sp = (unsigned char *)scratch;
+    uint32_t *Ap = s_take(&sp, lp_shift_pack_lanes(M, K2) * 4);
+    int32_t *pre = s_take(&sp, (size_t)M * PS * 4);
+    int *rh = s_take(&sp, (size_t)(H + W) * 2 * sizeof(int)), *rw = rh + 2 * H;
+    uint32_t *grid = s_take(&sp, (size_t)np * nb * plane * 4);
+    int32_t *chs = s_take(&sp, (size_t)nb * plane * 4);
+    int32_t *Sm = s_take(&sp, (size_t)M * nb * plane * 4);
+    double *tx = s_take(&sp, (size_t)P * sizeof(double));
+
+    /* A (M, np*T) of weight-code pairs, m-tiles of 4, rows past M zero */
+    memset(Ap, 0, lp_shift_pack_lanes(M, K2) * 4);
+    for (int m = 0; m < M; m++)
+        for (int p = 0; p < np; p++)
+            for (int t = 0; t < T; t++) {
+                const uint8_t *am = a + (size_t)m * nch * T;
+                uint8_t hi = 2 * p + 1 < nch ? am[(2 * p + 1) * T + t] : 0;
+                Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] =
+                    lp_pair(am[2 * p * T + t], hi);
+            }
+    s_tap_prefix(pre, a, M, nch, K, K);
+    for (int o = 0; o < H; o++)
+        s_tap_range(o, 1, pad, K, H, &rh[2 * o], &rh[2 * o + 1]);
+    for (int o = 0; o < W; o++)
+        s_tap_range(o, 1, pad, K, W, &rw[2 * o], &rw[2 * o + 1]);
+    int toff[LP_SHIFT_TMAX];
+    assert(T <= LP_SHIFT_TMAX);
+    for (int kh = 0; kh < K; kh++)
+        for (int kw = 0; kw < K; kw++)
+            toff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
+    /* [owa, owb): columns whose taps all fall inside the image */
+    int owa = 0, owb;
+    while (owa < W && (rw[2 * owa] != 0 || rw[2 * owa + 1] != K))
+        owa++;
+    owb = owa;
+    while (owb < W && rw[2 * owb] == 0 && rw[2 * owb + 1] == K)
+        owb++;
+    const double sa = aqp.scale, ma = aqp.min, sb = bqp.scale, mb = bqp.min;
+    const double cS = sa * sb, cSB = ma * sb, cSA = sa * mb, cK = ma * mb;
+
+    for (int n0 = 0; n0 < N; n0 += nb) {
+        const int cnt = N - n0 < nb ? N - n0 : nb;
+        const size_t cs = (size_t)cnt * plane;
+        /* pair grid and per-pixel channel sums of the chunk; borders 0 */
+        memset(grid, 0, (size_t)np * cs * 4);
+        memset(chs, 0, cs * 4);
+        for (int j = 0; j < cnt; j++) {
+            const uint8_t *x = b + (size_t)(n0 + j) * xper;
+            for (int p = 0; p < np; p++) {
+                const uint8_t *x0 = x + (size_t)(2 * p) * P;
+                const uint8_t *x1 = 2 * p + 1 < nch ? x0 + P : NULL;
+                for (int h = 0; h < H; h++) {
+                    const size_t g0 = (size_t)j * plane + (size_t)(pad + h) * Wp + pad;
+                    uint32_t *gr = grid + (size_t)p * cs + g0;
+                    int32_t *cr = chs + g0;
+                    const uint8_t *r0 = x0 + (size_t)h * W, *r1 = x1 ? x1 + (size_t)h * W : NULL;
+                    for (int w = 0; w < W; w++) {
+                        uint8_t v0 = r0[w], v1 = r1 ? r1[w] : 0;
+                        gr[w] = lp_pair(v0, v1);
+                        cr[w] += v0 + v1;
                     }
                 }
             }
+        }
+        lp_shiftgemm(Sm + jlo, cs, Ap, M, grid + jlo, cs, np, toff, T, cs - 2 * jlo);
+        for (int j = 0; j < cnt; j++) {
+            /* tx[p] = ma*sb * SB(p), SB = the codes over the taps inside */
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++) {
+                    const int32_t *c0 = chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad + w;
+                    int32_t sum = 0;
+                    for (int t = 0; t < T; t++)
+                        sum += c0[toff[t]];
+                    tx[h * W + w] = cSB * sum;
+                }
+            for (int m = 0; m < M; m++) {
+                const int32_t *ps = pre + (size_t)m * PS;
+                const double bm = bias ? bias[m] : 0.0;
+                const int32_t *Sr = Sm + (size_t)m * cs + (size_t)j * plane + jlo;
+                float *o = out + ((size_t)(n0 + j) * M + m) * P;
+                for (int h = 0; h < H; h++) {
+                    const int h0 = rh[2 * h], h1 = rh[2 * h + 1];
+                    const double base =
+                        cSA * S_RECT(ps, K, h0, h1, 0, K) + cK * ((double)nch * (h1 - h0) * K) + bm;
+                    const int32_t *sr = Sr + (size_t)h * Wp;
+                    const double *t = tx + (size_t)h * W;
+                    float *orow = o + (size_t)h * W;
+                    if (owb > owa)
+                        lp_dequant_row(orow + owa, sr + owa, t + owa, cS, base,
+                                       (size_t)(owb - owa));
+                    for (int w = 0; w < W; w++) {
+                        if (w == owa && owb > owa)
+                            w = owb;
+                        if (w >= W)
+                            break;
+                        const int w0 = rw[2 * w], w1 = rw[2 * w + 1];
+                        const double bb = cSA * S_RECT(ps, K, h0, h1, w0, w1) +
+                                          cK * ((double)nch * (h1 - h0) * (w1 - w0)) + bm;
+                        orow[w] = (float)(cS * sr[w] + t[w] + bb);
+                    }
+                }
+            }
+        }
+    }
 }
 
 void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float *in,
@@ -160,16 +335,9 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     const int OH = d->OH, OW = d->OW, CK = C * KH * KW, P = OH * OW;
     const size_t xper = (size_t)C * d->H * d->W, PS = (size_t)(KH + 1) * (KW + 1);
     unsigned char *sp = (unsigned char *)scratch;
-    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(OC, CK));
-    uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(CK, P));
-    int32_t *Cm = s_take(&sp, (size_t)OC * P * 4);
-    int32_t *SX = s_take(&sp, (size_t)lp_gemm_np(P) * 4);
-    int32_t *pre = s_take(&sp, (size_t)OC * PS * 4);
     unsigned char *bpart = s_take(&sp, (size_t)OC * 5);
     float *bq = (float *)(void *)bpart;
     uint8_t *bcodes = bpart + (size_t)OC * 4;
-    int *rh = s_take(&sp, (size_t)(OH + OW) * 2 * sizeof(int)), *rw = rh + 2 * OH;
-    double *tSX = s_take(&sp, (size_t)P * sizeof(double));
 
     sv->xp = lp_act_qparams(run_range, in, N, xper, mode.train);
     s_quant_act(sv->xq, in, (size_t)N * xper, sv->xp, mode);
@@ -182,21 +350,21 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     } else {
         memset(bq, 0, (size_t)OC * sizeof(float));
     }
-    lp_gemm_pack_a(Ap, NULL, sv->wq, CK, 1, OC, CK);
-    /* per-channel prefix sums of weight codes over the taps (sum over c) */
-    for (int oc = 0; oc < OC; oc++) {
-        int32_t *ps = pre + (size_t)oc * PS;
-        memset(ps, 0, PS * 4);
-        for (int kh = 0; kh < KH; kh++)
-            for (int kw = 0; kw < KW; kw++) {
-                int32_t t = 0;
-                for (int c = 0; c < C; c++)
-                    t += sv->wq[(size_t)oc * CK + (c * KH + kh) * KW + kw];
-                ps[(kh + 1) * (KW + 1) + kw + 1] =
-                    t + ps[kh * (KW + 1) + kw + 1] + ps[(kh + 1) * (KW + 1) + kw] -
-                    ps[kh * (KW + 1) + kw];
-            }
+    if (s_use_shift(d)) {
+        s_shift_conv(out, sv->xq, sv->xp, sv->wq, sv->wp, bq, N, C, OC, d->H, d->W, KH, d->pad,
+                     sp);
+        return;
     }
+    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(OC, CK));
+    uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(CK, P));
+    int32_t *Cm = s_take(&sp, (size_t)OC * P * 4);
+    int32_t *SX = s_take(&sp, (size_t)lp_gemm_np(P) * 4);
+    int32_t *pre = s_take(&sp, (size_t)OC * PS * 4);
+    int *rh = s_take(&sp, (size_t)(OH + OW) * 2 * sizeof(int)), *rw = rh + 2 * OH;
+    double *tSX = s_take(&sp, (size_t)P * sizeof(double));
+
+    lp_gemm_pack_a(Ap, NULL, sv->wq, CK, 1, OC, CK);
+    s_tap_prefix(pre, sv->wq, OC, C, KH, KW);
     for (int oh = 0; oh < OH; oh++)
         s_tap_range(oh, d->stride, d->pad, KH, d->H, &rh[2 * oh], &rh[2 * oh + 1]);
     for (int ow = 0; ow < OW; ow++)
@@ -224,28 +392,23 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
             float *orow = o + (size_t)oc * P;
             for (int oh = 0; oh < OH; oh++) {
                 int h0 = rh[2 * oh], h1 = rh[2 * oh + 1];
-#define RECT(w0, w1) \
-    (ps[h1 * (KW + 1) + (w1)] - ps[h0 * (KW + 1) + (w1)] - ps[h1 * (KW + 1) + (w0)] + \
-     ps[h0 * (KW + 1) + (w0)])
-                double base = cSW * RECT(0, KW) + cK * ((double)C * (h1 - h0) * KW) + bq[oc];
+                double base = cSW * S_RECT(ps, KW, h0, h1, 0, KW) +
+                              cK * ((double)C * (h1 - h0) * KW) + bq[oc];
                 const int32_t *cr = crow + (size_t)oh * OW;
                 const double *tx = tSX + (size_t)oh * OW;
                 float *orr = orow + (size_t)oh * OW;
+                if (owb > owa)
+                    lp_dequant_row(orr + owa, cr + owa, tx + owa, cS, base, (size_t)(owb - owa));
                 for (int ow = 0; ow < OW; ow++) {
-                    if (ow == owa) { /* the columns that see every tap */
-                        for (; ow < owb; ow++)
-                            orr[ow] = (float)(cS * cr[ow] + tx[ow] + base);
-                        if (ow == OW)
-                            break;
-                    }
+                    if (ow == owa && owb > owa)
+                        ow = owb;
+                    if (ow >= OW)
+                        break;
                     int w0 = rw[2 * ow], w1 = rw[2 * ow + 1];
-                    double bb = base;
-                    if (w0 != 0 || w1 != KW)
-                        bb = cSW * RECT(w0, w1) + cK * ((double)C * (h1 - h0) * (w1 - w0)) +
-                             bq[oc];
+                    double bb = cSW * S_RECT(ps, KW, h0, h1, w0, w1) +
+                                cK * ((double)C * (h1 - h0) * (w1 - w0)) + bq[oc];
                     orr[ow] = (float)(cS * cr[ow] + tx[ow] + bb);
                 }
-#undef RECT
             }
         }
     }
@@ -260,38 +423,53 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
     const int pad = d->pad;
     const size_t xper = (size_t)C * H * W;
     unsigned char *sp = (unsigned char *)scratch;
+
+    /* weight and bias gradients from the full-precision dout (bifurcation):
+     * nn's FP32 conv backward (no din) on the dequantized saved codes */
+    if (dw || db) {
+        unsigned char *wsp = sp;
+        float *xf = s_take(&wsp, (size_t)N * xper * sizeof(float));
+        float *nscr = s_take(&wsp, nn_conv_scratch_floats(d) * sizeof(float));
+        if (dw) {
+            lp_dequantize(xf, sv->xq, (size_t)N * xper, sv->xp);
+            nn_conv2d_backward(NULL, dw, db, dout, xf, NULL, d, nscr);
+        } else {
+            for (int n = 0; n < N; n++)
+                for (int oc = 0; oc < OC; oc++) {
+                    const float *g = dout + ((size_t)n * OC + oc) * P;
+                    float t = 0;
+                    for (int p = 0; p < P; p++)
+                        t += g[p];
+                    db[oc] += t;
+                }
+        }
+    }
+    if (!din)
+        return;
+    /* input gradient: int8 conv^T on the stochastically quantized dout */
+    const size_t gn = (size_t)N * OC * P;
+    uint8_t *gq = s_take(&sp, gn);
+    lp_qparams gp = lp_tensor_qparams(dout, gn);
+    lp_quantize_sr(gq, dout, gn, gp, seed, 0);
+    if (s_use_shift(d)) {
+        /* din = the same conv of the gradient codes with the kernel
+         * flipped and the channels swapped: wf[c][oc][t] = wq[oc][c][T-1-t] */
+        const int T = KH * KW;
+        uint8_t *wf = s_take(&sp, (size_t)OC * CK);
+        for (int oc = 0; oc < OC; oc++)
+            for (int c = 0; c < C; c++)
+                for (int t = 0; t < T; t++)
+                    wf[((size_t)c * OC + oc) * T + t] = sv->wq[((size_t)oc * C + c) * T + T - 1 - t];
+        s_shift_conv(din, gq, gp, wf, sv->wp, NULL, N, OC, C, H, W, KH, pad, sp);
+        return;
+    }
     int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(CK, OC));
     int32_t *SWc = s_take(&sp, (size_t)CK * 4);
     uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(OC, P));
     int32_t *Cm = s_take(&sp, (size_t)CK * P * 4);
     int32_t *SG = s_take(&sp, (size_t)lp_gemm_np(P) * 4);
-    uint8_t *gq = s_take(&sp, (size_t)N * OC * P);
-    float *col = s_take(&sp, (size_t)CK * P * sizeof(float));
     double *tSG = s_take(&sp, (size_t)P * sizeof(double));
     int *rh = s_take(&sp, (size_t)(KH + KW) * 2 * sizeof(int)), *rw = rh + 2 * KH;
-
-    /* bias and weight gradients: full-precision dout (bifurcation) */
-    for (int n = 0; n < N; n++) {
-        const float *g = dout + (size_t)n * OC * P;
-        if (db)
-            for (int oc = 0; oc < OC; oc++) {
-                float t = 0;
-                for (int p = 0; p < P; p++)
-                    t += g[(size_t)oc * P + p];
-                db[oc] += t;
-            }
-        if (dw) {
-            s_im2col_deq(col, sv->xq + (size_t)n * xper, sv->xp, d);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, CK, P, 1.0f, g, P, col, P,
-                        1.0f, dw, CK);
-        }
-    }
-    if (!din)
-        return;
-    /* input gradient: int8 GEMM on the stochastically quantized dout */
-    const size_t gn = (size_t)N * OC * P;
-    lp_qparams gp = lp_tensor_qparams(dout, gn);
-    lp_quantize_sr(gq, dout, gn, gp, seed, 0);
     lp_gemm_pack_a(Ap, SWc, sv->wq, 1, CK, CK, OC); /* A(ck, oc) = wq[oc][ck] */
     const double sw = sv->wp.scale, mw = sv->wp.min, sg = gp.scale, mg = gp.min;
     const double cS = sw * sg, cSG = mw * sg;

@@ -79,6 +79,12 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                         const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
                         void *scratch);
 
+/* Tests only: on != 0 makes the stride-1 "same" convs take the im2col +
+ * lp_gemm path (the one AVX-512 VNNI CPUs and every other conv take)
+ * instead of the shift path of the portable and AVX2 levels.  Not
+ * thread-safe; set it while no kernel runs. */
+void lp_conv2d_force_im2col(int on);
+
 /* Fake-quant twins: same quantization (same seeds, same codes) then plain
  * FP32 loops.  scratch: lp_conv2d_fq_scratch_floats floats. */
 size_t lp_conv2d_fq_scratch_floats(const nn_conv_dims *d);

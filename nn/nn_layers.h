@@ -39,7 +39,8 @@ void nn_conv2d_forward(float *out, const float *in, const float *w, const float 
                        const nn_conv_dims *d, float *scratch);
 void nn_conv2d_forward_ref(float *out, const float *in, const float *w, const float *b,
                            const nn_conv_dims *d);
-/* din (N,C,H,W) overwritten (may be NULL); dw (OC,C,KH,KW) +=; db (OC) += (may be NULL). */
+/* din (N,C,H,W) overwritten (may be NULL); dw (OC,C,KH,KW) +=; db (OC) += (may be NULL).
+ * w is read only for din: it may be NULL when din is NULL. */
 void nn_conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                         const float *w, const nn_conv_dims *d, float *scratch);
 void nn_conv2d_backward_ref(float *din, float *dw, float *db, const float *dout, const float *in,

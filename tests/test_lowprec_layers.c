@@ -4,7 +4,9 @@
  *   fake-quant float path (same codes, plain FP32 loops) to float rounding:
  *   |int - fq| <= 1e-5*max|fq| + 1e-5*|fq|; weight/bias gradients (FP32 sgemm
  *   on dequantized codes vs plain loops) likewise; train and eval modes;
- *   padded borders, strides, 1x1 kernels, sizes not multiples of 4/16.
+ *   padded borders, strides, 1x1 kernels, sizes not multiples of 4/16; at
+ *   every CPU level and through both conv paths (shift, im2col), whose
+ *   forwards agree bit for bit.
  * - Range EvoNorm: chunk arithmetic for T not divisible by 16; the
  *   quantizer-free core's backward against central finite differences of an
  *   independent double-precision forward; with quantizers on, forward and
@@ -22,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "lowprec/lp_cpu.h"
 #include "lowprec/lp_layers.h"
 #include "nn/nn_core.h"
 
@@ -86,15 +89,65 @@ static void s_conv_case(int N, int C, int H, int W, int OC, int K, int stride, i
     free(dw1); free(dw2); free(db1); free(db2); free(saved); free(scratch); free(fqs);
 }
 
+static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
+
+/* Every CPU level, and the stride-1 "same" convs both through the shift
+ * path (portable, AVX2) and through the im2col path (AVX-512 VNNI). */
 static void test_conv_matches_fake_quant(void **state)
 {
     (void)state;
-    s_conv_case(3, 5, 7, 6, 9, 3, 1, 1, 1, 1);
-    s_conv_case(2, 4, 9, 9, 8, 3, 2, 1, 0, 1);
-    s_conv_case(2, 6, 8, 8, 17, 1, 2, 0, 0, 1);
-    s_conv_case(2, 3, 5, 5, 4, 3, 1, 0, 1, 0); /* eval */
-    s_conv_case(1, 16, 8, 8, 16, 3, 1, 1, 0, 1);
-    s_conv_case(2, 1, 28, 28, 16, 3, 1, 1, 0, 1);
+    for (int lv = 0; lv < 3; lv++) {
+        if (lp_cpu_force(s_levels[lv]) != 0)
+            continue;
+        for (int im2col = 0; im2col < 2; im2col++) {
+            lp_conv2d_force_im2col(im2col);
+            s_conv_case(3, 5, 7, 6, 9, 3, 1, 1, 1, 1);
+            s_conv_case(2, 4, 9, 9, 8, 3, 2, 1, 0, 1);
+            s_conv_case(2, 6, 8, 8, 17, 1, 2, 0, 0, 1);
+            s_conv_case(2, 3, 5, 5, 4, 3, 1, 0, 1, 0); /* eval */
+            s_conv_case(1, 16, 8, 8, 16, 3, 1, 1, 0, 1);
+            s_conv_case(2, 1, 28, 28, 16, 3, 1, 1, 0, 1);
+            s_conv_case(3, 7, 5, 9, 5, 5, 1, 2, 1, 1);  /* 5x5 same, odd channels */
+            s_conv_case(2, 3, 1, 1, 6, 3, 1, 1, 1, 1);  /* 1x1 image: centre tap only */
+            s_conv_case(13, 4, 4, 4, 3, 3, 1, 1, 0, 1); /* several chunks of samples */
+        }
+    }
+    lp_conv2d_force_im2col(0);
+    lp_cpu_force("auto");
+}
+
+/* The shift and im2col paths of the forward give the same floats: the same
+ * exact integer sums through the same double expression. */
+static void test_conv_paths_identical(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 21);
+    nn_conv_dims d = nn_conv_dims_make(3, 6, 9, 7, 10, 3, 1, 1);
+    size_t xn = (size_t)d.N * d.C * d.H * d.W, wn = (size_t)d.OC * d.C * 9,
+           on = (size_t)d.N * d.OC * d.OH * d.OW;
+    float *x = nn_xmalloc(xn * 4), *w = nn_xmalloc(wn * 4), *b = nn_xmalloc((size_t)d.OC * 4);
+    float *o1 = nn_xmalloc(on * 4), *o2 = nn_xmalloc(on * 4);
+    s_fill(&r, x, xn, -1.0f, 2.5f);
+    s_fill(&r, w, wn, -0.3f, 0.4f);
+    s_fill(&r, b, (size_t)d.OC, -0.2f, 0.2f);
+    uint8_t *saved = nn_xmalloc(lp_conv2d_saved_bytes(&d));
+    lp_qsaved sv = {saved, {0, 0}, saved + xn, {0, 0}};
+    void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(&d));
+    lp_mode mode = {1, 31};
+    float run[2] = {0, 0};
+    for (int lv = 0; lv < 2; lv++) {
+        if (lp_cpu_force(s_levels[lv]) != 0)
+            continue;
+        lp_conv2d_force_im2col(0);
+        lp_conv2d_forward(o1, &sv, run, x, w, b, &d, mode, scratch);
+        lp_conv2d_force_im2col(1);
+        lp_conv2d_forward(o2, &sv, run, x, w, b, &d, mode, scratch);
+        assert_memory_equal(o1, o2, on * 4);
+    }
+    lp_conv2d_force_im2col(0);
+    lp_cpu_force("auto");
+    free(x); free(w); free(b); free(o1); free(o2); free(saved); free(scratch);
 }
 
 static void test_conv_saved_bytes(void **state)
@@ -352,6 +405,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_matches_fake_quant),
+        cmocka_unit_test(test_conv_paths_identical),
         cmocka_unit_test(test_conv_saved_bytes),
         cmocka_unit_test(test_linear_matches_fake_quant),
         cmocka_unit_test(test_ren_chunks),
