@@ -21,6 +21,7 @@
 
 #include "lowprec/lp_cpu.h"
 #include "lowprec/lp_gemm.h"
+#include "lowprec/lp_simd.h"
 
 #define ALIGN64(n) (((n) + 63) & ~(size_t)63)
 
@@ -777,6 +778,63 @@ size_t lp_ren_scratch_floats(int N, int C, int HW)
     return 2 * n + (n + 3) / 4 + 3 * (size_t)C;
 }
 
+/* ---- Range EvoNorm row kernels (one channel row of n values) -------------- */
+
+void lp_ren_row_fwd_ref(float *o, const float *x, size_t n, float v, float sc, float gamma,
+                        float beta)
+{
+    for (size_t i = 0; i < n; i++) {
+        float t = x[i] * v / 6.0f + 0.5f;
+        t = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
+        float nrm = x[i] * t;
+        o[i] = nrm * sc * gamma + beta;
+    }
+}
+
+void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *g, size_t n,
+                        float v, float sc, float gamma)
+{
+    double sg = 0, sgn = 0, sv = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* forward: t = x*v/6 + 1/2; h = clamp(t,0,1); nrm = x*h;
+         *          out = nrm*sq*gamma + beta */
+        float xi = x[i], gi = g[i];
+        float t = xi * v / 6.0f + 0.5f;
+        int inside = t >= 0.0f && t <= 1.0f; /* torch clamp passes ends */
+        float h = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
+        float nrm = xi * h;
+        sg += gi;
+        sgn += (double)gi * nrm;
+        float dn = gi * sc * gamma;
+        /* dnrm/dx = h + x*h'*v, dnrm/dv = x*h'*x, h' = 1/6 inside */
+        if (inside)
+            sv += (double)dn * xi * xi;
+        if (dx)
+            dx[i] = dn * (h + (inside ? xi * v / 6.0f : 0.0f));
+    }
+    sums[0] += sg;
+    sums[1] += sgn;
+    sums[2] += sv / 6.0;
+}
+
+static void s_ren_row_fwd(float *o, const float *x, size_t n, float v, float sc, float gamma,
+                          float beta)
+{
+    if (lp_cpu_level() >= LP_CPU_AVX2)
+        lp_ren_row_fwd_avx2(o, x, n, v, sc, gamma, beta);
+    else
+        lp_ren_row_fwd_ref(o, x, n, v, sc, gamma, beta);
+}
+
+static void s_ren_row_bwd(float *dx, double sums[3], const float *x, const float *g, size_t n,
+                          float v, float sc, float gamma)
+{
+    if (lp_cpu_level() >= LP_CPU_AVX2)
+        lp_ren_row_bwd_avx2(dx, sums, x, g, n, v, sc, gamma);
+    else
+        lp_ren_row_bwd_ref(dx, sums, x, g, n, v, sc, gamma);
+}
+
 void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const float *gamma,
                          const float *beta, const float *v, int N, int C, int HW, int G,
                          int quant_s)
@@ -793,7 +851,7 @@ void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const 
                 int st, len;
                 lp_ren_chunk(T, j, &st, &len);
                 float mn, mx;
-                lp_minmax_ref(&mn, &mx, xg + st, (size_t)len);
+                lp_minmax(&mn, &mx, xg + st, (size_t)len);
                 smax += mx;
                 smin += mn;
             }
@@ -805,17 +863,9 @@ void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const 
     else
         memcpy(sq, s, (size_t)N * G * sizeof(float));
     for (int n = 0; n < N; n++)
-        for (int ch = 0; ch < C; ch++) {
-            const float sc = sq[n * G + ch / cg];
-            const float *xr = x + ((size_t)n * C + ch) * HW;
-            float *orow = out + ((size_t)n * C + ch) * HW;
-            for (int i = 0; i < HW; i++) {
-                float t = xr[i] * v[ch] / 6.0f + 0.5f;
-                t = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
-                float nrm = xr[i] * t;
-                orow[i] = nrm * sc * gamma[ch] + beta[ch];
-            }
-        }
+        for (int ch = 0; ch < C; ch++)
+            s_ren_row_fwd(out + ((size_t)n * C + ch) * HW, x + ((size_t)n * C + ch) * HW,
+                          (size_t)HW, v[ch], sq[n * G + ch / cg], gamma[ch], beta[ch]);
 }
 
 void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
@@ -830,28 +880,14 @@ void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, con
             double dsq = 0;
             for (int ch = gr * cg; ch < (gr + 1) * cg; ch++) {
                 size_t off = ((size_t)n * C + ch) * HW;
-                double dga = 0, dbe = 0, dvv = 0;
-                for (int i = 0; i < HW; i++) {
-                    /* forward: t = x*v/6 + 1/2; h = clamp(t,0,1); nrm = x*h;
-                     *          out = nrm*sq*gamma + beta */
-                    float xi = x[off + i], gi = g[off + i];
-                    float t = xi * v[ch] / 6.0f + 0.5f;
-                    int inside = t >= 0.0f && t <= 1.0f; /* torch clamp passes ends */
-                    float h = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
-                    float nrm = xi * h;
-                    dbe += gi;
-                    dga += (double)gi * nrm * sc;
-                    dsq += (double)gi * nrm * gamma[ch];
-                    float dn = gi * sc * gamma[ch];
-                    /* dnrm/dx = h + x*h'*v, dnrm/dv = x*h'*x, h' = 1/6 inside */
-                    if (inside)
-                        dvv += (double)dn * xi * xi / 6.0;
-                    if (dx)
-                        dx[off + i] = dn * (h + (inside ? xi * v[ch] / 6.0f : 0.0f));
-                }
-                dgamma[ch] += (float)dga;
-                dbeta[ch] += (float)dbe;
-                dv[ch] += (float)dvv;
+                /* sums: dout, dout*nrm, dnrm*x*x/6 over the taps where h' != 0 */
+                double sums[3] = {0, 0, 0};
+                s_ren_row_bwd(dx ? dx + off : NULL, sums, x + off, g + off, (size_t)HW, v[ch], sc,
+                              gamma[ch]);
+                dgamma[ch] += (float)(sums[1] * sc);
+                dbeta[ch] += (float)sums[0];
+                dv[ch] += (float)sums[2];
+                dsq += sums[1] * gamma[ch];
             }
             if (!dx)
                 continue;

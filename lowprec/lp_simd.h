@@ -54,6 +54,12 @@ void lp_gemm_kernel_avx2(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *B
 void lp_gemm_kernel_avx512(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M,
                            int N, int K, int32_t *colsum);
 
+/* Range EvoNorm row kernels (lp_layers.h). */
+void lp_ren_row_fwd_avx2(float *o, const float *x, size_t n, float v, float sc, float gamma,
+                         float beta);
+void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float *g, size_t n,
+                         float v, float sc, float gamma);
+
 void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                        size_t ldb, int np, const int *toff, int T, size_t n);
 void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c, double base,

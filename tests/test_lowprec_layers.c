@@ -26,6 +26,7 @@
 
 #include "lowprec/lp_cpu.h"
 #include "lowprec/lp_layers.h"
+#include "lowprec/lp_simd.h"
 #include "nn/nn_core.h"
 
 static void s_fill(nn_rng *r, float *x, size_t n, float lo, float hi)
@@ -264,9 +265,8 @@ static double s_ren_loss(const double *x, const double *gam, const double *bet, 
     return loss;
 }
 
-static void test_ren_finite_differences(void **state)
+static void s_ren_fd_case(void)
 {
-    (void)state;
     const int N = 2, C = 8, HW = 10, G = 2; /* T = 40: chunks of 3 and 2 */
     const size_t n = (size_t)N * C * HW;
     nn_rng r;
@@ -320,6 +320,55 @@ static void test_ren_finite_differences(void **state)
 /* With quantizers on: forward = core(deq(xq), Q(params), quant_s = 1) and
  * backward = core backward with deq(SR(dout)): the straight-through
  * estimator, bit for bit. */
+/* at every CPU level (the core dispatches its row kernels) */
+static void test_ren_finite_differences(void **state)
+{
+    (void)state;
+    for (int lv = 0; lv < 3; lv++)
+        if (lp_cpu_force(s_levels[lv]) == 0)
+            s_ren_fd_case();
+    lp_cpu_force("auto");
+}
+
+/* The AVX2 row kernels against their scalar twins: forward bit for bit,
+ * backward sums and dx to 1e-6 relative (float blocks of 64 vs double),
+ * over tails (n around multiples of 8 and 64) and values on both sides of
+ * the hardsigmoid's ends. */
+static void test_ren_rows(void **state)
+{
+    (void)state;
+    if (lp_cpu_force("avx2") != 0)
+        skip();
+    lp_cpu_force("auto");
+    nn_rng r;
+    nn_rng_seed(&r, 23);
+    static const size_t ns[] = {1, 7, 8, 9, 63, 64, 65, 200, 1024};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        const size_t n = ns[k];
+        float *x = nn_xmalloc(n * 4), *g = nn_xmalloc(n * 4);
+        float *o1 = nn_xmalloc(n * 4), *o2 = nn_xmalloc(n * 4);
+        s_fill(&r, x, n, -6.0f, 6.0f);
+        s_fill(&r, g, n, -0.1f, 0.1f);
+        const float v = 1.3f, sc = 0.77f, gam = -1.1f, bet = 0.2f;
+        lp_ren_row_fwd_ref(o1, x, n, v, sc, gam, bet);
+        lp_ren_row_fwd_avx2(o2, x, n, v, sc, gam, bet);
+        assert_memory_equal(o1, o2, n * 4);
+        double s1[3] = {0.5, 0.5, 0.5}, s2[3] = {0.5, 0.5, 0.5};
+        lp_ren_row_bwd_ref(o1, s1, x, g, n, v, sc, gam);
+        lp_ren_row_bwd_avx2(o2, s2, x, g, n, v, sc, gam);
+        s_close(o2, o1, n, "ren row dx");
+        double mag[3] = {0, 0, 0};
+        for (size_t i = 0; i < n; i++) {
+            mag[0] += fabs(g[i]);
+            mag[1] += fabs(g[i] * x[i]);
+            mag[2] += fabs(g[i] * sc * gam * x[i] * x[i]) / 6.0;
+        }
+        for (int q = 0; q < 3; q++)
+            assert_true(fabs(s1[q] - s2[q]) <= 1e-6 * mag[q] + 1e-12);
+        free(x); free(g); free(o1); free(o2);
+    }
+}
+
 static void test_ren_quantized_is_ste(void **state)
 {
     (void)state;
@@ -410,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_linear_matches_fake_quant),
         cmocka_unit_test(test_ren_chunks),
         cmocka_unit_test(test_ren_finite_differences),
+        cmocka_unit_test(test_ren_rows),
         cmocka_unit_test(test_ren_quantized_is_ste),
         cmocka_unit_test(test_add),
     };
