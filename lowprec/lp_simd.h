@@ -34,7 +34,16 @@ static inline void lp_seed_keys(uint64_t seed, uint32_t *k1, uint32_t *k2)
     *k1 = (uint32_t)z;
     *k2 = (uint32_t)(z >> 32);
 }
-/* noise bits for index i: h = hash(hash(i + k1) ^ k2); u = (h>>8)*2^-24 - 1/2 */
+/* Noise bits for element index i: a Weyl sequence through one round of the
+ * hash, h = hash((i*LP_WEYL + k1) ^ k2), u = (h>>8)*2^-24 - 1/2.  (One hash
+ * of the plain counter i + k1 fails a pairs test of consecutive values;
+ * the Weyl step fixes that, so one hash is enough where two were used.)
+ * SIMD paths step the Weyl value by lanes*LP_WEYL with adds. */
+#define LP_WEYL 0x9e3779b9u
+static inline uint32_t lp_noise_bits(uint32_t i, uint32_t k1, uint32_t k2)
+{
+    return lp_hash32((i * LP_WEYL + k1) ^ k2);
+}
 
 void lp_minmax_avx2(float *mn, float *mx, const float *x, size_t n);
 void lp_quantize_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p);
