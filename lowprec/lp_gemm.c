@@ -145,14 +145,14 @@ void lp_shiftgemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint3
         lp_shiftgemm_ref(S, ldc, Ap, M, B, ldb, np, toff, T, n);
 }
 
-void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c, double base,
-                        size_t n)
+void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
+                        const double *base, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        out[i] = (float)(c * S[i] + t[i] + base);
+        out[i] = (float)(c * S[i] + t[i] + base[i]);
 }
 
-void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, double base,
+void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, const double *base,
                     size_t n)
 {
     if (lp_cpu_level() >= LP_CPU_AVX2)

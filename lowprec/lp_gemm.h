@@ -115,13 +115,13 @@ static inline uint32_t lp_pair(uint8_t lo, uint8_t hi)
     return (uint32_t)lo | (uint32_t)hi << 16;
 }
 
-/* out[i] = (float)(c*S[i] + t[i] + base), i < n: the affine correction of
- * a row of integer sums (the per-column terms in t, the per-row ones in
- * base), evaluated in double without FMA and rounded once.  Overwrites
- * out; every level gives the same floats. */
-void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, double base,
+/* out[i] = (float)(c*S[i] + t[i] + base[i]), i < n: the affine correction
+ * of a row of integer sums (the terms of the other operand's codes in t,
+ * those of this row's codes in base), evaluated in double without FMA and
+ * rounded once.  Overwrites out; every level gives the same floats. */
+void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, const double *base,
                     size_t n);
-void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c, double base,
-                        size_t n);
+void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
+                        const double *base, size_t n);
 
 #endif

@@ -177,20 +177,22 @@ void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const 
 
 /* out = (float)(c*S + t + base) in double: the same three roundings as the
  * scalar twin (mul, add, add; no FMA), then one to float. */
-void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c, double base,
-                         size_t n)
+void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c,
+                         const double *base, size_t n)
 {
-    const __m256d vc = _mm256_set1_pd(c), vb = _mm256_set1_pd(base);
+    const __m256d vc = _mm256_set1_pd(c);
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256i s = _mm256_loadu_si256((const __m256i *)(S + i));
         __m256d lo = _mm256_cvtepi32_pd(_mm256_castsi256_si128(s));
         __m256d hi = _mm256_cvtepi32_pd(_mm256_extracti128_si256(s, 1));
-        lo = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(vc, lo), _mm256_loadu_pd(t + i)), vb);
-        hi = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(vc, hi), _mm256_loadu_pd(t + i + 4)), vb);
+        lo = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(vc, lo), _mm256_loadu_pd(t + i)),
+                           _mm256_loadu_pd(base + i));
+        hi = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(vc, hi), _mm256_loadu_pd(t + i + 4)),
+                           _mm256_loadu_pd(base + i + 4));
         __m256 f = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
         _mm256_storeu_ps(out + i, f);
     }
     for (; i < n; i++)
-        out[i] = (float)(c * S[i] + t[i] + base);
+        out[i] = (float)(c * S[i] + t[i] + base[i]);
 }

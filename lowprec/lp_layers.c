@@ -93,6 +93,14 @@ static int s_shift_nb(int N, int H, int W, int pad)
     return nb < 1 ? 1 : nb > N ? N : nb;
 }
 
+/* Output rows whose taps cover the same kernel rows [h0, h1) share their
+ * correction terms ("row classes"); as oh grows h0 and h1 only decrease, so
+ * classes are runs of rows and there are at most 2*KH + 1 (and <= OH). */
+static int s_max_classes(int OH, int KH)
+{
+    return 2 * KH + 1 < OH ? 2 * KH + 1 : OH;
+}
+
 /* Bytes of s_shift_conv scratch: M output rows, nch input channels. */
 static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int pad)
 {
@@ -106,6 +114,8 @@ static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int
     s += ALIGN64(cs * 4);
     s += ALIGN64((size_t)M * cs * 4);
     s += ALIGN64((size_t)H * W * sizeof(double));
+    s += ALIGN64((size_t)M * s_max_classes(H, K) * W * sizeof(double));
+    s += ALIGN64((size_t)H * sizeof(int));
     return s;
 }
 
@@ -122,6 +132,8 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     si += ALIGN64((size_t)d->OC * (d->KH + 1) * (d->KW + 1) * 4);
     si += ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
     si += ALIGN64((size_t)P * sizeof(double));
+    si += ALIGN64((size_t)d->OC * s_max_classes(d->OH, d->KH) * d->OW * sizeof(double));
+    si += ALIGN64((size_t)d->OH * sizeof(int));
     size_t ss = s_shift_conv_bytes(d->N, d->C, d->OC, d->H, d->W, d->KH, d->pad);
     s += si > ss ? si : ss;
     /* backward, weight gradient: dequantized input + nn's conv scratch */
@@ -184,6 +196,44 @@ static void s_im2col_b4(uint8_t *Bp, const uint8_t *x, const nn_conv_dims *d)
             }
 }
 
+void lp_pair_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
+                     size_t n)
+{
+    for (size_t w = 0; w < n; w++) {
+        uint8_t v0 = r0[w], v1 = r1 ? r1[w] : 0;
+        dst[w] = lp_pair(v0, v1);
+        chs[w] += v0 + v1;
+    }
+}
+
+void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n)
+{
+    for (size_t w = 0; w < n; w++) {
+        int32_t sum = 0;
+        for (int k = 0; k < T; k++)
+            sum += s[(ptrdiff_t)w + off[k]];
+        t[w] = c * sum;
+    }
+}
+
+/* The row kernels s_shift_conv uses at the current CPU level. */
+typedef struct {
+    void (*pair_row)(uint32_t *, int32_t *, const uint8_t *, const uint8_t *, size_t);
+    void (*tap_sum_row)(double *, const int32_t *, const int *, int, double, size_t);
+    void (*dequant_row)(float *, const int32_t *, const double *, double, const double *, size_t);
+} s_conv_rows;
+
+static s_conv_rows s_rows(void)
+{
+    s_conv_rows r = {lp_pair_row_ref, lp_tap_sum_row_ref, lp_dequant_row_ref};
+    if (lp_cpu_level() >= LP_CPU_AVX2) {
+        r.pair_row = lp_pair_row_avx2;
+        r.tap_sum_row = lp_tap_sum_row_avx2;
+        r.dequant_row = lp_dequant_row_avx2;
+    }
+    return r;
+}
+
 /* pre (M, K+1, K+1) = 2-D prefix sums over (kh, kw) of sum_c a[m][c][kh][kw],
  * for kernel codes a (M, nch, K, K): the sum of a row's codes over any
  * rectangle of taps is four lookups (S_RECT). */
@@ -210,6 +260,42 @@ static void s_tap_prefix(int32_t *pre, const uint8_t *a, int M, int nch, int KH,
     ((ps)[(h1) * ((KW) + 1) + (w1)] - (ps)[(h0) * ((KW) + 1) + (w1)] - \
      (ps)[(h1) * ((KW) + 1) + (w0)] + (ps)[(h0) * ((KW) + 1) + (w0)])
 
+/* bases (M, nh, OW): the per-column correction base of each row class,
+ *   cSA * SA + cK * nch*(h1-h0)*(w1-w0) + bias[m],
+ * SA = the codes of kernel row m over the taps [h0,h1) x [w0,w1) of the
+ * column (prefix sums pre, tap ranges rh, rw); hcls (OH) = class of each
+ * output row.  Returns nh.  Overwrites bases and hcls. */
+static int s_base_rows(double *bases, int *hcls, const int32_t *pre, const int *rh,
+                       const int *rw, int M, int OH, int OW, int KH, int KW, int nch, double cSA,
+                       double cK, const float *bias)
+{
+    int nh = 0;
+    for (int oh = 0; oh < OH; oh++) {
+        if (oh > 0 && (rh[2 * oh] != rh[2 * oh - 2] || rh[2 * oh + 1] != rh[2 * oh - 1]))
+            nh++;
+        hcls[oh] = nh;
+    }
+    nh++;
+    assert(nh <= s_max_classes(OH, KH));
+    const size_t PS = (size_t)(KH + 1) * (KW + 1);
+    for (int m = 0; m < M; m++) {
+        const int32_t *ps = pre + (size_t)m * PS;
+        const double bm = bias ? bias[m] : 0.0;
+        for (int oh = 0; oh < OH; oh++) {
+            if (oh > 0 && hcls[oh] == hcls[oh - 1])
+                continue;
+            const int h0 = rh[2 * oh], h1 = rh[2 * oh + 1];
+            double *b = bases + ((size_t)m * nh + hcls[oh]) * OW;
+            for (int ow = 0; ow < OW; ow++) {
+                const int w0 = rw[2 * ow], w1 = rw[2 * ow + 1];
+                b[ow] = cSA * S_RECT(ps, KW, h0, h1, w0, w1) +
+                        cK * ((double)nch * (h1 - h0) * (w1 - w0)) + bm;
+            }
+        }
+    }
+    return nh;
+}
+
 /* out (N, M, H, W) = the stride-1 same conv (K x K, pad = (K-1)/2) of the
  * codes b (N, nch, H, W) with the kernel codes a (M, nch, K, K), in real
  * values: sum over the taps inside the image of (sa*a + ma)(sb*b + mb),
@@ -231,6 +317,8 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
     int32_t *chs = s_take(&sp, (size_t)nb * plane * 4);
     int32_t *Sm = s_take(&sp, (size_t)M * nb * plane * 4);
     double *tx = s_take(&sp, (size_t)P * sizeof(double));
+    double *bases = s_take(&sp, (size_t)M * s_max_classes(H, K) * W * sizeof(double));
+    int *hcls = s_take(&sp, (size_t)H * sizeof(int));
 
     /* A (M, np*T) of weight-code pairs, m-tiles of 4, rows past M zero */
     memset(Ap, 0, lp_shift_pack_lanes(M, K2) * 4);
@@ -252,15 +340,10 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
     for (int kh = 0; kh < K; kh++)
         for (int kw = 0; kw < K; kw++)
             toff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
-    /* [owa, owb): columns whose taps all fall inside the image */
-    int owa = 0, owb;
-    while (owa < W && (rw[2 * owa] != 0 || rw[2 * owa + 1] != K))
-        owa++;
-    owb = owa;
-    while (owb < W && rw[2 * owb] == 0 && rw[2 * owb + 1] == K)
-        owb++;
     const double sa = aqp.scale, ma = aqp.min, sb = bqp.scale, mb = bqp.min;
     const double cS = sa * sb, cSB = ma * sb, cSA = sa * mb, cK = ma * mb;
+    const int nh = s_base_rows(bases, hcls, pre, rh, rw, M, H, W, K, K, nch, cSA, cK, bias);
+    const s_conv_rows rows = s_rows();
 
     for (int n0 = 0; n0 < N; n0 += nb) {
         const int cnt = N - n0 < nb ? N - n0 : nb;
@@ -275,14 +358,8 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
                 const uint8_t *x1 = 2 * p + 1 < nch ? x0 + P : NULL;
                 for (int h = 0; h < H; h++) {
                     const size_t g0 = (size_t)j * plane + (size_t)(pad + h) * Wp + pad;
-                    uint32_t *gr = grid + (size_t)p * cs + g0;
-                    int32_t *cr = chs + g0;
-                    const uint8_t *r0 = x0 + (size_t)h * W, *r1 = x1 ? x1 + (size_t)h * W : NULL;
-                    for (int w = 0; w < W; w++) {
-                        uint8_t v0 = r0[w], v1 = r1 ? r1[w] : 0;
-                        gr[w] = lp_pair(v0, v1);
-                        cr[w] += v0 + v1;
-                    }
+                    rows.pair_row(grid + (size_t)p * cs + g0, chs + g0, x0 + (size_t)h * W,
+                                  x1 ? x1 + (size_t)h * W : NULL, (size_t)W);
                 }
             }
         }
@@ -290,39 +367,15 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
         for (int j = 0; j < cnt; j++) {
             /* tx[p] = ma*sb * SB(p), SB = the codes over the taps inside */
             for (int h = 0; h < H; h++)
-                for (int w = 0; w < W; w++) {
-                    const int32_t *c0 = chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad + w;
-                    int32_t sum = 0;
-                    for (int t = 0; t < T; t++)
-                        sum += c0[toff[t]];
-                    tx[h * W + w] = cSB * sum;
-                }
+                rows.tap_sum_row(tx + (size_t)h * W,
+                                 chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad, toff, T,
+                                 cSB, (size_t)W);
             for (int m = 0; m < M; m++) {
-                const int32_t *ps = pre + (size_t)m * PS;
-                const double bm = bias ? bias[m] : 0.0;
                 const int32_t *Sr = Sm + (size_t)m * cs + (size_t)j * plane + jlo;
                 float *o = out + ((size_t)(n0 + j) * M + m) * P;
-                for (int h = 0; h < H; h++) {
-                    const int h0 = rh[2 * h], h1 = rh[2 * h + 1];
-                    const double base =
-                        cSA * S_RECT(ps, K, h0, h1, 0, K) + cK * ((double)nch * (h1 - h0) * K) + bm;
-                    const int32_t *sr = Sr + (size_t)h * Wp;
-                    const double *t = tx + (size_t)h * W;
-                    float *orow = o + (size_t)h * W;
-                    if (owb > owa)
-                        lp_dequant_row(orow + owa, sr + owa, t + owa, cS, base,
-                                       (size_t)(owb - owa));
-                    for (int w = 0; w < W; w++) {
-                        if (w == owa && owb > owa)
-                            w = owb;
-                        if (w >= W)
-                            break;
-                        const int w0 = rw[2 * w], w1 = rw[2 * w + 1];
-                        const double bb = cSA * S_RECT(ps, K, h0, h1, w0, w1) +
-                                          cK * ((double)nch * (h1 - h0) * (w1 - w0)) + bm;
-                        orow[w] = (float)(cS * sr[w] + t[w] + bb);
-                    }
-                }
+                for (int h = 0; h < H; h++)
+                    rows.dequant_row(o + (size_t)h * W, Sr + (size_t)h * Wp, tx + (size_t)h * W,
+                                     cS, bases + ((size_t)m * nh + hcls[h]) * W, (size_t)W);
             }
         }
     }
@@ -363,6 +416,8 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     int32_t *pre = s_take(&sp, (size_t)OC * PS * 4);
     int *rh = s_take(&sp, (size_t)(OH + OW) * 2 * sizeof(int)), *rw = rh + 2 * OH;
     double *tSX = s_take(&sp, (size_t)P * sizeof(double));
+    double *bases = s_take(&sp, (size_t)OC * s_max_classes(OH, KH) * OW * sizeof(double));
+    int *hcls = s_take(&sp, (size_t)OH * sizeof(int));
 
     lp_gemm_pack_a(Ap, NULL, sv->wq, CK, 1, OC, CK);
     s_tap_prefix(pre, sv->wq, OC, C, KH, KW);
@@ -373,13 +428,7 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
 
     const double sw = sv->wp.scale, mw = sv->wp.min, sx = sv->xp.scale, mx = sv->xp.min;
     const double cS = sw * sx, cSX = mw * sx, cSW = sw * mx, cK = mw * mx;
-    /* [owa, owb): output columns whose taps all fall inside the image */
-    int owa = 0, owb = 0;
-    while (owa < OW && (rw[2 * owa] != 0 || rw[2 * owa + 1] != KW))
-        owa++;
-    owb = owa;
-    while (owb < OW && rw[2 * owb] == 0 && rw[2 * owb + 1] == KW)
-        owb++;
+    const int nh = s_base_rows(bases, hcls, pre, rh, rw, OC, OH, OW, KH, KW, C, cSW, cK, bq);
     memset(Bp, 0, lp_gemm_pack_b_bytes(CK, P));
     for (int n = 0; n < N; n++) {
         s_im2col_b4(Bp, sv->xq + (size_t)n * xper, d);
@@ -387,31 +436,11 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
         float *o = out + (size_t)n * OC * P;
         for (int p = 0; p < P; p++)
             tSX[p] = cSX * SX[p];
-        for (int oc = 0; oc < OC; oc++) {
-            const int32_t *ps = pre + (size_t)oc * PS;
-            const int32_t *crow = Cm + (size_t)oc * P;
-            float *orow = o + (size_t)oc * P;
-            for (int oh = 0; oh < OH; oh++) {
-                int h0 = rh[2 * oh], h1 = rh[2 * oh + 1];
-                double base = cSW * S_RECT(ps, KW, h0, h1, 0, KW) +
-                              cK * ((double)C * (h1 - h0) * KW) + bq[oc];
-                const int32_t *cr = crow + (size_t)oh * OW;
-                const double *tx = tSX + (size_t)oh * OW;
-                float *orr = orow + (size_t)oh * OW;
-                if (owb > owa)
-                    lp_dequant_row(orr + owa, cr + owa, tx + owa, cS, base, (size_t)(owb - owa));
-                for (int ow = 0; ow < OW; ow++) {
-                    if (ow == owa && owb > owa)
-                        ow = owb;
-                    if (ow >= OW)
-                        break;
-                    int w0 = rw[2 * ow], w1 = rw[2 * ow + 1];
-                    double bb = cSW * S_RECT(ps, KW, h0, h1, w0, w1) +
-                                cK * ((double)C * (h1 - h0) * (w1 - w0)) + bq[oc];
-                    orr[ow] = (float)(cS * cr[ow] + tx[ow] + bb);
-                }
-            }
-        }
+        for (int oc = 0; oc < OC; oc++)
+            for (int oh = 0; oh < OH; oh++)
+                lp_dequant_row(o + (size_t)oc * P + (size_t)oh * OW,
+                               Cm + (size_t)oc * P + (size_t)oh * OW, tSX + (size_t)oh * OW, cS,
+                               bases + ((size_t)oc * nh + hcls[oh]) * OW, (size_t)OW);
     }
 }
 

@@ -1,5 +1,6 @@
-/* lp_layers_avx2 — AVX2 row kernels of Range EvoNorm (lp_layers.h), built
- * with -mavx2 -mfma and called only at lp_cpu_level() >= LP_CPU_AVX2.
+/* lp_layers_avx2 — AVX2 row kernels of Range EvoNorm (lp_layers.h) and the
+ * pair-grid helpers of the conv shift path (lp_simd.h), built with
+ * -mavx2 -mfma and called only at lp_cpu_level() >= LP_CPU_AVX2.
  * The forward follows the scalar twin operation by operation (true
  * division by 6, no FMA), so it gives the same floats.  The backward sums
  * up to 64 values per lane block in float and the blocks in double (the
@@ -75,4 +76,36 @@ void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float 
     sums[2] += s_hsum_pd(dvx) / 6.0;
     if (i < n)
         lp_ren_row_bwd_ref(dx ? dx + i : NULL, sums, x + i, g + i, n - i, v, sc, gamma);
+}
+
+void lp_pair_row_avx2(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
+                      size_t n)
+{
+    size_t w = 0;
+    for (; w + 8 <= n; w += 8) {
+        __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r0 + w)));
+        __m256i b = r1 ? _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r1 + w)))
+                       : _mm256_setzero_si256();
+        _mm256_storeu_si256((__m256i *)(dst + w), _mm256_or_si256(a, _mm256_slli_epi32(b, 16)));
+        __m256i c = _mm256_loadu_si256((const __m256i *)(chs + w));
+        _mm256_storeu_si256((__m256i *)(chs + w), _mm256_add_epi32(c, _mm256_add_epi32(a, b)));
+    }
+    if (w < n)
+        lp_pair_row_ref(dst + w, chs + w, r0 + w, r1 ? r1 + w : NULL, n - w);
+}
+
+void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n)
+{
+    const __m256d vc = _mm256_set1_pd(c);
+    size_t w = 0;
+    for (; w + 8 <= n; w += 8) {
+        __m256i acc = _mm256_setzero_si256();
+        for (int k = 0; k < T; k++)
+            acc = _mm256_add_epi32(acc, _mm256_loadu_si256((const __m256i *)(s + w + off[k])));
+        _mm256_storeu_pd(t + w, _mm256_mul_pd(vc, _mm256_cvtepi32_pd(_mm256_castsi256_si128(acc))));
+        _mm256_storeu_pd(t + w + 4,
+                         _mm256_mul_pd(vc, _mm256_cvtepi32_pd(_mm256_extracti128_si256(acc, 1))));
+    }
+    if (w < n)
+        lp_tap_sum_row_ref(t + w, s + w, off, T, c, n - w);
 }

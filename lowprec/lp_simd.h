@@ -69,9 +69,23 @@ void lp_ren_row_fwd_avx2(float *o, const float *x, size_t n, float v, float sc, 
 void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float *g, size_t n,
                          float v, float sc, float gamma);
 
+/* Pair-grid helpers of the conv shift path (lp_layers.c), scalar twins
+ * and AVX2 versions (same results: integer sums, and the double product
+ * c * sum rounded once):
+ *   lp_pair_row: dst[w] = lp_pair(r0[w], r1 ? r1[w] : 0) (overwritten),
+ *                chs[w] += r0[w] + (r1 ? r1[w] : 0) (accumulated), w < n;
+ *   lp_tap_sum_row: t[w] = c * sum_{k < T} s[w + off[k]] (overwritten),
+ *                w < n; off may be negative. */
+void lp_pair_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
+                     size_t n);
+void lp_pair_row_avx2(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
+                      size_t n);
+void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
+void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
+
 void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                        size_t ldb, int np, const int *toff, int T, size_t n);
-void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c, double base,
-                         size_t n);
+void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c,
+                         const double *base, size_t n);
 
 #endif

@@ -237,13 +237,14 @@ static void test_dequant_row(void **state)
     nn_rng_seed(&r, 15);
     const size_t n = 37;
     int32_t S[37];
-    double t[37];
+    double t[37], base[37];
     float ref[37], got[37];
     for (size_t i = 0; i < n; i++) {
         S[i] = (int32_t)nn_rng_below(&r, 40000000) - 1000000;
         t[i] = (nn_rng_uniform(&r) - 0.5) * 3.7;
+        base[i] = -0.731 + 0.01 * (double)(i % 3);
     }
-    const double c = 1.3e-5, base = -0.731;
+    const double c = 1.3e-5;
     lp_dequant_row_ref(ref, S, t, c, base, n);
     for (int lv = 0; lv < 3; lv++) {
         if (lp_cpu_force(s_levels[lv]) != 0)

@@ -151,6 +151,39 @@ static void test_conv_paths_identical(void **state)
     free(x); free(w); free(b); free(o1); free(o2); free(saved); free(scratch);
 }
 
+/* The pair-grid helpers of the shift path: AVX2 against the twins, exact,
+ * over tails (n around multiples of 8), with and without a second row. */
+static void test_pair_rows(void **state)
+{
+    (void)state;
+    if (lp_cpu_force("avx2") != 0)
+        skip();
+    lp_cpu_force("auto");
+    nn_rng r;
+    nn_rng_seed(&r, 22);
+    for (size_t n = 1; n <= 40; n++)
+        for (int two = 0; two < 2; two++) {
+            uint8_t r0[40], r1[40];
+            uint32_t d0[40], d1[40];
+            int32_t c0[60], c1[60];
+            double t0[40], t1[40];
+            for (size_t i = 0; i < n; i++) {
+                r0[i] = (uint8_t)nn_rng_below(&r, 256);
+                r1[i] = (uint8_t)nn_rng_below(&r, 256);
+            }
+            for (int i = 0; i < 60; i++)
+                c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
+            lp_pair_row_ref(d0, c0 + 10, r0, two ? r1 : NULL, n);
+            lp_pair_row_avx2(d1, c1 + 10, r0, two ? r1 : NULL, n);
+            assert_memory_equal(d0, d1, n * 4);
+            assert_memory_equal(c0, c1, sizeof c0);
+            const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
+            lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, n);
+            lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, n);
+            assert_memory_equal(t0, t1, n * sizeof(double));
+        }
+}
+
 static void test_conv_saved_bytes(void **state)
 {
     (void)state;
@@ -455,6 +488,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_matches_fake_quant),
         cmocka_unit_test(test_conv_paths_identical),
+        cmocka_unit_test(test_pair_rows),
         cmocka_unit_test(test_conv_saved_bytes),
         cmocka_unit_test(test_linear_matches_fake_quant),
         cmocka_unit_test(test_ren_chunks),
