@@ -129,9 +129,22 @@ static s_shift_kern s_kern(void)
     return k;
 }
 
+/* On AVX2 CPUs only up to 64 channels each side: above that the AVX2
+ * kernels' working set (a 4-row panel of packed weights plus the shifted B
+ * rows of a 24-column tile) no longer fits a 32 KB L1 and OpenBLAS wins
+ * (vgg11 convs from 128 channels, 2x2-8x8 images: sgemm 1.3-4.5x faster on
+ * EPYC Zen 3, where the pad-column waste of small images adds to it; the
+ * resnet20 convs, 16-64 channels, run 1.3-2x faster shifted;
+ * bench/bench_layers.c). */
+#define NN_SHIFT_AVX2_MAXC 64
+
 static int s_use_shift(const nn_conv_dims *d)
 {
-    return s_shift_ok(d) && (nn_simd_have_avx512() || nn_simd_have_avx2());
+    if (!s_shift_ok(d))
+        return 0;
+    if (nn_simd_have_avx512())
+        return 1;
+    return nn_simd_have_avx2() && d->C <= NN_SHIFT_AVX2_MAXC && d->OC <= NN_SHIFT_AVX2_MAXC;
 }
 
 /* Every other conv but the 1x1 stride-1 one: im2col + the same AVX-512
