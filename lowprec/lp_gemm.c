@@ -10,7 +10,7 @@
 
 size_t lp_gemm_pack_a_bytes(int M, int K)
 {
-    return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_mp(M) * 4;
+    return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_mp(M) * (4 + 8);
 }
 
 size_t lp_gemm_pack_b_bytes(int K, int N)
@@ -23,6 +23,7 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
 {
     const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
     memset(Ap, 0, lp_gemm_pack_a_bytes(M, K));
+    uint16_t *A16 = (uint16_t *)(void *)(Ap + (size_t)K4 * Mp * 4);
     for (int m = 0; m < M; m++) {
         int32_t s = 0;
         const uint8_t *row = A + m * rs;
@@ -30,11 +31,13 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
             int v = row[k * cs];
             s += v;
             Ap[((size_t)(k >> 2) * Mp + m) * 4 + (k & 3)] = (int8_t)(v - 128);
+            /* row tile m/4, group k4, row m%4, lane k&1, half (k&2 ? high : low) */
+            A16[((((size_t)(m >> 2) * K4 + (k >> 2)) * 4 + (m & 3)) * 2 + (k & 1)) * 2 +
+                ((k >> 1) & 1)] = (uint16_t)v;
         }
         if (rowsum)
             rowsum[m] = s;
     }
-    (void)K4;
 }
 
 void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, int K, int N)

@@ -18,10 +18,18 @@
  * Layouts (K4 = ceil(K/4), Mp = M rounded up to 8, Np = N rounded up to 16;
  * padding entries are 0, so they add nothing):
  *     A packed: int8  [K4][Mp][4],  Ap[(k4*Mp + m)*4 + j] = A(m, 4*k4+j) - 128
+ *               then, at byte K4*Mp*4, the same codes unshifted as int16
+ *               pairs for AVX2 (lp_pair lanes) by tiles of 4 rows,
+ *               [Mp/4][K4][4][2]: lane 0 = (A(m, 4k4), A(m, 4k4+2)), lane 1 =
+ *               (A(m, 4k4+1), A(m, 4k4+3)) (a tile's panel is contiguous:
+ *               with the k-major layout above a 512-row A strides 4 KB, a
+ *               page, per k group); both parts are always written, so a
+ *               packed A serves every CPU level
  *     B packed: uint8 [K4][Np][4],  Bp[(k4*Np + n)*4 + j] = B(4*k4+j, n)
- * The AVX2 path has no vpdpbusd; vpmaddubsw saturates at 16 bits, so it
- * multiplies the low and high nibbles of B separately (exact) and
- * combines them as lo + 16*hi in int32.
+ * The AVX2 path has no vpdpbusd, and vpmaddubsw saturates on full bytes:
+ * it splits each 32-bit group of B into its even and odd bytes as int16
+ * (one and, one shift, shared by the rows of a tile) and multiplies them
+ * with the int16 pairs of A by vpmaddwd (exact, 16 products each).
  *
  * Range: |C| <= 255*255*K < 2^31 requires K <= LP_GEMM_MAX_K.
  *
