@@ -78,11 +78,19 @@ void lp_conv2d_force_im2col(int on)
     s_force_im2col = on;
 }
 
+/* Channel counts up to which the shift path's tile working set (4 rows of
+ * packed weight pairs + the shifted pair rows of 16 columns) stays in a 32 KB
+ * L1; above, the im2col path was faster on EPYC Zen 3 (vgg11's 128->256 to
+ * 512->512 convs at 8x8 and 4x4: 1.2-1.9x), except on images under 16
+ * pixels, where im2col's per-sample GEMMs are mostly column padding. */
+#define LP_SHIFT_MAXC 128
+
 static int s_use_shift(const nn_conv_dims *d)
 {
-    return !s_force_im2col && lp_cpu_level() <= LP_CPU_AVX2 && d->stride == 1 &&
-           d->KH == d->KW && d->KH > 1 && 2 * d->pad == d->KH - 1 &&
-           d->KH * d->KW <= LP_SHIFT_TMAX;
+    if (s_force_im2col || lp_cpu_level() > LP_CPU_AVX2 || d->stride != 1 || d->KH != d->KW ||
+        d->KH < 2 || 2 * d->pad != d->KH - 1 || d->KH * d->KW > LP_SHIFT_TMAX)
+        return 0;
+    return (d->C <= LP_SHIFT_MAXC && d->OC <= LP_SHIFT_MAXC) || d->H * d->W < 16;
 }
 
 /* Samples per chunk of the shift path: >= 1024 grid columns. */
@@ -119,10 +127,18 @@ static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int
     return s;
 }
 
+/* Samples per chunk of the weight gradient: about 1 MB of dequantized
+ * input (at least one sample). */
+static int s_wgrad_nb(const nn_conv_dims *d)
+{
+    const size_t xper = (size_t)d->C * d->H * d->W;
+    size_t nw = ((size_t)1 << 18) / xper;
+    return nw < 1 ? 1 : nw > (size_t)d->N ? d->N : (int)nw;
+}
+
 size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
 {
     const int CK = d->C * d->KH * d->KW, P = d->OH * d->OW, Pp = lp_gemm_np(P);
-    const size_t xn = (size_t)d->N * d->C * d->H * d->W;
     /* forward: bias, then the im2col path or the shift path */
     size_t s = ALIGN64((size_t)d->OC * 5), si = 0;
     si += ALIGN64(lp_gemm_pack_a_bytes(d->OC, CK));
@@ -136,8 +152,11 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     si += ALIGN64((size_t)d->OH * sizeof(int));
     size_t ss = s_shift_conv_bytes(d->N, d->C, d->OC, d->H, d->W, d->KH, d->pad);
     s += si > ss ? si : ss;
-    /* backward, weight gradient: dequantized input + nn's conv scratch */
-    size_t bw = ALIGN64(xn * sizeof(float)) + ALIGN64(nn_conv_scratch_floats(d) * sizeof(float));
+    /* backward, weight gradient: a chunk of dequantized input + nn's scratch */
+    nn_conv_dims dc = *d;
+    dc.N = s_wgrad_nb(d);
+    size_t bw = ALIGN64((size_t)dc.N * d->C * d->H * d->W * sizeof(float)) +
+                ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
     /* backward, input gradient: gradient codes, then either path */
     size_t b = ALIGN64((size_t)d->N * d->OC * P), bi = 0;
     bi += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
@@ -457,12 +476,20 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
     /* weight and bias gradients from the full-precision dout (bifurcation):
      * nn's FP32 conv backward (no din) on the dequantized saved codes */
     if (dw || db) {
+        const int nw = s_wgrad_nb(d);
+        nn_conv_dims dc = *d;
+        dc.N = nw;
         unsigned char *wsp = sp;
-        float *xf = s_take(&wsp, (size_t)N * xper * sizeof(float));
-        float *nscr = s_take(&wsp, nn_conv_scratch_floats(d) * sizeof(float));
+        float *xf = s_take(&wsp, (size_t)nw * xper * sizeof(float));
+        float *nscr = s_take(&wsp, nn_conv_scratch_floats(&dc) * sizeof(float));
         if (dw) {
-            lp_dequantize(xf, sv->xq, (size_t)N * xper, sv->xp);
-            nn_conv2d_backward(NULL, dw, db, dout, xf, NULL, d, nscr);
+            /* in chunks of nw samples: the dequantized chunk is still in
+             * cache when the conv reads it, and the scratch stays small */
+            for (int n0 = 0; n0 < N; n0 += nw) {
+                dc.N = N - n0 < nw ? N - n0 : nw;
+                lp_dequantize(xf, sv->xq + (size_t)n0 * xper, (size_t)dc.N * xper, sv->xp);
+                nn_conv2d_backward(NULL, dw, db, dout + (size_t)n0 * OC * P, xf, NULL, &dc, nscr);
+            }
         } else {
             for (int n = 0; n < N; n++)
                 for (int oc = 0; oc < OC; oc++) {

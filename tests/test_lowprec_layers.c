@@ -111,6 +111,7 @@ static void test_conv_matches_fake_quant(void **state)
             s_conv_case(3, 7, 5, 9, 5, 5, 1, 2, 1, 1);  /* 5x5 same, odd channels */
             s_conv_case(2, 3, 1, 1, 6, 3, 1, 1, 1, 1);  /* 1x1 image: centre tap only */
             s_conv_case(13, 4, 4, 4, 3, 3, 1, 1, 0, 1); /* several chunks of samples */
+            s_conv_case(17, 16, 32, 32, 4, 3, 1, 1, 1, 1); /* two weight-gradient chunks */
         }
     }
     lp_conv2d_force_im2col(0);
