@@ -339,6 +339,21 @@ static void test_conv_resnet_shapes(void **state)
  * (when the CPU has them) against the twins, over tile and vector tails (M
  * not a multiple of 4, n around multiples of 8, 16, 24 and 96, K not a
  * multiple of 3 or 6). */
+typedef struct {
+    int (*have)(void);
+    void (*gemm)(float *, size_t, const float *, int, const float *, size_t, int, const int *,
+                 int, size_t);
+    void (*dot)(float *, size_t, const float *, size_t, int, const float *, size_t, int,
+                const int *, int, size_t);
+    const char *gemm_name, *dot_name;
+} s_shift_impl;
+
+static const s_shift_impl s_shift_impls[2] = {
+    {nn_simd_have_avx2, nn_avx2_shiftgemm, nn_avx2_shiftdot, "avx2 shiftgemm", "avx2 shiftdot"},
+    {nn_simd_have_avx512, nn_avx512_shiftgemm, nn_avx512_shiftdot, "avx512 shiftgemm",
+     "avx512 shiftdot"},
+};
+
 static void test_shift_kernels(void **state)
 {
     (void)state;
@@ -394,31 +409,20 @@ static void test_shift_kernels(void **state)
                             assert_true(isnan(c_ref[(size_t)m * ldc + j]));
                     }
                     s_close_d("shiftdot_ref", d_ref, dd, (size_t)M * K, 1e-4, 1e-5);
-                    if (nn_simd_have_avx2()) {
+                    for (int kv = 0; kv < 2; kv++) {
+                        const s_shift_impl *ki = &s_shift_impls[kv];
+                        if (!ki->have())
+                            continue;
                         float *c = s_fill((size_t)M * ldc, NAN), *dv = s_fill((size_t)M * K, 0.5f);
-                        nn_avx2_shiftgemm(c, ldc, Ap, M, B, ldb, nch, toff, T, n);
-                        nn_avx2_shiftdot(dv, (size_t)K, A, ldc, M, B, ldb, nch, toff, T, n);
+                        ki->gemm(c, ldc, Ap, M, B, ldb, nch, toff, T, n);
+                        ki->dot(dv, (size_t)K, A, ldc, M, B, ldb, nch, toff, T, n);
                         for (int m = 0; m < M; m++) {
-                            s_close_f("avx2 shiftgemm", c + (size_t)m * ldc,
+                            s_close_f(ki->gemm_name, c + (size_t)m * ldc,
                                       c_ref + (size_t)m * ldc, n, 1e-5, 1e-5);
                             for (size_t j = n; j < ldc; j++)
                                 assert_true(isnan(c[(size_t)m * ldc + j]));
                         }
-                        s_close_f("avx2 shiftdot", dv, d_ref, (size_t)M * K, 1e-4, 1e-5);
-                        free(c);
-                        free(dv);
-                    }
-                    if (nn_simd_have_avx512()) {
-                        float *c = s_fill((size_t)M * ldc, NAN), *dv = s_fill((size_t)M * K, 0.5f);
-                        nn_avx512_shiftgemm(c, ldc, Ap, M, B, ldb, nch, toff, T, n);
-                        nn_avx512_shiftdot(dv, (size_t)K, A, ldc, M, B, ldb, nch, toff, T, n);
-                        for (int m = 0; m < M; m++) {
-                            s_close_f("avx512 shiftgemm", c + (size_t)m * ldc,
-                                      c_ref + (size_t)m * ldc, n, 1e-5, 1e-5);
-                            for (size_t j = n; j < ldc; j++)
-                                assert_true(isnan(c[(size_t)m * ldc + j]));
-                        }
-                        s_close_f("avx512 shiftdot", dv, d_ref, (size_t)M * K, 1e-4, 1e-5);
+                        s_close_f(ki->dot_name, dv, d_ref, (size_t)M * K, 1e-4, 1e-5);
                         free(c);
                         free(dv);
                     }
