@@ -831,7 +831,7 @@ size_t lp_ren_saved_bytes(int N, int C, int HW, int G)
 size_t lp_ren_scratch_floats(int N, int C, int HW)
 {
     size_t n = (size_t)N * C * HW;
-    return 2 * n + (n + 3) / 4 + 3 * (size_t)C;
+    return 2 * (size_t)C * HW + (n + 3) / 4 + 3 * (size_t)C;
 }
 
 /* ---- Range EvoNorm row kernels (one channel row of n values) -------------- */
@@ -850,7 +850,6 @@ void lp_ren_row_fwd_ref(float *o, const float *x, size_t n, float v, float sc, f
 void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *g, size_t n,
                         float v, float sc, float gamma)
 {
-    double sg = 0, sgn = 0, sv = 0;
     for (size_t i = 0; i < n; i++) {
         /* forward: t = x*v/6 + 1/2; h = clamp(t,0,1); nrm = x*h;
          *          out = nrm*sq*gamma + beta */
@@ -859,18 +858,15 @@ void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *
         int inside = t >= 0.0f && t <= 1.0f; /* torch clamp passes ends */
         float h = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
         float nrm = xi * h;
-        sg += gi;
-        sgn += (double)gi * nrm;
+        sums[0] += gi;
+        sums[1] += (double)gi * nrm;
         float dn = gi * sc * gamma;
         /* dnrm/dx = h + x*h'*v, dnrm/dv = x*h'*x, h' = 1/6 inside */
         if (inside)
-            sv += (double)dn * xi * xi;
+            sums[2] += (double)dn * xi * xi;
         if (dx)
             dx[i] = dn * (h + (inside ? xi * v / 6.0f : 0.0f));
     }
-    sums[0] += sg;
-    sums[1] += sgn;
-    sums[2] += sv / 6.0;
 }
 
 static void s_ren_row_fwd(float *o, const float *x, size_t n, float v, float sc, float gamma,
@@ -891,9 +887,29 @@ static void s_ren_row_bwd(float *dx, double sums[3], const float *x, const float
         lp_ren_row_bwd_ref(dx, sums, x, g, n, v, sc, gamma);
 }
 
-void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const float *gamma,
-                         const float *beta, const float *v, int N, int C, int HW, int G,
-                         int quant_s)
+/* A tensor the Range EvoNorm core reads: floats, or uint8 codes with their
+ * qparams.  Codes are dequantized one group at a time into an L1/L2 buffer
+ * (the floats lp_dequantize gives, so both forms give the same results):
+ * the integer op never writes a whole dequantized tensor. */
+typedef struct {
+    const float *f;   /* the floats, or NULL */
+    const uint8_t *q; /* else the codes */
+    lp_qparams p;
+} s_vals;
+
+/* Values [off, off + n) of v as floats: into v.f, or buf (n) filled. */
+static const float *s_vals_at(s_vals v, size_t off, size_t n, float *buf)
+{
+    if (v.f)
+        return v.f + off;
+    lp_dequantize(buf, v.q + off, n, v.p);
+    return buf;
+}
+
+/* lp_ren_core_forward on x in either form; buf: T floats when x is codes. */
+static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float *gamma,
+                          const float *beta, const float *v, int N, int C, int HW, int G,
+                          int quant_s, float *buf)
 {
     assert(G > 0 && C % G == 0);
     const int cg = C / G, T = cg * HW;
@@ -901,7 +917,7 @@ void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const 
     const float c = s_range_c(T);
     for (int n = 0; n < N; n++)
         for (int g = 0; g < G; g++) {
-            const float *xg = x + ((size_t)n * C + (size_t)g * cg) * HW;
+            const float *xg = s_vals_at(x, ((size_t)n * C + (size_t)g * cg) * HW, (size_t)T, buf);
             float smax = 0, smin = 0;
             for (int j = 0; j < 16; j++) {
                 int st, len;
@@ -919,30 +935,43 @@ void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const 
     else
         memcpy(sq, s, (size_t)N * G * sizeof(float));
     for (int n = 0; n < N; n++)
-        for (int ch = 0; ch < C; ch++)
-            s_ren_row_fwd(out + ((size_t)n * C + ch) * HW, x + ((size_t)n * C + ch) * HW,
-                          (size_t)HW, v[ch], sq[n * G + ch / cg], gamma[ch], beta[ch]);
+        for (int g = 0; g < G; g++) {
+            const size_t off = ((size_t)n * C + (size_t)g * cg) * HW;
+            const float *xg = s_vals_at(x, off, (size_t)T, buf);
+            for (int k = 0; k < cg; k++) {
+                const int ch = g * cg + k;
+                s_ren_row_fwd(out + off + (size_t)k * HW, xg + (size_t)k * HW, (size_t)HW, v[ch],
+                              sq[n * G + g], gamma[ch], beta[ch]);
+            }
+        }
 }
 
-void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
-                          const float *x, const float *s, const float *sq, const float *gamma,
-                          const float *v, int N, int C, int HW, int G)
+/* lp_ren_core_backward on g and x in either form; buf: 2*T floats when
+ * they are codes. */
+static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_vals gv,
+                           s_vals x, const float *s, const float *sq, const float *gamma,
+                           const float *v, int N, int C, int HW, int G, float *buf)
 {
     const int cg = C / G, T = cg * HW;
     const float c = s_range_c(T);
     for (int n = 0; n < N; n++)
         for (int gr = 0; gr < G; gr++) {
+            const size_t off = ((size_t)n * C + (size_t)gr * cg) * HW;
+            const float *xg = s_vals_at(x, off, (size_t)T, buf);
+            const float *gg = s_vals_at(gv, off, (size_t)T, buf + T);
+            float *dg = dx ? dx + off : NULL;
             const float sc = sq[n * G + gr];
             double dsq = 0;
-            for (int ch = gr * cg; ch < (gr + 1) * cg; ch++) {
-                size_t off = ((size_t)n * C + ch) * HW;
-                /* sums: dout, dout*nrm, dnrm*x*x/6 over the taps where h' != 0 */
+            for (int k = 0; k < cg; k++) {
+                const int ch = gr * cg + k;
+                const size_t ro = (size_t)k * HW;
+                /* sums: dout, dout*nrm, dnrm*x*x over the values where h' != 0 */
                 double sums[3] = {0, 0, 0};
-                s_ren_row_bwd(dx ? dx + off : NULL, sums, x + off, g + off, (size_t)HW, v[ch], sc,
+                s_ren_row_bwd(dg ? dg + ro : NULL, sums, xg + ro, gg + ro, (size_t)HW, v[ch], sc,
                               gamma[ch]);
                 dgamma[ch] += (float)(sums[1] * sc);
                 dbeta[ch] += (float)sums[0];
-                dv[ch] += (float)sums[2];
+                dv[ch] += (float)(sums[2] / 6.0);
                 dsq += sums[1] * gamma[ch];
             }
             if (!dx)
@@ -950,8 +979,6 @@ void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, con
             /* s = 1/(R c + eps): ds/dR = -c s^2; R = mean(max) - mean(min) */
             const float sv = s[n * G + gr];
             const float dR = (float)(dsq * -(double)c * sv * sv);
-            const float *xg = x + ((size_t)n * C + (size_t)gr * cg) * HW;
-            float *dg = dx + ((size_t)n * C + (size_t)gr * cg) * HW;
             for (int j = 0; j < 16; j++) {
                 int st, len;
                 lp_ren_chunk(T, j, &st, &len);
@@ -971,19 +998,36 @@ void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, con
         }
 }
 
+void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const float *gamma,
+                         const float *beta, const float *v, int N, int C, int HW, int G,
+                         int quant_s)
+{
+    s_vals xv = {x, NULL, {0, 0}};
+    s_ren_forward(out, s, sq, xv, gamma, beta, v, N, C, HW, G, quant_s, NULL);
+}
+
+void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
+                          const float *x, const float *s, const float *sq, const float *gamma,
+                          const float *v, int N, int C, int HW, int G)
+{
+    s_vals gv = {g, NULL, {0, 0}}, xv = {x, NULL, {0, 0}};
+    s_ren_backward(dx, dgamma, dbeta, dv, gv, xv, s, sq, gamma, v, N, C, HW, G, NULL);
+}
+
+/* scratch: [2*C*HW floats: group buffers | N*C*HW codes | gamma, beta, v (3C)] */
 void lp_range_evonorm_forward(float *out, lp_ren_saved *sv, float *run_range, const float *in,
                               const float *gamma, const float *beta, const float *v, int N,
                               int C, int HW, int G, lp_mode mode, float *scratch)
 {
-    const size_t n = (size_t)N * C * HW;
-    float *xf = scratch, *gq = xf + 2 * n + (n + 3) / 4, *bq = gq + C, *vq = bq + C;
-    sv->xp = lp_act_qparams(run_range, in, N, (size_t)C * HW, mode.train);
+    const size_t n = (size_t)N * C * HW, per = (size_t)C * HW;
+    float *buf = scratch, *gq = buf + 2 * per + (n + 3) / 4, *bq = gq + C, *vq = bq + C;
+    sv->xp = lp_act_qparams(run_range, in, N, per, mode.train);
     s_quant_act(sv->xq, in, n, sv->xp, mode);
-    lp_dequantize(xf, sv->xq, n, sv->xp);
     s_param_fq(gq, gamma, (size_t)C);
     s_param_fq(bq, beta, (size_t)C);
     s_param_fq(vq, v, (size_t)C);
-    lp_ren_core_forward(out, sv->s, sv->sq, xf, gq, bq, vq, N, C, HW, G, 1);
+    s_vals xv = {NULL, sv->xq, sv->xp};
+    s_ren_forward(out, sv->s, sv->sq, xv, gq, bq, vq, N, C, HW, G, 1, buf);
 }
 
 void lp_range_evonorm_backward(float *din, float *dgamma, float *dbeta, float *dv,
@@ -991,16 +1035,15 @@ void lp_range_evonorm_backward(float *din, float *dgamma, float *dbeta, float *d
                                const float *v, int N, int C, int HW, int G, uint64_t seed,
                                float *scratch)
 {
-    const size_t n = (size_t)N * C * HW;
-    float *xf = scratch, *gf = xf + n, *gq = gf + n + (n + 3) / 4, *vq = gq + 2 * (size_t)C;
-    uint8_t *codes = (uint8_t *)(void *)(gf + n);
-    lp_dequantize(xf, sv->xq, n, sv->xp);
+    const size_t n = (size_t)N * C * HW, per = (size_t)C * HW;
+    float *buf = scratch, *gq = buf + 2 * per + (n + 3) / 4, *vq = gq + 2 * (size_t)C;
+    uint8_t *codes = (uint8_t *)(void *)(buf + 2 * per);
     lp_qparams gp = lp_tensor_qparams(dout, n);
     lp_quantize_sr(codes, dout, n, gp, seed, 0);
-    lp_dequantize(gf, codes, n, gp);
     s_param_fq(gq, gamma, (size_t)C);
     s_param_fq(vq, v, (size_t)C);
-    lp_ren_core_backward(din, dgamma, dbeta, dv, gf, xf, sv->s, sv->sq, gq, vq, N, C, HW, G);
+    s_vals gv = {NULL, codes, gp}, xv = {NULL, sv->xq, sv->xp};
+    s_ren_backward(din, dgamma, dbeta, dv, gv, xv, sv->s, sv->sq, gq, vq, N, C, HW, G, buf);
 }
 
 /* ---- quantized residual add -------------------------------------------- */

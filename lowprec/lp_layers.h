@@ -168,9 +168,10 @@ void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, con
  *   fwd: o = x*h(x)*sc*gamma + beta, h(x) = clamp(x*v/6 + 1/2, 0, 1), in the
  *        order of the formula (every level gives the same floats);
  *   bwd: dx (may be NULL) = g*sc*gamma * dnrm/dx, overwritten;
- *        sums[0] += sum g, sums[1] += sum g*nrm, sums[2] += sum g*sc*gamma*x^2/6
- *        over the values where 0 <= t <= 1 (accumulated in double by the
- *        twin; the AVX2 kernel sums blocks of 64 in float first). */
+ *        sums[0] += sum g, sums[1] += sum g*nrm, sums[2] += sum g*sc*gamma*x^2
+ *        over the values where 0 <= t <= 1 (the caller divides by 6; the
+ *        twin adds every term to sums in double, so a row in pieces gives
+ *        the same sums; the AVX2 kernel sums blocks of 64 in float first). */
 void lp_ren_row_fwd_ref(float *o, const float *x, size_t n, float v, float sc, float gamma,
                         float beta);
 void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *g, size_t n,

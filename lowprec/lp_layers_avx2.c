@@ -73,7 +73,7 @@ void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float 
     }
     sums[0] += s_hsum_pd(dg);
     sums[1] += s_hsum_pd(dgn);
-    sums[2] += s_hsum_pd(dvx) / 6.0;
+    sums[2] += s_hsum_pd(dvx);
     if (i < n)
         lp_ren_row_bwd_ref(dx ? dx + i : NULL, sums, x + i, g + i, n - i, v, sc, gamma);
 }
