@@ -887,6 +887,19 @@ static void s_ren_row_bwd(float *dx, double sums[3], const float *x, const float
         lp_ren_row_bwd_ref(dx, sums, x, g, n, v, sc, gamma);
 }
 
+size_t lp_find_eq_ref(const float *x, size_t n, float v)
+{
+    size_t i = 0;
+    while (i < n && x[i] != v)
+        i++;
+    return i;
+}
+
+static size_t s_find_eq(const float *x, size_t n, float v)
+{
+    return lp_cpu_level() >= LP_CPU_AVX2 ? lp_find_eq_avx2(x, n, v) : lp_find_eq_ref(x, n, v);
+}
+
 /* A tensor the Range EvoNorm core reads: floats, or uint8 codes with their
  * qparams.  Codes are dequantized one group at a time into an L1/L2 buffer
  * (the floats lp_dequantize gives, so both forms give the same results):
@@ -987,11 +1000,8 @@ static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_
                  * comparison; x are dequantized codes, never NaN) */
                 float cmn, cmx;
                 lp_minmax(&cmn, &cmx, xg + st, (size_t)len);
-                int amax = st, amin = st;
-                while (xg[amax] != cmx)
-                    amax++;
-                while (xg[amin] != cmn)
-                    amin++;
+                size_t amax = (size_t)st + s_find_eq(xg + st, (size_t)len, cmx);
+                size_t amin = (size_t)st + s_find_eq(xg + st, (size_t)len, cmn);
                 dg[amax] += dR / 16.0f;
                 dg[amin] -= dR / 16.0f;
             }

@@ -109,3 +109,15 @@ void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, dou
     if (w < n)
         lp_tap_sum_row_ref(t + w, s + w, off, T, c, n - w);
 }
+
+size_t lp_find_eq_avx2(const float *x, size_t n, float v)
+{
+    const __m256 vv = _mm256_set1_ps(v);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_EQ_OQ));
+        if (m)
+            return i + (size_t)__builtin_ctz((unsigned)m);
+    }
+    return i + lp_find_eq_ref(x + i, n - i, v);
+}

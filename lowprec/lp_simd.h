@@ -83,6 +83,11 @@ void lp_pair_row_avx2(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint
 void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
 void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
 
+/* First index i < n with x[i] == v, or n (Range EvoNorm's first arg-max /
+ * arg-min of a chunk). */
+size_t lp_find_eq_ref(const float *x, size_t n, float v);
+size_t lp_find_eq_avx2(const float *x, size_t n, float v);
+
 void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                        size_t ldb, int np, const int *toff, int T, size_t n);
 void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c,

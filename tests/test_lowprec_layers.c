@@ -403,6 +403,27 @@ static void test_ren_rows(void **state)
     }
 }
 
+/* The first-index search of the chunk arg-max/min: AVX2 against its twin
+ * on every position of the first match, repeated values and no match. */
+static void test_find_eq(void **state)
+{
+    (void)state;
+    if (lp_cpu_force("avx2") != 0)
+        skip();
+    lp_cpu_force("auto");
+    float x[70];
+    for (size_t n = 0; n <= 70; n++)
+        for (size_t at = 0; at <= n; at++) {
+            for (size_t i = 0; i < n; i++)
+                x[i] = (float)(i % 5);
+            for (size_t i = at; i < n; i++)
+                x[i] = i % 2 ? 9.0f : x[i]; /* 9 first at the first odd i >= at */
+            assert_int_equal(lp_find_eq_avx2(x, n, 9.0f), lp_find_eq_ref(x, n, 9.0f));
+            assert_int_equal(lp_find_eq_avx2(x, n, 3.0f), lp_find_eq_ref(x, n, 3.0f));
+            assert_int_equal(lp_find_eq_avx2(x, n, -1.0f), n);
+        }
+}
+
 static void test_ren_quantized_is_ste(void **state)
 {
     (void)state;
@@ -495,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_ren_chunks),
         cmocka_unit_test(test_ren_finite_differences),
         cmocka_unit_test(test_ren_rows),
+        cmocka_unit_test(test_find_eq),
         cmocka_unit_test(test_ren_quantized_is_ste),
         cmocka_unit_test(test_add),
     };
