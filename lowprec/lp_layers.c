@@ -110,17 +110,24 @@ static int s_max_classes(int OH, int KH)
 }
 
 /* Bytes of s_shift_conv scratch: M output rows, nch input channels. */
+/* Lanes of one variant of a pair row (see s_shift_conv): pad lanes, pad
+ * zero rows, nb samples of H rows + pad zero rows, pad lanes; rows of W. */
+static size_t s_vlen(int nb, int H, int W, int pad)
+{
+    return (size_t)2 * pad + ((size_t)pad + (size_t)nb * (H + pad)) * W;
+}
+
 static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int pad)
 {
-    const int np = (nch + 1) / 2, T = K * K;
-    const size_t cs = (size_t)s_shift_nb(N, H, W, pad) * (H + 2 * pad) * (W + 2 * pad);
+    const int np = (nch + 1) / 2, T = K * K, nb = s_shift_nb(N, H, W, pad);
+    const size_t cs = (size_t)nb * (H + 2 * pad) * (W + 2 * pad), vlen = s_vlen(nb, H, W, pad);
     size_t s = 0;
     s += ALIGN64(lp_shift_pack_lanes(M, np * T) * 4);
     s += ALIGN64((size_t)M * (K + 1) * (K + 1) * 4);
     s += ALIGN64((size_t)(H + W) * 2 * sizeof(int));
-    s += ALIGN64((size_t)np * cs * 4);
+    s += ALIGN64((size_t)np * (2 * pad + 1) * vlen * 4);
     s += ALIGN64(cs * 4);
-    s += ALIGN64((size_t)M * cs * 4);
+    s += ALIGN64((size_t)M * vlen * 4);
     s += ALIGN64((size_t)H * W * sizeof(double));
     s += ALIGN64((size_t)M * s_max_classes(H, K) * W * sizeof(double));
     s += ALIGN64((size_t)H * sizeof(int));
@@ -221,7 +228,8 @@ void lp_pair_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8
     for (size_t w = 0; w < n; w++) {
         uint8_t v0 = r0[w], v1 = r1 ? r1[w] : 0;
         dst[w] = lp_pair(v0, v1);
-        chs[w] += v0 + v1;
+        if (chs)
+            chs[w] += v0 + v1;
     }
 }
 
@@ -325,16 +333,19 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
                          int K, int pad, void *scratch)
 {
     const int np = (nch + 1) / 2, T = K * K, K2 = np * T, Wp = W + 2 * pad, P = H * W;
-    const size_t plane = (size_t)(H + 2 * pad) * Wp, jlo = (size_t)pad * Wp + pad;
-    const size_t PS = (size_t)(K + 1) * (K + 1), xper = (size_t)nch * P;
+    const int V = 2 * pad + 1; /* pair-row variants, one per column shift */
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, PS = (size_t)(K + 1) * (K + 1);
+    const size_t xper = (size_t)nch * P;
     const int nb = s_shift_nb(N, H, W, pad);
+    const size_t vlen = s_vlen(nb, H, W, pad), ldb = (size_t)V * vlen;
+    const size_t J0 = (size_t)pad + (size_t)pad * W; /* first data lane of a variant */
     unsigned char *sp = (unsigned char *)scratch;
     uint32_t *Ap = s_take(&sp, lp_shift_pack_lanes(M, K2) * 4);
     int32_t *pre = s_take(&sp, (size_t)M * PS * 4);
     int *rh = s_take(&sp, (size_t)(H + W) * 2 * sizeof(int)), *rw = rh + 2 * H;
-    uint32_t *grid = s_take(&sp, (size_t)np * nb * plane * 4);
+    uint32_t *grid = s_take(&sp, (size_t)np * ldb * 4);
     int32_t *chs = s_take(&sp, (size_t)nb * plane * 4);
-    int32_t *Sm = s_take(&sp, (size_t)M * nb * plane * 4);
+    int32_t *Sm = s_take(&sp, (size_t)M * vlen * 4);
     double *tx = s_take(&sp, (size_t)P * sizeof(double));
     double *bases = s_take(&sp, (size_t)M * s_max_classes(H, K) * W * sizeof(double));
     int *hcls = s_take(&sp, (size_t)H * sizeof(int));
@@ -354,11 +365,15 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
         s_tap_range(o, 1, pad, K, H, &rh[2 * o], &rh[2 * o + 1]);
     for (int o = 0; o < W; o++)
         s_tap_range(o, 1, pad, K, W, &rw[2 * o], &rw[2 * o + 1]);
-    int toff[LP_SHIFT_TMAX];
+    /* tap (kh, kw) reads variant kw, shifted by rows and columns; ctoff the
+     * same taps in the zero-bordered (Wp-wide) grid of channel sums */
+    int toff[LP_SHIFT_TMAX], ctoff[LP_SHIFT_TMAX];
     assert(T <= LP_SHIFT_TMAX);
     for (int kh = 0; kh < K; kh++)
-        for (int kw = 0; kw < K; kw++)
-            toff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
+        for (int kw = 0; kw < K; kw++) {
+            toff[kh * K + kw] = (int)((size_t)kw * vlen) + (kh - pad) * W + (kw - pad);
+            ctoff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
+        }
     const double sa = aqp.scale, ma = aqp.min, sb = bqp.scale, mb = bqp.min;
     const double cS = sa * sb, cSB = ma * sb, cSA = sa * mb, cK = ma * mb;
     const int nh = s_base_rows(bases, hcls, pre, rh, rw, M, H, W, K, K, nch, cSA, cK, bias);
@@ -366,34 +381,59 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
 
     for (int n0 = 0; n0 < N; n0 += nb) {
         const int cnt = N - n0 < nb ? N - n0 : nb;
-        const size_t cs = (size_t)cnt * plane;
-        /* pair grid and per-pixel channel sums of the chunk; borders 0 */
-        memset(grid, 0, (size_t)np * cs * 4);
-        memset(chs, 0, cs * 4);
+        /* pair rows without side padding, in V copies: copy v (column
+         * shift dx = v - pad) has the columns zeroed that only a read
+         * wrapping into the neighbouring row would reach (the last -dx, or
+         * the first dx), so a tap reads zeros exactly where the image has
+         * none; the pad rows above, between and below the samples are
+         * zero.  Only the real pixels' sums are computed (rows of W, not
+         * Wp), and per-pixel channel sums go to the Wp-wide chs. */
+        memset(chs, 0, (size_t)cnt * plane * 4);
+        for (int p = 0; p < np; p++)
+            for (int v = 0; v < V; v++) {
+                /* zero all but the data rows, which are written below */
+                uint32_t *gv = grid + (size_t)p * ldb + (size_t)v * vlen;
+                memset(gv, 0, J0 * 4);
+                for (int j = 0; j < cnt; j++)
+                    memset(gv + J0 + ((size_t)j * (H + pad) + H) * W, 0, (size_t)pad * W * 4);
+                size_t end = J0 + (size_t)cnt * (H + pad) * W;
+                memset(gv + end, 0, (vlen - end) * 4);
+            }
         for (int j = 0; j < cnt; j++) {
             const uint8_t *x = b + (size_t)(n0 + j) * xper;
             for (int p = 0; p < np; p++) {
                 const uint8_t *x0 = x + (size_t)(2 * p) * P;
                 const uint8_t *x1 = 2 * p + 1 < nch ? x0 + P : NULL;
+                uint32_t *g = grid + (size_t)p * ldb + J0 + (size_t)j * (H + pad) * W;
                 for (int h = 0; h < H; h++) {
-                    const size_t g0 = (size_t)j * plane + (size_t)(pad + h) * Wp + pad;
-                    rows.pair_row(grid + (size_t)p * cs + g0, chs + g0, x0 + (size_t)h * W,
-                                  x1 ? x1 + (size_t)h * W : NULL, (size_t)W);
+                    const uint8_t *r0 = x0 + (size_t)h * W, *r1 = x1 ? x1 + (size_t)h * W : NULL;
+                    for (int v = 0; v < V; v++) {
+                        const int dx = v - pad;
+                        uint32_t *gv = g + (size_t)h * W + (size_t)v * vlen;
+                        rows.pair_row(gv,
+                                      dx ? NULL
+                                         : chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad,
+                                      r0, r1, (size_t)W);
+                        const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+                        for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
+                            gv[w] = 0;
+                    }
                 }
             }
         }
-        lp_shiftgemm(Sm + jlo, cs, Ap, M, grid + jlo, cs, np, toff, T, cs - 2 * jlo);
+        const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
+        lp_shiftgemm(Sm + J0, vlen, Ap, M, grid + J0, ldb, np, toff, T, n);
         for (int j = 0; j < cnt; j++) {
             /* tx[p] = ma*sb * SB(p), SB = the codes over the taps inside */
             for (int h = 0; h < H; h++)
                 rows.tap_sum_row(tx + (size_t)h * W,
-                                 chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad, toff, T,
+                                 chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad, ctoff, T,
                                  cSB, (size_t)W);
             for (int m = 0; m < M; m++) {
-                const int32_t *Sr = Sm + (size_t)m * cs + (size_t)j * plane + jlo;
+                const int32_t *Sr = Sm + (size_t)m * vlen + J0 + (size_t)j * (H + pad) * W;
                 float *o = out + ((size_t)(n0 + j) * M + m) * P;
                 for (int h = 0; h < H; h++)
-                    rows.dequant_row(o + (size_t)h * W, Sr + (size_t)h * Wp, tx + (size_t)h * W,
+                    rows.dequant_row(o + (size_t)h * W, Sr + (size_t)h * W, tx + (size_t)h * W,
                                      cS, bases + ((size_t)m * nh + hcls[h]) * W, (size_t)W);
             }
         }

@@ -87,11 +87,14 @@ void lp_pair_row_avx2(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint
         __m256i b = r1 ? _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r1 + w)))
                        : _mm256_setzero_si256();
         _mm256_storeu_si256((__m256i *)(dst + w), _mm256_or_si256(a, _mm256_slli_epi32(b, 16)));
-        __m256i c = _mm256_loadu_si256((const __m256i *)(chs + w));
-        _mm256_storeu_si256((__m256i *)(chs + w), _mm256_add_epi32(c, _mm256_add_epi32(a, b)));
+        if (chs) {
+            __m256i c = _mm256_loadu_si256((const __m256i *)(chs + w));
+            _mm256_storeu_si256((__m256i *)(chs + w),
+                                _mm256_add_epi32(c, _mm256_add_epi32(a, b)));
+        }
     }
     if (w < n)
-        lp_pair_row_ref(dst + w, chs + w, r0 + w, r1 ? r1 + w : NULL, n - w);
+        lp_pair_row_ref(dst + w, chs ? chs + w : NULL, r0 + w, r1 ? r1 + w : NULL, n - w);
 }
 
 void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n)

@@ -178,6 +178,9 @@ static void test_pair_rows(void **state)
             lp_pair_row_avx2(d1, c1 + 10, r0, two ? r1 : NULL, n);
             assert_memory_equal(d0, d1, n * 4);
             assert_memory_equal(c0, c1, sizeof c0);
+            memset(d1, 0, sizeof d1);
+            lp_pair_row_avx2(d1, NULL, r0, two ? r1 : NULL, n); /* no channel sums */
+            assert_memory_equal(d0, d1, n * 4);
             const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
             lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, n);
             lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, n);
