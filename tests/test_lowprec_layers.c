@@ -152,14 +152,20 @@ static void test_conv_paths_identical(void **state)
     free(x); free(w); free(b); free(o1); free(o2); free(saved); free(scratch);
 }
 
+/* Skips the test on CPUs without AVX2 (its kernels are called directly). */
+static void s_need_avx2(void)
+{
+    if (lp_cpu_force("avx2") != 0)
+        skip();
+    lp_cpu_force("auto");
+}
+
 /* The pair-grid helpers of the shift path: AVX2 against the twins, exact,
  * over tails (n around multiples of 8), with and without a second row. */
 static void test_pair_rows(void **state)
 {
     (void)state;
-    if (lp_cpu_force("avx2") != 0)
-        skip();
-    lp_cpu_force("auto");
+    s_need_avx2();
     nn_rng r;
     nn_rng_seed(&r, 22);
     for (size_t n = 1; n <= 40; n++)
@@ -374,9 +380,7 @@ static void test_ren_finite_differences(void **state)
 static void test_ren_rows(void **state)
 {
     (void)state;
-    if (lp_cpu_force("avx2") != 0)
-        skip();
-    lp_cpu_force("auto");
+    s_need_avx2();
     nn_rng r;
     nn_rng_seed(&r, 23);
     static const size_t ns[] = {1, 7, 8, 9, 63, 64, 65, 200, 1024};
@@ -411,9 +415,7 @@ static void test_ren_rows(void **state)
 static void test_find_eq(void **state)
 {
     (void)state;
-    if (lp_cpu_force("avx2") != 0)
-        skip();
-    lp_cpu_force("auto");
+    s_need_avx2();
     float x[70];
     for (size_t n = 0; n <= 70; n++)
         for (size_t at = 0; at <= n; at++) {
