@@ -5,9 +5,9 @@
  * the int8 ops (lowprec/lp_model.h), the saved-activation bytes
  * (nn_model_activation_bytes) and the bytes nn_model_prepare allocated, and
  * the int8/fp32 ratios (goal: step <= 0.7 for resnet20 with 1 thread).
- * The two models' steps alternate, so a busy neighbour on a shared machine
- * slows both alike; the ratio is given of the medians and as the median of
- * the per-pair ratios.
+ * The two models take turns (two steps each, the second timed), so a busy
+ * neighbour on a shared machine slows both alike; the ratio is given of the
+ * medians and as the median of the per-turn ratios.
  * Usage: bench_precision [steps (default 10)] [threads (default 1)]. */
 #include <cblas.h>
 #include <stdio.h>
@@ -95,15 +95,21 @@ int main(int argc, char **argv)
             x[i] = nn_rng_normal(&r);
         for (int i = 0; i < batch; i++)
             y[i] = (uint8_t)nn_rng_below(&r, 10);
-        /* steps of the two models interleaved, so that a busy neighbour on a
-         * shared machine slows both alike; two warm-up steps each */
+        /* the two models take turns, so that a busy neighbour on a shared
+         * machine slows both alike: each turn is two steps of one model and
+         * only the second is timed (the first refills the caches the other
+         * model evicted: timing alternate single steps made the base FP32
+         * step look 50% slower than alone); one warm-up turn each */
         double *pr = malloc((size_t)steps * sizeof *pr);
-        for (int i = 0; i < steps + 2; i++) {
-            double tf = s_step(&f, x, y, batch), tq = s_step(&q, x, y, batch);
-            if (i >= 2) {
-                f.t[i - 2] = tf;
-                q.t[i - 2] = tq;
-                pr[i - 2] = tq / tf;
+        for (int i = 0; i < steps + 1; i++) {
+            s_step(&f, x, y, batch);
+            double tf = s_step(&f, x, y, batch);
+            s_step(&q, x, y, batch);
+            double tq = s_step(&q, x, y, batch);
+            if (i >= 1) {
+                f.t[i - 1] = tf;
+                q.t[i - 1] = tq;
+                pr[i - 1] = tq / tf;
             }
         }
         double mf = 1000 * s_median(f.t, steps), mq = 1000 * s_median(q.t, steps);
@@ -112,7 +118,7 @@ int main(int argc, char **argv)
         size_t pf = nn_model_prepared_bytes(f.m), pq = nn_model_prepared_bytes(q.m);
         printf("%-9s %-5s %10.2f %14zu %14zu\n", archs[a], "fp32", mf, af, pf);
         printf("%-9s %-5s %10.2f %14zu %14zu\n", archs[a], "int8", mq, aq, pq);
-        printf("%-9s ratio int8/fp32: step %.3f (median of step pairs %.3f), saved activations "
+        printf("%-9s ratio int8/fp32: step %.3f (median of turn pairs %.3f), saved activations "
                "%.3f, prepared %.3f\n",
                archs[a], mq / mf, mr, (double)aq / af, (double)pq / pf);
         fflush(stdout);
