@@ -4,8 +4,11 @@
  *    K = C*KH*KW, N = 32*OH*OW), the int8 GEMM (lp_gemm_u8u8, per sample,
  *    packed operands) at each CPU level in GOPS (2*M*N*K ops / s) against
  *    cblas_sgemm GFLOPS on the same shape (one call over the whole batch).
- * 2. Layers: lp_conv2d_forward / lp_conv2d_backward (int8 forward and
- *    input gradient, FP32 weight gradient) against an FP32 im2col+sgemm conv
+ * 2. Shifted-row GEMM (the im2col-free product of the stride-1 same convs):
+ *    lp_shiftgemm on int16 code pairs in GOPS against nn's FP32 shifted GEMM
+ *    (AVX2+FMA kernel) in GFLOPS on the same grid, per stride-1 shape.
+ * 3. Layers: lp_conv2d_forward / lp_conv2d_backward (int8 forward and
+ *    input gradient, FP32 weight gradient) against the FP32 nn conv
  *    forward + backward on the same shapes, and the sum over resnet20.
  * Prints ratios; no pass/fail.  Run with OPENBLAS_NUM_THREADS=1. */
 #include <cblas.h>
@@ -17,8 +20,9 @@
 #include "lowprec/lp_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layers.h"
-#include "nn/nn_layers.h"
 #include "nn/nn_core.h"
+#include "nn/nn_layers.h"
+#include "nn/nn_layers_simd.h"
 
 typedef struct {
     const char *name;
@@ -73,6 +77,45 @@ static double s_time_sgemm(int M, int N, int K, int reps)
     }
     free(A); free(B); free(C);
     return best;
+}
+
+/* Best-of-reps seconds of lp_shiftgemm (int8) and nn_avx2_shiftgemm (FP32)
+ * over one chunk of the grid a 3x3 stride-1 same conv of shape s uses
+ * (>= 1024 grid columns, as the layers chunk it); *macs = real products. */
+static void s_time_shift(const conv_shape *s, int reps, double *t8, double *t32, double *macs)
+{
+    const int Wp = s->H + 2, plane = Wp * Wp, nb = (1024 + plane - 1) / plane, np = (s->C + 1) / 2;
+    const size_t cs = (size_t)nb * plane, jlo = (size_t)Wp + 1, n = cs - 2 * jlo;
+    int toff[9];
+    for (int t = 0; t < 9; t++)
+        toff[t] = (t / 3 - 1) * Wp + (t % 3 - 1);
+    float *Bf = nn_xalloc_aligned((size_t)s->C * cs * 4);
+    float *Af = nn_xalloc_aligned(nn_shift_pack_size(s->OC, s->C * 9) * 4);
+    float *Cf = nn_xalloc_aligned((size_t)s->OC * cs * 4);
+    uint32_t *Bi = nn_xalloc_aligned((size_t)np * cs * 4);
+    uint32_t *Ai = nn_xalloc_aligned(lp_shift_pack_lanes(s->OC, np * 9) * 4);
+    int32_t *Ci = nn_xalloc_aligned((size_t)s->OC * cs * 4);
+    for (size_t i = 0; i < (size_t)s->C * cs; i++)
+        Bf[i] = (float)(i % 7);
+    for (size_t i = 0; i < nn_shift_pack_size(s->OC, s->C * 9); i++)
+        Af[i] = 0.5f;
+    for (size_t i = 0; i < (size_t)np * cs; i++)
+        Bi[i] = lp_pair((uint8_t)(i % 200), (uint8_t)(i % 111));
+    for (size_t i = 0; i < lp_shift_pack_lanes(s->OC, np * 9); i++)
+        Ai[i] = lp_pair(3, 4);
+    *t8 = *t32 = 1e30;
+    for (int r = 0; r < reps * 10; r++) {
+        double t0 = nn_now();
+        lp_shiftgemm(Ci + jlo, cs, Ai, s->OC, Bi + jlo, cs, np, toff, 9, n);
+        double t1 = nn_now();
+        if (nn_simd_have_avx2())
+            nn_avx2_shiftgemm(Cf + jlo, cs, Af, s->OC, Bf + jlo, cs, s->C, toff, 9, n);
+        double t2 = nn_now();
+        *t8 = fmin(*t8, t1 - t0);
+        *t32 = fmin(*t32, t2 - t1);
+    }
+    *macs = (double)s->OC * s->C * 9 * nb * s->H * s->H;
+    free(Bf); free(Af); free(Cf); free(Bi); free(Ai); free(Ci);
 }
 
 /* One conv layer, batch N: best-of-reps seconds of forward, and of forward +
@@ -150,6 +193,22 @@ int main(int argc, char **argv)
     }
     printf("resnet20 forward convs: int8 GEMM %.2f ms, sgemm %.2f ms, time ratio %.2f\n",
            tot_int8 * 1e3, tot_sgemm * 1e3, tot_int8 / tot_sgemm);
+
+    printf("\nshifted-row GEMM, one chunk (>= 1024 grid columns), level %s: int8 GOPS vs FP32 "
+           "GFLOPS (AVX2+FMA kernel), real products only\n", lp_cpu_name(lp_cpu_level()));
+    for (size_t i = 0; i < sizeof s_shapes / sizeof s_shapes[0]; i++) {
+        const conv_shape *s = &s_shapes[i];
+        if (s->stride != 1 || s->k != 3)
+            continue;
+        double t8, t32, macs;
+        s_time_shift(s, reps, &t8, &t32, &macs);
+        if (nn_simd_have_avx2())
+            printf("%-20s int8 %6.1f GOPS   fp32 %6.1f GFLOPS   time ratio int8/fp32 %.2f\n",
+                   s->name, 2 * macs / t8 * 1e-9, 2 * macs / t32 * 1e-9, t8 / t32);
+        else
+            printf("%-20s int8 %6.1f GOPS   (no AVX2: FP32 kernel not run)\n", s->name,
+                   2 * macs / t8 * 1e-9);
+    }
 
     printf("\nconv layers, batch %d, best level (%s): ms  int8 fwd / fp32 fwd | int8 fwd+bwd / "
            "fp32 fwd+bwd\n", batch, lp_cpu_name(lp_cpu_level()));

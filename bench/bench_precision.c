@@ -5,6 +5,9 @@
  * the int8 ops (lowprec/lp_model.h), the saved-activation bytes
  * (nn_model_activation_bytes) and the bytes nn_model_prepare allocated, and
  * the int8/fp32 ratios (goal: step <= 0.7 for resnet20 with 1 thread).
+ * The two models take turns (two steps each, the second timed), so a busy
+ * neighbour on a shared machine slows both alike; the ratio is given of the
+ * medians and as the median of the per-turn ratios.
  * Usage: bench_precision [steps (default 10)] [threads (default 1)]. */
 #include <cblas.h>
 #include <stdio.h>
@@ -17,9 +20,10 @@
 #include "nn/nn_optim.h"
 
 typedef struct {
-    double ms;
-    size_t act, prep;
-} s_result;
+    nn_model *m;
+    nn_sgd sgd;
+    double *t;
+} s_run;
 
 static int s_cmp(const void *a, const void *b)
 {
@@ -27,48 +31,44 @@ static int s_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static s_result s_run(const char *arch, const nn_factory *f, int batch, int steps)
+static void s_open(s_run *r, const char *arch, const nn_factory *f, int batch, int steps)
 {
     char err[256];
     nn_model_config cfg = {.in_c = 3, .in_h = 32, .in_w = 32, .classes = 10, .factory = f};
     snprintf(cfg.arch, sizeof cfg.arch, "%s", arch);
-    nn_model *m = nn_model_new(&cfg, err, sizeof err);
-    if (!m) {
+    r->m = nn_model_new(&cfg, err, sizeof err);
+    if (!r->m) {
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
-    nn_model_init_params(m, 1);
-    nn_model_prepare(m, batch);
-    nn_sgd sgd;
+    nn_model_init_params(r->m, 1);
+    nn_model_prepare(r->m, batch);
     nn_sgd_config sc = nn_sgd_defaults();
-    nn_sgd_init(&sgd, nn_model_params(m), &sc);
-    size_t nx = (size_t)batch * 3 * 32 * 32;
-    float *x = malloc(nx * sizeof *x);
-    uint8_t *y = malloc((size_t)batch);
-    nn_rng r;
-    nn_rng_seed(&r, 3);
-    for (size_t i = 0; i < nx; i++)
-        x[i] = nn_rng_normal(&r);
-    for (int i = 0; i < batch; i++)
-        y[i] = (uint8_t)nn_rng_below(&r, 10);
-    double *t = malloc((size_t)steps * sizeof *t);
-    for (int i = 0; i < steps + 2; i++) {
-        double t0 = nn_now();
-        nn_model_forward(m, x, y, batch, 1);
-        nn_model_backward(m);
-        nn_sgd_step(&sgd, nn_model_params(m)->data, nn_model_grads(m)->data, 0.01f);
-        if (i >= 2)
-            t[i - 2] = nn_now() - t0;
-    }
-    qsort(t, (size_t)steps, sizeof *t, s_cmp);
-    s_result res = {1000 * t[steps / 2], nn_model_activation_bytes(m, batch),
-                    nn_model_prepared_bytes(m)};
-    free(t);
-    free(x);
-    free(y);
-    nn_sgd_free(&sgd);
-    nn_model_destroy(&m);
-    return res;
+    nn_sgd_init(&r->sgd, nn_model_params(r->m), &sc);
+    r->t = malloc((size_t)steps * sizeof *r->t);
+}
+
+/* One training step (forward, backward, SGD update); returns seconds. */
+static double s_step(s_run *r, const float *x, const uint8_t *y, int batch)
+{
+    double t0 = nn_now();
+    nn_model_forward(r->m, x, y, batch, 1);
+    nn_model_backward(r->m);
+    nn_sgd_step(&r->sgd, nn_model_params(r->m)->data, nn_model_grads(r->m)->data, 0.01f);
+    return nn_now() - t0;
+}
+
+static double s_median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, s_cmp);
+    return t[n / 2];
+}
+
+static void s_close(s_run *r)
+{
+    free(r->t);
+    nn_sgd_free(&r->sgd);
+    nn_model_destroy(&r->m);
 }
 
 int main(int argc, char **argv)
@@ -83,14 +83,50 @@ int main(int argc, char **argv)
     printf("%-9s %-5s %10s %14s %14s\n", "model", "prec", "ms/step", "saved act B", "prepared B");
     static const char *archs[2] = {"resnet20", "vgg11"};
     for (int a = 0; a < 2; a++) {
-        s_result f = s_run(archs[a], NULL, batch, steps);
-        printf("%-9s %-5s %10.2f %14zu %14zu\n", archs[a], "fp32", f.ms, f.act, f.prep);
+        s_run f, q;
+        s_open(&f, archs[a], NULL, batch, steps);
+        s_open(&q, archs[a], &lp_factory_int8, batch, steps);
+        size_t nx = (size_t)batch * 3 * 32 * 32;
+        float *x = malloc(nx * sizeof *x);
+        uint8_t *y = malloc((size_t)batch);
+        nn_rng r;
+        nn_rng_seed(&r, 3);
+        for (size_t i = 0; i < nx; i++)
+            x[i] = nn_rng_normal(&r);
+        for (int i = 0; i < batch; i++)
+            y[i] = (uint8_t)nn_rng_below(&r, 10);
+        /* the two models take turns, so that a busy neighbour on a shared
+         * machine slows both alike: each turn is two steps of one model and
+         * only the second is timed (the first refills the caches the other
+         * model evicted: timing alternate single steps made the base FP32
+         * step look 50% slower than alone); one warm-up turn each */
+        double *pr = malloc((size_t)steps * sizeof *pr);
+        for (int i = 0; i < steps + 1; i++) {
+            s_step(&f, x, y, batch);
+            double tf = s_step(&f, x, y, batch);
+            s_step(&q, x, y, batch);
+            double tq = s_step(&q, x, y, batch);
+            if (i >= 1) {
+                f.t[i - 1] = tf;
+                q.t[i - 1] = tq;
+                pr[i - 1] = tq / tf;
+            }
+        }
+        double mf = 1000 * s_median(f.t, steps), mq = 1000 * s_median(q.t, steps);
+        double mr = s_median(pr, steps);
+        size_t af = nn_model_activation_bytes(f.m, batch), aq = nn_model_activation_bytes(q.m, batch);
+        size_t pf = nn_model_prepared_bytes(f.m), pq = nn_model_prepared_bytes(q.m);
+        printf("%-9s %-5s %10.2f %14zu %14zu\n", archs[a], "fp32", mf, af, pf);
+        printf("%-9s %-5s %10.2f %14zu %14zu\n", archs[a], "int8", mq, aq, pq);
+        printf("%-9s ratio int8/fp32: step %.3f (median of turn pairs %.3f), saved activations "
+               "%.3f, prepared %.3f\n",
+               archs[a], mq / mf, mr, (double)aq / af, (double)pq / pf);
         fflush(stdout);
-        s_result q = s_run(archs[a], &lp_factory_int8, batch, steps);
-        printf("%-9s %-5s %10.2f %14zu %14zu\n", archs[a], "int8", q.ms, q.act, q.prep);
-        printf("%-9s ratio int8/fp32: step %.3f, saved activations %.3f, prepared %.3f\n",
-               archs[a], q.ms / f.ms, (double)q.act / f.act, (double)q.prep / f.prep);
-        fflush(stdout);
+        free(pr);
+        free(x);
+        free(y);
+        s_close(&f);
+        s_close(&q);
     }
     return 0;
 }

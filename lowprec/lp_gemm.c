@@ -10,7 +10,7 @@
 
 size_t lp_gemm_pack_a_bytes(int M, int K)
 {
-    return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_mp(M) * 4;
+    return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_mp(M) * (4 + 8);
 }
 
 size_t lp_gemm_pack_b_bytes(int K, int N)
@@ -23,6 +23,7 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
 {
     const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
     memset(Ap, 0, lp_gemm_pack_a_bytes(M, K));
+    uint16_t *A16 = (uint16_t *)(void *)(Ap + (size_t)K4 * Mp * 4);
     for (int m = 0; m < M; m++) {
         int32_t s = 0;
         const uint8_t *row = A + m * rs;
@@ -30,11 +31,13 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
             int v = row[k * cs];
             s += v;
             Ap[((size_t)(k >> 2) * Mp + m) * 4 + (k & 3)] = (int8_t)(v - 128);
+            /* row tile m/4, group k4, row m%4, lane k&1, half (k&2 ? high : low) */
+            A16[((((size_t)(m >> 2) * K4 + (k >> 2)) * 4 + (m & 3)) * 2 + (k & 1)) * 2 +
+                ((k >> 1) & 1)] = (uint16_t)v;
         }
         if (rowsum)
             rowsum[m] = s;
     }
-    (void)K4;
 }
 
 void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, int K, int N)
@@ -113,4 +116,50 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
     default:
         lp_gemm_kernel_portable(C, ldc, Ap, Bp, M, N, K, colsum);
     }
+}
+
+/* ---- shifted-row GEMM ------------------------------------------------------ */
+
+void lp_shiftgemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                      size_t ldb, int np, const int *toff, int T, size_t n)
+{
+    const size_t K2 = (size_t)np * T;
+    for (int m = 0; m < M; m++)
+        for (size_t j = 0; j < n; j++) {
+            int32_t acc = 0;
+            for (int p = 0; p < np; p++)
+                for (int t = 0; t < T; t++) {
+                    uint32_t a = Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4];
+                    uint32_t b = (B + (size_t)p * ldb + toff[t])[j];
+                    acc += (int32_t)(a & 0xFFFF) * (int32_t)(b & 0xFFFF) +
+                           (int32_t)(a >> 16) * (int32_t)(b >> 16);
+                }
+            S[(size_t)m * ldc + j] = acc;
+        }
+}
+
+void lp_shiftgemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                  size_t ldb, int np, const int *toff, int T, size_t n)
+{
+    assert(M >= 1 && np >= 1 && T >= 1 && 2 * (size_t)np * T <= LP_GEMM_MAX_K);
+    if (lp_cpu_level() >= LP_CPU_AVX2)
+        lp_shiftgemm_avx2(S, ldc, Ap, M, B, ldb, np, toff, T, n);
+    else
+        lp_shiftgemm_ref(S, ldc, Ap, M, B, ldb, np, toff, T, n);
+}
+
+void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
+                        const double *base, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = (float)(c * S[i] + t[i] + base[i]);
+}
+
+void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, const double *base,
+                    size_t n)
+{
+    if (lp_cpu_level() >= LP_CPU_AVX2)
+        lp_dequant_row_avx2(out, S, t, c, base, n);
+    else
+        lp_dequant_row_ref(out, S, t, c, base, n);
 }

@@ -18,10 +18,18 @@
  * Layouts (K4 = ceil(K/4), Mp = M rounded up to 8, Np = N rounded up to 16;
  * padding entries are 0, so they add nothing):
  *     A packed: int8  [K4][Mp][4],  Ap[(k4*Mp + m)*4 + j] = A(m, 4*k4+j) - 128
+ *               then, at byte K4*Mp*4, the same codes unshifted as int16
+ *               pairs for AVX2 (lp_pair lanes) by tiles of 4 rows,
+ *               [Mp/4][K4][4][2]: lane 0 = (A(m, 4k4), A(m, 4k4+2)), lane 1 =
+ *               (A(m, 4k4+1), A(m, 4k4+3)) (a tile's panel is contiguous:
+ *               with the k-major layout above a 512-row A strides 4 KB, a
+ *               page, per k group); both parts are always written, so a
+ *               packed A serves every CPU level
  *     B packed: uint8 [K4][Np][4],  Bp[(k4*Np + n)*4 + j] = B(4*k4+j, n)
- * The AVX2 path has no vpdpbusd; vpmaddubsw saturates at 16 bits, so it
- * multiplies the low and high nibbles of B separately (exact) and
- * combines them as lo + 16*hi in int32.
+ * The AVX2 path has no vpdpbusd, and vpmaddubsw saturates on full bytes:
+ * it splits each 32-bit group of B into its even and odd bytes as int16
+ * (one and, one shift, shared by the rows of a tile) and multiplies them
+ * with the int16 pairs of A by vpmaddwd (exact, 16 products each).
  *
  * Range: |C| <= 255*255*K < 2^31 requires K <= LP_GEMM_MAX_K.
  *
@@ -80,5 +88,48 @@ static inline float lp_gemm_dequant(int32_t S, int32_t SA, int32_t SB, int K, lp
     double sa = a.scale, ma = a.min, sb = b.scale, mb = b.min;
     return (float)(sa * sb * S + sa * mb * SA + ma * sb * SB + (double)K * ma * mb);
 }
+
+/* ---- shifted-row GEMM on int16 pairs --------------------------------------
+ * The im2col-free integer product behind the stride-1 "same" convolutions
+ * (lp_layers.c), the integer twin of nn's shifted GEMM (nn_layers_simd.h).
+ * A pair grid holds np rows of ldb int32 lanes; lane j of row p holds two
+ * codes as int16: b(2p, j) in the low half, b(2p+1, j) in the high half.
+ * Row p shifted by toff[t] is row k = p*T + t (K2 = np*T rows) of a virtual
+ * lowered matrix, and the product of two lanes is the 2-term dot product
+ * lo*lo + hi*hi (what vpmaddwd computes):
+ *   S[m*ldc + j] = sum_{p < np, t < T} A(m, p*T + t) . B[p*ldb + toff[t] + j]
+ * for m < M, j < n; S overwritten.  A (M, K2) lanes of int16 pairs, packed
+ * by m-tiles of 4: Ap[(m/4)*K2*4 + k*4 + m%4] (lp_shift_pack_lanes lanes;
+ * rows past M zero).  Every B[p*ldb + toff[t] + j] with j < n must be
+ * readable (toff may be negative).
+ * Range: codes 0..255 in both operands (no 128 shift), a lane product is at
+ * most 2*255*255 and |S| <= 255*255*2*K2 < 2^31 for 2*K2 <= LP_GEMM_MAX_K.
+ * On AVX2 each tile is 4 rows x 24 columns: per (p, t) 3 loads of B, 4
+ * broadcasts, 12 vpmaddwd + 12 vpaddd (16 MACs per vpmaddwd, the exact
+ * u8 x u8 rate of AVX2: vpmaddubsw saturates on full bytes).  Exact at every
+ * level, so all levels give the same S. */
+static inline size_t lp_shift_pack_lanes(int M, int K2)
+{
+    return (size_t)((M + 3) / 4) * 4 * (size_t)K2;
+}
+void lp_shiftgemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                  size_t ldb, int np, const int *toff, int T, size_t n);
+void lp_shiftgemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                      size_t ldb, int np, const int *toff, int T, size_t n);
+
+/* Two codes as one lane of a pair grid / packed A. */
+static inline uint32_t lp_pair(uint8_t lo, uint8_t hi)
+{
+    return (uint32_t)lo | (uint32_t)hi << 16;
+}
+
+/* out[i] = (float)(c*S[i] + t[i] + base[i]), i < n: the affine correction
+ * of a row of integer sums (the terms of the other operand's codes in t,
+ * those of this row's codes in base), evaluated in double without FMA and
+ * rounded once.  Overwrites out; every level gives the same floats. */
+void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, const double *base,
+                    size_t n);
+void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
+                        const double *base, size_t n);
 
 #endif

@@ -19,7 +19,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "lowprec/lp_cpu.h"
 #include "lowprec/lp_gemm.h"
+#include "lowprec/lp_simd.h"
 
 #define ALIGN64(n) (((n) + 63) & ~(size_t)63)
 
@@ -51,30 +53,130 @@ size_t lp_conv2d_saved_bytes(const nn_conv_dims *d)
     return (size_t)d->N * d->C * d->H * d->W + (size_t)d->OC * d->C * d->KH * d->KW;
 }
 
+/* ---- shift path (stride-1 "same" convs at the portable and AVX2 levels) ----
+ * The integer twin of nn's im2col-free convolution (nn_conv.c): codes of nb
+ * samples go into a zero-bordered grid of int16 channel pairs (lp_gemm.h,
+ * pair grids), cs = nb*Hp*Wp lanes per channel pair, and lp_shiftgemm reads
+ * the shifted rows directly:
+ *   S[m][j] = sum_{c, t} a[m][c][t] * b[c][j + toff[t]]
+ * (no im2col, no col2im; pad columns produce unused sums).  The forward is
+ * the conv of the input codes with the weight codes (m = oc); the input
+ * gradient of a stride-1 same conv is the same conv of the gradient codes
+ * with the kernel flipped and the channels swapped (m = c), so both use
+ * s_shift_conv.  Border pixels see fewer taps: the affine correction uses
+ * SB(p) = sum of the codes b over the taps inside the image (pad codes are
+ * 0) and SA(m, p) = the sum of a over the same taps (2-D prefix sums over
+ * the kernel), exactly as the im2col path.  At AVX-512 VNNI the im2col +
+ * vpdpbusd path is faster and is kept. */
+
+#define LP_SHIFT_TMAX 49 /* most taps (K*K) the shift path takes */
+
+static int s_force_im2col;
+
+void lp_conv2d_force_im2col(int on)
+{
+    s_force_im2col = on;
+}
+
+/* Channel counts up to which the shift path's tile working set (4 rows of
+ * packed weight pairs + the shifted pair rows of 16 columns) stays in a 32 KB
+ * L1; above, the im2col path was faster on EPYC Zen 3 (vgg11's 128->256 to
+ * 512->512 convs at 8x8 and 4x4: 1.2-1.9x), except on images under 16
+ * pixels, where im2col's per-sample GEMMs are mostly column padding. */
+#define LP_SHIFT_MAXC 128
+
+static int s_use_shift(const nn_conv_dims *d)
+{
+    if (s_force_im2col || lp_cpu_level() > LP_CPU_AVX2 || d->stride != 1 || d->KH != d->KW ||
+        d->KH < 2 || 2 * d->pad != d->KH - 1 || d->KH * d->KW > LP_SHIFT_TMAX)
+        return 0;
+    return (d->C <= LP_SHIFT_MAXC && d->OC <= LP_SHIFT_MAXC) || d->H * d->W < 16;
+}
+
+/* Samples per chunk of the shift path: >= 1024 grid columns. */
+static int s_shift_nb(int N, int H, int W, int pad)
+{
+    size_t plane = (size_t)(H + 2 * pad) * (W + 2 * pad);
+    int nb = (int)((1024 + plane - 1) / plane);
+    return nb < 1 ? 1 : nb > N ? N : nb;
+}
+
+/* Output rows whose taps cover the same kernel rows [h0, h1) share their
+ * correction terms ("row classes"); as oh grows h0 and h1 only decrease, so
+ * classes are runs of rows and there are at most 2*KH + 1 (and <= OH). */
+static int s_max_classes(int OH, int KH)
+{
+    return 2 * KH + 1 < OH ? 2 * KH + 1 : OH;
+}
+
+/* Bytes of s_shift_conv scratch: M output rows, nch input channels. */
+/* Lanes of one variant of a pair row (see s_shift_conv): pad lanes, pad
+ * zero rows, nb samples of H rows + pad zero rows, pad lanes; rows of W. */
+static size_t s_vlen(int nb, int H, int W, int pad)
+{
+    return (size_t)2 * pad + ((size_t)pad + (size_t)nb * (H + pad)) * W;
+}
+
+static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int pad)
+{
+    const int np = (nch + 1) / 2, T = K * K, nb = s_shift_nb(N, H, W, pad);
+    const size_t cs = (size_t)nb * (H + 2 * pad) * (W + 2 * pad), vlen = s_vlen(nb, H, W, pad);
+    size_t s = 0;
+    s += ALIGN64(lp_shift_pack_lanes(M, np * T) * 4);
+    s += ALIGN64((size_t)M * (K + 1) * (K + 1) * 4);
+    s += ALIGN64((size_t)(H + W) * 2 * sizeof(int));
+    s += ALIGN64((size_t)np * (2 * pad + 1) * vlen * 4);
+    s += ALIGN64(cs * 4);
+    s += ALIGN64((size_t)M * vlen * 4);
+    s += ALIGN64((size_t)H * W * sizeof(double));
+    s += ALIGN64((size_t)M * s_max_classes(H, K) * W * sizeof(double));
+    s += ALIGN64((size_t)H * sizeof(int));
+    return s;
+}
+
+/* Samples per chunk of the weight gradient: about 1 MB of dequantized
+ * input (at least one sample). */
+static int s_wgrad_nb(const nn_conv_dims *d)
+{
+    const size_t xper = (size_t)d->C * d->H * d->W;
+    size_t nw = ((size_t)1 << 18) / xper;
+    return nw < 1 ? 1 : nw > (size_t)d->N ? d->N : (int)nw;
+}
+
 size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
 {
     const int CK = d->C * d->KH * d->KW, P = d->OH * d->OW, Pp = lp_gemm_np(P);
-    size_t s = 0;
-    /* forward */
-    s += ALIGN64(lp_gemm_pack_a_bytes(d->OC, CK));
-    s += ALIGN64(lp_gemm_pack_b_bytes(CK, P));
-    s += ALIGN64((size_t)d->OC * P * 4);
-    s += ALIGN64((size_t)Pp * 4);
-    s += ALIGN64((size_t)d->OC * (d->KH + 1) * (d->KW + 1) * 4);
-    s += ALIGN64((size_t)d->OC * 5);
-    s += ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
-    s += ALIGN64((size_t)P * sizeof(double));
-    /* backward */
-    size_t b = 0;
-    b += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
-    b += ALIGN64((size_t)CK * 4);
-    b += ALIGN64(lp_gemm_pack_b_bytes(d->OC, P));
-    b += ALIGN64((size_t)CK * P * 4);
-    b += ALIGN64((size_t)Pp * 4);
-    b += ALIGN64((size_t)d->N * d->OC * P);
-    b += ALIGN64((size_t)CK * P * sizeof(float));
-    b += ALIGN64((size_t)P * sizeof(double));
-    b += ALIGN64((size_t)(d->KH + d->KW) * 2 * sizeof(int));
+    /* forward: bias, then the im2col path or the shift path */
+    size_t s = ALIGN64((size_t)d->OC * 5), si = 0;
+    si += ALIGN64(lp_gemm_pack_a_bytes(d->OC, CK));
+    si += ALIGN64(lp_gemm_pack_b_bytes(CK, P));
+    si += ALIGN64((size_t)d->OC * P * 4);
+    si += ALIGN64((size_t)Pp * 4);
+    si += ALIGN64((size_t)d->OC * (d->KH + 1) * (d->KW + 1) * 4);
+    si += ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
+    si += ALIGN64((size_t)P * sizeof(double));
+    si += ALIGN64((size_t)d->OC * s_max_classes(d->OH, d->KH) * d->OW * sizeof(double));
+    si += ALIGN64((size_t)d->OH * sizeof(int));
+    size_t ss = s_shift_conv_bytes(d->N, d->C, d->OC, d->H, d->W, d->KH, d->pad);
+    s += si > ss ? si : ss;
+    /* backward, weight gradient: a chunk of dequantized input + nn's scratch */
+    nn_conv_dims dc = *d;
+    dc.N = s_wgrad_nb(d);
+    size_t bw = ALIGN64((size_t)dc.N * d->C * d->H * d->W * sizeof(float)) +
+                ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
+    /* backward, input gradient: gradient codes, then either path */
+    size_t b = ALIGN64((size_t)d->N * d->OC * P), bi = 0;
+    bi += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
+    bi += ALIGN64((size_t)CK * 4);
+    bi += ALIGN64(lp_gemm_pack_b_bytes(d->OC, P));
+    bi += ALIGN64((size_t)CK * P * 4);
+    bi += ALIGN64((size_t)Pp * 4);
+    bi += ALIGN64((size_t)P * sizeof(double));
+    bi += ALIGN64((size_t)(d->KH + d->KW) * 2 * sizeof(int));
+    size_t bs = ALIGN64((size_t)d->OC * CK) +
+                s_shift_conv_bytes(d->N, d->OC, d->C, d->H, d->W, d->KH, d->pad);
+    b += bi > bs ? bi : bs;
+    b = b > bw ? b : bw;
     return (s > b ? s : b) + 64;
 }
 
@@ -120,36 +222,222 @@ static void s_im2col_b4(uint8_t *Bp, const uint8_t *x, const nn_conv_dims *d)
             }
 }
 
-/* codes of sample x -> float col (CK, P) of dequantized values, padding 0. */
-static void s_im2col_deq(float *col, const uint8_t *x, lp_qparams p, const nn_conv_dims *d)
+void lp_pair_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
+                     size_t n)
 {
-    const int C = d->C, H = d->H, W = d->W, KH = d->KH, KW = d->KW, S = d->stride;
-    const int pad = d->pad, OH = d->OH, OW = d->OW;
-    float lut[256];
-    lp_dequantize_lut(lut, p);
-    for (int c = 0; c < C; c++)
+    for (size_t w = 0; w < n; w++) {
+        uint8_t v0 = r0[w], v1 = r1 ? r1[w] : 0;
+        dst[w] = lp_pair(v0, v1);
+        if (chs)
+            chs[w] += v0 + v1;
+    }
+}
+
+void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n)
+{
+    for (size_t w = 0; w < n; w++) {
+        int32_t sum = 0;
+        for (int k = 0; k < T; k++)
+            sum += s[(ptrdiff_t)w + off[k]];
+        t[w] = c * sum;
+    }
+}
+
+/* The row kernels s_shift_conv uses at the current CPU level. */
+typedef struct {
+    void (*pair_row)(uint32_t *, int32_t *, const uint8_t *, const uint8_t *, size_t);
+    void (*tap_sum_row)(double *, const int32_t *, const int *, int, double, size_t);
+    void (*dequant_row)(float *, const int32_t *, const double *, double, const double *, size_t);
+} s_conv_rows;
+
+static s_conv_rows s_rows(void)
+{
+    s_conv_rows r = {lp_pair_row_ref, lp_tap_sum_row_ref, lp_dequant_row_ref};
+    if (lp_cpu_level() >= LP_CPU_AVX2) {
+        r.pair_row = lp_pair_row_avx2;
+        r.tap_sum_row = lp_tap_sum_row_avx2;
+        r.dequant_row = lp_dequant_row_avx2;
+    }
+    return r;
+}
+
+/* pre (M, K+1, K+1) = 2-D prefix sums over (kh, kw) of sum_c a[m][c][kh][kw],
+ * for kernel codes a (M, nch, K, K): the sum of a row's codes over any
+ * rectangle of taps is four lookups (S_RECT). */
+static void s_tap_prefix(int32_t *pre, const uint8_t *a, int M, int nch, int KH, int KW)
+{
+    const size_t PS = (size_t)(KH + 1) * (KW + 1), CK = (size_t)nch * KH * KW;
+    for (int m = 0; m < M; m++) {
+        int32_t *ps = pre + (size_t)m * PS;
+        memset(ps, 0, PS * 4);
         for (int kh = 0; kh < KH; kh++)
             for (int kw = 0; kw < KW; kw++) {
-                float *dst = col + (size_t)((c * KH + kh) * KW + kw) * OH * OW;
-                for (int oh = 0; oh < OH; oh++) {
-                    int ih = oh * S - pad + kh;
-                    float *drow = dst + (size_t)oh * OW;
-                    if (ih < 0 || ih >= H) {
-                        memset(drow, 0, (size_t)OW * sizeof(float));
-                        continue;
-                    }
-                    const uint8_t *srow = x + ((size_t)c * H + ih) * W;
-                    int iw0 = -pad + kw;
-                    if (S == 1 && iw0 >= 0 && iw0 + OW <= W) {
-                        const uint8_t *sr = srow + iw0;
-                        for (int ow = 0; ow < OW; ow++)
-                            drow[ow] = lut[sr[ow]];
-                    } else {
-                        for (int ow = 0, iw = iw0; ow < OW; ow++, iw += S)
-                            drow[ow] = (iw >= 0 && iw < W) ? lut[srow[iw]] : 0.0f;
+                int32_t t = 0;
+                for (int c = 0; c < nch; c++)
+                    t += a[(size_t)m * CK + (size_t)(c * KH + kh) * KW + kw];
+                ps[(kh + 1) * (KW + 1) + kw + 1] =
+                    t + ps[kh * (KW + 1) + kw + 1] + ps[(kh + 1) * (KW + 1) + kw] -
+                    ps[kh * (KW + 1) + kw];
+            }
+    }
+}
+
+/* sum of the codes of the prefix table ps over taps [h0,h1) x [w0,w1) */
+#define S_RECT(ps, KW, h0, h1, w0, w1) \
+    ((ps)[(h1) * ((KW) + 1) + (w1)] - (ps)[(h0) * ((KW) + 1) + (w1)] - \
+     (ps)[(h1) * ((KW) + 1) + (w0)] + (ps)[(h0) * ((KW) + 1) + (w0)])
+
+/* bases (M, nh, OW): the per-column correction base of each row class,
+ *   cSA * SA + cK * nch*(h1-h0)*(w1-w0) + bias[m],
+ * SA = the codes of kernel row m over the taps [h0,h1) x [w0,w1) of the
+ * column (prefix sums pre, tap ranges rh, rw); hcls (OH) = class of each
+ * output row.  Returns nh.  Overwrites bases and hcls. */
+static int s_base_rows(double *bases, int *hcls, const int32_t *pre, const int *rh,
+                       const int *rw, int M, int OH, int OW, int KH, int KW, int nch, double cSA,
+                       double cK, const float *bias)
+{
+    int nh = 0;
+    for (int oh = 0; oh < OH; oh++) {
+        if (oh > 0 && (rh[2 * oh] != rh[2 * oh - 2] || rh[2 * oh + 1] != rh[2 * oh - 1]))
+            nh++;
+        hcls[oh] = nh;
+    }
+    nh++;
+    assert(nh <= s_max_classes(OH, KH));
+    const size_t PS = (size_t)(KH + 1) * (KW + 1);
+    for (int m = 0; m < M; m++) {
+        const int32_t *ps = pre + (size_t)m * PS;
+        const double bm = bias ? bias[m] : 0.0;
+        for (int oh = 0; oh < OH; oh++) {
+            if (oh > 0 && hcls[oh] == hcls[oh - 1])
+                continue;
+            const int h0 = rh[2 * oh], h1 = rh[2 * oh + 1];
+            double *b = bases + ((size_t)m * nh + hcls[oh]) * OW;
+            for (int ow = 0; ow < OW; ow++) {
+                const int w0 = rw[2 * ow], w1 = rw[2 * ow + 1];
+                b[ow] = cSA * S_RECT(ps, KW, h0, h1, w0, w1) +
+                        cK * ((double)nch * (h1 - h0) * (w1 - w0)) + bm;
+            }
+        }
+    }
+    return nh;
+}
+
+/* out (N, M, H, W) = the stride-1 same conv (K x K, pad = (K-1)/2) of the
+ * codes b (N, nch, H, W) with the kernel codes a (M, nch, K, K), in real
+ * values: sum over the taps inside the image of (sa*a + ma)(sb*b + mb),
+ * plus bias[m] (may be NULL).  Overwrites out.  Scratch:
+ * s_shift_conv_bytes(N, nch, M, H, W, K, pad). */
+static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uint8_t *a,
+                         lp_qparams aqp, const float *bias, int N, int nch, int M, int H, int W,
+                         int K, int pad, void *scratch)
+{
+    const int np = (nch + 1) / 2, T = K * K, K2 = np * T, Wp = W + 2 * pad, P = H * W;
+    const int V = 2 * pad + 1; /* pair-row variants, one per column shift */
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, PS = (size_t)(K + 1) * (K + 1);
+    const size_t xper = (size_t)nch * P;
+    const int nb = s_shift_nb(N, H, W, pad);
+    const size_t vlen = s_vlen(nb, H, W, pad), ldb = (size_t)V * vlen;
+    const size_t J0 = (size_t)pad + (size_t)pad * W; /* first data lane of a variant */
+    unsigned char *sp = (unsigned char *)scratch;
+    uint32_t *Ap = s_take(&sp, lp_shift_pack_lanes(M, K2) * 4);
+    int32_t *pre = s_take(&sp, (size_t)M * PS * 4);
+    int *rh = s_take(&sp, (size_t)(H + W) * 2 * sizeof(int)), *rw = rh + 2 * H;
+    uint32_t *grid = s_take(&sp, (size_t)np * ldb * 4);
+    int32_t *chs = s_take(&sp, (size_t)nb * plane * 4);
+    int32_t *Sm = s_take(&sp, (size_t)M * vlen * 4);
+    double *tx = s_take(&sp, (size_t)P * sizeof(double));
+    double *bases = s_take(&sp, (size_t)M * s_max_classes(H, K) * W * sizeof(double));
+    int *hcls = s_take(&sp, (size_t)H * sizeof(int));
+
+    /* A (M, np*T) of weight-code pairs, m-tiles of 4, rows past M zero */
+    memset(Ap, 0, lp_shift_pack_lanes(M, K2) * 4);
+    for (int m = 0; m < M; m++)
+        for (int p = 0; p < np; p++)
+            for (int t = 0; t < T; t++) {
+                const uint8_t *am = a + (size_t)m * nch * T;
+                uint8_t hi = 2 * p + 1 < nch ? am[(2 * p + 1) * T + t] : 0;
+                Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] =
+                    lp_pair(am[2 * p * T + t], hi);
+            }
+    s_tap_prefix(pre, a, M, nch, K, K);
+    for (int o = 0; o < H; o++)
+        s_tap_range(o, 1, pad, K, H, &rh[2 * o], &rh[2 * o + 1]);
+    for (int o = 0; o < W; o++)
+        s_tap_range(o, 1, pad, K, W, &rw[2 * o], &rw[2 * o + 1]);
+    /* tap (kh, kw) reads variant kw, shifted by rows and columns; ctoff the
+     * same taps in the zero-bordered (Wp-wide) grid of channel sums */
+    int toff[LP_SHIFT_TMAX], ctoff[LP_SHIFT_TMAX];
+    assert(T <= LP_SHIFT_TMAX);
+    for (int kh = 0; kh < K; kh++)
+        for (int kw = 0; kw < K; kw++) {
+            toff[kh * K + kw] = (int)((size_t)kw * vlen) + (kh - pad) * W + (kw - pad);
+            ctoff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
+        }
+    const double sa = aqp.scale, ma = aqp.min, sb = bqp.scale, mb = bqp.min;
+    const double cS = sa * sb, cSB = ma * sb, cSA = sa * mb, cK = ma * mb;
+    const int nh = s_base_rows(bases, hcls, pre, rh, rw, M, H, W, K, K, nch, cSA, cK, bias);
+    const s_conv_rows rows = s_rows();
+
+    for (int n0 = 0; n0 < N; n0 += nb) {
+        const int cnt = N - n0 < nb ? N - n0 : nb;
+        /* pair rows without side padding, in V copies: copy v (column
+         * shift dx = v - pad) has the columns zeroed that only a read
+         * wrapping into the neighbouring row would reach (the last -dx, or
+         * the first dx), so a tap reads zeros exactly where the image has
+         * none; the pad rows above, between and below the samples are
+         * zero.  Only the real pixels' sums are computed (rows of W, not
+         * Wp), and per-pixel channel sums go to the Wp-wide chs. */
+        memset(chs, 0, (size_t)cnt * plane * 4);
+        for (int p = 0; p < np; p++)
+            for (int v = 0; v < V; v++) {
+                /* zero all but the data rows, which are written below */
+                uint32_t *gv = grid + (size_t)p * ldb + (size_t)v * vlen;
+                memset(gv, 0, J0 * 4);
+                for (int j = 0; j < cnt; j++)
+                    memset(gv + J0 + ((size_t)j * (H + pad) + H) * W, 0, (size_t)pad * W * 4);
+                size_t end = J0 + (size_t)cnt * (H + pad) * W;
+                memset(gv + end, 0, (vlen - end) * 4);
+            }
+        for (int j = 0; j < cnt; j++) {
+            const uint8_t *x = b + (size_t)(n0 + j) * xper;
+            for (int p = 0; p < np; p++) {
+                const uint8_t *x0 = x + (size_t)(2 * p) * P;
+                const uint8_t *x1 = 2 * p + 1 < nch ? x0 + P : NULL;
+                uint32_t *g = grid + (size_t)p * ldb + J0 + (size_t)j * (H + pad) * W;
+                for (int h = 0; h < H; h++) {
+                    const uint8_t *r0 = x0 + (size_t)h * W, *r1 = x1 ? x1 + (size_t)h * W : NULL;
+                    for (int v = 0; v < V; v++) {
+                        const int dx = v - pad;
+                        uint32_t *gv = g + (size_t)h * W + (size_t)v * vlen;
+                        rows.pair_row(gv,
+                                      dx ? NULL
+                                         : chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad,
+                                      r0, r1, (size_t)W);
+                        const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+                        for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
+                            gv[w] = 0;
                     }
                 }
             }
+        }
+        const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
+        lp_shiftgemm(Sm + J0, vlen, Ap, M, grid + J0, ldb, np, toff, T, n);
+        for (int j = 0; j < cnt; j++) {
+            /* tx[p] = ma*sb * SB(p), SB = the codes over the taps inside */
+            for (int h = 0; h < H; h++)
+                rows.tap_sum_row(tx + (size_t)h * W,
+                                 chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad, ctoff, T,
+                                 cSB, (size_t)W);
+            for (int m = 0; m < M; m++) {
+                const int32_t *Sr = Sm + (size_t)m * vlen + J0 + (size_t)j * (H + pad) * W;
+                float *o = out + ((size_t)(n0 + j) * M + m) * P;
+                for (int h = 0; h < H; h++)
+                    rows.dequant_row(o + (size_t)h * W, Sr + (size_t)h * W, tx + (size_t)h * W,
+                                     cS, bases + ((size_t)m * nh + hcls[h]) * W, (size_t)W);
+            }
+        }
+    }
 }
 
 void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float *in,
@@ -160,16 +448,9 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     const int OH = d->OH, OW = d->OW, CK = C * KH * KW, P = OH * OW;
     const size_t xper = (size_t)C * d->H * d->W, PS = (size_t)(KH + 1) * (KW + 1);
     unsigned char *sp = (unsigned char *)scratch;
-    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(OC, CK));
-    uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(CK, P));
-    int32_t *Cm = s_take(&sp, (size_t)OC * P * 4);
-    int32_t *SX = s_take(&sp, (size_t)lp_gemm_np(P) * 4);
-    int32_t *pre = s_take(&sp, (size_t)OC * PS * 4);
     unsigned char *bpart = s_take(&sp, (size_t)OC * 5);
     float *bq = (float *)(void *)bpart;
     uint8_t *bcodes = bpart + (size_t)OC * 4;
-    int *rh = s_take(&sp, (size_t)(OH + OW) * 2 * sizeof(int)), *rw = rh + 2 * OH;
-    double *tSX = s_take(&sp, (size_t)P * sizeof(double));
 
     sv->xp = lp_act_qparams(run_range, in, N, xper, mode.train);
     s_quant_act(sv->xq, in, (size_t)N * xper, sv->xp, mode);
@@ -182,21 +463,23 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     } else {
         memset(bq, 0, (size_t)OC * sizeof(float));
     }
-    lp_gemm_pack_a(Ap, NULL, sv->wq, CK, 1, OC, CK);
-    /* per-channel prefix sums of weight codes over the taps (sum over c) */
-    for (int oc = 0; oc < OC; oc++) {
-        int32_t *ps = pre + (size_t)oc * PS;
-        memset(ps, 0, PS * 4);
-        for (int kh = 0; kh < KH; kh++)
-            for (int kw = 0; kw < KW; kw++) {
-                int32_t t = 0;
-                for (int c = 0; c < C; c++)
-                    t += sv->wq[(size_t)oc * CK + (c * KH + kh) * KW + kw];
-                ps[(kh + 1) * (KW + 1) + kw + 1] =
-                    t + ps[kh * (KW + 1) + kw + 1] + ps[(kh + 1) * (KW + 1) + kw] -
-                    ps[kh * (KW + 1) + kw];
-            }
+    if (s_use_shift(d)) {
+        s_shift_conv(out, sv->xq, sv->xp, sv->wq, sv->wp, bq, N, C, OC, d->H, d->W, KH, d->pad,
+                     sp);
+        return;
     }
+    int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(OC, CK));
+    uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(CK, P));
+    int32_t *Cm = s_take(&sp, (size_t)OC * P * 4);
+    int32_t *SX = s_take(&sp, (size_t)lp_gemm_np(P) * 4);
+    int32_t *pre = s_take(&sp, (size_t)OC * PS * 4);
+    int *rh = s_take(&sp, (size_t)(OH + OW) * 2 * sizeof(int)), *rw = rh + 2 * OH;
+    double *tSX = s_take(&sp, (size_t)P * sizeof(double));
+    double *bases = s_take(&sp, (size_t)OC * s_max_classes(OH, KH) * OW * sizeof(double));
+    int *hcls = s_take(&sp, (size_t)OH * sizeof(int));
+
+    lp_gemm_pack_a(Ap, NULL, sv->wq, CK, 1, OC, CK);
+    s_tap_prefix(pre, sv->wq, OC, C, KH, KW);
     for (int oh = 0; oh < OH; oh++)
         s_tap_range(oh, d->stride, d->pad, KH, d->H, &rh[2 * oh], &rh[2 * oh + 1]);
     for (int ow = 0; ow < OW; ow++)
@@ -204,13 +487,7 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
 
     const double sw = sv->wp.scale, mw = sv->wp.min, sx = sv->xp.scale, mx = sv->xp.min;
     const double cS = sw * sx, cSX = mw * sx, cSW = sw * mx, cK = mw * mx;
-    /* [owa, owb): output columns whose taps all fall inside the image */
-    int owa = 0, owb = 0;
-    while (owa < OW && (rw[2 * owa] != 0 || rw[2 * owa + 1] != KW))
-        owa++;
-    owb = owa;
-    while (owb < OW && rw[2 * owb] == 0 && rw[2 * owb + 1] == KW)
-        owb++;
+    const int nh = s_base_rows(bases, hcls, pre, rh, rw, OC, OH, OW, KH, KW, C, cSW, cK, bq);
     memset(Bp, 0, lp_gemm_pack_b_bytes(CK, P));
     for (int n = 0; n < N; n++) {
         s_im2col_b4(Bp, sv->xq + (size_t)n * xper, d);
@@ -218,36 +495,11 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
         float *o = out + (size_t)n * OC * P;
         for (int p = 0; p < P; p++)
             tSX[p] = cSX * SX[p];
-        for (int oc = 0; oc < OC; oc++) {
-            const int32_t *ps = pre + (size_t)oc * PS;
-            const int32_t *crow = Cm + (size_t)oc * P;
-            float *orow = o + (size_t)oc * P;
-            for (int oh = 0; oh < OH; oh++) {
-                int h0 = rh[2 * oh], h1 = rh[2 * oh + 1];
-#define RECT(w0, w1) \
-    (ps[h1 * (KW + 1) + (w1)] - ps[h0 * (KW + 1) + (w1)] - ps[h1 * (KW + 1) + (w0)] + \
-     ps[h0 * (KW + 1) + (w0)])
-                double base = cSW * RECT(0, KW) + cK * ((double)C * (h1 - h0) * KW) + bq[oc];
-                const int32_t *cr = crow + (size_t)oh * OW;
-                const double *tx = tSX + (size_t)oh * OW;
-                float *orr = orow + (size_t)oh * OW;
-                for (int ow = 0; ow < OW; ow++) {
-                    if (ow == owa) { /* the columns that see every tap */
-                        for (; ow < owb; ow++)
-                            orr[ow] = (float)(cS * cr[ow] + tx[ow] + base);
-                        if (ow == OW)
-                            break;
-                    }
-                    int w0 = rw[2 * ow], w1 = rw[2 * ow + 1];
-                    double bb = base;
-                    if (w0 != 0 || w1 != KW)
-                        bb = cSW * RECT(w0, w1) + cK * ((double)C * (h1 - h0) * (w1 - w0)) +
-                             bq[oc];
-                    orr[ow] = (float)(cS * cr[ow] + tx[ow] + bb);
-                }
-#undef RECT
-            }
-        }
+        for (int oc = 0; oc < OC; oc++)
+            for (int oh = 0; oh < OH; oh++)
+                lp_dequant_row(o + (size_t)oc * P + (size_t)oh * OW,
+                               Cm + (size_t)oc * P + (size_t)oh * OW, tSX + (size_t)oh * OW, cS,
+                               bases + ((size_t)oc * nh + hcls[oh]) * OW, (size_t)OW);
     }
 }
 
@@ -260,38 +512,61 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
     const int pad = d->pad;
     const size_t xper = (size_t)C * H * W;
     unsigned char *sp = (unsigned char *)scratch;
+
+    /* weight and bias gradients from the full-precision dout (bifurcation):
+     * nn's FP32 conv backward (no din) on the dequantized saved codes */
+    if (dw || db) {
+        const int nw = s_wgrad_nb(d);
+        nn_conv_dims dc = *d;
+        dc.N = nw;
+        unsigned char *wsp = sp;
+        float *xf = s_take(&wsp, (size_t)nw * xper * sizeof(float));
+        float *nscr = s_take(&wsp, nn_conv_scratch_floats(&dc) * sizeof(float));
+        if (dw) {
+            /* in chunks of nw samples: the dequantized chunk is still in
+             * cache when the conv reads it, and the scratch stays small */
+            for (int n0 = 0; n0 < N; n0 += nw) {
+                dc.N = N - n0 < nw ? N - n0 : nw;
+                lp_dequantize(xf, sv->xq + (size_t)n0 * xper, (size_t)dc.N * xper, sv->xp);
+                nn_conv2d_backward(NULL, dw, db, dout + (size_t)n0 * OC * P, xf, NULL, &dc, nscr);
+            }
+        } else {
+            for (int n = 0; n < N; n++)
+                for (int oc = 0; oc < OC; oc++) {
+                    const float *g = dout + ((size_t)n * OC + oc) * P;
+                    float t = 0;
+                    for (int p = 0; p < P; p++)
+                        t += g[p];
+                    db[oc] += t;
+                }
+        }
+    }
+    if (!din)
+        return;
+    /* input gradient: int8 conv^T on the stochastically quantized dout */
+    const size_t gn = (size_t)N * OC * P;
+    uint8_t *gq = s_take(&sp, gn);
+    lp_qparams gp = lp_tensor_qparams(dout, gn);
+    lp_quantize_sr(gq, dout, gn, gp, seed, 0);
+    if (s_use_shift(d)) {
+        /* din = the same conv of the gradient codes with the kernel
+         * flipped and the channels swapped: wf[c][oc][t] = wq[oc][c][T-1-t] */
+        const int T = KH * KW;
+        uint8_t *wf = s_take(&sp, (size_t)OC * CK);
+        for (int oc = 0; oc < OC; oc++)
+            for (int c = 0; c < C; c++)
+                for (int t = 0; t < T; t++)
+                    wf[((size_t)c * OC + oc) * T + t] = sv->wq[((size_t)oc * C + c) * T + T - 1 - t];
+        s_shift_conv(din, gq, gp, wf, sv->wp, NULL, N, OC, C, H, W, KH, pad, sp);
+        return;
+    }
     int8_t *Ap = s_take(&sp, lp_gemm_pack_a_bytes(CK, OC));
     int32_t *SWc = s_take(&sp, (size_t)CK * 4);
     uint8_t *Bp = s_take(&sp, lp_gemm_pack_b_bytes(OC, P));
     int32_t *Cm = s_take(&sp, (size_t)CK * P * 4);
     int32_t *SG = s_take(&sp, (size_t)lp_gemm_np(P) * 4);
-    uint8_t *gq = s_take(&sp, (size_t)N * OC * P);
-    float *col = s_take(&sp, (size_t)CK * P * sizeof(float));
     double *tSG = s_take(&sp, (size_t)P * sizeof(double));
     int *rh = s_take(&sp, (size_t)(KH + KW) * 2 * sizeof(int)), *rw = rh + 2 * KH;
-
-    /* bias and weight gradients: full-precision dout (bifurcation) */
-    for (int n = 0; n < N; n++) {
-        const float *g = dout + (size_t)n * OC * P;
-        if (db)
-            for (int oc = 0; oc < OC; oc++) {
-                float t = 0;
-                for (int p = 0; p < P; p++)
-                    t += g[(size_t)oc * P + p];
-                db[oc] += t;
-            }
-        if (dw) {
-            s_im2col_deq(col, sv->xq + (size_t)n * xper, sv->xp, d);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, CK, P, 1.0f, g, P, col, P,
-                        1.0f, dw, CK);
-        }
-    }
-    if (!din)
-        return;
-    /* input gradient: int8 GEMM on the stochastically quantized dout */
-    const size_t gn = (size_t)N * OC * P;
-    lp_qparams gp = lp_tensor_qparams(dout, gn);
-    lp_quantize_sr(gq, dout, gn, gp, seed, 0);
     lp_gemm_pack_a(Ap, SWc, sv->wq, 1, CK, CK, OC); /* A(ck, oc) = wq[oc][ck] */
     const double sw = sv->wp.scale, mw = sv->wp.min, sg = gp.scale, mg = gp.min;
     const double cS = sw * sg, cSG = mw * sg;
@@ -596,12 +871,98 @@ size_t lp_ren_saved_bytes(int N, int C, int HW, int G)
 size_t lp_ren_scratch_floats(int N, int C, int HW)
 {
     size_t n = (size_t)N * C * HW;
-    return 2 * n + (n + 3) / 4 + 3 * (size_t)C;
+    return 2 * (size_t)C * HW + (n + 3) / 4 + 3 * (size_t)C;
 }
 
-void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const float *gamma,
-                         const float *beta, const float *v, int N, int C, int HW, int G,
-                         int quant_s)
+/* ---- Range EvoNorm row kernels (one channel row of n values) -------------- */
+
+void lp_ren_row_fwd_ref(float *o, const float *x, size_t n, float v, float sc, float gamma,
+                        float beta)
+{
+    for (size_t i = 0; i < n; i++) {
+        float t = x[i] * v / 6.0f + 0.5f;
+        t = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
+        float nrm = x[i] * t;
+        o[i] = nrm * sc * gamma + beta;
+    }
+}
+
+void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *g, size_t n,
+                        float v, float sc, float gamma)
+{
+    for (size_t i = 0; i < n; i++) {
+        /* forward: t = x*v/6 + 1/2; h = clamp(t,0,1); nrm = x*h;
+         *          out = nrm*sq*gamma + beta */
+        float xi = x[i], gi = g[i];
+        float t = xi * v / 6.0f + 0.5f;
+        int inside = t >= 0.0f && t <= 1.0f; /* torch clamp passes ends */
+        float h = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
+        float nrm = xi * h;
+        sums[0] += gi;
+        sums[1] += (double)gi * nrm;
+        float dn = gi * sc * gamma;
+        /* dnrm/dx = h + x*h'*v, dnrm/dv = x*h'*x, h' = 1/6 inside */
+        if (inside)
+            sums[2] += (double)dn * xi * xi;
+        if (dx)
+            dx[i] = dn * (h + (inside ? xi * v / 6.0f : 0.0f));
+    }
+}
+
+static void s_ren_row_fwd(float *o, const float *x, size_t n, float v, float sc, float gamma,
+                          float beta)
+{
+    if (lp_cpu_level() >= LP_CPU_AVX2)
+        lp_ren_row_fwd_avx2(o, x, n, v, sc, gamma, beta);
+    else
+        lp_ren_row_fwd_ref(o, x, n, v, sc, gamma, beta);
+}
+
+static void s_ren_row_bwd(float *dx, double sums[3], const float *x, const float *g, size_t n,
+                          float v, float sc, float gamma)
+{
+    if (lp_cpu_level() >= LP_CPU_AVX2)
+        lp_ren_row_bwd_avx2(dx, sums, x, g, n, v, sc, gamma);
+    else
+        lp_ren_row_bwd_ref(dx, sums, x, g, n, v, sc, gamma);
+}
+
+size_t lp_find_eq_ref(const float *x, size_t n, float v)
+{
+    size_t i = 0;
+    while (i < n && x[i] != v)
+        i++;
+    return i;
+}
+
+static size_t s_find_eq(const float *x, size_t n, float v)
+{
+    return lp_cpu_level() >= LP_CPU_AVX2 ? lp_find_eq_avx2(x, n, v) : lp_find_eq_ref(x, n, v);
+}
+
+/* A tensor the Range EvoNorm core reads: floats, or uint8 codes with their
+ * qparams.  Codes are dequantized one group at a time into an L1/L2 buffer
+ * (the floats lp_dequantize gives, so both forms give the same results):
+ * the integer op never writes a whole dequantized tensor. */
+typedef struct {
+    const float *f;   /* the floats, or NULL */
+    const uint8_t *q; /* else the codes */
+    lp_qparams p;
+} s_vals;
+
+/* Values [off, off + n) of v as floats: into v.f, or buf (n) filled. */
+static const float *s_vals_at(s_vals v, size_t off, size_t n, float *buf)
+{
+    if (v.f)
+        return v.f + off;
+    lp_dequantize(buf, v.q + off, n, v.p);
+    return buf;
+}
+
+/* lp_ren_core_forward on x in either form; buf: T floats when x is codes. */
+static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float *gamma,
+                          const float *beta, const float *v, int N, int C, int HW, int G,
+                          int quant_s, float *buf)
 {
     assert(G > 0 && C % G == 0);
     const int cg = C / G, T = cg * HW;
@@ -609,13 +970,13 @@ void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const 
     const float c = s_range_c(T);
     for (int n = 0; n < N; n++)
         for (int g = 0; g < G; g++) {
-            const float *xg = x + ((size_t)n * C + (size_t)g * cg) * HW;
+            const float *xg = s_vals_at(x, ((size_t)n * C + (size_t)g * cg) * HW, (size_t)T, buf);
             float smax = 0, smin = 0;
             for (int j = 0; j < 16; j++) {
                 int st, len;
                 lp_ren_chunk(T, j, &st, &len);
                 float mn, mx;
-                lp_minmax_ref(&mn, &mx, xg + st, (size_t)len);
+                lp_minmax(&mn, &mx, xg + st, (size_t)len);
                 smax += mx;
                 smin += mn;
             }
@@ -627,61 +988,50 @@ void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const 
     else
         memcpy(sq, s, (size_t)N * G * sizeof(float));
     for (int n = 0; n < N; n++)
-        for (int ch = 0; ch < C; ch++) {
-            const float sc = sq[n * G + ch / cg];
-            const float *xr = x + ((size_t)n * C + ch) * HW;
-            float *orow = out + ((size_t)n * C + ch) * HW;
-            for (int i = 0; i < HW; i++) {
-                float t = xr[i] * v[ch] / 6.0f + 0.5f;
-                t = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
-                float nrm = xr[i] * t;
-                orow[i] = nrm * sc * gamma[ch] + beta[ch];
+        for (int g = 0; g < G; g++) {
+            const size_t off = ((size_t)n * C + (size_t)g * cg) * HW;
+            const float *xg = s_vals_at(x, off, (size_t)T, buf);
+            for (int k = 0; k < cg; k++) {
+                const int ch = g * cg + k;
+                s_ren_row_fwd(out + off + (size_t)k * HW, xg + (size_t)k * HW, (size_t)HW, v[ch],
+                              sq[n * G + g], gamma[ch], beta[ch]);
             }
         }
 }
 
-void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
-                          const float *x, const float *s, const float *sq, const float *gamma,
-                          const float *v, int N, int C, int HW, int G)
+/* lp_ren_core_backward on g and x in either form; buf: 2*T floats when
+ * they are codes. */
+static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_vals gv,
+                           s_vals x, const float *s, const float *sq, const float *gamma,
+                           const float *v, int N, int C, int HW, int G, float *buf)
 {
     const int cg = C / G, T = cg * HW;
     const float c = s_range_c(T);
     for (int n = 0; n < N; n++)
         for (int gr = 0; gr < G; gr++) {
+            const size_t off = ((size_t)n * C + (size_t)gr * cg) * HW;
+            const float *xg = s_vals_at(x, off, (size_t)T, buf);
+            const float *gg = s_vals_at(gv, off, (size_t)T, buf + T);
+            float *dg = dx ? dx + off : NULL;
             const float sc = sq[n * G + gr];
             double dsq = 0;
-            for (int ch = gr * cg; ch < (gr + 1) * cg; ch++) {
-                size_t off = ((size_t)n * C + ch) * HW;
-                double dga = 0, dbe = 0, dvv = 0;
-                for (int i = 0; i < HW; i++) {
-                    /* forward: t = x*v/6 + 1/2; h = clamp(t,0,1); nrm = x*h;
-                     *          out = nrm*sq*gamma + beta */
-                    float xi = x[off + i], gi = g[off + i];
-                    float t = xi * v[ch] / 6.0f + 0.5f;
-                    int inside = t >= 0.0f && t <= 1.0f; /* torch clamp passes ends */
-                    float h = t > 0.0f ? (t < 1.0f ? t : 1.0f) : 0.0f;
-                    float nrm = xi * h;
-                    dbe += gi;
-                    dga += (double)gi * nrm * sc;
-                    dsq += (double)gi * nrm * gamma[ch];
-                    float dn = gi * sc * gamma[ch];
-                    /* dnrm/dx = h + x*h'*v, dnrm/dv = x*h'*x, h' = 1/6 inside */
-                    if (inside)
-                        dvv += (double)dn * xi * xi / 6.0;
-                    if (dx)
-                        dx[off + i] = dn * (h + (inside ? xi * v[ch] / 6.0f : 0.0f));
-                }
-                dgamma[ch] += (float)dga;
-                dbeta[ch] += (float)dbe;
-                dv[ch] += (float)dvv;
+            for (int k = 0; k < cg; k++) {
+                const int ch = gr * cg + k;
+                const size_t ro = (size_t)k * HW;
+                /* sums: dout, dout*nrm, dnrm*x*x over the values where h' != 0 */
+                double sums[3] = {0, 0, 0};
+                s_ren_row_bwd(dg ? dg + ro : NULL, sums, xg + ro, gg + ro, (size_t)HW, v[ch], sc,
+                              gamma[ch]);
+                dgamma[ch] += (float)(sums[1] * sc);
+                dbeta[ch] += (float)sums[0];
+                dv[ch] += (float)(sums[2] / 6.0);
+                dsq += sums[1] * gamma[ch];
             }
             if (!dx)
                 continue;
             /* s = 1/(R c + eps): ds/dR = -c s^2; R = mean(max) - mean(min) */
             const float sv = s[n * G + gr];
             const float dR = (float)(dsq * -(double)c * sv * sv);
-            const float *xg = x + ((size_t)n * C + (size_t)gr * cg) * HW;
-            float *dg = dx + ((size_t)n * C + (size_t)gr * cg) * HW;
             for (int j = 0; j < 16; j++) {
                 int st, len;
                 lp_ren_chunk(T, j, &st, &len);
@@ -690,30 +1040,44 @@ void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, con
                  * comparison; x are dequantized codes, never NaN) */
                 float cmn, cmx;
                 lp_minmax(&cmn, &cmx, xg + st, (size_t)len);
-                int amax = st, amin = st;
-                while (xg[amax] != cmx)
-                    amax++;
-                while (xg[amin] != cmn)
-                    amin++;
+                size_t amax = (size_t)st + s_find_eq(xg + st, (size_t)len, cmx);
+                size_t amin = (size_t)st + s_find_eq(xg + st, (size_t)len, cmn);
                 dg[amax] += dR / 16.0f;
                 dg[amin] -= dR / 16.0f;
             }
         }
 }
 
+void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const float *gamma,
+                         const float *beta, const float *v, int N, int C, int HW, int G,
+                         int quant_s)
+{
+    s_vals xv = {x, NULL, {0, 0}};
+    s_ren_forward(out, s, sq, xv, gamma, beta, v, N, C, HW, G, quant_s, NULL);
+}
+
+void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
+                          const float *x, const float *s, const float *sq, const float *gamma,
+                          const float *v, int N, int C, int HW, int G)
+{
+    s_vals gv = {g, NULL, {0, 0}}, xv = {x, NULL, {0, 0}};
+    s_ren_backward(dx, dgamma, dbeta, dv, gv, xv, s, sq, gamma, v, N, C, HW, G, NULL);
+}
+
+/* scratch: [2*C*HW floats: group buffers | N*C*HW codes | gamma, beta, v (3C)] */
 void lp_range_evonorm_forward(float *out, lp_ren_saved *sv, float *run_range, const float *in,
                               const float *gamma, const float *beta, const float *v, int N,
                               int C, int HW, int G, lp_mode mode, float *scratch)
 {
-    const size_t n = (size_t)N * C * HW;
-    float *xf = scratch, *gq = xf + 2 * n + (n + 3) / 4, *bq = gq + C, *vq = bq + C;
-    sv->xp = lp_act_qparams(run_range, in, N, (size_t)C * HW, mode.train);
+    const size_t n = (size_t)N * C * HW, per = (size_t)C * HW;
+    float *buf = scratch, *gq = buf + 2 * per + (n + 3) / 4, *bq = gq + C, *vq = bq + C;
+    sv->xp = lp_act_qparams(run_range, in, N, per, mode.train);
     s_quant_act(sv->xq, in, n, sv->xp, mode);
-    lp_dequantize(xf, sv->xq, n, sv->xp);
     s_param_fq(gq, gamma, (size_t)C);
     s_param_fq(bq, beta, (size_t)C);
     s_param_fq(vq, v, (size_t)C);
-    lp_ren_core_forward(out, sv->s, sv->sq, xf, gq, bq, vq, N, C, HW, G, 1);
+    s_vals xv = {NULL, sv->xq, sv->xp};
+    s_ren_forward(out, sv->s, sv->sq, xv, gq, bq, vq, N, C, HW, G, 1, buf);
 }
 
 void lp_range_evonorm_backward(float *din, float *dgamma, float *dbeta, float *dv,
@@ -721,16 +1085,15 @@ void lp_range_evonorm_backward(float *din, float *dgamma, float *dbeta, float *d
                                const float *v, int N, int C, int HW, int G, uint64_t seed,
                                float *scratch)
 {
-    const size_t n = (size_t)N * C * HW;
-    float *xf = scratch, *gf = xf + n, *gq = gf + n + (n + 3) / 4, *vq = gq + 2 * (size_t)C;
-    uint8_t *codes = (uint8_t *)(void *)(gf + n);
-    lp_dequantize(xf, sv->xq, n, sv->xp);
+    const size_t n = (size_t)N * C * HW, per = (size_t)C * HW;
+    float *buf = scratch, *gq = buf + 2 * per + (n + 3) / 4, *vq = gq + 2 * (size_t)C;
+    uint8_t *codes = (uint8_t *)(void *)(buf + 2 * per);
     lp_qparams gp = lp_tensor_qparams(dout, n);
     lp_quantize_sr(codes, dout, n, gp, seed, 0);
-    lp_dequantize(gf, codes, n, gp);
     s_param_fq(gq, gamma, (size_t)C);
     s_param_fq(vq, v, (size_t)C);
-    lp_ren_core_backward(din, dgamma, dbeta, dv, gf, xf, sv->s, sv->sq, gq, vq, N, C, HW, G);
+    s_vals gv = {NULL, codes, gp}, xv = {NULL, sv->xq, sv->xp};
+    s_ren_backward(din, dgamma, dbeta, dv, gv, xv, sv->s, sv->sq, gq, vq, N, C, HW, G, buf);
 }
 
 /* ---- quantized residual add -------------------------------------------- */

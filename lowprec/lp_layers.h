@@ -79,6 +79,12 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                         const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
                         void *scratch);
 
+/* Tests only: on != 0 makes the stride-1 "same" convs take the im2col +
+ * lp_gemm path (the one AVX-512 VNNI CPUs and every other conv take)
+ * instead of the shift path of the portable and AVX2 levels.  Not
+ * thread-safe; set it while no kernel runs. */
+void lp_conv2d_force_im2col(int on);
+
 /* Fake-quant twins: same quantization (same seeds, same codes) then plain
  * FP32 loops.  scratch: lp_conv2d_fq_scratch_floats floats. */
 size_t lp_conv2d_fq_scratch_floats(const nn_conv_dims *d);
@@ -156,6 +162,20 @@ void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const 
 void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
                           const float *x, const float *s, const float *sq, const float *gamma,
                           const float *v, int N, int C, int HW, int G);
+
+/* Row kernels of the core (one channel row of n values; the core loops
+ * over them and dispatches by CPU level):
+ *   fwd: o = x*h(x)*sc*gamma + beta, h(x) = clamp(x*v/6 + 1/2, 0, 1), in the
+ *        order of the formula (every level gives the same floats);
+ *   bwd: dx (may be NULL) = g*sc*gamma * dnrm/dx, overwritten;
+ *        sums[0] += sum g, sums[1] += sum g*nrm, sums[2] += sum g*sc*gamma*x^2
+ *        over the values where 0 <= t <= 1 (the caller divides by 6; the
+ *        twin adds every term to sums in double, so a row in pieces gives
+ *        the same sums; the AVX2 kernel sums blocks of 64 in float first). */
+void lp_ren_row_fwd_ref(float *o, const float *x, size_t n, float v, float sc, float gamma,
+                        float beta);
+void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *g, size_t n,
+                        float v, float sc, float gamma);
 
 /* ---- quantized residual add -------------------------------------------- */
 

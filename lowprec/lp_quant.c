@@ -22,7 +22,7 @@ float lp_sr_noise(uint64_t seed, uint32_t index)
 {
     uint32_t k1, k2;
     lp_seed_keys(seed, &k1, &k2);
-    uint32_t h = lp_hash32(lp_hash32(index + k1) ^ k2);
+    uint32_t h = lp_noise_bits(index, k1, k2);
     return (float)(h >> 8) * (1.0f / 16777216.0f) - 0.5f;
 }
 
@@ -59,7 +59,7 @@ void lp_quantize_sr_ref(uint8_t *q, const float *x, size_t n, lp_qparams p, uint
     uint32_t k1, k2;
     lp_seed_keys(seed, &k1, &k2);
     for (size_t i = 0; i < n; i++) {
-        uint32_t h = lp_hash32(lp_hash32((uint32_t)(first + i) + k1) ^ k2);
+        uint32_t h = lp_noise_bits((uint32_t)(first + i), k1, k2);
         float u = (float)(h >> 8) * (1.0f / 16777216.0f) - 0.5f;
         float t = (x[i] - p.min) / p.scale;
         t = t + u;

@@ -49,17 +49,19 @@ static inline void s_store32(uint8_t *q, __m256i a, __m256i b, __m256i c, __m256
     _mm256_storeu_si256((__m256i *)q, v);
 }
 
+/* codes of 8 floats at x, nearest */
+static inline __m256i s_q8(const float *x, __m256 vmin, __m256 vs)
+{
+    return s_clamp_round(_mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x), vmin), vs));
+}
+
 void lp_quantize_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p)
 {
     const __m256 vmin = _mm256_set1_ps(p.min), vs = _mm256_set1_ps(p.scale);
     size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i c[4];
-        for (int j = 0; j < 4; j++)
-            c[j] = s_clamp_round(
-                _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), vmin), vs));
-        s_store32(q + i, c[0], c[1], c[2], c[3]);
-    }
+    for (; i + 32 <= n; i += 32)
+        s_store32(q + i, s_q8(x + i, vmin, vs), s_q8(x + i + 8, vmin, vs),
+                  s_q8(x + i + 16, vmin, vs), s_q8(x + i + 24, vmin, vs));
     if (i < n)
         lp_quantize_ref(q + i, x + i, n - i, p);
 }
@@ -74,30 +76,40 @@ static inline __m256i s_hash(__m256i h)
     return h;
 }
 
+/* stochastically rounded codes of 8 floats at x; wv: their Weyl values */
+static inline __m256i s_sr8(const float *x, __m256i wv, __m256i vk2, __m256 vmin, __m256 vs)
+{
+    const __m256 two24 = _mm256_set1_ps(1.0f / 16777216.0f), half = _mm256_set1_ps(0.5f);
+    __m256i h = s_hash(_mm256_xor_si256(wv, vk2));
+    __m256 u = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)), two24),
+                             half);
+    __m256 t = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x), vmin), vs);
+    return s_clamp_round(_mm256_add_ps(t, u));
+}
+
 void lp_quantize_sr_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
                          uint32_t first)
 {
     uint32_t k1, k2;
     lp_seed_keys(seed, &k1, &k2);
     const __m256 vmin = _mm256_set1_ps(p.min), vs = _mm256_set1_ps(p.scale);
-    const __m256 two24 = _mm256_set1_ps(1.0f / 16777216.0f), half = _mm256_set1_ps(0.5f);
     const __m256i vk2 = _mm256_set1_epi32((int)k2);
-    __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(first + k1)),
-                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    const __m256i step = _mm256_set1_epi32(8);
+    /* Weyl values (first + i)*LP_WEYL + k1 of the 8 lanes, stepped by adds */
+    __m256i wv = _mm256_add_epi32(
+        _mm256_set1_epi32((int)(first * LP_WEYL + k1)),
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                           _mm256_set1_epi32((int)LP_WEYL)));
+    const __m256i s8 = _mm256_set1_epi32((int)(8u * LP_WEYL));
+    const __m256i s16 = _mm256_add_epi32(s8, s8), s24 = _mm256_add_epi32(s16, s8);
+    const __m256i s32 = _mm256_add_epi32(s16, s16);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        __m256i c[4];
-        for (int j = 0; j < 4; j++) {
-            __m256i h = s_hash(_mm256_xor_si256(s_hash(idx), vk2));
-            idx = _mm256_add_epi32(idx, step);
-            __m256 u = _mm256_sub_ps(
-                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)), two24), half);
-            __m256 t =
-                _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8 * j), vmin), vs);
-            c[j] = s_clamp_round(_mm256_add_ps(t, u));
-        }
-        s_store32(q + i, c[0], c[1], c[2], c[3]);
+        __m256i c0 = s_sr8(x + i, wv, vk2, vmin, vs);
+        __m256i c1 = s_sr8(x + i + 8, _mm256_add_epi32(wv, s8), vk2, vmin, vs);
+        __m256i c2 = s_sr8(x + i + 16, _mm256_add_epi32(wv, s16), vk2, vmin, vs);
+        __m256i c3 = s_sr8(x + i + 24, _mm256_add_epi32(wv, s24), vk2, vmin, vs);
+        s_store32(q + i, c0, c1, c2, c3);
+        wv = _mm256_add_epi32(wv, s32);
     }
     if (i < n)
         lp_quantize_sr_ref(q + i, x + i, n - i, p, seed, (uint32_t)(first + i));

@@ -64,14 +64,17 @@ void lp_quantize_sr_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p, u
     const __m512 vmin = _mm512_set1_ps(p.min), vs = _mm512_set1_ps(p.scale);
     const __m512 two24 = _mm512_set1_ps(1.0f / 16777216.0f), half = _mm512_set1_ps(0.5f);
     const __m512i vk2 = _mm512_set1_epi32((int)k2);
-    __m512i idx = _mm512_add_epi32(_mm512_set1_epi32((int)(first + k1)),
-                                   _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
-                                                     13, 14, 15));
-    const __m512i step = _mm512_set1_epi32(16);
+    /* Weyl values (first + i)*LP_WEYL + k1 of the 16 lanes, stepped by adds */
+    __m512i wv = _mm512_add_epi32(
+        _mm512_set1_epi32((int)(first * LP_WEYL + k1)),
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+                                             15),
+                           _mm512_set1_epi32((int)LP_WEYL)));
+    const __m512i step = _mm512_set1_epi32((int)(16u * LP_WEYL));
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m512i h = s_hash(_mm512_xor_si512(s_hash(idx), vk2));
-        idx = _mm512_add_epi32(idx, step);
+        __m512i h = s_hash(_mm512_xor_si512(wv, vk2));
+        wv = _mm512_add_epi32(wv, step);
         __m512 u = _mm512_sub_ps(
             _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(h, 8)), two24), half);
         __m512 t = _mm512_div_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), vmin), vs);

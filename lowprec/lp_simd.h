@@ -34,7 +34,16 @@ static inline void lp_seed_keys(uint64_t seed, uint32_t *k1, uint32_t *k2)
     *k1 = (uint32_t)z;
     *k2 = (uint32_t)(z >> 32);
 }
-/* noise bits for index i: h = hash(hash(i + k1) ^ k2); u = (h>>8)*2^-24 - 1/2 */
+/* Noise bits for element index i: a Weyl sequence through one round of the
+ * hash, h = hash((i*LP_WEYL + k1) ^ k2), u = (h>>8)*2^-24 - 1/2.  (One hash
+ * of the plain counter i + k1 fails a pairs test of consecutive values;
+ * the Weyl step fixes that, so one hash is enough where two were used.)
+ * SIMD paths step the Weyl value by lanes*LP_WEYL with adds. */
+#define LP_WEYL 0x9e3779b9u
+static inline uint32_t lp_noise_bits(uint32_t i, uint32_t k1, uint32_t k2)
+{
+    return lp_hash32((i * LP_WEYL + k1) ^ k2);
+}
 
 void lp_minmax_avx2(float *mn, float *mx, const float *x, size_t n);
 void lp_quantize_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p);
@@ -53,5 +62,36 @@ void lp_gemm_kernel_avx2(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *B
                          int K, int32_t *colsum);
 void lp_gemm_kernel_avx512(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M,
                            int N, int K, int32_t *colsum);
+
+/* Range EvoNorm row kernels (lp_layers.h). */
+void lp_ren_row_fwd_avx2(float *o, const float *x, size_t n, float v, float sc, float gamma,
+                         float beta);
+void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float *g, size_t n,
+                         float v, float sc, float gamma);
+
+/* Pair-grid helpers of the conv shift path (lp_layers.c), scalar twins
+ * and AVX2 versions (same results: integer sums, and the double product
+ * c * sum rounded once):
+ *   lp_pair_row: dst[w] = lp_pair(r0[w], r1 ? r1[w] : 0) (overwritten),
+ *                chs[w] += r0[w] + (r1 ? r1[w] : 0) (accumulated; chs may be
+ *                NULL), w < n;
+ *   lp_tap_sum_row: t[w] = c * sum_{k < T} s[w + off[k]] (overwritten),
+ *                w < n; off may be negative. */
+void lp_pair_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
+                     size_t n);
+void lp_pair_row_avx2(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
+                      size_t n);
+void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
+void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
+
+/* First index i < n with x[i] == v, or n (Range EvoNorm's first arg-max /
+ * arg-min of a chunk). */
+size_t lp_find_eq_ref(const float *x, size_t n, float v);
+size_t lp_find_eq_avx2(const float *x, size_t n, float v);
+
+void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                       size_t ldb, int np, const int *toff, int T, size_t n);
+void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c,
+                         const double *base, size_t n);
 
 #endif

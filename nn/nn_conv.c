@@ -1,9 +1,12 @@
 /* nn_conv — 2-D convolution, forward and backward (declared in nn_layers.h).
  *
  * Owns:    the im2col/col2im lowering and its OpenBLAS sgemm calls, the
- *          im2col-free "shift" path and the "lowered" path (im2col + the
- *          AVX-512 kernels of nn_conv_avx512.c instead of sgemm; every
- *          non-1x1-stride-1 conv on AVX-512 CPUs), the batch-split thread
+ *          im2col-free "shift" path (kernels of nn_conv_avx512.c, or their
+ *          AVX2+FMA twins in nn_conv_avx2.c on CPUs without AVX-512) and the
+ *          "lowered" path (im2col + the AVX-512 kernels instead of sgemm;
+ *          every non-1x1-stride-1 conv on AVX-512 CPUs; on AVX2 CPUs the
+ *          AVX2 kernels were not faster than OpenBLAS there, so those convs
+ *          keep sgemm: bench/bench_layers.c), the batch-split thread
  *          helper (nn_par_run, nn_layers_set_threads), plus the direct-loop
  *          _ref twins the tests compare against.
  * Exposes: nn_conv_dims_make, nn_conv_scratch_floats, nn_conv2d_forward/
@@ -33,15 +36,17 @@
  * for an efficient sgemm, small enough that col stays in cache
  * (bench/bench_layers.c measures the alternatives).
  *
- * Im2col-free path ("shift" path; CPUs with AVX-512, stride 1, "same"
- * padding 2*pad == K-1, K > 1 — every 3x3 stride-1 conv of resnet20/vgg).
+ * Im2col-free path ("shift" path; CPUs with AVX-512 or AVX2+FMA, stride 1,
+ * "same" padding 2*pad == K-1, K > 1 — every 3x3 stride-1 conv of
+ * resnet20/vgg).
  * A chunk of nb samples is copied into a zero-bordered grid (C, nb, Hp, Wp),
  * Hp = H+2*pad, Wp = W+2*pad, channel stride cs = nb*Hp*Wp.  Output pixel
  * (oh, ow) of sample j sits at grid index j*Hp*Wp + (pad+oh)*Wp + pad+ow and
  * tap (kh, kw) reads the input grid at that index + toff, toff =
  * (kh-pad)*Wp + (kw-pad): the lowered matrix is never built, the kernels of
- * nn_conv_avx512.c read the shifted grid rows directly (pad columns produce
- * garbage outputs that are never copied out, ~6-25% extra arithmetic).
+ * nn_conv_avx512.c / nn_conv_avx2.c read the shifted grid rows directly (pad
+ * columns produce garbage outputs that are never copied out, ~6-36% extra
+ * arithmetic: 36% at 8x8).
  *   forward:  gout (OC, cs) = shiftgemm(w, gin), copied to NCHW (+ bias);
  *   backward: gG (OC, cs) = dout in grid form (zero borders),
  *             dw[oc][c,kh,kw] += sum_j gG[oc][j] * gin[c][j + toff]   (shiftdot)
@@ -103,9 +108,43 @@ static int s_shift_ok(const nn_conv_dims *d)
            d->KH * d->KW <= NN_SHIFT_TMAX;
 }
 
+/* The shifted-GEMM kernels this CPU runs: AVX-512, else AVX2+FMA. */
+typedef struct {
+    void (*gemm)(float *C, size_t ldc, const float *Ap, int M, const float *B, size_t ldb,
+                 int nch, const int *toff, int T, size_t n);
+    void (*dot)(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                size_t ldb, int nch, const int *toff, int T, size_t n);
+} s_shift_kern;
+
+static s_shift_kern s_kern(void)
+{
+    s_shift_kern k;
+    if (nn_simd_have_avx512()) {
+        k.gemm = nn_avx512_shiftgemm;
+        k.dot = nn_avx512_shiftdot;
+    } else {
+        k.gemm = nn_avx2_shiftgemm;
+        k.dot = nn_avx2_shiftdot;
+    }
+    return k;
+}
+
+/* On AVX2 CPUs only up to 64 channels each side: above that the AVX2
+ * kernels' working set (a 4-row panel of packed weights plus the shifted B
+ * rows of a 24-column tile) no longer fits a 32 KB L1 and OpenBLAS wins
+ * (vgg11 convs from 128 channels, 2x2-8x8 images: sgemm 1.3-4.5x faster on
+ * EPYC Zen 3, where the pad-column waste of small images adds to it; the
+ * resnet20 convs, 16-64 channels, run 1.3-2x faster shifted;
+ * bench/bench_layers.c). */
+#define NN_SHIFT_AVX2_MAXC 64
+
 static int s_use_shift(const nn_conv_dims *d)
 {
-    return s_shift_ok(d) && nn_simd_have_avx512();
+    if (!s_shift_ok(d))
+        return 0;
+    if (nn_simd_have_avx512())
+        return 1;
+    return nn_simd_have_avx2() && d->C <= NN_SHIFT_AVX2_MAXC && d->OC <= NN_SHIFT_AVX2_MAXC;
 }
 
 /* Every other conv but the 1x1 stride-1 one: im2col + the same AVX-512
@@ -193,7 +232,9 @@ size_t nn_conv_scratch_floats_nb(const nn_conv_dims *d, int nb)
     size_t CK = (size_t)d->C * (size_t)d->KH * (size_t)d->KW;
     size_t cols = (size_t)nb * P;
     size_t n = CK * cols + (nb > 1 ? (size_t)d->OC * cols : 0);
-    if (!s_is_pointwise(d)) {
+    /* the kernel paths' per-thread areas only where this CPU takes them
+     * (vgg11's 512-channel convs on AVX2 CPUs: 4 private dw copies, 38 MB) */
+    if (s_use_shift(d) || s_use_lowered(d)) {
         size_t sh = (size_t)NN_PAR_MAX_THREADS * s_shift_thread_floats(d, nb);
         n = sh > n ? sh : n;
     }
@@ -454,11 +495,12 @@ static void s_low_forward_range(float *out, const float *in, const float *b,
     const size_t P = (size_t)d->OH * d->OW, in_n = (size_t)d->C * d->H * d->W, out_n = OC * P;
     float *col = scratch + s_pack_area(d), *tmp = col + s_round16((size_t)CK * nb * P);
     static const int zero = 0;
+    const s_shift_kern kern = s_kern();
     for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
         const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
         const size_t cols = (size_t)m * P;
         s_im2col(col, in + (size_t)n0 * in_n, m, d);
-        nn_avx512_shiftgemm(tmp, cols, Ap, OC, col, cols, CK, &zero, 1, cols);
+        kern.gemm(tmp, cols, Ap, OC, col, cols, CK, &zero, 1, cols);
         for (int j = 0; j < m; j++)
             for (int oc = 0; oc < OC; oc++) {
                 const float *t = tmp + (size_t)oc * cols + (size_t)j * P;
@@ -480,6 +522,7 @@ static void s_low_backward_range(float *din, float *dw, const float *dout, const
     const size_t P = (size_t)d->OH * d->OW, in_n = (size_t)d->C * d->H * d->W, out_n = OC * P;
     float *col = scratch + s_pack_area(d), *G = col + s_round16((size_t)CK * nb * P);
     static const int zero = 0;
+    const s_shift_kern kern = s_kern();
     for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
         const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
         const size_t cols = (size_t)m * P;
@@ -489,10 +532,10 @@ static void s_low_backward_range(float *din, float *dw, const float *dout, const
                        dout + (size_t)(n0 + j) * out_n + (size_t)oc * P, sizeof(float) * P);
         s_im2col(col, in + (size_t)n0 * in_n, m, d);
         /* forward: out = w @ col  =>  dw += G @ col^T, dcol = w^T @ G */
-        nn_avx512_shiftdot(dw, (size_t)CK, G, cols, OC, col, cols, CK, &zero, 1, cols);
+        kern.dot(dw, (size_t)CK, G, cols, OC, col, cols, CK, &zero, 1, cols);
         if (!din)
             continue;
-        nn_avx512_shiftgemm(col, cols, Ap, CK, G, cols, OC, &zero, 1, cols);
+        kern.gemm(col, cols, Ap, CK, G, cols, OC, &zero, 1, cols);
         s_col2im(din + (size_t)n0 * in_n, col, m, d);
     }
 }
@@ -509,13 +552,14 @@ static void s_shift_forward_range(float *out, const float *in, const float *b,
     const size_t jlo = (size_t)p * (W + 2 * p) + p;
     int toff[NN_SHIFT_TMAX];
     s_shift_toff(toff, d);
+    const s_shift_kern kern = s_kern();
     float *gin = scratch + s_pack_area(d);
     float *gout = gin + s_round16((size_t)C * nb * plane);
     for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
         const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
         const size_t cs = (size_t)m * plane;
         s_to_grid(gin, cs, in + (size_t)n0 * in_n, m, C, H, W, p);
-        nn_avx512_shiftgemm(gout + jlo, cs, Ap, OC, gin + jlo, cs, C, toff, T, cs - 2 * jlo);
+        kern.gemm(gout + jlo, cs, Ap, OC, gin + jlo, cs, C, toff, T, cs - 2 * jlo);
         s_from_grid(out + (size_t)n0 * out_n, gout, cs, m, OC, H, W, p, b);
     }
 }
@@ -531,6 +575,7 @@ static void s_shift_backward_range(float *din, float *dw, const float *dout, con
     const size_t jlo = (size_t)p * (W + 2 * p) + p;
     int toff[NN_SHIFT_TMAX];
     s_shift_toff(toff, d);
+    const s_shift_kern kern = s_kern();
     float *gin = scratch + s_pack_area(d);
     float *gG = gin + s_round16((size_t)C * nb * plane);
     float *gdin = gG + s_round16((size_t)OC * nb * plane);
@@ -541,11 +586,11 @@ static void s_shift_backward_range(float *din, float *dw, const float *dout, con
         s_to_grid(gG, cs, dout + (size_t)n0 * out_n, m, OC, H, W, p);
         /* forward: gout[oc][j] = sum w[oc][c][t] gin[c][j + toff[t]]
          * => dw[oc][c][t] += sum_j dout[oc][j] gin[c][j + toff[t]] */
-        nn_avx512_shiftdot(dw, (size_t)C * T, gG + jlo, cs, OC, gin + jlo, cs, C, toff, T, n);
+        kern.dot(dw, (size_t)C * T, gG + jlo, cs, OC, gin + jlo, cs, C, toff, T, n);
         if (!din)
             continue;
         /* => din[c][j] = sum_{oc,t} w[oc][c][t] dout[oc][j - toff[t]] */
-        nn_avx512_shiftgemm(gdin + jlo, cs, Ap, C, gG + jlo, cs, OC, toff, T, n);
+        kern.gemm(gdin + jlo, cs, Ap, C, gG + jlo, cs, OC, toff, T, n);
         s_from_grid(din + (size_t)n0 * in_n, gdin, cs, m, C, H, W, p, NULL);
     }
 }

@@ -302,9 +302,16 @@ int nn_simd_have_avx2(void)
 #endif
 }
 
+static int s_force_avx2;
+
+void nn_simd_force_avx2(int on)
+{
+    s_force_avx2 = on;
+}
+
 int nn_simd_have_avx512(void)
 {
-    if (s_force_scalar)
+    if (s_force_scalar || s_force_avx2)
         return 0;
 #if defined(__x86_64__) || defined(__i386__)
     return __builtin_cpu_supports("avx512f");

@@ -31,7 +31,8 @@ typedef struct {
 } nn_conv_dims;
 
 nn_conv_dims nn_conv_dims_make(int N, int C, int H, int W, int OC, int K, int stride, int pad);
-/* Floats of scratch nn_conv2d_forward/backward need for these dims. */
+/* Floats of scratch nn_conv2d_forward/backward need for these dims, on this
+ * CPU (the kernel path depends on it: size after any nn_simd_force_* call). */
 size_t nn_conv_scratch_floats(const nn_conv_dims *d);
 
 /* out (N,OC,OH,OW) = conv(in (N,C,H,W), w (OC,C,KH,KW)) + b (OC; may be NULL). */
@@ -39,7 +40,8 @@ void nn_conv2d_forward(float *out, const float *in, const float *w, const float 
                        const nn_conv_dims *d, float *scratch);
 void nn_conv2d_forward_ref(float *out, const float *in, const float *w, const float *b,
                            const nn_conv_dims *d);
-/* din (N,C,H,W) overwritten (may be NULL); dw (OC,C,KH,KW) +=; db (OC) += (may be NULL). */
+/* din (N,C,H,W) overwritten (may be NULL); dw (OC,C,KH,KW) +=; db (OC) += (may be NULL).
+ * w is read only for din: it may be NULL when din is NULL. */
 void nn_conv2d_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                         const float *w, const nn_conv_dims *d, float *scratch);
 void nn_conv2d_backward_ref(float *din, float *dw, float *db, const float *dout, const float *in,

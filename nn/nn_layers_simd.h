@@ -1,8 +1,9 @@
 /* nn_layers_simd — private: AVX2+FMA plane kernels behind nn_layers.c and
- * the AVX-512 shifted-GEMM conv kernels behind nn_conv.c.
+ * the AVX2 / AVX-512 shifted-GEMM conv kernels behind nn_conv.c.
  *
- * Owns:    nothing; declares the functions of nn_layers_avx2.c (built with
- *          -mavx2 -mfma) and nn_conv_avx512.c (AVX-512 flags).  Only
+ * Owns:    nothing; declares the functions of nn_layers_avx2.c and
+ *          nn_conv_avx2.c (built with -mavx2 -mfma) and nn_conv_avx512.c
+ *          (AVX-512 flags).  Only
  *          nn_layers.c and nn_conv.c call them, and only after
  *          nn_simd_have_avx2() / nn_simd_have_avx512() said yes.  A "plane"
  *          is n contiguous floats.
@@ -17,12 +18,15 @@
 /* True when the CPU runs AVX2 and FMA (checked at run time) and the scalar
  * paths are not forced. */
 int   nn_simd_have_avx2(void);
-/* True when the CPU runs AVX-512F (checked at run time) and the scalar
- * paths are not forced. */
+/* True when the CPU runs AVX-512F (checked at run time) and neither the
+ * scalar paths nor the AVX2 cap are forced. */
 int   nn_simd_have_avx512(void);
 /* Tests only: on != 0 makes every kernel take its portable scalar path
  * (not thread-safe; set it while no kernel runs). */
 void  nn_simd_force_scalar(int on);
+/* Tests only: on != 0 hides AVX-512, so the AVX2 kernels run on AVX-512
+ * CPUs too (same thread-safety caveat). */
+void  nn_simd_force_avx2(int on);
 
 /* sum of x[0..n) */
 float nn_avx2_sum(const float *x, size_t n);
@@ -73,6 +77,10 @@ void   nn_shiftgemm_ref(float *C, size_t ldc, const float *Ap, int M, const floa
                         int nch, const int *toff, int T, size_t n);
 void   nn_shiftdot_ref(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
                        size_t ldb, int nch, const int *toff, int T, size_t n);
+void   nn_avx2_shiftgemm(float *C, size_t ldc, const float *Ap, int M, const float *B,
+                         size_t ldb, int nch, const int *toff, int T, size_t n);
+void   nn_avx2_shiftdot(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                        size_t ldb, int nch, const int *toff, int T, size_t n);
 void   nn_avx512_shiftgemm(float *C, size_t ldc, const float *Ap, int M, const float *B,
                            size_t ldb, int nch, const int *toff, int T, size_t n);
 void   nn_avx512_shiftdot(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,

@@ -2,7 +2,8 @@
  * Every CPU level must reproduce lp_gemm_u8u8_ref bit for bit on awkward
  * shapes (M, N, K not multiples of 4/8/16/64), strided packing views and
  * extreme codes (all 255: the largest sums); the affine correction must give
- * the real product of dequantized matrices to float rounding. */
+ * the real product of dequantized matrices to float rounding.  The shifted-
+ * row GEMM on int16 pairs and the row correction likewise, level by level. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -160,6 +161,105 @@ static void test_affine_correction(void **state)
     free(A); free(B); free(Ap); free(Bp);
 }
 
+/* The shifted-row GEMM on int16 pairs: every level against a direct sum over
+ * the codes (not through the pair lanes), over tile and mask tails (M not a
+ * multiple of 4, n around multiples of 8 and 24), negative and positive
+ * shifts, all-255 codes, and nothing written past n. */
+static void test_shiftgemm(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 14);
+    static const int Ms[] = {1, 3, 4, 5, 9};
+    static const size_t ns[] = {1, 7, 8, 9, 23, 24, 25, 97};
+    const size_t margin = 40;
+    for (int T = 1; T <= 9; T += 8)
+        for (int np = 1; np <= 3; np += 2)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                    for (int mode = 0; mode < 2; mode++) {
+                        const int M = Ms[mi], K2 = np * T;
+                        const size_t n = ns[ni], ldb = n + 2 * margin + 3, ldc = n + 5;
+                        int toff[9];
+                        for (int t = 0; t < T; t++)
+                            toff[t] = T == 1 ? -7 : (t / 3 - 1) * 13 + (t % 3 - 1);
+                        /* codes: b (2*np, ldb), a (M, 2*np, T) */
+                        uint8_t *b = nn_xmalloc((size_t)2 * np * ldb);
+                        uint8_t *a = nn_xmalloc((size_t)M * 2 * np * T);
+                        s_fill(&r, b, (size_t)2 * np * ldb, mode);
+                        s_fill(&r, a, (size_t)M * 2 * np * T, mode);
+                        uint32_t *grid = nn_xmalloc((size_t)np * ldb * 4);
+                        for (int p = 0; p < np; p++)
+                            for (size_t j = 0; j < ldb; j++)
+                                grid[(size_t)p * ldb + j] = lp_pair(b[(2 * (size_t)p) * ldb + j],
+                                                                    b[(2 * (size_t)p + 1) * ldb + j]);
+                        uint32_t *Ap = nn_xcalloc(lp_shift_pack_lanes(M, K2), 4);
+                        for (int m = 0; m < M; m++)
+                            for (int p = 0; p < np; p++)
+                                for (int t = 0; t < T; t++) {
+                                    const uint8_t *am = a + (size_t)m * 2 * np * T;
+                                    Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] =
+                                        lp_pair(am[(2 * p) * T + t], am[(2 * p + 1) * T + t]);
+                                }
+                        const uint32_t *B = grid + margin;
+                        int32_t *S = nn_xmalloc((size_t)M * ldc * 4);
+                        for (int lv = 0; lv < 3; lv++) {
+                            if (lp_cpu_force(s_levels[lv]) != 0)
+                                continue;
+                            memset(S, 0x5a, (size_t)M * ldc * 4);
+                            lp_shiftgemm(S, ldc, Ap, M, B, ldb, np, toff, T, n);
+                            for (int m = 0; m < M; m++) {
+                                for (size_t j = 0; j < n; j++) {
+                                    int32_t e = 0;
+                                    for (int c = 0; c < 2 * np; c++)
+                                        for (int t = 0; t < T; t++)
+                                            e += (int32_t)a[((size_t)m * 2 * np + c) * T + t] *
+                                                 b[(size_t)c * ldb + margin + toff[t] + j];
+                                    if (S[(size_t)m * ldc + j] != e)
+                                        fail_msg("%s M=%d np=%d T=%d n=%zu: S[%d][%zu] = %d, want %d",
+                                                 s_levels[lv], M, np, T, n, m, j,
+                                                 S[(size_t)m * ldc + j], e);
+                                }
+                                for (size_t j = n; j < ldc; j++)
+                                    assert_int_equal((uint32_t)S[(size_t)m * ldc + j], 0x5a5a5a5au);
+                            }
+                        }
+                        lp_cpu_force("auto");
+                        free(b); free(a); free(grid); free(Ap); free(S);
+                    }
+}
+
+/* The row correction: every level gives the floats of the scalar twin. */
+static void test_dequant_row(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 15);
+    const size_t n = 37;
+    int32_t S[37];
+    double t[37], base[37];
+    float ref[37], got[37];
+    for (size_t i = 0; i < n; i++) {
+        S[i] = (int32_t)nn_rng_below(&r, 40000000) - 1000000;
+        t[i] = (nn_rng_uniform(&r) - 0.5) * 3.7;
+        base[i] = -0.731 + 0.01 * (double)(i % 3);
+    }
+    const double c = 1.3e-5;
+    lp_dequant_row_ref(ref, S, t, c, base, n);
+    for (int lv = 0; lv < 3; lv++) {
+        if (lp_cpu_force(s_levels[lv]) != 0)
+            continue;
+        for (size_t len = 0; len <= n; len++) {
+            memset(got, 0x7f, sizeof got);
+            lp_dequant_row(got, S, t, c, base, len);
+            assert_memory_equal(got, ref, len * sizeof(float));
+            for (size_t i = len; i < n; i++)
+                assert_int_equal(((uint8_t *)&got[i])[0], 0x7f);
+        }
+    }
+    lp_cpu_force("auto");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -167,6 +267,8 @@ int main(void)
         cmocka_unit_test(test_awkward_shapes),
         cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_affine_correction),
+        cmocka_unit_test(test_shiftgemm),
+        cmocka_unit_test(test_dequant_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

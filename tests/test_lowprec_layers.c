@@ -4,7 +4,9 @@
  *   fake-quant float path (same codes, plain FP32 loops) to float rounding:
  *   |int - fq| <= 1e-5*max|fq| + 1e-5*|fq|; weight/bias gradients (FP32 sgemm
  *   on dequantized codes vs plain loops) likewise; train and eval modes;
- *   padded borders, strides, 1x1 kernels, sizes not multiples of 4/16.
+ *   padded borders, strides, 1x1 kernels, sizes not multiples of 4/16; at
+ *   every CPU level and through both conv paths (shift, im2col), whose
+ *   forwards agree bit for bit.
  * - Range EvoNorm: chunk arithmetic for T not divisible by 16; the
  *   quantizer-free core's backward against central finite differences of an
  *   independent double-precision forward; with quantizers on, forward and
@@ -22,7 +24,9 @@
 
 #include <cmocka.h>
 
+#include "lowprec/lp_cpu.h"
 #include "lowprec/lp_layers.h"
+#include "lowprec/lp_simd.h"
 #include "nn/nn_core.h"
 
 static void s_fill(nn_rng *r, float *x, size_t n, float lo, float hi)
@@ -86,15 +90,108 @@ static void s_conv_case(int N, int C, int H, int W, int OC, int K, int stride, i
     free(dw1); free(dw2); free(db1); free(db2); free(saved); free(scratch); free(fqs);
 }
 
+static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
+
+/* Every CPU level, and the stride-1 "same" convs both through the shift
+ * path (portable, AVX2) and through the im2col path (AVX-512 VNNI). */
 static void test_conv_matches_fake_quant(void **state)
 {
     (void)state;
-    s_conv_case(3, 5, 7, 6, 9, 3, 1, 1, 1, 1);
-    s_conv_case(2, 4, 9, 9, 8, 3, 2, 1, 0, 1);
-    s_conv_case(2, 6, 8, 8, 17, 1, 2, 0, 0, 1);
-    s_conv_case(2, 3, 5, 5, 4, 3, 1, 0, 1, 0); /* eval */
-    s_conv_case(1, 16, 8, 8, 16, 3, 1, 1, 0, 1);
-    s_conv_case(2, 1, 28, 28, 16, 3, 1, 1, 0, 1);
+    for (int lv = 0; lv < 3; lv++) {
+        if (lp_cpu_force(s_levels[lv]) != 0)
+            continue;
+        for (int im2col = 0; im2col < 2; im2col++) {
+            lp_conv2d_force_im2col(im2col);
+            s_conv_case(3, 5, 7, 6, 9, 3, 1, 1, 1, 1);
+            s_conv_case(2, 4, 9, 9, 8, 3, 2, 1, 0, 1);
+            s_conv_case(2, 6, 8, 8, 17, 1, 2, 0, 0, 1);
+            s_conv_case(2, 3, 5, 5, 4, 3, 1, 0, 1, 0); /* eval */
+            s_conv_case(1, 16, 8, 8, 16, 3, 1, 1, 0, 1);
+            s_conv_case(2, 1, 28, 28, 16, 3, 1, 1, 0, 1);
+            s_conv_case(3, 7, 5, 9, 5, 5, 1, 2, 1, 1);  /* 5x5 same, odd channels */
+            s_conv_case(2, 3, 1, 1, 6, 3, 1, 1, 1, 1);  /* 1x1 image: centre tap only */
+            s_conv_case(13, 4, 4, 4, 3, 3, 1, 1, 0, 1); /* several chunks of samples */
+            s_conv_case(17, 16, 32, 32, 4, 3, 1, 1, 1, 1); /* two weight-gradient chunks */
+        }
+    }
+    lp_conv2d_force_im2col(0);
+    lp_cpu_force("auto");
+}
+
+/* The shift and im2col paths of the forward give the same floats: the same
+ * exact integer sums through the same double expression. */
+static void test_conv_paths_identical(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 21);
+    nn_conv_dims d = nn_conv_dims_make(3, 6, 9, 7, 10, 3, 1, 1);
+    size_t xn = (size_t)d.N * d.C * d.H * d.W, wn = (size_t)d.OC * d.C * 9,
+           on = (size_t)d.N * d.OC * d.OH * d.OW;
+    float *x = nn_xmalloc(xn * 4), *w = nn_xmalloc(wn * 4), *b = nn_xmalloc((size_t)d.OC * 4);
+    float *o1 = nn_xmalloc(on * 4), *o2 = nn_xmalloc(on * 4);
+    s_fill(&r, x, xn, -1.0f, 2.5f);
+    s_fill(&r, w, wn, -0.3f, 0.4f);
+    s_fill(&r, b, (size_t)d.OC, -0.2f, 0.2f);
+    uint8_t *saved = nn_xmalloc(lp_conv2d_saved_bytes(&d));
+    lp_qsaved sv = {saved, {0, 0}, saved + xn, {0, 0}};
+    void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(&d));
+    lp_mode mode = {1, 31};
+    float run[2] = {0, 0};
+    for (int lv = 0; lv < 2; lv++) {
+        if (lp_cpu_force(s_levels[lv]) != 0)
+            continue;
+        lp_conv2d_force_im2col(0);
+        lp_conv2d_forward(o1, &sv, run, x, w, b, &d, mode, scratch);
+        lp_conv2d_force_im2col(1);
+        lp_conv2d_forward(o2, &sv, run, x, w, b, &d, mode, scratch);
+        assert_memory_equal(o1, o2, on * 4);
+    }
+    lp_conv2d_force_im2col(0);
+    lp_cpu_force("auto");
+    free(x); free(w); free(b); free(o1); free(o2); free(saved); free(scratch);
+}
+
+/* Skips the test on CPUs without AVX2 (its kernels are called directly). */
+static void s_need_avx2(void)
+{
+    if (lp_cpu_force("avx2") != 0)
+        skip();
+    lp_cpu_force("auto");
+}
+
+/* The pair-grid helpers of the shift path: AVX2 against the twins, exact,
+ * over tails (n around multiples of 8), with and without a second row. */
+static void test_pair_rows(void **state)
+{
+    (void)state;
+    s_need_avx2();
+    nn_rng r;
+    nn_rng_seed(&r, 22);
+    for (size_t n = 1; n <= 40; n++)
+        for (int two = 0; two < 2; two++) {
+            uint8_t r0[40], r1[40];
+            uint32_t d0[40], d1[40];
+            int32_t c0[60], c1[60];
+            double t0[40], t1[40];
+            for (size_t i = 0; i < n; i++) {
+                r0[i] = (uint8_t)nn_rng_below(&r, 256);
+                r1[i] = (uint8_t)nn_rng_below(&r, 256);
+            }
+            for (int i = 0; i < 60; i++)
+                c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
+            lp_pair_row_ref(d0, c0 + 10, r0, two ? r1 : NULL, n);
+            lp_pair_row_avx2(d1, c1 + 10, r0, two ? r1 : NULL, n);
+            assert_memory_equal(d0, d1, n * 4);
+            assert_memory_equal(c0, c1, sizeof c0);
+            memset(d1, 0, sizeof d1);
+            lp_pair_row_avx2(d1, NULL, r0, two ? r1 : NULL, n); /* no channel sums */
+            assert_memory_equal(d0, d1, n * 4);
+            const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
+            lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, n);
+            lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, n);
+            assert_memory_equal(t0, t1, n * sizeof(double));
+        }
 }
 
 static void test_conv_saved_bytes(void **state)
@@ -211,9 +308,8 @@ static double s_ren_loss(const double *x, const double *gam, const double *bet, 
     return loss;
 }
 
-static void test_ren_finite_differences(void **state)
+static void s_ren_fd_case(void)
 {
-    (void)state;
     const int N = 2, C = 8, HW = 10, G = 2; /* T = 40: chunks of 3 and 2 */
     const size_t n = (size_t)N * C * HW;
     nn_rng r;
@@ -267,6 +363,72 @@ static void test_ren_finite_differences(void **state)
 /* With quantizers on: forward = core(deq(xq), Q(params), quant_s = 1) and
  * backward = core backward with deq(SR(dout)): the straight-through
  * estimator, bit for bit. */
+/* at every CPU level (the core dispatches its row kernels) */
+static void test_ren_finite_differences(void **state)
+{
+    (void)state;
+    for (int lv = 0; lv < 3; lv++)
+        if (lp_cpu_force(s_levels[lv]) == 0)
+            s_ren_fd_case();
+    lp_cpu_force("auto");
+}
+
+/* The AVX2 row kernels against their scalar twins: forward bit for bit,
+ * backward sums and dx to 1e-6 relative (float blocks of 64 vs double),
+ * over tails (n around multiples of 8 and 64) and values on both sides of
+ * the hardsigmoid's ends. */
+static void test_ren_rows(void **state)
+{
+    (void)state;
+    s_need_avx2();
+    nn_rng r;
+    nn_rng_seed(&r, 23);
+    static const size_t ns[] = {1, 7, 8, 9, 63, 64, 65, 200, 1024};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        const size_t n = ns[k];
+        float *x = nn_xmalloc(n * 4), *g = nn_xmalloc(n * 4);
+        float *o1 = nn_xmalloc(n * 4), *o2 = nn_xmalloc(n * 4);
+        s_fill(&r, x, n, -6.0f, 6.0f);
+        s_fill(&r, g, n, -0.1f, 0.1f);
+        const float v = 1.3f, sc = 0.77f, gam = -1.1f, bet = 0.2f;
+        lp_ren_row_fwd_ref(o1, x, n, v, sc, gam, bet);
+        lp_ren_row_fwd_avx2(o2, x, n, v, sc, gam, bet);
+        assert_memory_equal(o1, o2, n * 4);
+        double s1[3] = {0.5, 0.5, 0.5}, s2[3] = {0.5, 0.5, 0.5};
+        lp_ren_row_bwd_ref(o1, s1, x, g, n, v, sc, gam);
+        lp_ren_row_bwd_avx2(o2, s2, x, g, n, v, sc, gam);
+        s_close(o2, o1, n, "ren row dx");
+        double mag[3] = {0, 0, 0};
+        for (size_t i = 0; i < n; i++) {
+            mag[0] += fabs(g[i]);
+            mag[1] += fabs(g[i] * x[i]);
+            mag[2] += fabs(g[i] * sc * gam * x[i] * x[i]);
+        }
+        for (int q = 0; q < 3; q++)
+            assert_true(fabs(s1[q] - s2[q]) <= 1e-6 * mag[q] + 1e-12);
+        free(x); free(g); free(o1); free(o2);
+    }
+}
+
+/* The first-index search of the chunk arg-max/min: AVX2 against its twin
+ * on every position of the first match, repeated values and no match. */
+static void test_find_eq(void **state)
+{
+    (void)state;
+    s_need_avx2();
+    float x[70];
+    for (size_t n = 0; n <= 70; n++)
+        for (size_t at = 0; at <= n; at++) {
+            for (size_t i = 0; i < n; i++)
+                x[i] = (float)(i % 5);
+            for (size_t i = at; i < n; i++)
+                x[i] = i % 2 ? 9.0f : x[i]; /* 9 first at the first odd i >= at */
+            assert_int_equal(lp_find_eq_avx2(x, n, 9.0f), lp_find_eq_ref(x, n, 9.0f));
+            assert_int_equal(lp_find_eq_avx2(x, n, 3.0f), lp_find_eq_ref(x, n, 3.0f));
+            assert_int_equal(lp_find_eq_avx2(x, n, -1.0f), n);
+        }
+}
+
 static void test_ren_quantized_is_ste(void **state)
 {
     (void)state;
@@ -352,10 +514,14 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_matches_fake_quant),
+        cmocka_unit_test(test_conv_paths_identical),
+        cmocka_unit_test(test_pair_rows),
         cmocka_unit_test(test_conv_saved_bytes),
         cmocka_unit_test(test_linear_matches_fake_quant),
         cmocka_unit_test(test_ren_chunks),
         cmocka_unit_test(test_ren_finite_differences),
+        cmocka_unit_test(test_ren_rows),
+        cmocka_unit_test(test_find_eq),
         cmocka_unit_test(test_ren_quantized_is_ste),
         cmocka_unit_test(test_add),
     };

@@ -335,16 +335,32 @@ static void test_conv_resnet_shapes(void **state)
 }
 
 /* The shifted-GEMM kernels of the im2col-free conv path: the _ref twins
- * against a double reference written here, and the AVX-512 kernels (when
- * the CPU has them) against the twins, over tile and vector tails (M not a
- * multiple of 4, n around multiples of 16 and 96, K not a multiple of 6). */
+ * against a double reference written here, and the AVX2 and AVX-512 kernels
+ * (when the CPU has them) against the twins, over tile and vector tails (M
+ * not a multiple of 4, n around multiples of 8, 16, 24 and 96, K not a
+ * multiple of 3 or 6). */
+typedef struct {
+    int (*have)(void);
+    void (*gemm)(float *, size_t, const float *, int, const float *, size_t, int, const int *,
+                 int, size_t);
+    void (*dot)(float *, size_t, const float *, size_t, int, const float *, size_t, int,
+                const int *, int, size_t);
+    const char *gemm_name, *dot_name;
+} s_shift_impl;
+
+static const s_shift_impl s_shift_impls[2] = {
+    {nn_simd_have_avx2, nn_avx2_shiftgemm, nn_avx2_shiftdot, "avx2 shiftgemm", "avx2 shiftdot"},
+    {nn_simd_have_avx512, nn_avx512_shiftgemm, nn_avx512_shiftdot, "avx512 shiftgemm",
+     "avx512 shiftdot"},
+};
+
 static void test_shift_kernels(void **state)
 {
     (void)state;
     nn_rng r;
     nn_rng_seed(&r, 14);
     static const int Ms[] = {1, 3, 4, 5, 9};
-    static const size_t ns[] = {1, 15, 16, 17, 95, 96, 97, 200};
+    static const size_t ns[] = {1, 7, 8, 9, 15, 16, 17, 23, 24, 25, 95, 96, 97, 200};
     static const int Ts[] = {1, 9};
     const size_t margin = 40; /* grid floats readable before and after */
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
@@ -393,17 +409,20 @@ static void test_shift_kernels(void **state)
                             assert_true(isnan(c_ref[(size_t)m * ldc + j]));
                     }
                     s_close_d("shiftdot_ref", d_ref, dd, (size_t)M * K, 1e-4, 1e-5);
-                    if (nn_simd_have_avx512()) {
+                    for (int kv = 0; kv < 2; kv++) {
+                        const s_shift_impl *ki = &s_shift_impls[kv];
+                        if (!ki->have())
+                            continue;
                         float *c = s_fill((size_t)M * ldc, NAN), *dv = s_fill((size_t)M * K, 0.5f);
-                        nn_avx512_shiftgemm(c, ldc, Ap, M, B, ldb, nch, toff, T, n);
-                        nn_avx512_shiftdot(dv, (size_t)K, A, ldc, M, B, ldb, nch, toff, T, n);
+                        ki->gemm(c, ldc, Ap, M, B, ldb, nch, toff, T, n);
+                        ki->dot(dv, (size_t)K, A, ldc, M, B, ldb, nch, toff, T, n);
                         for (int m = 0; m < M; m++) {
-                            s_close_f("avx512 shiftgemm", c + (size_t)m * ldc,
+                            s_close_f(ki->gemm_name, c + (size_t)m * ldc,
                                       c_ref + (size_t)m * ldc, n, 1e-5, 1e-5);
                             for (size_t j = n; j < ldc; j++)
                                 assert_true(isnan(c[(size_t)m * ldc + j]));
                         }
-                        s_close_f("avx512 shiftdot", dv, d_ref, (size_t)M * K, 1e-4, 1e-5);
+                        s_close_f(ki->dot_name, dv, d_ref, (size_t)M * K, 1e-4, 1e-5);
                         free(c);
                         free(dv);
                     }
@@ -948,6 +967,21 @@ static void test_softmax_xent(void **state)
     free(z), free(c.z);
 }
 
+/* On AVX-512 CPUs the AVX2 conv path (taken on CPUs without AVX-512) passes
+ * the same checks (on AVX2-only CPUs this repeats the default paths). */
+static void test_avx2_paths(void **state)
+{
+    if (!nn_simd_have_avx2())
+        skip();
+    nn_simd_force_avx2(1);
+    assert_false(nn_simd_have_avx512());
+    test_conv_forward(state);
+    test_conv_backward(state);
+    test_conv_resnet_shapes(state);
+    test_threads(state);
+    nn_simd_force_avx2(0);
+}
+
 /* The portable scalar paths (taken on CPUs without AVX2) pass the same checks. */
 static void test_scalar_paths(void **state)
 {
@@ -977,6 +1011,7 @@ int main(void)
         cmocka_unit_test(test_maxpool_ties),
         cmocka_unit_test(test_gap),
         cmocka_unit_test(test_softmax_xent),
+        cmocka_unit_test(test_avx2_paths),
         cmocka_unit_test(test_scalar_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
