@@ -126,7 +126,7 @@ repro: $(BIN)
 	@scripts/repro
 
 # Compressors (each with and without +deflate) and --gossip-every H on the
-# same task (under an hour on 2 cores; resumable): results/compare.md.
+# same task (about 40 minutes on 2 cores; resumable): results/compare.md.
 compare: $(BIN)
 	@scripts/compare
 
