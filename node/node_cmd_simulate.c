@@ -230,20 +230,25 @@ int node_cmd_simulate(int argc, char **argv)
         node_acc = eval_nodes ? node_acc / (double)eval_nodes : NAN;
         uint64_t sent = gossip_sim_bytes_sent(sim);
         double per_node = (double)sent / n, secs = nn_now() - t0;
-        printf("iter %llu (epoch %.2f)  loss %.4f  avg-model %.2f%%  mean-node %.2f%%  "
+        char node_col[32] = "";
+        if (eval_nodes)
+            snprintf(node_col, sizeof node_col, "  mean-node %.2f%%", 100 * node_acc);
+        printf("iter %llu (epoch %.2f)  loss %.4f  avg-model %.2f%%%s  "
                "consensus %.3g  sent/node %.2f MB  %.0fs\n", (unsigned long long)(it + 1),
                (double)(it + 1) / (double)steps, seen ? train_loss / (double)seen : NAN,
-               100 * avg_acc, 100 * node_acc, consensus, per_node / 1e6, secs);
+               100 * avg_acc, node_col, consensus, per_node / 1e6, secs);
         fflush(stdout);
         if (mf) {
+            char node_json[32];
+            snprintf(node_json, sizeof node_json, "%.6f", node_acc);
             fprintf(mf, "{\"iter\":%llu,\"epoch\":%.4f,\"loss\":%.6f,\"avg_model_acc\":%.6f,"
-                    "\"avg_model_loss\":%.6f,\"mean_node_acc\":%.6f,\"consensus\":%.6g,"
+                    "\"avg_model_loss\":%.6f,\"mean_node_acc\":%s,\"consensus\":%.6g,"
                     "\"bytes_sent_per_node\":%.0f,\"seconds\":%.3f,\"seconds_compute\":%.3f,"
                     "\"seconds_gossip\":%.3f,\"nodes\":%d,\"algo\":\"%s\",\"compress\":\"%s\","
                     "\"eta\":%g,\"skew\":%g,\"model\":\"%s\",\"precision\":\"%s\"}\n",
                     (unsigned long long)(it + 1), (double)(it + 1) / (double)steps,
                     seen ? train_loss / (double)seen : 0.0, avg_acc, avg_loss,
-                    eval_nodes ? node_acc : 0.0, consensus, per_node, secs, t_compute, t_gossip,
+                    eval_nodes ? node_json : "null", consensus, per_node, secs, t_compute, t_gossip,
                     n, gossip_algo_name(gc.algo), gc.compressor, gc.eta, skew, o.mo.model,
                     o.mo.precision);
             fflush(mf);
