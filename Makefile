@@ -118,7 +118,7 @@ run: deps
 
 bench: $(BENCHES) $(BIN)
 	@for b in $(BENCHES); do echo "== $$b"; OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
-	@echo "== bench/bench_node_overhead.sh"; bench/bench_node_overhead.sh 40 3 $(BIN)
+	@echo "== bench/bench_node_overhead.sh"; bench/bench_node_overhead.sh 60 5 $(BIN)
 
 # The paper's experiment grid on Fashion-MNIST (hours on 2 cores; resumable):
 # results/repro.md and results/repro.json (scripts/repro --help).

@@ -7,10 +7,10 @@
 #   plain   gossip, no security
 #   curve   gossip with `security: curve` (keys from lpgossip keygen)
 # and the ratios plain/local (goal <= 1.15) and curve/plain (goal <= 1.05).
-#   bench/bench_node_overhead.sh [ITERATIONS (40)] [ROUNDS (3)] [BIN]
+#   bench/bench_node_overhead.sh [ITERATIONS (60)] [ROUNDS (5)] [BIN]
 set -eu
-iters=${1:-40}
-rounds=${2:-3}
+iters=${1:-60}
+rounds=${2:-5}
 bin=${3:-build/lpgossip}
 dir=$(mktemp -d /tmp/lpgossip-overhead-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
