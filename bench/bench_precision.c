@@ -16,6 +16,7 @@
 
 #include "lowprec/lp_cpu.h"
 #include "lowprec/lp_model.h"
+#include "bench/bench_batch.h"
 #include "nn/nn_model.h"
 #include "nn/nn_optim.h"
 
@@ -86,15 +87,9 @@ int main(int argc, char **argv)
         s_run f, q;
         s_open(&f, archs[a], NULL, batch, steps);
         s_open(&q, archs[a], &lp_factory_int8, batch, steps);
-        size_t nx = (size_t)batch * 3 * 32 * 32;
-        float *x = malloc(nx * sizeof *x);
-        uint8_t *y = malloc((size_t)batch);
-        nn_rng r;
-        nn_rng_seed(&r, 3);
-        for (size_t i = 0; i < nx; i++)
-            x[i] = nn_rng_normal(&r);
-        for (int i = 0; i < batch; i++)
-            y[i] = (uint8_t)nn_rng_below(&r, 10);
+        float *x;
+        uint8_t *y;
+        bench_random_batch(batch, 3 * 32 * 32, &x, &y);
         /* the two models take turns, so that a busy neighbour on a shared
          * machine slows both alike: each turn is two steps of one model and
          * only the second is timed (the first refills the caches the other

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_batch.h"
 #include "nn/nn_model.h"
 #include "nn/nn_optim.h"
 
@@ -34,15 +35,9 @@ static double s_ours(const char *arch, int c, int h, int w, int batch, int steps
     nn_sgd sgd;
     nn_sgd_config sc = nn_sgd_defaults();
     nn_sgd_init(&sgd, nn_model_params(m), &sc);
-    size_t nx = (size_t)batch * c * h * w;
-    float *x = malloc(nx * sizeof *x);
-    uint8_t *y = malloc((size_t)batch);
-    nn_rng r;
-    nn_rng_seed(&r, 3);
-    for (size_t i = 0; i < nx; i++)
-        x[i] = nn_rng_normal(&r);
-    for (int i = 0; i < batch; i++)
-        y[i] = (uint8_t)nn_rng_below(&r, 10);
+    float *x;
+    uint8_t *y;
+    bench_random_batch(batch, (size_t)c * h * w, &x, &y);
     double *t = malloc((size_t)steps * sizeof *t);
     for (int i = 0; i < steps + 3; i++) {
         double t0 = nn_now();
