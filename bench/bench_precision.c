@@ -8,7 +8,8 @@
  * The two models take turns (two steps each, the second timed), so a busy
  * neighbour on a shared machine slows both alike; the ratio is given of the
  * medians and as the median of the per-turn ratios.
- * Usage: bench_precision [steps (default 10)] [threads (default 1)]. */
+ * Usage: bench_precision [steps (default 10)] [threads (default 1)]
+ *                        [model: resnet20 | vgg11 (default both)]. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,8 @@ int main(int argc, char **argv)
     printf("%-9s %-5s %10s %14s %14s\n", "model", "prec", "ms/step", "saved act B", "prepared B");
     static const char *archs[2] = {"resnet20", "vgg11"};
     for (int a = 0; a < 2; a++) {
+        if (argc > 3 && strcmp(argv[3], archs[a]) != 0)
+            continue;
         s_run f, q;
         s_open(&f, archs[a], NULL, batch, steps);
         s_open(&q, archs[a], &lp_factory_int8, batch, steps);

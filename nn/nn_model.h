@@ -79,8 +79,8 @@ typedef struct nn_factory {
     int (*conv)(nn_model *m, const char *name, int in, int oc, int k, int stride, int pad,
                 int bias);
     int (*linear)(nn_model *m, const char *name, int in, int of, int bias);
-    /* zero_gamma: the reference zeroes gamma of the second norm of every
-     * residual block in the 8-bit ResNet. */
+    /* zero_gamma: gamma starts at 0 instead of 1 (the last norm of a
+     * residual block under nn_model_config.zero_init_residual). */
     int (*norm)(nn_model *m, const char *name, int in, int zero_gamma);
     int (*add)(nn_model *m, const char *name, int a, int b);
     int (*input)(nn_model *m, int in);   /* optional: quantize the input */
@@ -101,6 +101,10 @@ typedef struct {
     nn_norm_kind norm;
     int          groups;       /* EvoNorm groups, default 8 */
     const nn_factory *factory; /* NULL = fp32 */
+    /* resnet20: 1 = gamma of each residual block's last norm starts at 0
+     * (what the reference does for its 8-bit ResNet), 0 = at 1 like every
+     * other norm.  The same for every precision. */
+    int          zero_init_residual;
 } nn_model_config;
 
 /* Builds the named architecture.  NULL with a message for an unknown name or

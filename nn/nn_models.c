@@ -87,9 +87,9 @@ static int s_build_resnet20(nn_model *m, const nn_model_config *cfg, char *err, 
     if (cfg->in_h < 4 || cfg->in_w < 4)
         return nn_errf(err, errlen, "resnet20 needs inputs of at least 4x4, got %dx%d",
                        cfg->in_h, cfg->in_w);
-    /* The 8-bit factory zeroes gamma of each block's second norm, as the
-     * reference does for its 8-bit ResNet. */
-    int zero_gamma = cfg->factory && strcmp(cfg->factory->name, "fp32") != 0;
+    /* gamma of each block's second norm: 0 on request (the reference's
+     * 8-bit ResNet), else 1; the choice never depends on the precision */
+    int zero_gamma = cfg->zero_init_residual != 0;
     int x = nn_model_input_slot(m);
     x = nn_b_conv(m, "conv1", x, 16, 3, 1, 1, 0);
     x = s_norm_act(m, cfg, "norm1", x, 0, 1);

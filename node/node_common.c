@@ -65,7 +65,7 @@ nn_model *node_model_build(const node_model_opts *o, int in_c, int in_h, int in_
                            char *err, size_t errlen)
 {
     nn_model_config cfg = {.in_c = in_c, .in_h = in_h, .in_w = in_w, .classes = classes,
-                           .groups = o->groups};
+                           .groups = o->groups, .zero_init_residual = o->zero_init_residual};
     snprintf(cfg.arch, sizeof cfg.arch, "%s", o->model);
     if (strcmp(o->norm, "evonorm") == 0)
         cfg.norm = NN_NORM_EVONORM;

@@ -23,6 +23,7 @@ typedef struct {
     int    pad_to;          /* 0 = native size; vgg11 pads 28x28 to 32 */
     int    augment;         /* -1 auto, 0 off, 1 on (random crop 4 + flip) */
     int    groups;          /* EvoNorm groups */
+    int    zero_init_residual; /* resnet20: 1 = blocks' last norm gamma starts at 0 */
 } node_model_opts;
 
 void node_model_opts_defaults(node_model_opts *o);

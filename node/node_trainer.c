@@ -8,7 +8,7 @@
 enum {
     O_MODEL = 256, O_DATA, O_NORM, O_PREC, O_GROUPS, O_PADTO, O_AUG, O_EPOCHS, O_BATCH, O_LR,
     O_MOM, O_WD, O_NONEST, O_WARMUP, O_MILE, O_GAMMA, O_QGM, O_SUBSET, O_SEED, O_THREADS,
-    O_METRICS, O_SAVE,
+    O_METRICS, O_SAVE, O_ZIR,
 };
 
 const struct option node_train_options[] = {
@@ -23,6 +23,7 @@ const struct option node_train_options[] = {
     {"qgm", no_argument, 0, O_QGM},                 {"train-subset", required_argument, 0, O_SUBSET},
     {"seed", required_argument, 0, O_SEED},         {"threads", required_argument, 0, O_THREADS},
     {"metrics", required_argument, 0, O_METRICS},   {"save", required_argument, 0, O_SAVE},
+    {"zero-init-residual", required_argument, 0, O_ZIR},
     {0, 0, 0, 0},
 };
 
@@ -80,6 +81,12 @@ int node_train_opt(node_train_opts *o, int code, const char *arg, char *err, siz
             o->mo.augment = -1;
         else
             bad = nn_errf(err, errlen, "--augment '%s': expected on, off or auto", arg);
+        break;
+    case O_ZIR:
+        if (!strcmp(arg, "on") || !strcmp(arg, "off"))
+            o->mo.zero_init_residual = arg[1] == 'n';
+        else
+            bad = nn_errf(err, errlen, "--zero-init-residual '%s': expected on or off", arg);
         break;
     case O_EPOCHS: bad = node_parse_int("--epochs", arg, 1, 100000, &o->epochs, err, errlen); break;
     case O_BATCH: bad = node_parse_int("--batch", arg, 1, 65536, &o->batch, err, errlen); break;
@@ -144,6 +151,8 @@ void node_train_usage(FILE *f)
 "  --groups G          EvoNorm groups                          [8]\n"
 "  --pad-to S          zero-pad images to SxS (vgg11: 32 automatically)\n"
 "  --augment MODE      on (random crop + flip) | off | auto (on except cnn) [auto]\n"
+"  --zero-init-residual on|off  resnet20: each block's last norm starts with\n"
+"                      gamma 0 (the reference's 8-bit ResNet) [off]\n"
 "  --train-subset N    use only the first N training samples (quick runs)\n"
 "optimisation (SGD, DESIGN §3):\n"
 "  --epochs E          [5]        --batch B    [32]       --lr LR   [0.05]\n"

@@ -285,18 +285,55 @@ static void test_same_param_layout(void **state)
         nn_model *z = s_model(cases[i].arch, cases[i].c, cases[i].hw, &lp_factory_fakequant, 0);
         assert_true(nn_arena_same_layout(nn_model_params(f), nn_model_params(q)));
         assert_true(nn_arena_same_layout(nn_model_params(f), nn_model_params(z)));
-        /* same init kinds, except the zeroed gamma of 8-bit resnet blocks */
+        /* the same initial values in every precision */
         const nn_arena *pf = nn_model_params(f), *pq = nn_model_params(q);
         for (size_t v = 0; v < pf->nviews; v++) {
             const float *a = nn_arena_ptr(pf, (int)v), *b = nn_arena_ptr(pq, (int)v);
-            int zeroed = strcmp(cases[i].arch, "resnet20") == 0 &&
-                         strstr(pf->views[v].name, ".norm2.weight") != NULL;
             for (size_t k = 0; k < pf->views[v].numel; k++)
-                assert_true(zeroed ? b[k] == 0.0f : a[k] == b[k]);
+                assert_true(a[k] == b[k]);
         }
         nn_model_destroy(&f);
         nn_model_destroy(&q);
         nn_model_destroy(&z);
+    }
+}
+
+/* zero_init_residual zeroes gamma of every resnet20 block's last norm (and
+ * nothing else) in every precision; off, those gammas start at 1. */
+static void test_zero_init_residual(void **state)
+{
+    (void)state;
+    const nn_factory *fs[3] = {NULL, &lp_factory_int8, &lp_factory_fakequant};
+    for (int i = 0; i < 3; i++) {
+        char err[256];
+        nn_model *m[2];
+        for (int z = 0; z < 2; z++) {
+            nn_model_config cfg = {.in_c = 1, .in_h = 28, .in_w = 28, .classes = 10,
+                                   .factory = fs[i], .zero_init_residual = z};
+            snprintf(cfg.arch, sizeof cfg.arch, "resnet20");
+            m[z] = nn_model_new(&cfg, err, sizeof err);
+            if (!m[z])
+                fail_msg("%s", err);
+            nn_model_init_params(m[z], 7);
+        }
+        const nn_arena *p0 = nn_model_params(m[0]), *p1 = nn_model_params(m[1]);
+        int zeroed_views = 0;
+        for (size_t v = 0; v < p0->nviews; v++) {
+            const float *a = nn_arena_ptr(p0, (int)v), *b = nn_arena_ptr(p1, (int)v);
+            int last_norm = strstr(p0->views[v].name, ".norm2.weight") != NULL;
+            zeroed_views += last_norm;
+            for (size_t k = 0; k < p0->views[v].numel; k++) {
+                if (last_norm) {
+                    assert_true(a[k] == 1.0f);
+                    assert_true(b[k] == 0.0f);
+                } else {
+                    assert_true(a[k] == b[k]);
+                }
+            }
+        }
+        assert_int_equal(zeroed_views, 9);   /* 3 stages x 3 blocks */
+        nn_model_destroy(&m[0]);
+        nn_model_destroy(&m[1]);
     }
 }
 
@@ -346,6 +383,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_factory_by_name),
         cmocka_unit_test(test_same_param_layout),
+        cmocka_unit_test(test_zero_init_residual),
         cmocka_unit_test(test_memory),
         cmocka_unit_test(test_running_ranges_drive_eval),
         cmocka_unit_test(test_shared_storage_same_result),
