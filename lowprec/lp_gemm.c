@@ -148,6 +148,51 @@ void lp_shiftgemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint3
         lp_shiftgemm_ref(S, ldc, Ap, M, B, ldb, np, toff, T, n);
 }
 
+void lp_shiftgemm_q_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                        size_t ldb, int nq, const int *toff, int T, size_t n)
+{
+    const size_t K = (size_t)nq * T;
+    for (int m = 0; m < M; m++)
+        for (size_t j = 0; j < n; j++) {
+            int32_t acc = 0;
+            for (int p = 0; p < nq; p++)
+                for (int t = 0; t < T; t++) {
+                    uint32_t a = Ap[(size_t)(m / 4) * K * 4 + ((size_t)p * T + t) * 4 + m % 4];
+                    uint32_t b = (B + (size_t)p * ldb + toff[t])[j];
+                    for (int l = 0; l < 4; l++)
+                        acc += (int32_t)(int8_t)(uint8_t)(a >> 8 * l) *
+                               (int32_t)(uint8_t)(b >> 8 * l);
+                }
+            S[(size_t)m * ldc + j] = acc;
+        }
+}
+
+void lp_shiftgemm_q(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                    size_t ldb, int nq, const int *toff, int T, size_t n)
+{
+    assert(M >= 1 && nq >= 1 && T >= 1 && 4 * (size_t)nq * T <= LP_GEMM_MAX_K);
+    if (lp_cpu_level() >= LP_CPU_AVX512VNNI)
+        lp_shiftgemm_q_avx512(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
+    else
+        lp_shiftgemm_q_ref(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
+}
+
+void lp_dequant_row_q_ref(float *out, const int32_t *S, const int32_t *SB, double c, double cb,
+                          const double *base, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = (float)(c * (S[i] + 128 * SB[i]) + cb * SB[i] + base[i]);
+}
+
+void lp_dequant_row_q(float *out, const int32_t *S, const int32_t *SB, double c, double cb,
+                      const double *base, size_t n)
+{
+    if (lp_cpu_level() >= LP_CPU_AVX512VNNI)
+        lp_dequant_row_q_avx512(out, S, SB, c, cb, base, n);
+    else
+        lp_dequant_row_q_ref(out, S, SB, c, cb, base, n);
+}
+
 void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
                         const double *base, size_t n)
 {

@@ -53,11 +53,11 @@ size_t lp_conv2d_saved_bytes(const nn_conv_dims *d)
     return (size_t)d->N * d->C * d->H * d->W + (size_t)d->OC * d->C * d->KH * d->KW;
 }
 
-/* ---- shift path (stride-1 "same" convs at the portable and AVX2 levels) ----
+/* ---- shift path (stride-1 "same" convs, every level) ------------------------
  * The integer twin of nn's im2col-free convolution (nn_conv.c): codes of nb
- * samples go into a zero-bordered grid of int16 channel pairs (lp_gemm.h,
- * pair grids), cs = nb*Hp*Wp lanes per channel pair, and lp_shiftgemm reads
- * the shifted rows directly:
+ * samples go into a zero-bordered grid of int16 channel pairs (portable and
+ * AVX2: lp_shiftgemm, vpmaddwd) or byte quads (AVX-512 VNNI: lp_shiftgemm_q,
+ * vpdpbusd; lp_gemm.h), and the GEMM reads the shifted rows directly:
  *   S[m][j] = sum_{c, t} a[m][c][t] * b[c][j + toff[t]]
  * (no im2col, no col2im; pad columns produce unused sums).  The forward is
  * the conv of the input codes with the weight codes (m = oc); the input
@@ -66,8 +66,12 @@ size_t lp_conv2d_saved_bytes(const nn_conv_dims *d)
  * s_shift_conv.  Border pixels see fewer taps: the affine correction uses
  * SB(p) = sum of the codes b over the taps inside the image (pad codes are
  * 0) and SA(m, p) = the sum of a over the same taps (2-D prefix sums over
- * the kernel), exactly as the im2col path.  At AVX-512 VNNI the im2col +
- * vpdpbusd path is faster and is kept. */
+ * the kernel), exactly as the im2col path.  Quads hold the weight codes
+ * shifted by -128 (vpdpbusd multiplies u8 by s8); the correction adds
+ * 128*SB back in int32 before the same double arithmetic, so every level
+ * gives the same floats.  (Before the quads, the AVX-512 level used im2col +
+ * vpdpbusd here: resnet20's int8 step was 1.31x the FP32 step on an EPYC
+ * Zen 4, 0.75x with them.) */
 
 #define LP_SHIFT_TMAX 49 /* most taps (K*K) the shift path takes */
 
@@ -87,7 +91,7 @@ void lp_conv2d_force_im2col(int on)
 
 static int s_use_shift(const nn_conv_dims *d)
 {
-    if (s_force_im2col || lp_cpu_level() > LP_CPU_AVX2 || d->stride != 1 || d->KH != d->KW ||
+    if (s_force_im2col || d->stride != 1 || d->KH != d->KW ||
         d->KH < 2 || 2 * d->pad != d->KH - 1 || d->KH * d->KW > LP_SHIFT_TMAX)
         return 0;
     return (d->C <= LP_SHIFT_MAXC && d->OC <= LP_SHIFT_MAXC) || d->H * d->W < 16;
@@ -243,20 +247,51 @@ void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, doub
     }
 }
 
+void lp_quad_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *const r[4], size_t n)
+{
+    for (size_t w = 0; w < n; w++) {
+        uint8_t c[4];
+        for (int l = 0; l < 4; l++)
+            c[l] = r[l] ? r[l][w] : 0;
+        dst[w] = lp_quad(c[0], c[1], c[2], c[3]);
+        if (chs)
+            chs[w] += c[0] + c[1] + c[2] + c[3];
+    }
+}
+
+void lp_tap_isum_row_ref(int32_t *sb, const int32_t *s, const int *off, int T, size_t n)
+{
+    for (size_t w = 0; w < n; w++) {
+        int32_t sum = 0;
+        for (int k = 0; k < T; k++)
+            sum += s[(ptrdiff_t)w + off[k]];
+        sb[w] = sum;
+    }
+}
+
 /* The row kernels s_shift_conv uses at the current CPU level. */
 typedef struct {
+    int quad; /* 1: byte quads (lp_shiftgemm_q), 0: int16 pairs */
     void (*pair_row)(uint32_t *, int32_t *, const uint8_t *, const uint8_t *, size_t);
+    void (*quad_row)(uint32_t *, int32_t *, const uint8_t *const[4], size_t);
     void (*tap_sum_row)(double *, const int32_t *, const int *, int, double, size_t);
+    void (*tap_isum_row)(int32_t *, const int32_t *, const int *, int, size_t);
     void (*dequant_row)(float *, const int32_t *, const double *, double, const double *, size_t);
 } s_conv_rows;
 
 static s_conv_rows s_rows(void)
 {
-    s_conv_rows r = {lp_pair_row_ref, lp_tap_sum_row_ref, lp_dequant_row_ref};
+    s_conv_rows r = {0, lp_pair_row_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
+                     lp_tap_isum_row_ref, lp_dequant_row_ref};
     if (lp_cpu_level() >= LP_CPU_AVX2) {
         r.pair_row = lp_pair_row_avx2;
         r.tap_sum_row = lp_tap_sum_row_avx2;
         r.dequant_row = lp_dequant_row_avx2;
+    }
+    if (lp_cpu_level() >= LP_CPU_AVX512VNNI) {
+        r.quad = 1;
+        r.quad_row = lp_quad_row_avx512;
+        r.tap_isum_row = lp_tap_isum_row_avx512;
     }
     return r;
 }
@@ -323,43 +358,167 @@ static int s_base_rows(double *bases, int *hcls, const int32_t *pre, const int *
     return nh;
 }
 
+/* Geometry of one s_shift_conv call: L codes per 32-bit lane (2: int16
+ * pairs, 4: byte quads), np lane rows of the grid, V column-shift variants
+ * of each, vlen lanes per variant, J0 the first data lane of a variant. */
+typedef struct {
+    int L, np, T, K, pad, H, W, nb, V;
+    size_t vlen, ldb, J0, plane;
+} s_shift_geo;
+
+static s_shift_geo s_geo(int quad, int N, int nch, int H, int W, int K, int pad)
+{
+    s_shift_geo g;
+    g.L = quad ? 4 : 2;
+    g.np = (nch + g.L - 1) / g.L;
+    g.T = K * K;
+    g.K = K;
+    g.pad = pad;
+    g.H = H;
+    g.W = W;
+    g.nb = s_shift_nb(N, H, W, pad);
+    g.V = 2 * pad + 1;
+    g.vlen = s_vlen(g.nb, H, W, pad);
+    g.ldb = (size_t)g.V * g.vlen;
+    g.J0 = (size_t)pad + (size_t)pad * W;
+    g.plane = (size_t)(H + 2 * pad) * (W + 2 * pad);
+    return g;
+}
+
+/* Ap (M, np*T) lanes of the kernel codes a (M, nch, T): pairs (lp_pair) or
+ * quads shifted to signed bytes (lp_quad_s8), m-tiles of 4, rows past M and
+ * channels past nch zero.  Overwrites Ap. */
+static void s_shift_pack_a(uint32_t *Ap, const uint8_t *a, int M, int nch, const s_shift_geo *g)
+{
+    const int T = g->T, K2 = g->np * T;
+    memset(Ap, 0, lp_shift_pack_lanes(M, K2) * 4);
+    for (int m = 0; m < M; m++)
+        for (int p = 0; p < g->np; p++)
+            for (int t = 0; t < T; t++) {
+                const uint8_t *am = a + (size_t)m * nch * T;
+                uint8_t c[4] = {0, 0, 0, 0};
+                for (int l = 0; l < g->L; l++)
+                    if (g->L * p + l < nch)
+                        c[l] = am[(size_t)(g->L * p + l) * T + t];
+                uint32_t lane = g->L == 4 ? (uint32_t)0 : lp_pair(c[0], c[1]);
+                if (g->L == 4) /* padding channels: signed 0 (their b codes are 0) */
+                    for (int l = 0; l < 4; l++)
+                        lane |= (uint32_t)(uint8_t)(g->L * p + l < nch ? c[l] ^ 0x80 : 0) << 8 * l;
+                Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] = lane;
+            }
+}
+
+/* The grid of samples [n0, n0+cnt) of the codes b (N, nch, H, W): np lane
+ * rows, each in V copies; copy v (column shift dx = v - pad) has the columns
+ * zeroed that only a read wrapping into the neighbouring row reaches (the
+ * last -dx, or the first dx), so a tap reads zeros exactly where the image
+ * has none; the pad rows above, between and below the samples are zero.
+ * chs (cnt, Hp, Wp) = per-pixel sums of the codes over the channels,
+ * zero-bordered.  Overwrites grid and chs. */
+static void s_shift_grid(uint32_t *grid, int32_t *chs, const uint8_t *b, int nch, int n0,
+                         int cnt, const s_shift_geo *g, const s_conv_rows *rows)
+{
+    const int H = g->H, W = g->W, pad = g->pad, Wp = W + 2 * pad;
+    const size_t P = (size_t)H * W, xper = (size_t)nch * P;
+    memset(chs, 0, (size_t)cnt * g->plane * 4);
+    for (int p = 0; p < g->np; p++)
+        for (int v = 0; v < g->V; v++) {
+            uint32_t *gv = grid + (size_t)p * g->ldb + (size_t)v * g->vlen;
+            memset(gv, 0, g->J0 * 4);
+            for (int j = 0; j < cnt; j++)
+                memset(gv + g->J0 + ((size_t)j * (H + pad) + H) * W, 0, (size_t)pad * W * 4);
+            size_t end = g->J0 + (size_t)cnt * (H + pad) * W;
+            memset(gv + end, 0, (g->vlen - end) * 4);
+        }
+    for (int j = 0; j < cnt; j++) {
+        const uint8_t *x = b + (size_t)(n0 + j) * xper;
+        for (int p = 0; p < g->np; p++) {
+            const uint8_t *xr[4] = {NULL, NULL, NULL, NULL};
+            for (int l = 0; l < g->L; l++)
+                if (g->L * p + l < nch)
+                    xr[l] = x + (size_t)(g->L * p + l) * P;
+            uint32_t *gp = grid + (size_t)p * g->ldb + g->J0 + (size_t)j * (H + pad) * W;
+            for (int h = 0; h < H; h++) {
+                const uint8_t *r[4];
+                for (int l = 0; l < 4; l++)
+                    r[l] = xr[l] ? xr[l] + (size_t)h * W : NULL;
+                int32_t *ch = chs + (size_t)j * g->plane + (size_t)(pad + h) * Wp + pad;
+                for (int v = 0; v < g->V; v++) {
+                    const int dx = v - pad;
+                    uint32_t *gv = gp + (size_t)h * W + (size_t)v * g->vlen;
+                    if (g->L == 4)
+                        rows->quad_row(gv, dx ? NULL : ch, r, (size_t)W);
+                    else
+                        rows->pair_row(gv, dx ? NULL : ch, r[0], r[1], (size_t)W);
+                    const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+                    for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
+                        gv[w] = 0;
+                }
+            }
+        }
+    }
+}
+
+/* out rows of sample j of a chunk from its sums Sm (M, vlen): the affine
+ * correction with SB = the channel sums chs over the taps inside the image
+ * (ctoff), restoring the quads' 128 shift first.  sb: scratch of H*W
+ * doubles.  Overwrites out (M, H, W). */
+static void s_shift_dequant(float *out, const int32_t *Sm, const int32_t *chs, const int *ctoff,
+                            double cS, double cSB, const double *bases, const int *hcls, int nh,
+                            int M, int j, const s_shift_geo *g, const s_conv_rows *rows,
+                            double *sb)
+{
+    const int H = g->H, W = g->W, pad = g->pad, Wp = W + 2 * pad, T = g->T;
+    const size_t P = (size_t)H * W;
+    const int32_t *cj = chs + (size_t)j * g->plane + (size_t)pad * Wp + pad;
+    int32_t *isb = (int32_t *)(void *)sb;
+    for (int h = 0; h < H; h++) {
+        if (rows->quad)
+            rows->tap_isum_row(isb + (size_t)h * W, cj + (size_t)h * Wp, ctoff, T, (size_t)W);
+        else
+            rows->tap_sum_row(sb + (size_t)h * W, cj + (size_t)h * Wp, ctoff, T, cSB, (size_t)W);
+    }
+    for (int m = 0; m < M; m++) {
+        const int32_t *Sr = Sm + (size_t)m * g->vlen + g->J0 + (size_t)j * (H + pad) * W;
+        float *o = out + (size_t)m * P;
+        for (int h = 0; h < H; h++) {
+            const double *base = bases + ((size_t)m * nh + hcls[h]) * W;
+            const size_t off = (size_t)h * W;
+            if (rows->quad)
+                lp_dequant_row_q(o + off, Sr + off, isb + off, cS, cSB, base, (size_t)W);
+            else
+                rows->dequant_row(o + off, Sr + off, sb + off, cS, base, (size_t)W);
+        }
+    }
+}
+
 /* out (N, M, H, W) = the stride-1 same conv (K x K, pad = (K-1)/2) of the
  * codes b (N, nch, H, W) with the kernel codes a (M, nch, K, K), in real
  * values: sum over the taps inside the image of (sa*a + ma)(sb*b + mb),
  * plus bias[m] (may be NULL).  Overwrites out.  Scratch:
- * s_shift_conv_bytes(N, nch, M, H, W, K, pad). */
+ * s_shift_conv_bytes(N, nch, M, H, W, K, pad).  Pairs and vpmaddwd at the
+ * portable and AVX2 levels, quads and vpdpbusd at AVX-512 VNNI: the same
+ * floats either way. */
 static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uint8_t *a,
                          lp_qparams aqp, const float *bias, int N, int nch, int M, int H, int W,
                          int K, int pad, void *scratch)
 {
-    const int np = (nch + 1) / 2, T = K * K, K2 = np * T, Wp = W + 2 * pad, P = H * W;
-    const int V = 2 * pad + 1; /* pair-row variants, one per column shift */
-    const size_t plane = (size_t)(H + 2 * pad) * Wp, PS = (size_t)(K + 1) * (K + 1);
-    const size_t xper = (size_t)nch * P;
-    const int nb = s_shift_nb(N, H, W, pad);
-    const size_t vlen = s_vlen(nb, H, W, pad), ldb = (size_t)V * vlen;
-    const size_t J0 = (size_t)pad + (size_t)pad * W; /* first data lane of a variant */
+    const s_conv_rows rows = s_rows();
+    const s_shift_geo g = s_geo(rows.quad, N, nch, H, W, K, pad);
+    const int T = g.T, K2 = g.np * T, Wp = W + 2 * pad;
+    const size_t PS = (size_t)(K + 1) * (K + 1);
     unsigned char *sp = (unsigned char *)scratch;
     uint32_t *Ap = s_take(&sp, lp_shift_pack_lanes(M, K2) * 4);
     int32_t *pre = s_take(&sp, (size_t)M * PS * 4);
     int *rh = s_take(&sp, (size_t)(H + W) * 2 * sizeof(int)), *rw = rh + 2 * H;
-    uint32_t *grid = s_take(&sp, (size_t)np * ldb * 4);
-    int32_t *chs = s_take(&sp, (size_t)nb * plane * 4);
-    int32_t *Sm = s_take(&sp, (size_t)M * vlen * 4);
-    double *tx = s_take(&sp, (size_t)P * sizeof(double));
+    uint32_t *grid = s_take(&sp, (size_t)g.np * g.ldb * 4);
+    int32_t *chs = s_take(&sp, (size_t)g.nb * g.plane * 4);
+    int32_t *Sm = s_take(&sp, (size_t)M * g.vlen * 4);
+    double *tx = s_take(&sp, (size_t)H * W * sizeof(double));
     double *bases = s_take(&sp, (size_t)M * s_max_classes(H, K) * W * sizeof(double));
     int *hcls = s_take(&sp, (size_t)H * sizeof(int));
 
-    /* A (M, np*T) of weight-code pairs, m-tiles of 4, rows past M zero */
-    memset(Ap, 0, lp_shift_pack_lanes(M, K2) * 4);
-    for (int m = 0; m < M; m++)
-        for (int p = 0; p < np; p++)
-            for (int t = 0; t < T; t++) {
-                const uint8_t *am = a + (size_t)m * nch * T;
-                uint8_t hi = 2 * p + 1 < nch ? am[(2 * p + 1) * T + t] : 0;
-                Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] =
-                    lp_pair(am[2 * p * T + t], hi);
-            }
+    s_shift_pack_a(Ap, a, M, nch, &g);
     s_tap_prefix(pre, a, M, nch, K, K);
     for (int o = 0; o < H; o++)
         s_tap_range(o, 1, pad, K, H, &rh[2 * o], &rh[2 * o + 1]);
@@ -371,72 +530,25 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
     assert(T <= LP_SHIFT_TMAX);
     for (int kh = 0; kh < K; kh++)
         for (int kw = 0; kw < K; kw++) {
-            toff[kh * K + kw] = (int)((size_t)kw * vlen) + (kh - pad) * W + (kw - pad);
+            toff[kh * K + kw] = (int)((size_t)kw * g.vlen) + (kh - pad) * W + (kw - pad);
             ctoff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
         }
     const double sa = aqp.scale, ma = aqp.min, sb = bqp.scale, mb = bqp.min;
     const double cS = sa * sb, cSB = ma * sb, cSA = sa * mb, cK = ma * mb;
     const int nh = s_base_rows(bases, hcls, pre, rh, rw, M, H, W, K, K, nch, cSA, cK, bias);
-    const s_conv_rows rows = s_rows();
 
-    for (int n0 = 0; n0 < N; n0 += nb) {
-        const int cnt = N - n0 < nb ? N - n0 : nb;
-        /* pair rows without side padding, in V copies: copy v (column
-         * shift dx = v - pad) has the columns zeroed that only a read
-         * wrapping into the neighbouring row would reach (the last -dx, or
-         * the first dx), so a tap reads zeros exactly where the image has
-         * none; the pad rows above, between and below the samples are
-         * zero.  Only the real pixels' sums are computed (rows of W, not
-         * Wp), and per-pixel channel sums go to the Wp-wide chs. */
-        memset(chs, 0, (size_t)cnt * plane * 4);
-        for (int p = 0; p < np; p++)
-            for (int v = 0; v < V; v++) {
-                /* zero all but the data rows, which are written below */
-                uint32_t *gv = grid + (size_t)p * ldb + (size_t)v * vlen;
-                memset(gv, 0, J0 * 4);
-                for (int j = 0; j < cnt; j++)
-                    memset(gv + J0 + ((size_t)j * (H + pad) + H) * W, 0, (size_t)pad * W * 4);
-                size_t end = J0 + (size_t)cnt * (H + pad) * W;
-                memset(gv + end, 0, (vlen - end) * 4);
-            }
-        for (int j = 0; j < cnt; j++) {
-            const uint8_t *x = b + (size_t)(n0 + j) * xper;
-            for (int p = 0; p < np; p++) {
-                const uint8_t *x0 = x + (size_t)(2 * p) * P;
-                const uint8_t *x1 = 2 * p + 1 < nch ? x0 + P : NULL;
-                uint32_t *g = grid + (size_t)p * ldb + J0 + (size_t)j * (H + pad) * W;
-                for (int h = 0; h < H; h++) {
-                    const uint8_t *r0 = x0 + (size_t)h * W, *r1 = x1 ? x1 + (size_t)h * W : NULL;
-                    for (int v = 0; v < V; v++) {
-                        const int dx = v - pad;
-                        uint32_t *gv = g + (size_t)h * W + (size_t)v * vlen;
-                        rows.pair_row(gv,
-                                      dx ? NULL
-                                         : chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad,
-                                      r0, r1, (size_t)W);
-                        const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
-                        for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
-                            gv[w] = 0;
-                    }
-                }
-            }
-        }
+    for (int n0 = 0; n0 < N; n0 += g.nb) {
+        const int cnt = N - n0 < g.nb ? N - n0 : g.nb;
+        s_shift_grid(grid, chs, b, nch, n0, cnt, &g, &rows);
+        /* only the real pixels' sums are computed (rows of W, not Wp) */
         const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
-        lp_shiftgemm(Sm + J0, vlen, Ap, M, grid + J0, ldb, np, toff, T, n);
-        for (int j = 0; j < cnt; j++) {
-            /* tx[p] = ma*sb * SB(p), SB = the codes over the taps inside */
-            for (int h = 0; h < H; h++)
-                rows.tap_sum_row(tx + (size_t)h * W,
-                                 chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad, ctoff, T,
-                                 cSB, (size_t)W);
-            for (int m = 0; m < M; m++) {
-                const int32_t *Sr = Sm + (size_t)m * vlen + J0 + (size_t)j * (H + pad) * W;
-                float *o = out + ((size_t)(n0 + j) * M + m) * P;
-                for (int h = 0; h < H; h++)
-                    rows.dequant_row(o + (size_t)h * W, Sr + (size_t)h * W, tx + (size_t)h * W,
-                                     cS, bases + ((size_t)m * nh + hcls[h]) * W, (size_t)W);
-            }
-        }
+        if (rows.quad)
+            lp_shiftgemm_q(Sm + g.J0, g.vlen, Ap, M, grid + g.J0, g.ldb, g.np, toff, T, n);
+        else
+            lp_shiftgemm(Sm + g.J0, g.vlen, Ap, M, grid + g.J0, g.ldb, g.np, toff, T, n);
+        for (int j = 0; j < cnt; j++)
+            s_shift_dequant(out + (size_t)(n0 + j) * M * H * W, Sm, chs, ctoff, cS, cSB, bases,
+                            hcls, nh, M, j, &g, &rows, tx);
     }
 }
 

@@ -93,7 +93,7 @@ static void s_conv_case(int N, int C, int H, int W, int OC, int K, int stride, i
 static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
 
 /* Every CPU level, and the stride-1 "same" convs both through the shift
- * path (portable, AVX2) and through the im2col path (AVX-512 VNNI). */
+ * path and through the im2col path. */
 static void test_conv_matches_fake_quant(void **state)
 {
     (void)state;
@@ -118,8 +118,9 @@ static void test_conv_matches_fake_quant(void **state)
     lp_cpu_force("auto");
 }
 
-/* The shift and im2col paths of the forward give the same floats: the same
- * exact integer sums through the same double expression. */
+/* The shift and im2col paths of the forward give the same floats at every
+ * level (pairs at portable/AVX2, quads at AVX-512 VNNI): the same exact
+ * integer sums through the same double expression. */
 static void test_conv_paths_identical(void **state)
 {
     (void)state;
@@ -138,7 +139,7 @@ static void test_conv_paths_identical(void **state)
     void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(&d));
     lp_mode mode = {1, 31};
     float run[2] = {0, 0};
-    for (int lv = 0; lv < 2; lv++) {
+    for (int lv = 0; lv < 3; lv++) {
         if (lp_cpu_force(s_levels[lv]) != 0)
             continue;
         lp_conv2d_force_im2col(0);
@@ -191,6 +192,50 @@ static void test_pair_rows(void **state)
             lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, n);
             lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, n);
             assert_memory_equal(t0, t1, n * sizeof(double));
+        }
+}
+
+/* Skips the test on CPUs without AVX-512 VNNI (its kernels are called
+ * directly). */
+static void s_need_vnni(void)
+{
+    if (lp_cpu_force("avx512vnni") != 0)
+        skip();
+    lp_cpu_force("auto");
+}
+
+/* The quad-grid helpers of the VNNI shift path against their twins, exact,
+ * over tails (n around multiples of 16) and missing channel rows. */
+static void test_quad_rows(void **state)
+{
+    (void)state;
+    s_need_vnni();
+    nn_rng r;
+    nn_rng_seed(&r, 23);
+    for (size_t n = 1; n <= 40; n++)
+        for (int have = 1; have <= 4; have++) {
+            uint8_t rows[4][40];
+            const uint8_t *rp[4];
+            uint32_t d0[40], d1[40];
+            int32_t c0[60], c1[60], s0[40], s1[40];
+            for (int l = 0; l < 4; l++) {
+                for (size_t i = 0; i < n; i++)
+                    rows[l][i] = (uint8_t)nn_rng_below(&r, 256);
+                rp[l] = l < have ? rows[l] : NULL;
+            }
+            for (int i = 0; i < 60; i++)
+                c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
+            lp_quad_row_ref(d0, c0 + 10, rp, n);
+            lp_quad_row_avx512(d1, c1 + 10, rp, n);
+            assert_memory_equal(d0, d1, n * 4);
+            assert_memory_equal(c0, c1, sizeof c0);
+            memset(d1, 0, sizeof d1);
+            lp_quad_row_avx512(d1, NULL, rp, n);
+            assert_memory_equal(d0, d1, n * 4);
+            const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
+            lp_tap_isum_row_ref(s0, c0 + 10, off, 9, n);
+            lp_tap_isum_row_avx512(s1, c0 + 10, off, 9, n);
+            assert_memory_equal(s0, s1, n * 4);
         }
 }
 
@@ -516,6 +561,7 @@ int main(void)
         cmocka_unit_test(test_conv_matches_fake_quant),
         cmocka_unit_test(test_conv_paths_identical),
         cmocka_unit_test(test_pair_rows),
+        cmocka_unit_test(test_quad_rows),
         cmocka_unit_test(test_conv_saved_bytes),
         cmocka_unit_test(test_linear_matches_fake_quant),
         cmocka_unit_test(test_ren_chunks),
