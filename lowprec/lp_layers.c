@@ -19,6 +19,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "lowprec/lp_bf16.h"
 #include "lowprec/lp_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_simd.h"
@@ -89,12 +90,41 @@ void lp_conv2d_force_im2col(int on)
  * pixels, where im2col's per-sample GEMMs are mostly column padding. */
 #define LP_SHIFT_MAXC 128
 
+/* Stride-1 "same" geometry (K x K, pad (K-1)/2, K >= 2): shifted rows. */
+static int s_shift_geom(const nn_conv_dims *d)
+{
+    return d->stride == 1 && d->KH == d->KW && d->KH >= 2 && 2 * d->pad == d->KH - 1 &&
+           d->KH * d->KW <= LP_SHIFT_TMAX;
+}
+
 static int s_use_shift(const nn_conv_dims *d)
 {
-    if (s_force_im2col || d->stride != 1 || d->KH != d->KW ||
-        d->KH < 2 || 2 * d->pad != d->KH - 1 || d->KH * d->KW > LP_SHIFT_TMAX)
+    if (s_force_im2col || !s_shift_geom(d))
         return 0;
     return (d->C <= LP_SHIFT_MAXC && d->OC <= LP_SHIFT_MAXC) || d->H * d->W < 16;
+}
+
+/* Convs whose weight gradient is bf16 now (lp_bf16.h): the shift geometry,
+ * at any channel count.  The others (strided, 1x1) stay FP32. */
+static int s_wgrad_bf16_on(const nn_conv_dims *d)
+{
+    return lp_wgrad_bf16() && s_shift_geom(d);
+}
+
+/* Samples per chunk of the bf16 weight gradient: >= 4096 grid columns. */
+static int s_wgrad_bf16_nb(const nn_conv_dims *d)
+{
+    const size_t plane = (size_t)(d->H + 2 * d->pad) * (d->W + 2 * d->pad);
+    int nb = (int)((4096 + plane - 1) / plane);
+    return nb < 1 ? 1 : nb > d->N ? d->N : nb;
+}
+
+static size_t s_wgrad_bf16_bytes(const nn_conv_dims *d)
+{
+    const size_t plane = (size_t)(d->H + 2 * d->pad) * (d->W + 2 * d->pad);
+    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * plane, T = (size_t)d->KH * d->KW;
+    return ALIGN64((size_t)(d->C + d->OC) * cs * 2) + ALIGN64(cs * 2) +
+           ALIGN64((size_t)d->OC * (d->C + 1) * T * 4);
 }
 
 /* Samples per chunk of the shift path: >= 1024 grid columns. */
@@ -169,6 +199,10 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     size_t bw = ALIGN64((size_t)dc.N * d->C * d->H * d->W * sizeof(float)) +
                 ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
     /* backward, input gradient: gradient codes, then either path */
+    if (s_shift_geom(d)) {
+        size_t bb = s_wgrad_bf16_bytes(d);
+        bw = bw > bb ? bw : bb;
+    }
     size_t b = ALIGN64((size_t)d->N * d->OC * P), bi = 0;
     bi += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
     bi += ALIGN64((size_t)CK * 4);
@@ -615,6 +649,85 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     }
 }
 
+/* The bf16 grids of one chunk: samples [n0, n0+cnt) of the codes xq
+ * (N, C, H, W) and of dout (N, OC, H, W), each plane (Hp, Wp) zero-bordered
+ * with the image at (pad, pad), channel rows of cs = cnt*Hp*Wp values.
+ * Overwrites gx (C, cs) and gg (OC, cs). */
+static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const float *dout,
+                         const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
+    memset(gx, 0, (size_t)C * cs * 2);
+    memset(gg, 0, (size_t)OC * cs * 2);
+    for (int j = 0; j < cnt; j++) {
+        const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                lp_bf16_codes_row(gx + (size_t)c * cs + at + (size_t)h * Wp,
+                                  xq + ((size_t)(n0 + j) * C + c) * P + (size_t)h * W, (size_t)W);
+        for (int oc = 0; oc < OC; oc++)
+            for (int h = 0; h < H; h++)
+                lp_bf16_row(gg + (size_t)oc * cs + at + (size_t)h * Wp,
+                            dout + ((size_t)(n0 + j) * OC + oc) * P + (size_t)h * W, (size_t)W);
+    }
+}
+
+/* dw (OC, C, K, K) += the weight gradient of a stride-1 same conv in bf16
+ * (lp_bf16.h): with x = sx*q + mx inside the image,
+ *   dw[oc][c][t] += sx * D[oc][c][t] + mx * E[oc][t],
+ *   D = sum_j bf16(g[oc][j]) q[c][j + toff[t]],  E = sum_j bf16(g[oc][j]) [tap inside],
+ * E read from a grid of ones over the image (zero in the padding).  Only
+ * dout is rounded (the codes are exact in bf16); sums in FP32.  Scratch:
+ * s_wgrad_bf16_bytes(d). */
+static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
+                         void *scratch)
+{
+    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, K = d->KH, pad = d->pad;
+    const int T = K * K, Wp = W + 2 * pad, nb = s_wgrad_bf16_nb(d);
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, jlo = (size_t)pad * Wp + pad;
+    unsigned char *sp = (unsigned char *)scratch;
+    uint16_t *gx = s_take(&sp, (size_t)(C + OC) * nb * plane * 2);
+    uint16_t *ones = s_take(&sp, (size_t)nb * plane * 2);
+    float *D = s_take(&sp, (size_t)OC * (C + 1) * T * 4), *E = D + (size_t)OC * C * T;
+    int toff[LP_SHIFT_TMAX];
+    for (int kh = 0; kh < K; kh++)
+        for (int kw = 0; kw < K; kw++)
+            toff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
+    memset(ones, 0, (size_t)nb * plane * 2);
+    for (int j = 0; j < nb; j++)
+        for (int h = 0; h < H; h++)
+            for (int w = 0; w < W; w++)
+                ones[(size_t)j * plane + (size_t)(pad + h) * Wp + pad + w] = 0x3F80; /* 1.0 */
+    memset(D, 0, (size_t)OC * (C + 1) * T * 4);
+    for (int n0 = 0; n0 < N; n0 += nb) {
+        const int cnt = N - n0 < nb ? N - n0 : nb;
+        const size_t cs = (size_t)cnt * plane, n = cs - 2 * jlo;
+        uint16_t *gg = gx + (size_t)C * cs;
+        s_bf16_grids(gx, gg, sv->xq, dout, d, n0, cnt);
+        lp_shiftdot_bf16(D, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
+        lp_shiftdot_bf16(E, (size_t)T, gg + jlo, cs, OC, ones + jlo, cs, 1, toff, T, n);
+    }
+    const double sx = sv->xp.scale, mx = sv->xp.min;
+    for (int oc = 0; oc < OC; oc++)
+        for (int k = 0; k < C * T; k++)
+            dw[(size_t)oc * C * T + k] +=
+                (float)(sx * D[(size_t)oc * C * T + k] + mx * E[(size_t)oc * T + k % T]);
+}
+
+/* db (OC) += sum of dout over samples and pixels. */
+static void s_bias_grad(float *db, const float *dout, int N, int OC, int P)
+{
+    for (int n = 0; n < N; n++)
+        for (int oc = 0; oc < OC; oc++) {
+            const float *g = dout + ((size_t)n * OC + oc) * P;
+            float t = 0;
+            for (int p = 0; p < P; p++)
+                t += g[p];
+            db[oc] += t;
+        }
+}
+
 void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                         const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
                         void *scratch)
@@ -627,7 +740,11 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
 
     /* weight and bias gradients from the full-precision dout (bifurcation):
      * nn's FP32 conv backward (no din) on the dequantized saved codes */
-    if (dw || db) {
+    if (dw && s_wgrad_bf16_on(d)) {
+        s_wgrad_bf16(dw, dout, sv, d, sp);
+        if (db)
+            s_bias_grad(db, dout, N, OC, P);
+    } else if (dw || db) {
         const int nw = s_wgrad_nb(d);
         nn_conv_dims dc = *d;
         dc.N = nw;
@@ -643,14 +760,7 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                 nn_conv2d_backward(NULL, dw, db, dout + (size_t)n0 * OC * P, xf, NULL, &dc, nscr);
             }
         } else {
-            for (int n = 0; n < N; n++)
-                for (int oc = 0; oc < OC; oc++) {
-                    const float *g = dout + ((size_t)n * OC + oc) * P;
-                    float t = 0;
-                    for (int p = 0; p < P; p++)
-                        t += g[p];
-                    db[oc] += t;
-                }
+            s_bias_grad(db, dout, N, OC, P);
         }
     }
     if (!din)
@@ -780,11 +890,13 @@ void lp_conv2d_backward_fq(float *din, float *dw, float *db, const float *dout, 
     lp_fake_quant(gf, dout, gn, lp_tensor_qparams(dout, gn), 1, seed);
     if (din)
         memset(din, 0, (size_t)N * xper * sizeof(float));
+    const int wb16 = s_wgrad_bf16_on(d); /* the weight gradient sees bf16(dout) */
     for (int n = 0; n < N; n++)
         for (int oc = 0; oc < OC; oc++)
             for (int oh = 0; oh < OH; oh++)
                 for (int ow = 0; ow < OW; ow++) {
                     size_t o = (((size_t)n * OC + oc) * OH + oh) * OW + ow;
+                    const float gw = wb16 ? lp_bf16_to_f32(lp_bf16_from_f32(dout[o])) : dout[o];
                     if (db)
                         db[oc] += dout[o];
                     for (int c = 0; c < C; c++)
@@ -797,7 +909,7 @@ void lp_conv2d_backward_fq(float *din, float *dw, float *db, const float *dout, 
                                 size_t xi = (size_t)n * xper + ((size_t)c * H + ih) * W + iw;
                                 size_t wi = (size_t)oc * CK + (c * KH + kh) * KW + kw;
                                 if (dw)
-                                    dw[wi] += dout[o] * xf[xi];
+                                    dw[wi] += gw * xf[xi];
                                 if (din)
                                     din[xi] += gf[o] * wf[wi];
                             }

@@ -6,7 +6,8 @@
  *   on dequantized codes vs plain loops) likewise; train and eval modes;
  *   padded borders, strides, 1x1 kernels, sizes not multiples of 4/16; at
  *   every CPU level and through both conv paths (shift, im2col), whose
- *   forwards agree bit for bit.
+ *   forwards agree bit for bit; with FP32 and with bf16 weight gradients
+ *   (lp_bf16.h), the bf16 ones also against the exact gradient.
  * - Range EvoNorm: chunk arithmetic for T not divisible by 16; the
  *   quantizer-free core's backward against central finite differences of an
  *   independent double-precision forward; with quantizers on, forward and
@@ -24,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "lowprec/lp_bf16.h"
 #include "lowprec/lp_cpu.h"
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_simd.h"
@@ -97,10 +99,16 @@ static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
 static void test_conv_matches_fake_quant(void **state)
 {
     (void)state;
+    char err[256];
     for (int lv = 0; lv < 3; lv++) {
         if (lp_cpu_force(s_levels[lv]) != 0)
             continue;
-        for (int im2col = 0; im2col < 2; im2col++) {
+        for (int wg = 0; wg < 4; wg++) {
+            const int im2col = wg & 1;
+            /* weight gradients in FP32, and in bf16 where the CPU has it
+             * (the fake-quant twin then rounds its dout to bf16 too) */
+            if (lp_wgrad_set(wg < 2 ? LP_WGRAD_FP32 : LP_WGRAD_BF16, err, sizeof err) != 0)
+                continue;
             lp_conv2d_force_im2col(im2col);
             s_conv_case(3, 5, 7, 6, 9, 3, 1, 1, 1, 1);
             s_conv_case(2, 4, 9, 9, 8, 3, 2, 1, 0, 1);
@@ -114,8 +122,71 @@ static void test_conv_matches_fake_quant(void **state)
             s_conv_case(17, 16, 32, 32, 4, 3, 1, 1, 1, 1); /* two weight-gradient chunks */
         }
     }
+    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
     lp_conv2d_force_im2col(0);
     lp_cpu_force("auto");
+}
+
+/* The bf16 weight gradient against the exact one (double, on the same
+ * dequantized codes and the full-precision dout): only dout is rounded, so
+ * |dw - exact| <= 2^-8 * sum |g x| per entry (2^-9 from the rounding, the
+ * rest for FP32 sums); the FP32 path is within 1e-5 of it, and the two
+ * differ (bf16 is really used). */
+static void test_conv_wgrad_bf16(void **state)
+{
+    (void)state;
+    char err[256];
+    if (!lp_bf16_supported())
+        skip();
+    nn_rng r;
+    nn_rng_seed(&r, 24);
+    nn_conv_dims d = nn_conv_dims_make(9, 6, 11, 13, 5, 3, 1, 1);
+    const int T = 9, CK = d.C * T, P = d.H * d.W;
+    size_t xn = (size_t)d.N * d.C * P, wn = (size_t)d.OC * CK, on = (size_t)d.N * d.OC * P;
+    float *x = nn_xmalloc(xn * 4), *w = nn_xmalloc(wn * 4), *o = nn_xmalloc(on * 4);
+    float *g = nn_xmalloc(on * 4), *dwb = nn_xcalloc(wn, 4), *dwf = nn_xcalloc(wn, 4);
+    float *xd = nn_xmalloc(xn * 4);
+    s_fill(&r, x, xn, -1.2f, 2.0f);
+    s_fill(&r, w, wn, -0.4f, 0.4f);
+    s_fill(&r, g, on, -0.03f, 0.02f);
+    uint8_t *saved = nn_xmalloc(lp_conv2d_saved_bytes(&d));
+    lp_qsaved sv = {saved, {0, 0}, saved + xn, {0, 0}};
+    void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(&d));
+    float run[2] = {0, 0};
+    lp_conv2d_forward(o, &sv, run, x, w, NULL, &d, (lp_mode){1, 5}, scratch);
+    lp_dequantize(xd, sv.xq, xn, sv.xp);
+    assert_int_equal(lp_wgrad_set(LP_WGRAD_BF16, err, sizeof err), 0);
+    lp_conv2d_backward(NULL, dwb, NULL, g, &sv, &d, 6, scratch);
+    assert_int_equal(lp_wgrad_set(LP_WGRAD_FP32, err, sizeof err), 0);
+    lp_conv2d_backward(NULL, dwf, NULL, g, &sv, &d, 6, scratch);
+    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
+    int differ = 0;
+    for (int oc = 0; oc < d.OC; oc++)
+        for (int c = 0; c < d.C; c++)
+            for (int t = 0; t < T; t++) {
+                const int kh = t / 3, kw = t % 3;
+                double e = 0, mag = 0;
+                for (int n = 0; n < d.N; n++)
+                    for (int h = 0; h < d.H; h++)
+                        for (int ww = 0; ww < d.W; ww++) {
+                            int ih = h + kh - 1, iw = ww + kw - 1;
+                            if (ih < 0 || ih >= d.H || iw < 0 || iw >= d.W)
+                                continue;
+                            double gv = g[((size_t)n * d.OC + oc) * P + (size_t)h * d.W + ww];
+                            double xv = xd[((size_t)n * d.C + c) * P + (size_t)ih * d.W + iw];
+                            e += gv * xv;
+                            mag += fabs(gv * xv);
+                        }
+                const size_t i = (size_t)oc * CK + (size_t)c * T + t;
+                if (!(fabs(dwb[i] - e) <= ldexp(mag, -8)))
+                    fail_msg("bf16 dw[%zu] = %.9g, exact %.9g (budget %.3g)", i, dwb[i], e,
+                             ldexp(mag, -8));
+                if (!(fabs(dwf[i] - e) <= 1e-5 * mag))
+                    fail_msg("fp32 dw[%zu] = %.9g, exact %.9g", i, dwf[i], e);
+                differ += dwb[i] != dwf[i];
+            }
+    assert_true(differ > 0);
+    free(x); free(w); free(o); free(g); free(dwb); free(dwf); free(xd); free(saved); free(scratch);
 }
 
 /* The shift and im2col paths of the forward give the same floats at every
@@ -560,6 +631,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_matches_fake_quant),
         cmocka_unit_test(test_conv_paths_identical),
+        cmocka_unit_test(test_conv_wgrad_bf16),
         cmocka_unit_test(test_pair_rows),
         cmocka_unit_test(test_quad_rows),
         cmocka_unit_test(test_conv_saved_bytes),
