@@ -6,7 +6,7 @@
 # benchmark programs, tests/fuzz/fuzz_*.c libFuzzer targets (clang only).
 # Files ending in _avx2.c / _avx512.c / _avx512bf16.c get the matching -m
 # flags; the code in them is only called after a run-time CPU check
-# (lowprec/lp_cpu.c, lowprec/lp_bf16.c).
+# (nn/nn_cpu.c, lowprec/lp_bf16.c).
 #
 #   make                 build/lpgossip and the library
 #   make test            install missing packages, build, run every test

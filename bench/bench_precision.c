@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_model.h"
 #include "bench/bench_batch.h"
 #include "nn/nn_model.h"
@@ -81,7 +81,7 @@ int main(int argc, char **argv)
         steps = 1;
     openblas_set_num_threads(threads);
     printf("lowprec level %s, OpenBLAS %s, %d thread(s), batch %d, 3x32x32, median of %d steps\n",
-           lp_cpu_name(lp_cpu_level()), openblas_get_corename(), threads, batch, steps);
+           nn_cpu_name(nn_cpu_level()), openblas_get_corename(), threads, batch, steps);
     printf("%-9s %-5s %10s %14s %14s\n", "model", "prec", "ms/step", "saved act B", "prepared B");
     static const char *archs[2] = {"resnet20", "vgg11"};
     for (int a = 0; a < 2; a++) {

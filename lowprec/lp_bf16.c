@@ -5,13 +5,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 
 static lp_wgrad_t s_wgrad = LP_WGRAD_AUTO;
 
 int lp_bf16_supported(void)
 {
-    return lp_cpu_level() >= LP_CPU_AVX512VNNI && __builtin_cpu_supports("avx512bf16");
+    return nn_cpu_level() >= NN_CPU_AVX512VNNI && __builtin_cpu_supports("avx512bf16");
 }
 
 int lp_wgrad_parse(const char *s, lp_wgrad_t *out)
@@ -30,7 +30,7 @@ int lp_wgrad_set(lp_wgrad_t w, char *err, size_t errlen)
     if (w == LP_WGRAD_BF16 && !lp_bf16_supported()) {
         snprintf(err, errlen,
                  "--wgrad bf16: this CPU (level %s) has no AVX-512 BF16; use --wgrad fp32 or auto",
-                 lp_cpu_name(lp_cpu_level()));
+                 nn_cpu_name(nn_cpu_level()));
         return -1;
     }
     s_wgrad = w;

@@ -33,7 +33,7 @@ typedef enum {
     LP_WGRAD_BF16 = 2,
 } lp_wgrad_t;
 
-/* True when the current CPU level (lp_cpu) is AVX-512 VNNI or higher and the
+/* True when the current CPU level (nn_cpu.h) is AVX-512 VNNI or higher and the
  * CPU has AVX-512 BF16 (vdpbf16ps, vcvtne2ps2bf16). */
 int lp_bf16_supported(void);
 /* Sets the weight-gradient arithmetic.  BF16 on a CPU without it returns -1

@@ -1,7 +1,7 @@
 /* lp_gemm — exact integer GEMM on 8-bit codes: C_int32 = A_u8 * B_u8.
  *
  * Owns:    the packed operand layouts and the micro-kernels (portable C,
- *          AVX2, AVX-512 VNNI; run-time dispatch through lp_cpu).  All three
+ *          AVX2, AVX-512 VNNI; run-time dispatch through nn_cpu).  All three
  *          give bit-identical int32 results because the arithmetic is exact.
  * Exposes: packing, the GEMM, its plain _ref twin, and the affine
  *          correction that turns the int32 sums into real products.
@@ -76,7 +76,7 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
 /* Plain twin on row-major A (M, K) and B (K, N): C (M, N) = A * B. */
 void lp_gemm_u8u8_ref(int32_t *C, const uint8_t *A, const uint8_t *B, int M, int N, int K);
 
-/* The portable kernel (what lp_gemm_u8u8 runs at LP_CPU_PORTABLE). */
+/* The portable kernel (what lp_gemm_u8u8 runs at NN_CPU_PORTABLE). */
 void lp_gemm_kernel_portable(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M,
                              int N, int K, int32_t *colsum);
 

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "lowprec/lp_bf16.h"
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_simd.h"
 
@@ -317,12 +317,12 @@ static s_conv_rows s_rows(void)
 {
     s_conv_rows r = {0, lp_pair_row_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
                      lp_tap_isum_row_ref, lp_dequant_row_ref};
-    if (lp_cpu_level() >= LP_CPU_AVX2) {
+    if (nn_cpu_level() >= NN_CPU_AVX2) {
         r.pair_row = lp_pair_row_avx2;
         r.tap_sum_row = lp_tap_sum_row_avx2;
         r.dequant_row = lp_dequant_row_avx2;
     }
-    if (lp_cpu_level() >= LP_CPU_AVX512VNNI) {
+    if (nn_cpu_level() >= NN_CPU_AVX512VNNI) {
         r.quad = 1;
         r.quad_row = lp_quad_row_avx512;
         r.tap_isum_row = lp_tap_isum_row_avx512;
@@ -1136,7 +1136,7 @@ void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *
 static void s_ren_row_fwd(float *o, const float *x, size_t n, float v, float sc, float gamma,
                           float beta)
 {
-    if (lp_cpu_level() >= LP_CPU_AVX2)
+    if (nn_cpu_level() >= NN_CPU_AVX2)
         lp_ren_row_fwd_avx2(o, x, n, v, sc, gamma, beta);
     else
         lp_ren_row_fwd_ref(o, x, n, v, sc, gamma, beta);
@@ -1145,7 +1145,7 @@ static void s_ren_row_fwd(float *o, const float *x, size_t n, float v, float sc,
 static void s_ren_row_bwd(float *dx, double sums[3], const float *x, const float *g, size_t n,
                           float v, float sc, float gamma)
 {
-    if (lp_cpu_level() >= LP_CPU_AVX2)
+    if (nn_cpu_level() >= NN_CPU_AVX2)
         lp_ren_row_bwd_avx2(dx, sums, x, g, n, v, sc, gamma);
     else
         lp_ren_row_bwd_ref(dx, sums, x, g, n, v, sc, gamma);
@@ -1161,7 +1161,7 @@ size_t lp_find_eq_ref(const float *x, size_t n, float v)
 
 static size_t s_find_eq(const float *x, size_t n, float v)
 {
-    return lp_cpu_level() >= LP_CPU_AVX2 ? lp_find_eq_avx2(x, n, v) : lp_find_eq_ref(x, n, v);
+    return nn_cpu_level() >= NN_CPU_AVX2 ? lp_find_eq_avx2(x, n, v) : lp_find_eq_ref(x, n, v);
 }
 
 /* A tensor the Range EvoNorm core reads: floats, or uint8 codes with their

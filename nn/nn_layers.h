@@ -32,7 +32,7 @@ typedef struct {
 
 nn_conv_dims nn_conv_dims_make(int N, int C, int H, int W, int OC, int K, int stride, int pad);
 /* Floats of scratch nn_conv2d_forward/backward need for these dims, on this
- * CPU (the kernel path depends on it: size after any nn_simd_force_* call). */
+ * CPU (the kernel path depends on it: size after any nn_cpu_force call). */
 size_t nn_conv_scratch_floats(const nn_conv_dims *d);
 
 /* out (N,OC,OH,OW) = conv(in (N,C,H,W), w (OC,C,KH,KW)) + b (OC; may be NULL). */

@@ -22,7 +22,7 @@
 #include <cmocka.h>
 
 #include "lowprec/lp_bf16.h"
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "nn/nn_core.h"
 
 static float s_f(uint32_t u)
@@ -182,14 +182,14 @@ static void test_wgrad_choice(void **state)
     assert_false(lp_wgrad_bf16());
     assert_string_equal(lp_wgrad_name(), "fp32");
     /* a level without BF16 refuses bf16 by name and keeps the choice */
-    assert_int_equal(lp_cpu_force("portable"), 0);
+    assert_int_equal(nn_cpu_force("portable"), 0);
     assert_int_equal(lp_wgrad_set(LP_WGRAD_BF16, err, sizeof err), -1);
     assert_non_null(strstr(err, "no AVX-512 BF16"));
     assert_non_null(strstr(err, "portable"));
     assert_false(lp_wgrad_bf16());
     assert_int_equal(lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err), 0);
     assert_false(lp_wgrad_bf16()); /* auto at the portable level: fp32 */
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
     if (lp_bf16_supported()) {
         assert_int_equal(lp_wgrad_set(LP_WGRAD_BF16, err, sizeof err), 0);
         assert_true(lp_wgrad_bf16());
@@ -199,7 +199,7 @@ static void test_wgrad_choice(void **state)
 
 int main(void)
 {
-    printf("lowprec level %s, AVX-512 BF16 %s\n", lp_cpu_name(lp_cpu_level()),
+    printf("lowprec level %s, AVX-512 BF16 %s\n", nn_cpu_name(nn_cpu_level()),
            lp_bf16_supported() ? "yes" : "no (kernel tests skip)");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_convert),

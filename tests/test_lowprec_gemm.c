@@ -17,11 +17,11 @@
 
 #include "tests/tk.h"
 
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "nn/nn_core.h"
 
-static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
+static const char *s_levels[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni"};
 
 typedef struct {
     int M, N, K;
@@ -65,8 +65,8 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
             t += A[(size_t)m * K + k];
         assert_int_equal(rows[m], t);
     }
-    for (int lv = 0; lv < 3; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
             continue;
         memset(C, 0x5a, (size_t)M * ldc * sizeof(int32_t));
         lp_gemm_u8u8(C, ldc, Ap, Bp, M, N, K, cols);
@@ -85,7 +85,7 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
             assert_int_equal(cols[n], t);
         }
     }
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
     free(A); free(B); free(At); free(Bt); free(ref); free(C); free(rows); free(cols);
     free(Ap); free(Bp);
 }
@@ -93,13 +93,13 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
 static void test_levels_available(void **state)
 {
     (void)state;
-    for (int lv = 0; lv < 3; lv++)
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++)
+        if (nn_cpu_force(s_levels[lv]) != 0)
             print_message("skipping %s: not supported by this CPU\n", s_levels[lv]);
-    assert_int_equal(lp_cpu_force("nonsense"), -1);
-    assert_int_equal(lp_cpu_force("portable"), 0);
-    assert_int_equal(lp_cpu_level(), LP_CPU_PORTABLE);
-    lp_cpu_force("auto");
+    assert_int_equal(nn_cpu_force("nonsense"), -1);
+    assert_int_equal(nn_cpu_force("portable"), 0);
+    assert_int_equal(nn_cpu_level(), NN_CPU_PORTABLE);
+    nn_cpu_force("auto");
 }
 
 static void test_awkward_shapes(void **state)
@@ -203,8 +203,8 @@ static void test_shiftgemm(void **state)
                                 }
                         const uint32_t *B = grid + margin;
                         int32_t *S = nn_xmalloc((size_t)M * ldc * 4);
-                        for (int lv = 0; lv < 3; lv++) {
-                            if (lp_cpu_force(s_levels[lv]) != 0)
+                        for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+                            if (nn_cpu_force(s_levels[lv]) != 0)
                                 continue;
                             memset(S, 0x5a, (size_t)M * ldc * 4);
                             lp_shiftgemm(S, ldc, Ap, M, B, ldb, np, toff, T, n);
@@ -224,7 +224,7 @@ static void test_shiftgemm(void **state)
                                     assert_int_equal((uint32_t)S[(size_t)m * ldc + j], 0x5a5a5a5au);
                             }
                         }
-                        lp_cpu_force("auto");
+                        nn_cpu_force("auto");
                         free(b); free(a); free(grid); free(Ap); free(S);
                     }
 }
@@ -273,8 +273,8 @@ static void test_shiftgemm_quads(void **state)
                                 }
                         const uint32_t *B = grid + margin;
                         int32_t *S = nn_xmalloc((size_t)M * ldc * 4);
-                        for (int lv = 0; lv < 3; lv++) {
-                            if (lp_cpu_force(s_levels[lv]) != 0)
+                        for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+                            if (nn_cpu_force(s_levels[lv]) != 0)
                                 continue;
                             memset(S, 0x5a, (size_t)M * ldc * 4);
                             lp_shiftgemm_q(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
@@ -296,7 +296,7 @@ static void test_shiftgemm_quads(void **state)
                                     assert_int_equal((uint32_t)S[(size_t)m * ldc + j], 0x5a5a5a5au);
                             }
                         }
-                        lp_cpu_force("auto");
+                        nn_cpu_force("auto");
                         free(b); free(a); free(grid); free(Ap); free(S);
                     }
 }
@@ -321,8 +321,8 @@ static void test_dequant_row_quads(void **state)
         base[i] = 0.37 - 0.02 * (double)(i % 5);
     }
     lp_dequant_row_ref(ref, St, t, c, base, n);
-    for (int lv = 0; lv < 3; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
             continue;
         for (size_t len = 0; len <= n; len++) {
             memset(got, 0x7f, sizeof got);
@@ -332,7 +332,7 @@ static void test_dequant_row_quads(void **state)
                 assert_int_equal(((uint8_t *)&got[i])[0], 0x7f);
         }
     }
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
 /* The row correction: every level gives the floats of the scalar twin. */
@@ -352,8 +352,8 @@ static void test_dequant_row(void **state)
     }
     const double c = 1.3e-5;
     lp_dequant_row_ref(ref, S, t, c, base, n);
-    for (int lv = 0; lv < 3; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
             continue;
         for (size_t len = 0; len <= n; len++) {
             memset(got, 0x7f, sizeof got);
@@ -363,7 +363,7 @@ static void test_dequant_row(void **state)
                 assert_int_equal(((uint8_t *)&got[i])[0], 0x7f);
         }
     }
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
 int main(void)

@@ -26,7 +26,7 @@
 #include <cmocka.h>
 
 #include "lowprec/lp_bf16.h"
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_simd.h"
 #include "nn/nn_core.h"
@@ -92,7 +92,7 @@ static void s_conv_case(int N, int C, int H, int W, int OC, int K, int stride, i
     free(dw1); free(dw2); free(db1); free(db2); free(saved); free(scratch); free(fqs);
 }
 
-static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
+static const char *s_levels[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni"};
 
 /* Every CPU level, and the stride-1 "same" convs both through the shift
  * path and through the im2col path. */
@@ -100,8 +100,8 @@ static void test_conv_matches_fake_quant(void **state)
 {
     (void)state;
     char err[256];
-    for (int lv = 0; lv < 3; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
             continue;
         for (int wg = 0; wg < 4; wg++) {
             const int im2col = wg & 1;
@@ -124,7 +124,7 @@ static void test_conv_matches_fake_quant(void **state)
     }
     lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
     lp_conv2d_force_im2col(0);
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
 /* The bf16 weight gradient against the exact one (double, on the same
@@ -210,8 +210,8 @@ static void test_conv_paths_identical(void **state)
     void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(&d));
     lp_mode mode = {1, 31};
     float run[2] = {0, 0};
-    for (int lv = 0; lv < 3; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
             continue;
         lp_conv2d_force_im2col(0);
         lp_conv2d_forward(o1, &sv, run, x, w, b, &d, mode, scratch);
@@ -220,16 +220,16 @@ static void test_conv_paths_identical(void **state)
         assert_memory_equal(o1, o2, on * 4);
     }
     lp_conv2d_force_im2col(0);
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
     free(x); free(w); free(b); free(o1); free(o2); free(saved); free(scratch);
 }
 
 /* Skips the test on CPUs without AVX2 (its kernels are called directly). */
 static void s_need_avx2(void)
 {
-    if (lp_cpu_force("avx2") != 0)
+    if (nn_cpu_force("avx2") != 0)
         skip();
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
 /* The pair-grid helpers of the shift path: AVX2 against the twins, exact,
@@ -270,9 +270,9 @@ static void test_pair_rows(void **state)
  * directly). */
 static void s_need_vnni(void)
 {
-    if (lp_cpu_force("avx512vnni") != 0)
+    if (nn_cpu_force("avx512vnni") != 0)
         skip();
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
 /* The quad-grid helpers of the VNNI shift path against their twins, exact,
@@ -483,10 +483,10 @@ static void s_ren_fd_case(void)
 static void test_ren_finite_differences(void **state)
 {
     (void)state;
-    for (int lv = 0; lv < 3; lv++)
-        if (lp_cpu_force(s_levels[lv]) == 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++)
+        if (nn_cpu_force(s_levels[lv]) == 0)
             s_ren_fd_case();
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
 /* The AVX2 row kernels against their scalar twins: forward bit for bit,
