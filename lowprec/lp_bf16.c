@@ -11,7 +11,10 @@ static lp_wgrad_t s_wgrad = LP_WGRAD_AUTO;
 
 int lp_bf16_supported(void)
 {
-    return nn_cpu_level() >= NN_CPU_AVX512VNNI && __builtin_cpu_supports("avx512bf16");
+    static int has = -1; /* the CPU's answer, asked once */
+    if (has < 0)
+        has = __builtin_cpu_supports("avx512bf16") != 0;
+    return has && nn_cpu_level() >= NN_CPU_AVX512VNNI;
 }
 
 int lp_wgrad_parse(const char *s, lp_wgrad_t *out)

@@ -15,26 +15,28 @@
 
 void lp_bf16_row_avx512bf16(uint16_t *dst, const float *src, size_t n)
 {
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
-        _mm512_storeu_si512((void *)(dst + i), (__m512i)h);
+    for (size_t i = 0; i < n; i += 32) {
+        /* tails masked: nothing read or written past n */
+        const size_t left = n - i;
+        const __mmask16 klo = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+        const __mmask16 khi =
+            left >= 32 ? (__mmask16)0xFFFF : left <= 16 ? 0 : (__mmask16)((1u << (left - 16)) - 1u);
+        __m512bh h = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, src + i + 16),
+                                         _mm512_maskz_loadu_ps(klo, src + i));
+        _mm512_mask_storeu_epi16(dst + i, (__mmask32)klo | (__mmask32)khi << 16, (__m512i)h);
     }
-    if (i < n)
-        lp_bf16_row_ref(dst + i, src + i, n - i);
 }
 
 void lp_bf16_codes_row_avx512bf16(uint16_t *dst, const uint8_t *q, size_t n)
 {
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + i))));
+    for (size_t i = 0; i < n; i += 16) {
+        const size_t left = n - i;
+        const __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+        __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, q + i)));
         /* exact: the low 16 bits of an integer 0..255 as float are zero */
         __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(f), 16));
-        _mm256_storeu_si256((__m256i *)(dst + i), h);
+        _mm256_mask_storeu_epi16(dst + i, k, h);
     }
-    if (i < n)
-        lp_bf16_codes_row_ref(dst + i, q + i, n - i);
 }
 
 #define S_DM 4 /* rows of A per tile */

@@ -16,6 +16,7 @@
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_simd.h"
 
+/* Lanes [0, min(16, w - lo)) of a 16-lane vector. */
 static inline __mmask16 s_mask(size_t w, size_t lo)
 {
     size_t rem = w > lo ? w - lo : 0;
@@ -101,47 +102,39 @@ void lp_shiftgemm_q_avx512(int32_t *S, size_t ldc, const uint32_t *Ap, int M, co
     }
 }
 
-static inline __m512i s_ld16(const uint8_t *r, size_t w)
+/* 16 codes of row r from w (k: the lanes to read; NULL rows are zero). */
+static inline __m512i s_ld16(const uint8_t *r, size_t w, __mmask16 k)
 {
-    return r ? _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(r + w)))
-             : _mm512_setzero_si512();
+    return r ? _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, r + w)) : _mm512_setzero_si512();
 }
 
 void lp_quad_row_avx512(uint32_t *dst, int32_t *chs, const uint8_t *const r[4], size_t n)
 {
-    size_t w = 0;
-    for (; w + 16 <= n; w += 16) {
-        __m512i c0 = s_ld16(r[0], w), c1 = s_ld16(r[1], w);
-        __m512i c2 = s_ld16(r[2], w), c3 = s_ld16(r[3], w);
+    for (size_t w = 0; w < n; w += 16) {
+        const __mmask16 k = s_mask(n - w, 0); /* tails masked, nothing read or written past n */
+        __m512i c0 = s_ld16(r[0], w, k), c1 = s_ld16(r[1], w, k);
+        __m512i c2 = s_ld16(r[2], w, k), c3 = s_ld16(r[3], w, k);
         __m512i q = _mm512_or_si512(_mm512_or_si512(c0, _mm512_slli_epi32(c1, 8)),
                                     _mm512_or_si512(_mm512_slli_epi32(c2, 16),
                                                     _mm512_slli_epi32(c3, 24)));
-        _mm512_storeu_si512((void *)(dst + w), q);
+        _mm512_mask_storeu_epi32(dst + w, k, q);
         if (chs) {
             __m512i s = _mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3));
-            _mm512_storeu_si512((void *)(chs + w),
-                                _mm512_add_epi32(_mm512_loadu_si512((const void *)(chs + w)), s));
+            _mm512_mask_storeu_epi32(chs + w, k,
+                                     _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, chs + w), s));
         }
-    }
-    if (w < n) {
-        const uint8_t *rt[4];
-        for (int l = 0; l < 4; l++)
-            rt[l] = r[l] ? r[l] + w : NULL;
-        lp_quad_row_ref(dst + w, chs ? chs + w : NULL, rt, n - w);
     }
 }
 
 void lp_tap_isum_row_avx512(int32_t *sb, const int32_t *s, const int *off, int T, size_t n)
 {
-    size_t w = 0;
-    for (; w + 16 <= n; w += 16) {
+    for (size_t w = 0; w < n; w += 16) {
+        const __mmask16 k = s_mask(n - w, 0);
         __m512i acc = _mm512_setzero_si512();
-        for (int k = 0; k < T; k++)
-            acc = _mm512_add_epi32(acc, _mm512_loadu_si512((const void *)(s + w + off[k])));
-        _mm512_storeu_si512((void *)(sb + w), acc);
+        for (int t = 0; t < T; t++)
+            acc = _mm512_add_epi32(acc, _mm512_maskz_loadu_epi32(k, s + w + off[t]));
+        _mm512_mask_storeu_epi32(sb + w, k, acc);
     }
-    if (w < n)
-        lp_tap_isum_row_ref(sb + w, s + w, off, T, n - w);
 }
 
 /* The twin's order: (c*(S + 128*SB) + cb*SB) + base, no FMA, one rounding
@@ -150,23 +143,20 @@ void lp_dequant_row_q_avx512(float *out, const int32_t *S, const int32_t *SB, do
                              double cb, const double *base, size_t n)
 {
     const __m512d vc = _mm512_set1_pd(c), vb = _mm512_set1_pd(cb);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512i sb = _mm512_loadu_si512((const void *)(SB + i));
-        __m512i s = _mm512_add_epi32(_mm512_loadu_si512((const void *)(S + i)),
-                                     _mm512_slli_epi32(sb, 7));
+    for (size_t i = 0; i < n; i += 16) {
+        const __mmask16 k = s_mask(n - i, 0);
+        const __mmask8 klo = (__mmask8)k, khi = (__mmask8)(k >> 8);
+        __m512i sb = _mm512_maskz_loadu_epi32(k, SB + i);
+        __m512i s = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, S + i), _mm512_slli_epi32(sb, 7));
         __m512d slo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(s));
         __m512d shi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(s, 1));
         __m512d blo = _mm512_cvtepi32_pd(_mm512_castsi512_si256(sb));
         __m512d bhi = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(sb, 1));
         slo = _mm512_add_pd(_mm512_add_pd(_mm512_mul_pd(vc, slo), _mm512_mul_pd(vb, blo)),
-                            _mm512_loadu_pd(base + i));
+                            _mm512_maskz_loadu_pd(klo, base + i));
         shi = _mm512_add_pd(_mm512_add_pd(_mm512_mul_pd(vc, shi), _mm512_mul_pd(vb, bhi)),
-                            _mm512_loadu_pd(base + i + 8));
-        __m256 flo = _mm512_cvtpd_ps(slo), fhi = _mm512_cvtpd_ps(shi);
-        _mm256_storeu_ps(out + i, flo);
-        _mm256_storeu_ps(out + i + 8, fhi);
+                            _mm512_maskz_loadu_pd(khi, base + i + 8));
+        _mm256_mask_storeu_ps(out + i, klo, _mm512_cvtpd_ps(slo));
+        _mm256_mask_storeu_ps(out + i + 8, khi, _mm512_cvtpd_ps(shi));
     }
-    if (i < n)
-        lp_dequant_row_q_ref(out + i, S + i, SB + i, c, cb, base + i, n - i);
 }

@@ -311,12 +311,14 @@ typedef struct {
     void (*tap_sum_row)(double *, const int32_t *, const int *, int, double, size_t);
     void (*tap_isum_row)(int32_t *, const int32_t *, const int *, int, size_t);
     void (*dequant_row)(float *, const int32_t *, const double *, double, const double *, size_t);
+    void (*dequant_row_q)(float *, const int32_t *, const int32_t *, double, double,
+                          const double *, size_t);
 } s_conv_rows;
 
 static s_conv_rows s_rows(void)
 {
     s_conv_rows r = {0, lp_pair_row_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
-                     lp_tap_isum_row_ref, lp_dequant_row_ref};
+                     lp_tap_isum_row_ref, lp_dequant_row_ref, lp_dequant_row_q_ref};
     if (nn_cpu_level() >= NN_CPU_AVX2) {
         r.pair_row = lp_pair_row_avx2;
         r.tap_sum_row = lp_tap_sum_row_avx2;
@@ -326,6 +328,7 @@ static s_conv_rows s_rows(void)
         r.quad = 1;
         r.quad_row = lp_quad_row_avx512;
         r.tap_isum_row = lp_tap_isum_row_avx512;
+        r.dequant_row_q = lp_dequant_row_q_avx512;
     }
     return r;
 }
@@ -519,7 +522,7 @@ static void s_shift_dequant(float *out, const int32_t *Sm, const int32_t *chs, c
             const double *base = bases + ((size_t)m * nh + hcls[h]) * W;
             const size_t off = (size_t)h * W;
             if (rows->quad)
-                lp_dequant_row_q(o + off, Sr + off, isb + off, cS, cSB, base, (size_t)W);
+                rows->dequant_row_q(o + off, Sr + off, isb + off, cS, cSB, base, (size_t)W);
             else
                 rows->dequant_row(o + off, Sr + off, sb + off, cS, base, (size_t)W);
         }
@@ -658,17 +661,22 @@ static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const fl
 {
     const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
     const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
+    const int simd = lp_bf16_supported(); /* resolved once, not per row */
+    void (*codes_row)(uint16_t *, const uint8_t *, size_t) =
+        simd ? lp_bf16_codes_row_avx512bf16 : lp_bf16_codes_row_ref;
+    void (*f32_row)(uint16_t *, const float *, size_t) =
+        simd ? lp_bf16_row_avx512bf16 : lp_bf16_row_ref;
     memset(gx, 0, (size_t)C * cs * 2);
     memset(gg, 0, (size_t)OC * cs * 2);
     for (int j = 0; j < cnt; j++) {
         const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
         for (int c = 0; c < C; c++)
             for (int h = 0; h < H; h++)
-                lp_bf16_codes_row(gx + (size_t)c * cs + at + (size_t)h * Wp,
+                codes_row(gx + (size_t)c * cs + at + (size_t)h * Wp,
                                   xq + ((size_t)(n0 + j) * C + c) * P + (size_t)h * W, (size_t)W);
         for (int oc = 0; oc < OC; oc++)
             for (int h = 0; h < H; h++)
-                lp_bf16_row(gg + (size_t)oc * cs + at + (size_t)h * Wp,
+                f32_row(gg + (size_t)oc * cs + at + (size_t)h * Wp,
                             dout + ((size_t)(n0 + j) * OC + oc) * P + (size_t)h * W, (size_t)W);
     }
 }
