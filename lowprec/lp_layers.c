@@ -104,27 +104,40 @@ static int s_use_shift(const nn_conv_dims *d)
     return (d->C <= LP_SHIFT_MAXC && d->OC <= LP_SHIFT_MAXC) || d->H * d->W < 16;
 }
 
-/* Convs whose weight gradient is bf16 now (lp_bf16.h): the shift geometry,
- * at any channel count.  The others (strided, 1x1) stay FP32. */
+/* True when the conv weight gradients are bf16 now (lp_bf16.h): every
+ * conv, through shifted grids (stride-1 same) or an im2col of the codes. */
 static int s_wgrad_bf16_on(const nn_conv_dims *d)
 {
-    return lp_wgrad_bf16() && s_shift_geom(d);
+    (void)d;
+    return lp_wgrad_bf16();
 }
 
-/* Samples per chunk of the bf16 weight gradient: >= 4096 grid columns. */
+/* Columns per chunk of the bf16 weight gradient: a grid plane (Hp*Wp) per
+ * sample on the shift geometry, else the OH*OW output pixels. */
+static size_t s_wgrad_bf16_cols(const nn_conv_dims *d)
+{
+    if (s_shift_geom(d))
+        return (size_t)(d->H + 2 * d->pad) * (d->W + 2 * d->pad);
+    return (size_t)d->OH * d->OW;
+}
+
+/* Samples per chunk of the bf16 weight gradient: >= 4096 columns. */
 static int s_wgrad_bf16_nb(const nn_conv_dims *d)
 {
-    const size_t plane = (size_t)(d->H + 2 * d->pad) * (d->W + 2 * d->pad);
-    int nb = (int)((4096 + plane - 1) / plane);
+    const size_t per = s_wgrad_bf16_cols(d);
+    int nb = (int)((4096 + per - 1) / per);
     return nb < 1 ? 1 : nb > d->N ? d->N : nb;
 }
 
+/* Scratch of s_wgrad_bf16: input rows (C on the shift geometry, C*T lowered),
+ * OC gradient rows and T rows of ones (one on the shift geometry), then
+ * the FP32 sums D (OC, C*T) and E (OC, T). */
 static size_t s_wgrad_bf16_bytes(const nn_conv_dims *d)
 {
-    const size_t plane = (size_t)(d->H + 2 * d->pad) * (d->W + 2 * d->pad);
-    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * plane, T = (size_t)d->KH * d->KW;
-    return ALIGN64((size_t)(d->C + d->OC) * cs * 2) + ALIGN64(cs * 2) +
-           ALIGN64((size_t)d->OC * (d->C + 1) * T * 4);
+    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * s_wgrad_bf16_cols(d);
+    const size_t T = (size_t)d->KH * d->KW, shift = (size_t)s_shift_geom(d);
+    const size_t rows = shift ? (size_t)d->C + 1 : (size_t)d->C * T + T;
+    return ALIGN64((rows + (size_t)d->OC) * cs * 2) + ALIGN64((size_t)d->OC * (d->C + 1) * T * 4);
 }
 
 /* Samples per chunk of the shift path: >= 1024 grid columns. */
@@ -199,10 +212,8 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     size_t bw = ALIGN64((size_t)dc.N * d->C * d->H * d->W * sizeof(float)) +
                 ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
     /* backward, input gradient: gradient codes, then either path */
-    if (s_shift_geom(d)) {
-        size_t bb = s_wgrad_bf16_bytes(d);
-        bw = bw > bb ? bw : bb;
-    }
+    size_t bb = s_wgrad_bf16_bytes(d);
+    bw = bw > bb ? bw : bb;
     size_t b = ALIGN64((size_t)d->N * d->OC * P), bi = 0;
     bi += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
     bi += ALIGN64((size_t)CK * 4);
@@ -681,40 +692,93 @@ static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const fl
     }
 }
 
-/* dw (OC, C, K, K) += the weight gradient of a stride-1 same conv in bf16
- * (lp_bf16.h): with x = sx*q + mx inside the image,
+/* The bf16 rows of one lowered chunk: the im2col of the codes of samples
+ * [n0, n0+cnt), col (C*T, cs) with padded taps 0, cs = cnt*OH*OW, and gg
+ * (OC, cs) the dout of the same pixels.  Overwrites both. */
+static void s_bf16_lowered(uint16_t *col, uint16_t *gg, const uint8_t *xq, const float *dout,
+                           const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, KH = d->KH, KW = d->KW;
+    const int OH = d->OH, OW = d->OW, S = d->stride, pad = d->pad;
+    const size_t P = (size_t)OH * OW, cs = (size_t)cnt * P;
+    uint16_t tab[256]; /* bf16 of each code, exact */
+    for (int q = 0; q < 256; q++)
+        tab[q] = lp_bf16_from_f32((float)q);
+    void (*f32_row)(uint16_t *, const float *, size_t) =
+        lp_bf16_supported() ? lp_bf16_row_avx512bf16 : lp_bf16_row_ref;
+    for (int j = 0; j < cnt; j++) {
+        for (int c = 0; c < C; c++) {
+            const uint8_t *x = xq + ((size_t)(n0 + j) * C + c) * H * W;
+            for (int kh = 0; kh < KH; kh++)
+                for (int kw = 0; kw < KW; kw++) {
+                    uint16_t *dst = col + ((size_t)(c * KH + kh) * KW + kw) * cs + (size_t)j * P;
+                    for (int oh = 0; oh < OH; oh++) {
+                        const int ih = oh * S - pad + kh;
+                        for (int ow = 0; ow < OW; ow++) {
+                            const int iw = ow * S - pad + kw;
+                            dst[(size_t)oh * OW + ow] = ih >= 0 && ih < H && iw >= 0 && iw < W
+                                                            ? tab[x[(size_t)ih * W + iw]]
+                                                            : 0;
+                        }
+                    }
+                }
+        }
+        for (int oc = 0; oc < OC; oc++)
+            f32_row(gg + (size_t)oc * cs + (size_t)j * P, dout + ((size_t)(n0 + j) * OC + oc) * P,
+                    P);
+    }
+}
+
+/* dw (OC, C, KH, KW) += the conv weight gradient in bf16 (lp_bf16.h): with
+ * x = sx*q + mx inside the image,
  *   dw[oc][c][t] += sx * D[oc][c][t] + mx * E[oc][t],
- *   D = sum_j bf16(g[oc][j]) q[c][j + toff[t]],  E = sum_j bf16(g[oc][j]) [tap inside],
- * E read from a grid of ones over the image (zero in the padding).  Only
- * dout is rounded (the codes are exact in bf16); sums in FP32.  Scratch:
+ *   D = sum_j bf16(g[oc][j]) q[c][tap t of j],  E = sum_j bf16(g[oc][j]) [tap t inside],
+ * E read from rows of ones over the image (zero in the padding).  Stride-1
+ * same convs read shifted rows of zero-bordered grids (one ones grid);
+ * others an im2col of the codes (one ones row per tap).  Only dout is
+ * rounded (the codes are exact in bf16); sums in FP32.  Scratch:
  * s_wgrad_bf16_bytes(d). */
 static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
                          void *scratch)
 {
-    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, K = d->KH, pad = d->pad;
-    const int T = K * K, Wp = W + 2 * pad, nb = s_wgrad_bf16_nb(d);
-    const size_t plane = (size_t)(H + 2 * pad) * Wp, jlo = (size_t)pad * Wp + pad;
+    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, KW = d->KW, pad = d->pad;
+    const int T = d->KH * KW, nb = s_wgrad_bf16_nb(d), shift = s_shift_geom(d);
+    const int Wp = W + 2 * pad, nx = shift ? C : C * T, n1 = shift ? 1 : T;
+    const size_t per = s_wgrad_bf16_cols(d), jlo = shift ? (size_t)pad * Wp + pad : 0;
     unsigned char *sp = (unsigned char *)scratch;
-    uint16_t *gx = s_take(&sp, (size_t)(C + OC) * nb * plane * 2);
-    uint16_t *ones = s_take(&sp, (size_t)nb * plane * 2);
+    uint16_t *gx = s_take(&sp, ((size_t)nx + n1 + OC) * nb * per * 2);
     float *D = s_take(&sp, (size_t)OC * (C + 1) * T * 4), *E = D + (size_t)OC * C * T;
+    static const int zero = 0;
     int toff[LP_SHIFT_TMAX];
-    for (int kh = 0; kh < K; kh++)
-        for (int kw = 0; kw < K; kw++)
-            toff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
-    memset(ones, 0, (size_t)nb * plane * 2);
-    for (int j = 0; j < nb; j++)
-        for (int h = 0; h < H; h++)
-            for (int w = 0; w < W; w++)
-                ones[(size_t)j * plane + (size_t)(pad + h) * Wp + pad + w] = 0x3F80; /* 1.0 */
+    for (int t = 0; shift && t < T; t++)
+        toff[t] = (t / KW - pad) * Wp + (t % KW - pad);
     memset(D, 0, (size_t)OC * (C + 1) * T * 4);
     for (int n0 = 0; n0 < N; n0 += nb) {
         const int cnt = N - n0 < nb ? N - n0 : nb;
-        const size_t cs = (size_t)cnt * plane, n = cs - 2 * jlo;
-        uint16_t *gg = gx + (size_t)C * cs;
-        s_bf16_grids(gx, gg, sv->xq, dout, d, n0, cnt);
-        lp_shiftdot_bf16(D, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
-        lp_shiftdot_bf16(E, (size_t)T, gg + jlo, cs, OC, ones + jlo, cs, 1, toff, T, n);
+        const size_t cs = (size_t)cnt * per, n = cs - 2 * jlo;
+        uint16_t *ones = gx + (size_t)nx * cs, *gg = ones + (size_t)n1 * cs;
+        memset(ones, 0, (size_t)n1 * cs * 2);
+        for (int j = 0; j < cnt; j++) /* 1.0 where the image (or the tap) is */
+            for (int t = 0; t < n1; t++)
+                for (int oh = 0; oh < (shift ? H : d->OH); oh++)
+                    for (int ow = 0; ow < (shift ? W : d->OW); ow++) {
+                        const int ih = oh * d->stride - pad + t / KW;
+                        const int iw = ow * d->stride - pad + t % KW;
+                        if (shift)
+                            ones[(size_t)j * per + (size_t)(pad + oh) * Wp + pad + ow] = 0x3F80;
+                        else if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                            ones[(size_t)t * cs + (size_t)j * per + (size_t)oh * d->OW + ow] =
+                                0x3F80;
+                    }
+        if (shift) {
+            s_bf16_grids(gx, gg, sv->xq, dout, d, n0, cnt);
+            lp_shiftdot_bf16(D, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
+            lp_shiftdot_bf16(E, (size_t)T, gg + jlo, cs, OC, ones + jlo, cs, 1, toff, T, n);
+        } else {
+            s_bf16_lowered(gx, gg, sv->xq, dout, d, n0, cnt);
+            lp_shiftdot_bf16(D, (size_t)C * T, gg, cs, OC, gx, cs, C * T, &zero, 1, n);
+            lp_shiftdot_bf16(E, (size_t)T, gg, cs, OC, ones, cs, T, &zero, 1, n);
+        }
     }
     const double sx = sv->xp.scale, mx = sv->xp.min;
     for (int oc = 0; oc < OC; oc++)

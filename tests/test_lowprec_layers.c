@@ -131,18 +131,16 @@ static void test_conv_matches_fake_quant(void **state)
  * dequantized codes and the full-precision dout): only dout is rounded, so
  * |dw - exact| <= 2^-8 * sum |g x| per entry (2^-9 from the rounding, the
  * rest for FP32 sums); the FP32 path is within 1e-5 of it, and the two
- * differ (bf16 is really used). */
-static void test_conv_wgrad_bf16(void **state)
+ * differ (bf16 is really used).  Shifted grids (stride-1 same convs) and
+ * the im2col of the codes (strided, 1x1). */
+static void s_wgrad_case(int N, int C, int H, int W, int OC, int K, int stride, int pad)
 {
-    (void)state;
     char err[256];
-    if (!lp_bf16_supported())
-        skip();
     nn_rng r;
-    nn_rng_seed(&r, 24);
-    nn_conv_dims d = nn_conv_dims_make(9, 6, 11, 13, 5, 3, 1, 1);
-    const int T = 9, CK = d.C * T, P = d.H * d.W;
-    size_t xn = (size_t)d.N * d.C * P, wn = (size_t)d.OC * CK, on = (size_t)d.N * d.OC * P;
+    nn_rng_seed(&r, (uint64_t)(24 + N + C + K + stride));
+    nn_conv_dims d = nn_conv_dims_make(N, C, H, W, OC, K, stride, pad);
+    const int T = K * K, CK = C * T, P = H * W, OP = d.OH * d.OW;
+    size_t xn = (size_t)N * C * P, wn = (size_t)OC * CK, on = (size_t)N * OC * OP;
     float *x = nn_xmalloc(xn * 4), *w = nn_xmalloc(wn * 4), *o = nn_xmalloc(on * 4);
     float *g = nn_xmalloc(on * 4), *dwb = nn_xcalloc(wn, 4), *dwf = nn_xcalloc(wn, 4);
     float *xd = nn_xmalloc(xn * 4);
@@ -161,32 +159,44 @@ static void test_conv_wgrad_bf16(void **state)
     lp_conv2d_backward(NULL, dwf, NULL, g, &sv, &d, 6, scratch);
     lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
     int differ = 0;
-    for (int oc = 0; oc < d.OC; oc++)
-        for (int c = 0; c < d.C; c++)
+    for (int oc = 0; oc < OC; oc++)
+        for (int c = 0; c < C; c++)
             for (int t = 0; t < T; t++) {
-                const int kh = t / 3, kw = t % 3;
+                const int kh = t / K, kw = t % K;
                 double e = 0, mag = 0;
-                for (int n = 0; n < d.N; n++)
-                    for (int h = 0; h < d.H; h++)
-                        for (int ww = 0; ww < d.W; ww++) {
-                            int ih = h + kh - 1, iw = ww + kw - 1;
-                            if (ih < 0 || ih >= d.H || iw < 0 || iw >= d.W)
+                for (int n = 0; n < N; n++)
+                    for (int oh = 0; oh < d.OH; oh++)
+                        for (int ow = 0; ow < d.OW; ow++) {
+                            int ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+                            if (ih < 0 || ih >= H || iw < 0 || iw >= W)
                                 continue;
-                            double gv = g[((size_t)n * d.OC + oc) * P + (size_t)h * d.W + ww];
-                            double xv = xd[((size_t)n * d.C + c) * P + (size_t)ih * d.W + iw];
+                            double gv = g[((size_t)n * OC + oc) * OP + (size_t)oh * d.OW + ow];
+                            double xv = xd[((size_t)n * C + c) * P + (size_t)ih * W + iw];
                             e += gv * xv;
                             mag += fabs(gv * xv);
                         }
                 const size_t i = (size_t)oc * CK + (size_t)c * T + t;
                 if (!(fabs(dwb[i] - e) <= ldexp(mag, -8)))
-                    fail_msg("bf16 dw[%zu] = %.9g, exact %.9g (budget %.3g)", i, dwb[i], e,
-                             ldexp(mag, -8));
+                    fail_msg("K=%d s=%d: bf16 dw[%zu] = %.9g, exact %.9g (budget %.3g)", K, stride,
+                             i, dwb[i], e, ldexp(mag, -8));
                 if (!(fabs(dwf[i] - e) <= 1e-5 * mag))
-                    fail_msg("fp32 dw[%zu] = %.9g, exact %.9g", i, dwf[i], e);
+                    fail_msg("K=%d s=%d: fp32 dw[%zu] = %.9g, exact %.9g", K, stride, i, dwf[i], e);
                 differ += dwb[i] != dwf[i];
             }
     assert_true(differ > 0);
     free(x); free(w); free(o); free(g); free(dwb); free(dwf); free(xd); free(saved); free(scratch);
+}
+
+static void test_conv_wgrad_bf16(void **state)
+{
+    (void)state;
+    if (!lp_bf16_supported())
+        skip();
+    s_wgrad_case(9, 6, 11, 13, 5, 3, 1, 1); /* shifted grids, two chunks */
+    s_wgrad_case(3, 3, 7, 9, 4, 5, 1, 2);   /* 5x5 same */
+    s_wgrad_case(4, 5, 9, 9, 7, 3, 2, 1);   /* strided: im2col of the codes */
+    s_wgrad_case(3, 8, 8, 8, 6, 1, 2, 0);   /* 1x1 stride 2 (resnet shortcut) */
+    s_wgrad_case(2, 4, 6, 6, 3, 3, 1, 0);   /* valid conv, stride 1 */
 }
 
 /* The shift and im2col paths of the forward give the same floats at every
