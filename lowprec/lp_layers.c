@@ -140,6 +140,15 @@ static size_t s_wgrad_bf16_bytes(const nn_conv_dims *d)
     return ALIGN64((rows + (size_t)d->OC) * cs * 2) + ALIGN64((size_t)d->OC * (d->C + 1) * T * 4);
 }
 
+/* Scratch of s_wgrad_f32 (shift geometry only): C + OC rows of floats. */
+static size_t s_wgrad_f32_bytes(const nn_conv_dims *d)
+{
+    if (!s_shift_geom(d))
+        return 0;
+    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * s_wgrad_bf16_cols(d);
+    return ALIGN64((size_t)(d->C + d->OC) * cs * 4);
+}
+
 /* Samples per chunk of the shift path: >= 1024 grid columns. */
 static int s_shift_nb(int N, int H, int W, int pad)
 {
@@ -212,8 +221,9 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     size_t bw = ALIGN64((size_t)dc.N * d->C * d->H * d->W * sizeof(float)) +
                 ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
     /* backward, input gradient: gradient codes, then either path */
-    size_t bb = s_wgrad_bf16_bytes(d);
+    size_t bb = s_wgrad_bf16_bytes(d), bf = s_wgrad_f32_bytes(d);
     bw = bw > bb ? bw : bb;
+    bw = bw > bf ? bw : bf;
     size_t b = ALIGN64((size_t)d->N * d->OC * P), bi = 0;
     bi += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
     bi += ALIGN64((size_t)CK * 4);
@@ -787,6 +797,54 @@ static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, cons
                 (float)(sx * D[(size_t)oc * C * T + k] + mx * E[(size_t)oc * T + k % T]);
 }
 
+/* The FP32 grids of one chunk, in s_bf16_grids' layout: gx (C, cs) the
+ * dequantized codes (sx*q + mx inside the image, 0 in the padding), gg
+ * (OC, cs) dout.  Overwrites both. */
+static void s_f32_grids(float *gx, float *gg, const lp_qsaved *sv, const float *dout,
+                        const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
+    memset(gx, 0, (size_t)C * cs * 4);
+    memset(gg, 0, (size_t)OC * cs * 4);
+    for (int j = 0; j < cnt; j++) {
+        const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                lp_dequantize(gx + (size_t)c * cs + at + (size_t)h * Wp,
+                              sv->xq + ((size_t)(n0 + j) * C + c) * P + (size_t)h * W, (size_t)W,
+                              sv->xp);
+        for (int oc = 0; oc < OC; oc++)
+            for (int h = 0; h < H; h++)
+                memcpy(gg + (size_t)oc * cs + at + (size_t)h * Wp,
+                       dout + ((size_t)(n0 + j) * OC + oc) * P + (size_t)h * W, (size_t)W * 4);
+    }
+}
+
+/* dw (OC, C, K, K) += the FP32 weight gradient of a stride-1 same conv:
+ * nn's shifted dot (nn_shiftdot) on a grid the saved codes are dequantized
+ * straight into (no dequantized copy of the input, no second copy into
+ * nn's grid).  Scratch: s_wgrad_f32_bytes(d). */
+static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
+                        void *scratch)
+{
+    const int N = d->N, C = d->C, OC = d->OC, W = d->W, K = d->KH, pad = d->pad;
+    const int T = K * K, Wp = W + 2 * pad, nb = s_wgrad_bf16_nb(d);
+    const size_t plane = s_wgrad_bf16_cols(d), jlo = (size_t)pad * Wp + pad;
+    unsigned char *sp = (unsigned char *)scratch;
+    float *gx = s_take(&sp, (size_t)(C + OC) * nb * plane * 4);
+    int toff[LP_SHIFT_TMAX];
+    for (int t = 0; t < T; t++)
+        toff[t] = (t / K - pad) * Wp + (t % K - pad);
+    for (int n0 = 0; n0 < N; n0 += nb) {
+        const int cnt = N - n0 < nb ? N - n0 : nb;
+        const size_t cs = (size_t)cnt * plane, n = cs - 2 * jlo;
+        float *gg = gx + (size_t)C * cs;
+        s_f32_grids(gx, gg, sv, dout, d, n0, cnt);
+        nn_shiftdot(dw, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
+    }
+}
+
 /* db (OC) += sum of dout over samples and pixels. */
 static void s_bias_grad(float *db, const float *dout, int N, int OC, int P)
 {
@@ -811,9 +869,14 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
     unsigned char *sp = (unsigned char *)scratch;
 
     /* weight and bias gradients from the full-precision dout (bifurcation):
-     * nn's FP32 conv backward (no din) on the dequantized saved codes */
-    if (dw && s_wgrad_bf16_on(d)) {
-        s_wgrad_bf16(dw, dout, sv, d, sp);
+     * bf16 on the codes where the CPU has it (s_wgrad_bf16); else FP32,
+     * straight from the codes on the shift geometry (s_wgrad_f32), through
+     * nn's FP32 conv backward (no din) on the dequantized codes otherwise */
+    if (dw && (s_wgrad_bf16_on(d) || s_shift_geom(d))) {
+        if (s_wgrad_bf16_on(d))
+            s_wgrad_bf16(dw, dout, sv, d, sp);
+        else
+            s_wgrad_f32(dw, dout, sv, d, sp);
         if (db)
             s_bias_grad(db, dout, N, OC, P);
     } else if (dw || db) {

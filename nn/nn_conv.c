@@ -704,6 +704,15 @@ void nn_shiftdot_ref(float *D, size_t ldd, const float *A, size_t lda, int M, co
             }
 }
 
+void nn_shiftdot(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                 size_t ldb, int nch, const int *toff, int T, size_t n)
+{
+    if (nn_cpu_level() >= NN_CPU_AVX2)
+        s_kern().dot(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+    else
+        nn_shiftdot_ref(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+}
+
 /* ---- im2col path ------------------------------------------------------------ */
 
 void nn_conv2d_forward_nb(float *out, const float *in, const float *w, const float *b,
