@@ -63,52 +63,62 @@ def run_grid(configs, cache, binary=None, workers=2, log=print, keep_going=False
             % (len(configs) - len(todo), len(configs), len(todo), workers))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     running, t_start = [], time.time()
-    while todo or running:
-        while todo and len(running) < workers:
-            c, cmd, path = todo.pop(0)
-            metrics = path[:-5] + ".jsonl"
-            if os.path.exists(metrics):
-                os.remove(metrics)
-            logf = open(path[:-5] + ".log", "w")
-            full = cmd + ["--metrics", metrics]
-            p = subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, env=env)
-            running.append((c, full, path, metrics, logf, p, time.time()))
-            log("lpgexp: started %s" % c["name"])
-        time.sleep(0.5)
-        still = []
-        for item in running:
-            c, full, path, metrics, logf, p, t0 = item
-            if p.poll() is None:
-                still.append(item)
-                continue
-            logf.close()
-            if p.returncode != 0:
-                with open(path[:-5] + ".log", errors="replace") as f:
-                    tail = "".join(f.readlines()[-5:])
-                if not keep_going:
-                    sys.exit("lpgexp: %s failed (status %d):\n%s" % (c["name"], p.returncode, tail))
-                res = {"name": c["name"], "args": c["args"], "cmd": full,
-                       "rows": read_jsonl(metrics), "final": {}, "failed": p.returncode,
-                       "log_tail": tail, "seconds": round(time.time() - t0, 1)}
-                if "diverged" in tail:
-                    with open(path, "w") as f:
-                        json.dump(res, f)
+    try:
+        while todo or running:
+            while todo and len(running) < workers:
+                c, cmd, path = todo.pop(0)
+                metrics = path[:-5] + ".jsonl"
+                if os.path.exists(metrics):
+                    os.remove(metrics)
+                logf = open(path[:-5] + ".log", "w")
+                full = cmd + ["--metrics", metrics]
+                p = subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, env=env)
+                running.append((c, full, path, metrics, logf, p, time.time()))
+                log("lpgexp: started %s" % c["name"])
+            time.sleep(0.5)
+            still = []
+            for item in running:
+                c, full, path, metrics, logf, p, t0 = item
+                if p.poll() is None:
+                    still.append(item)
+                    continue
+                logf.close()
+                if p.returncode != 0:
+                    with open(path[:-5] + ".log", errors="replace") as f:
+                        tail = "".join(f.readlines()[-5:])
+                    if not keep_going:
+                        sys.exit("lpgexp: %s failed (status %d):\n%s"
+                                 % (c["name"], p.returncode, tail))
+                    res = {"name": c["name"], "args": c["args"], "cmd": full,
+                           "rows": read_jsonl(metrics), "final": {}, "failed": p.returncode,
+                           "log_tail": tail, "seconds": round(time.time() - t0, 1)}
+                    if "diverged" in tail:
+                        with open(path, "w") as f:
+                            json.dump(res, f)
+                    results[c["name"]] = res
+                    log("lpgexp: FAILED %s (status %d): %s" % (c["name"], p.returncode,
+                                                               tail.strip().splitlines()[-1:]))
+                    continue
+                rows = read_jsonl(metrics)
+                res = {"name": c["name"], "args": c["args"], "cmd": full, "rows": rows,
+                       "final": rows[-1] if rows else {}, "seconds": round(time.time() - t0, 1)}
+                with open(path, "w") as f:
+                    json.dump(res, f)
                 results[c["name"]] = res
-                log("lpgexp: FAILED %s (status %d): %s" % (c["name"], p.returncode,
-                                                           tail.strip().splitlines()[-1:]))
-                continue
-            rows = read_jsonl(metrics)
-            res = {"name": c["name"], "args": c["args"], "cmd": full, "rows": rows,
-                   "final": rows[-1] if rows else {}, "seconds": round(time.time() - t0, 1)}
-            with open(path, "w") as f:
-                json.dump(res, f)
-            results[c["name"]] = res
-            fin = res["final"]
-            log("lpgexp: done %s in %.0f s: averaged model %.2f%%, %.2f MB sent per node "
-                "(%.0f s elapsed)" % (c["name"], res["seconds"], 100 * fin.get("avg_model_acc", 0),
-                                      fin.get("bytes_sent_per_node", 0) / 1e6,
-                                      time.time() - t_start))
-        running = still
+                fin = res["final"]
+                log("lpgexp: done %s in %.0f s: averaged model %.2f%%, %.2f MB sent per node "
+                    "(%.0f s elapsed)" % (c["name"], res["seconds"],
+                                          100 * fin.get("avg_model_acc", 0),
+                                          fin.get("bytes_sent_per_node", 0) / 1e6,
+                                          time.time() - t_start))
+            running = still
+    except BaseException:
+        # interrupted (Ctrl-C) or stopped by a failure: no run outlives the grid
+        for item in running:
+            if item[5].poll() is None:
+                item[5].terminate()
+                item[5].wait()
+        raise
     return results
 
 
