@@ -127,10 +127,12 @@ bench: $(BENCHES) $(BIN)
 	@for b in $(BENCHES); do echo "== $$b"; OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
 	@echo "== bench/bench_node_overhead.sh"; bench/bench_node_overhead.sh 60 5 $(BIN)
 
-# The paper's experiment grid on Fashion-MNIST (hours on 2 cores; resumable):
-# results/repro.md and results/repro.json (scripts/repro --help).
+# The paper's Tables 3 and 4 on Fashion-MNIST, 3 seeds a cell (336 runs,
+# about 12 core-hours; one run per core; resumable): results/repro.md and
+# results/repro.json (scripts/repro --help; scripts/repro --dry-run lists the
+# runs and estimates the time).  E.g. make repro REPRO_ARGS="--seeds 1".
 repro: $(BIN)
-	@scripts/repro
+	@scripts/repro $(REPRO_ARGS)
 
 # Compressors (each with and without +deflate) and --gossip-every H on the
 # same task (about 40 minutes on 2 cores; resumable): results/compare.md.
