@@ -131,6 +131,10 @@ int node_model_save(const char *path, nn_model *m, const node_model_opts *o, cha
                           "precision", o->precision, "data", o->data, "input_shape", shape,
                           "classes", classes, "groups", groups, NULL};
     const nn_arena *arenas[2] = {nn_model_params(m), nn_model_buffers(m)};
+    char e[512];
+    for (int k = 0; k < 2; k++) /* a non-finite model is never a result */
+        if (nn_arena_check_finite(arenas[k], NULL, NULL, e, sizeof e) != 0)
+            return nn_errf(err, errlen, "model %s not written: %s", path, e);
     return nn_safetensors_save(path, arenas, nn_model_buffers(m)->nviews ? 2 : 1, meta, err,
                                errlen);
 }

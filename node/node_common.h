@@ -53,7 +53,8 @@ double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set
                           double *loss_out, void (*tick)(void *arg), void *arg);
 
 /* Model files: safetensors with the options as metadata, so `eval` can
- * rebuild the model from the file alone. */
+ * rebuild the model from the file alone.  A model holding a non-finite
+ * value is not written (-1, the message names the tensor). */
 int node_model_save(const char *path, nn_model *m, const node_model_opts *o, char *err,
                     size_t errlen);
 /* Reads the options stored in a model file. */
