@@ -33,6 +33,7 @@
 #include "node/node_cert.h"
 #include "node/node_ckpt.h"
 #include "node/node_cmds.h"
+#include "node/node_lock.h"
 #include "node/node_trainer.h"
 #include "topology/topo.h"
 
@@ -354,6 +355,7 @@ int node_cmd_node(int argc, char **argv)
     gossip_node *g = NULL;
     gossip_net *net = NULL;
     gossip_link *link = NULL;
+    node_lock *lock = NULL; /* one live process per rank and --out */
     uint32_t **shard = nn_xcalloc((size_t)n, sizeof *shard);
     size_t *count = nn_xcalloc((size_t)n, sizeof *count);
     node_data d;
@@ -375,6 +377,11 @@ int node_cmd_node(int argc, char **argv)
         if (mkdir(go.out, 0755) != 0 && errno != EEXIST) {
             fprintf(stderr, "lpgossip node %d: cannot create --out %s: %s\n", me, go.out,
                     strerror(errno));
+            goto done;
+        }
+        if (!(lock = node_lock_new(go.out, me, err, sizeof err))) { /* before any file */
+            fprintf(stderr, "lpgossip node %d: %s\n", me, err);
+            rc = 2;
             goto done;
         }
         snprintf(path, sizeof path, "%s/log-%d.txt", go.out, me);
@@ -631,6 +638,7 @@ done:
     gossip_node_destroy(&g);
     if (r.logf)
         fclose(r.logf);
+    node_lock_destroy(&lock);
     free(x);
     node_trainer_free(&tr);
     if (have_shards)
