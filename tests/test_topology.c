@@ -392,6 +392,7 @@ static void test_broken_files(void **state)
         { "bad-graph-and-schedule.yaml", 3, "exactly one of 'graph' or 'schedule'" },
         { "bad-not-a-number.yaml", 5, "'half' is not a number" },
         { "bad-schedule-disconnected.yaml", 3, "node n1 unreachable from n0" },
+        { "bad-duplicate-pubkey.yaml", 10, "nodes alpha and beta (line 4) have the same public key" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char path[256], where[300], err[1024] = "";
@@ -522,6 +523,11 @@ static void test_validate_hand_built(void **state)
     assert_int_equal(topo_validate(t, err, sizeof err), -1);
     assert_non_null(strstr(err, "public key"));
     t->security_curve = 0;
+    snprintf(t->nodes[0].pubkey, sizeof t->nodes[0].pubkey, "%s", "0123456789012345678901234567890123456789");
+    snprintf(t->nodes[2].pubkey, sizeof t->nodes[2].pubkey, "%s", t->nodes[0].pubkey);
+    assert_int_equal(topo_validate(t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "nodes n0 and n2 have the same public key"));
+    t->nodes[0].pubkey[0] = t->nodes[2].pubkey[0] = '\0';
     t->sched[0].w[0] = 1.5;
     assert_int_equal(topo_validate(t, err, sizeof err), -1);
     assert_non_null(strstr(err, "outside [0, 1]"));

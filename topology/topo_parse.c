@@ -415,6 +415,10 @@ static int s_nodes(s_ctx *c, yaml_node_t *v, topo_node **out)
             if (nd[i].endpoint[0] && !strcmp(nd[i].endpoint, nd[j].endpoint))
                 return s_fail(c, item, "node %s: duplicate endpoint %s (also node %s, line %d)", nd[i].id,
                               nd[i].endpoint, nd[j].id, c->node_line[j]);
+            if (nd[i].pubkey[0] && !strcmp(nd[i].pubkey, nd[j].pubkey))
+                return s_fail(c, item, "nodes %s and %s (line %d) have the same public key: each node needs "
+                              "its own key pair (lpgossip keygen), or one could speak for the other",
+                              nd[j].id, nd[i].id, c->node_line[j]);
         }
     }
     return 0;
