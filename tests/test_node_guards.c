@@ -14,7 +14,11 @@
  *     `eval --average` refuse a model file holding a NaN, by name (exit 2);
  *   CURVE hygiene: `lpgossip keygen` writes the secret 0600 (also over an
  *     old 0644 file with --force); a secret key file accessible by group or
- *     others is refused with its mode and `chmod 600`.
+ *     others is refused with its mode and `chmod 600`;
+ *   scripts/run-local with gnuplot hidden from PATH writes summary.json and
+ *     summary.md saying the plots were skipped, and leaves a node that ended
+ *     with status 3 (cut off from all its neighbours) out of the average,
+ *     saying so (a wrapper plays that node: the status is the contract).
  * Children are started with tk_spawn (bounded waits, killed in the
  * teardown); temp files live under one directory removed in the teardown.
  */
@@ -349,6 +353,72 @@ static void test_secret_key_mode(void **state)
     assert_int_equal(node_cert_load(sec, pub, secret, err, sizeof err), 0);
 }
 
+/* ---- scripts/run-local: no gnuplot, a node cut off ------------------- */
+
+/* A directory whose only program is the real python3 (not a shell shim):
+ * PATH=dir hides gnuplot from run-local. */
+static void s_python_only_path(char *dir, size_t len)
+{
+    snprintf(dir, len, "%s/pybin", s_dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    FILE *p = popen("python3 -c 'import sys; print(sys.executable)'", "r");
+    assert_non_null(p);
+    char exe[512] = "", link[700];
+    assert_non_null(fgets(exe, sizeof exe, p));
+    pclose(p);
+    exe[strcspn(exe, "\n")] = '\0';
+    snprintf(link, sizeof link, "%s/python3", dir);
+    assert_int_equal(symlink(exe, link), 0);
+}
+
+static void test_run_local_summary(void **state)
+{
+    (void)state;
+    char topo[400], out[400], log[400], pydir[300], wrap[400], sum[500], md[500];
+    char bin[4096];
+    assert_non_null(realpath(tk_bin(), bin));
+    snprintf(topo, sizeof topo, "%s/three.yaml", s_dir);
+    FILE *f = fopen(topo, "w");
+    assert_non_null(f);
+    fputs("nodes: 3\ngraph: {generator: undirected_ring}\n", f);
+    fclose(f);
+    s_python_only_path(pydir, sizeof pydir);
+    /* a node binary whose rank 1 ends as a node cut off from all its
+     * neighbours does (status 3) after finishing normally */
+    snprintf(wrap, sizeof wrap, "%s/lpgossip-wrap", s_dir);
+    f = fopen(wrap, "w");
+    assert_non_null(f);
+    fprintf(f, "#!/bin/sh\n'%s' \"$@\"; rc=$?\n"
+               "case \" $* \" in *\" node \"*\"--rank 1 \"*) [ $rc = 0 ] && exit 3;; esac\n"
+               "exit $rc\n", bin);
+    fclose(f);
+    assert_int_equal(chmod(wrap, 0755), 0);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    snprintf(log, sizeof log, "%s/run-local.txt", s_dir);
+    char *args[] = {"run-local", topo, "--bin", wrap, "--out", out, "--quiet",
+                    "--train-subset", "120", "--batch", "8", "--epochs", "1", "--no-eval", NULL};
+    char *old_path = strdup(getenv("PATH") ? getenv("PATH") : "");
+    setenv("PATH", pydir, 1);
+    pid_t pid = tk_spawn("scripts/run-local", args, log, -1);
+    setenv("PATH", old_path, 1);
+    free(old_path);
+    assert_true(pid > 0);
+    int rc = tk_wait(pid, 300);
+    if (rc != 0)
+        tk_dump(log);
+    assert_int_equal(rc, 0);
+    snprintf(sum, sizeof sum, "%s/summary.json", out);
+    snprintf(md, sizeof md, "%s/summary.md", out);
+    s_expect_in(sum, "\"plots_note\": \"plots skipped: gnuplot is not installed");
+    s_expect_in(sum, "\"averaged_ranks\": [\n    0,\n    2\n  ]");
+    s_expect_in(sum, "\"rank\": 1,");
+    s_expect_in(sum, "cut off from all its neighbours");
+    s_expect_in(md, "| plots | plots skipped: gnuplot is not installed");
+    s_expect_in(md, "(2 of 3 models)");
+    s_expect_in(md, "| left out of the average | rank 1 (n1): exit status 3");
+    s_expect_in(log, "node 1 (n1) ended cut off from all its neighbours");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -357,6 +427,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resume_refused, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_nonfinite_models, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_secret_key_mode, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_run_local_summary, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
