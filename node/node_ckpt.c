@@ -211,21 +211,12 @@ static const char *const s_crc_keys[] = {"iter", "psi", "rng_model", "rng_aug", 
  * values vals[0..S_NCRC_KEYS), each with its NUL. */
 static uint32_t s_crc(const nn_arena *a, int n, const char *const *vals)
 {
-    uLong crc = crc32(0L, Z_NULL, 0);
+    uint32_t crc = 0;
     for (int k = 0; k < n; k++)
-        for (size_t i = 0; i < a[k].nviews; i++) {
-            const unsigned char *b = (const unsigned char *)(a[k].data + a[k].views[i].offset);
-            size_t left = a[k].views[i].numel * sizeof(float);
-            while (left) {
-                uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
-                crc = crc32(crc, b, chunk);
-                b += chunk;
-                left -= chunk;
-            }
-        }
+        crc = nn_safetensors_crc32(crc, &a[k]);
     for (size_t k = 0; k < S_NCRC_KEYS; k++)
-        crc = crc32(crc, (const unsigned char *)vals[k], (uInt)strlen(vals[k]) + 1);
-    return (uint32_t)crc;
+        crc = (uint32_t)crc32(crc, (const unsigned char *)vals[k], (uInt)strlen(vals[k]) + 1);
+    return crc;
 }
 
 /* The state must be finite to be saved (a checkpoint is what a resumed

@@ -41,6 +41,7 @@
 #include "node/node_cert.h"
 #include "node/node_common.h"
 #include "node/node_lock.h"
+#include "nn/nn_safetensors.h"
 
 static char s_dir[256];
 
@@ -271,9 +272,10 @@ static nn_model *s_cnn(node_model_opts *mo)
 static void test_nonfinite_models(void **state)
 {
     (void)state;
-    char good[400], bad[400], never[400], log[400], err[1024];
+    char good[400], bad[400], corrupt[400], never[400], log[400], err[1024];
     snprintf(good, sizeof good, "%s/good.safetensors", s_dir);
     snprintf(bad, sizeof bad, "%s/bad.safetensors", s_dir);
+    snprintf(corrupt, sizeof corrupt, "%s/corrupt.safetensors", s_dir);
     snprintf(never, sizeof never, "%s/never.safetensors", s_dir);
     snprintf(log, sizeof log, "%s/eval.txt", s_dir);
     node_model_opts mo;
@@ -282,7 +284,7 @@ static void test_nonfinite_models(void **state)
     for (size_t k = 0; k < p->numel; k++)
         p->data[k] = 0.001f * (float)(k % 7);
     assert_int_equal(node_model_save(good, m, &mo, err, sizeof err), 0);
-    assert_int_equal(node_model_save(bad, m, &mo, err, sizeof err), 0);
+    assert_int_equal(node_model_save(corrupt, m, &mo, err, sizeof err), 0);
     /* node_model_save never writes a non-finite model */
     p->data[p->numel / 2] = NAN;
     assert_int_equal(node_model_save(never, m, &mo, err, sizeof err), -1);
@@ -290,9 +292,18 @@ static void test_nonfinite_models(void **state)
     assert_non_null(strstr(err, "not written"));
     assert_non_null(strstr(err, "is not finite"));
     assert_int_equal(access(never, F_OK), -1);
+    /* a NaN model as another writer (or an older lpgossip, without
+     * checksum) would leave it */
+    const char *meta[] = {"format", "lpgossip-model-1", "model", mo.model, "norm", mo.norm,
+                          "precision", mo.precision, "data", mo.data, "input_shape", "1,28,28",
+                          "classes", "10", "groups", "8", NULL};
+    char groups[16];
+    snprintf(groups, sizeof groups, "%d", mo.groups);
+    meta[15] = groups;
+    const nn_arena *ar[2] = {p, nn_model_buffers(m)};
+    assert_int_equal(nn_safetensors_save(bad, ar, nn_model_buffers(m)->nviews ? 2 : 1, meta, err,
+                                         sizeof err), 0);
     nn_model_destroy(&m);
-    /* a NaN written into a file behind our back */
-    s_poke_float(bad, 4, NAN);
     char *one[] = {"lpgossip", "eval", bad, NULL};
     assert_int_equal(s_run(one, log), 2);
     s_expect_in(log, bad);
@@ -301,9 +312,26 @@ static void test_nonfinite_models(void **state)
     assert_int_equal(s_run(avg, log), 2);
     s_expect_in(log, bad);
     s_expect_in(log, "refusing a non-finite model (leave it out of --average)");
+    /* finite but overwritten bytes (1e30): the model checksum */
+    s_poke_float(corrupt, 4, 1e30f);
+    char *cor[] = {"lpgossip", "eval", "--average", good, corrupt, NULL};
+    assert_int_equal(s_run(cor, log), 2);
+    s_expect_in(log, corrupt);
+    s_expect_in(log, "checksum mismatch");
+    /* the good one alone evaluates */
+    char *ok[] = {"lpgossip", "eval", "--average", good, good, NULL};
+    assert_int_equal(s_run(ok, log), 0);
+    s_expect_in(log, "test accuracy");
     /* not a model file at all: invalid input, 2 */
-    char *junk[] = {"lpgossip", "eval", log, NULL};
+    char junkf[400];
+    snprintf(junkf, sizeof junkf, "%s/junk.safetensors", s_dir);
+    FILE *f = fopen(junkf, "w");
+    assert_non_null(f);
+    fputs("not a model\n", f);
+    fclose(f);
+    char *junk[] = {"lpgossip", "eval", junkf, NULL};
     assert_int_equal(s_run(junk, log), 2);
+    s_expect_in(log, junkf);
 }
 
 /* ---- CURVE hygiene ------------------------------------------------------ */
