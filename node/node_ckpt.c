@@ -65,6 +65,26 @@ static void s_parts_free(s_parts *p)
     free(p->live);
 }
 
+/* "COUNT:FNV" of the parts' prefixes (what state the file holds), and a
+ * readable list of them (truncated) for messages. */
+static void s_parts_sig(const s_parts *p, char sig[40], char *list, size_t listlen)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t used = 0;
+    list[0] = '\0';
+    for (int k = 0; k < p->n; k++) {
+        for (const char *c = p->pre[k]; *c; c++) {
+            h ^= (unsigned char)*c;
+            h *= 0x100000001b3ULL;
+        }
+        if (used + 2 < listlen) {
+            int w = snprintf(list + used, listlen - used, "%s%s", k ? " " : "", p->pre[k]);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    snprintf(sig, 40, "%d:%016" PRIx64, p->n, h);
+}
+
 static void s_rng_fmt(const nn_rng *r, char *buf, size_t len)
 {
     snprintf(buf, len, "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64, r->s[0], r->s[1],
@@ -204,7 +224,7 @@ static const char *s_ident_hint(const char *key)
 /* The state metadata covered by the checksum, in order. */
 static const char *const s_crc_keys[] = {"iter", "psi", "rng_model", "rng_aug", "rng_comp",
                                          "sampler_pos", "sgd_last_lr", "gossip_every",
-                                         "run_digest"};
+                                         "run_digest", "parts"};
 #define S_NCRC_KEYS (sizeof s_crc_keys / sizeof *s_crc_keys)
 
 /* CRC-32 of the arenas' views (bytes as in the file) and then of the
@@ -263,15 +283,18 @@ int node_ckpt_save(const char *path, const node_ckpt *c, uint64_t iter, char *er
         s_parts_free(&p);
         return -1;
     }
+    char s_sig[40], list[8];
+    s_parts_sig(&p, s_sig, list, sizeof list);
     const char *crc_vals[S_NCRC_KEYS] = {s_iter, s_psi, s_rm, s_ra, s_rc, s_pos, s_lr, s_every,
-                                         s_digest};
+                                         s_digest, s_sig};
     snprintf(s_crc32, sizeof s_crc32, "%08x", (unsigned)s_crc(p.a, p.n, crc_vals));
-    const char *meta[2 * (12 + NODE_CKPT_MAX_IDENT) + 1];
+    const char *meta[2 * (13 + NODE_CKPT_MAX_IDENT) + 1];
     int m = 0;
     const char *fixed[] = {"format", S_FORMAT, "version", S_VERSION, "iter", s_iter,
                            "psi", s_psi, "rng_model", s_rm, "rng_aug", s_ra,
                            "rng_comp", s_rc, "sampler_pos", s_pos, "sgd_last_lr", s_lr,
-                           "gossip_every", s_every, "run_digest", s_digest, "crc32", s_crc32};
+                           "gossip_every", s_every, "run_digest", s_digest, "parts", s_sig,
+                           "crc32", s_crc32};
     for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++)
         meta[m++] = fixed[k];
     for (int k = 0; c->ident && c->ident[k]; k += 2) {
@@ -354,7 +377,7 @@ int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, si
                            path, c->ident[k], val, c->ident[k + 1], s_ident_hint(c->ident[k]));
     }
     /* 3. scalars, kept as written for the checksum */
-    enum { V_ITER, V_PSI, V_RM, V_RA, V_RC, V_POS, V_LR, V_EVERY, V_DIGEST };
+    enum { V_ITER, V_PSI, V_RM, V_RA, V_RC, V_POS, V_LR, V_EVERY, V_DIGEST, V_PARTS };
     char sv[S_NCRC_KEYS][128], crc_txt[32], want_digest[17];
     const char *vals[S_NCRC_KEYS];
     for (size_t k = 0; k < S_NCRC_KEYS; k++) {
@@ -397,9 +420,18 @@ int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, si
         if (s_rng_parse(sv[rk[k]], rr[k]) != 0)
             return nn_errf(err, errlen, "checkpoint %s: metadata %s = '%s' is not 64 hex digits", path,
                            s_crc_keys[rk[k]], sv[rk[k]]);
-    /* 4. tensors into temporaries; checksum; finite values */
+    /* 4. the same state parts (x, momentum, gossip vectors, ...)? */
     s_parts p;
     s_parts_make(&p, c);
+    char sig[40], list[256];
+    s_parts_sig(&p, sig, list, sizeof list);
+    if (strcmp(sig, sv[V_PARTS]) != 0) {
+        s_parts_free(&p);
+        return nn_errf(err, errlen, "cannot resume from %s: it holds another set of state "
+                       "tensors (%s) than this run needs (%s: %s): another --qgm, --no-gossip "
+                       "or gossip state", path, sv[V_PARTS], sig, list);
+    }
+    /* 5. tensors into temporaries; checksum; finite values */
     nn_arena *tmp = nn_xcalloc((size_t)p.n, sizeof *tmp);
     nn_arena **ptrs = nn_xcalloc((size_t)p.n, sizeof *ptrs);
     for (int k = 0; k < p.n; k++) {
@@ -421,7 +453,7 @@ int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, si
     for (int k = 0; rc == 0 && k < p.n; k++)
         if (nn_arena_check_finite(&tmp[k], NULL, p.pre[k], e, sizeof e) != 0)
             rc = nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
-    /* 5. gossip state first (the only step that can still refuse), then the rest */
+    /* 6. gossip state first (the only step that can still refuse), then the rest */
     int first_g = 2 + (c->sgd->prev.numel ? 1 : 0);
     if (rc == 0 && c->g) {
         int nv = gossip_node_nvec(c->g);

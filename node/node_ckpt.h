@@ -23,11 +23,14 @@
  *            and both values;
  *            run_digest: 16 hex digits, FNV-1a 64 over the identity pairs
  *            (key NUL value NUL ...), compared as well;
+ *            parts: "COUNT:FNV-1a 64 of the prefixes" of the tensor groups
+ *            above (a file with other groups, e.g. written with --qgm or
+ *            gossip state this run lacks, is refused by name);
  *            crc32: 8 hex digits, CRC-32 (zlib) over every tensor's bytes
  *            as stored (little-endian F32, in the order of the list above,
  *            views in layout order) and then over the values of iter, psi,
  *            rng_model, rng_aug, rng_comp, sampler_pos, sgd_last_lr,
- *            gossip_every and run_digest, each followed by a NUL byte.
+ *            gossip_every, run_digest and parts, each followed by a NUL byte.
  *          The checksum and digests catch corruption and mismatched runs;
  *          they are not a signature (whoever can write the file can
  *          recompute them).  Version 1 files (no checksum) are refused.

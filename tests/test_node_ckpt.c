@@ -12,6 +12,12 @@
  *     dgc with warm-up and deflate, whose momentum mask is state);
  *   - truncated, corrupted and foreign (other algo) checkpoints are refused
  *     with a message and leave the live state unchanged;
+ *   - never trusted: overwritten tensor bytes or metadata (CRC-32), a NaN
+ *     or infinity under a valid checksum, an impossible iteration, a bad
+ *     psi, a version-1 file, another run digest or set of state tensors
+ *     are refused by name; a non-finite state is never written (the
+ *     previous checkpoint stays); the run identity covers the topology
+ *     file's contents and the partition flags (node_ckpt_ident_make);
  *   - crash during write: a child process saving checkpoints in a loop is
  *     SIGKILLed at random moments; the file at the path is always a complete
  *     checkpoint of one of the versions written (never a partial one), and a
@@ -382,7 +388,7 @@ static void s_forge(s_run *r, int i, const char *const *ident, const char *from,
     /* metadata: every key the writer wrote, one overridden */
     static const char *const state[] = { "iter", "psi", "rng_model", "rng_aug", "rng_comp",
                                          "sampler_pos", "sgd_last_lr", "gossip_every",
-                                         "run_digest" };
+                                         "run_digest", "parts" };
     char vals[64][256];
     const char *meta[2 * 64 + 1];
     int m = 0, nv = 0;
@@ -527,6 +533,16 @@ static void test_untrusted(void **state)
         fail_msg("%s", err);
     c.ident = ident;
     s_expect_refused(&r, &c, bad, (const char *const[]){ "run digest", NULL });
+
+    /* other state groups: this run without quasi-global momentum */
+    nn_sgd plain;
+    nn_sgd_config sc = nn_sgd_defaults();
+    nn_sgd_init(&plain, &r.L, &sc);
+    node_ckpt c2 = c;
+    c2.sgd = &plain;
+    s_expect_refused(&r, &c2, path, (const char *const[]){ "another set of state tensors",
+                                                           "x. momentum. gossip.", NULL });
+    nn_sgd_free(&plain);
 
     /* never saved: a non-finite state; the previous checkpoint stays */
     float keep = r.st[0].x[5];
