@@ -445,6 +445,22 @@ static void test_run_local_summary(void **state)
     s_expect_in(md, "(2 of 3 models)");
     s_expect_in(md, "| left out of the average | rank 1 (n1): exit status 3");
     s_expect_in(log, "node 1 (n1) ended cut off from all its neighbours");
+    /* with gnuplot (when installed) and --no-eval: the accuracy plots have
+     * no points, the loss plots are made, the run is not lost */
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) {
+        print_message("gnuplot not installed: the run with plots is skipped\n");
+        return;
+    }
+    snprintf(out, sizeof out, "%s/run2", s_dir);
+    pid = tk_spawn("scripts/run-local", args, log, -1);
+    assert_true(pid > 0);
+    rc = tk_wait(pid, 300);
+    if (rc != 0)
+        tk_dump(log);
+    assert_int_equal(rc, 0);
+    snprintf(sum, sizeof sum, "%s/summary.json", out);
+    s_expect_in(sum, "loss-vs-iter.png");
+    s_expect_in(sum, "plots skipped, gnuplot failed: acc-vs-iter.png (");
 }
 
 int main(void)
