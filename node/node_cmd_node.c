@@ -33,6 +33,7 @@
 #include "node/node_cert.h"
 #include "node/node_ckpt.h"
 #include "node/node_cmds.h"
+#include "node/node_lock.h"
 #include "node/node_trainer.h"
 #include "topology/topo.h"
 
@@ -354,6 +355,7 @@ int node_cmd_node(int argc, char **argv)
     gossip_node *g = NULL;
     gossip_net *net = NULL;
     gossip_link *link = NULL;
+    node_lock *lock = NULL; /* one live process per rank and --out */
     uint32_t **shard = nn_xcalloc((size_t)n, sizeof *shard);
     size_t *count = nn_xcalloc((size_t)n, sizeof *count);
     node_data d;
@@ -375,6 +377,11 @@ int node_cmd_node(int argc, char **argv)
         if (mkdir(go.out, 0755) != 0 && errno != EEXIST) {
             fprintf(stderr, "lpgossip node %d: cannot create --out %s: %s\n", me, go.out,
                     strerror(errno));
+            goto done;
+        }
+        if (!(lock = node_lock_new(go.out, me, err, sizeof err))) { /* before any file */
+            fprintf(stderr, "lpgossip node %d: %s\n", me, err);
+            rc = 2;
             goto done;
         }
         snprintf(path, sizeof path, "%s/log-%d.txt", go.out, me);
@@ -421,21 +428,19 @@ int node_cmd_node(int argc, char **argv)
     uint32_t fp = gossip_node_fingerprint(g);
     /* Checkpoints: --out DIR/ckpt-RANK.safetensors; identity = what must
      * match to resume (docs/node.md). */
-    char ckpt_path[1200] = "", id_topo[600], id_rank[32], id_fp[16], id_seed[32], id_batch[32],
-         id_eta[64];
-    snprintf(id_topo, sizeof id_topo, "%s (%d nodes)", t->name, n);
-    snprintf(id_rank, sizeof id_rank, "%d", me);
-    snprintf(id_fp, sizeof id_fp, "%08x", fp);
-    snprintf(id_seed, sizeof id_seed, "%ld", o.seed);
-    snprintf(id_batch, sizeof id_batch, "%ld", o.batch);
-    snprintf(id_eta, sizeof id_eta, "%.17g", go.gc.eta);
-    const char *ident[] = {"model", o.mo.model, "norm", o.mo.norm, "precision", o.mo.precision,
-                           "layout", id_fp, "algo", gossip_algo_name(go.gc.algo),
-                           "compressor", go.gc.compressor, "eta", id_eta,
-                           "push_sum", go.gc.push_sum ? "on" : "off", "topology", id_topo,
-                           "rank", id_rank, "seed", id_seed, "batch", id_batch, NULL};
+    char ckpt_path[1200] = "";
+    node_ckpt_ident ident;
+    node_ckpt_run run = {o.mo.model, o.mo.norm, o.mo.precision, o.mo.data, o.mo.groups,
+                         gossip_algo_name(go.gc.algo), go.gc.compressor, go.gc.eta,
+                         go.gc.push_sum, go.skew, o.subset, o.seed, o.batch, fp, topo_path, n, me};
+    if (node_ckpt_ident_make(&ident, &run, err, sizeof err) != 0) {
+        s_log(&r, "%s", err);
+        rc = 2;
+        goto done;
+    }
     node_ckpt ck = {params, x, &tr.sgd, nn_model_buffers(tr.model), no_gossip ? NULL : g,
-                    nn_model_rng(tr.model), &tr.aug_rng, &tr.sampler, ident, H};
+                    nn_model_rng(tr.model), &tr.aug_rng, &tr.sampler, ident.kv, H,
+                    (uint64_t)(steps * o.epochs)};
     if (go.out[0])
         snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt-%d.safetensors", go.out, me);
     if ((resume || ckpt_every > 0) && !go.out[0]) {
@@ -633,6 +638,7 @@ done:
     gossip_node_destroy(&g);
     if (r.logf)
         fclose(r.logf);
+    node_lock_destroy(&lock);
     free(x);
     node_trainer_free(&tr);
     if (have_shards)
