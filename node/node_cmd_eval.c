@@ -97,10 +97,11 @@ int node_cmd_eval(int argc, char **argv)
             fprintf(stderr, "lpgossip eval: %s\n", err);
             return 1;
         }
-        if (strcmp(other.model, mo.model) || strcmp(other.norm, mo.norm) ||
-            other.groups != mo.groups) {
+        if (other.model != mo.model || other.norm != mo.norm || other.groups != mo.groups) {
             fprintf(stderr, "lpgossip eval: %s is a %s/%s model but %s is %s/%s: cannot "
-                    "average\n", files[i], other.model, other.norm, files[0], mo.model, mo.norm);
+                    "average\n", files[i], node_arch_name(other.model),
+                    node_norm_name(other.norm), files[0], node_arch_name(mo.model),
+                    node_norm_name(mo.norm));
             return 1;
         }
     }

@@ -2,8 +2,9 @@
  * a model for a data set, evaluation, model files with their metadata, the
  * metrics writer and small CLI helpers.
  *
- * Owns:    node_model_opts (the model/data flags of train, eval, node,
- *          simulate), node_setup (a data set, its normalisation and a model).
+ * Owns:    node_model_opts (the typed model/data flags of train, simulate,
+ *          node, and what eval reads back from a model file), node_data (a
+ *          data set, its normalisation and augmentation).
  * Callers: node_cmd_*.c.
  */
 #ifndef NODE_COMMON_H
@@ -15,16 +16,30 @@
 #include "nn/nn_data.h"
 #include "nn/nn_model.h"
 
+typedef enum { NODE_ARCH_CNN = 0, NODE_ARCH_RESNET20, NODE_ARCH_VGG11 } node_arch;
+typedef enum { NODE_PREC_FP32 = 0, NODE_PREC_INT8, NODE_PREC_FAKEQUANT } node_precision;
+
+/* The model identity: what the model flags say and a model file records. */
 typedef struct {
-    char   model[32];       /* cnn | resnet20 | vgg11 */
-    char   data[512];       /* fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR */
-    char   norm[16];        /* evonorm | batchnorm | none */
-    char   precision[8];    /* fp32 | int8 */
-    int    pad_to;          /* 0 = native size; vgg11 pads 28x28 to 32 */
-    int    augment;         /* -1 auto, 0 off, 1 on (random crop 4 + flip) */
-    int    groups;          /* EvoNorm groups */
-    int    zero_init_residual; /* resnet20: 1 = blocks' last norm gamma starts at 0 */
+    node_arch      model;
+    char           data[512];  /* fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR */
+    nn_norm_kind   norm;
+    node_precision precision;
+    int            pad_to;     /* 0 = native size; vgg11 pads 28x28 to 32 */
+    int            augment;    /* -1 auto, 0 off, 1 on (random crop 4 + flip) */
+    int            groups;     /* EvoNorm groups */
+    int            zero_init_residual; /* resnet20: 1 = blocks' last norm gamma starts at 0 */
 } node_model_opts;
+
+/* Names (as on the command line and in model files) and their parsers:
+ * 0, or -1 with a message naming `flag` and the known names. */
+const char *node_arch_name(node_arch a);
+const char *node_norm_name(nn_norm_kind n);
+const char *node_precision_name(node_precision p);
+int node_arch_parse(const char *flag, const char *s, node_arch *out, char *err, size_t errlen);
+int node_norm_parse(const char *flag, const char *s, nn_norm_kind *out, char *err, size_t errlen);
+int node_precision_parse(const char *flag, const char *s, node_precision *out, char *err,
+                         size_t errlen);
 
 void node_model_opts_defaults(node_model_opts *o);
 

@@ -1,0 +1,297 @@
+/* node_run — see node_run.h. */
+#include "node/node_run.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the metrics writer ------------------------------------------------- */
+
+static void s_num(FILE *f, const char *key, const char *fmt, double v)
+{
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(v))
+        fprintf(f, fmt, v);
+    else
+        fputs("null", f);
+}
+
+static void s_u64(FILE *f, const char *key, uint64_t v)
+{
+    fprintf(f, ",\"%s\":%" PRIu64, key, v);
+}
+
+static void s_str(FILE *f, const char *key, const char *v)
+{
+    fprintf(f, ",\"%s\":\"%s\"", key, v ? v : "");
+}
+
+static void s_write_link(FILE *f, const node_metrics *m)
+{
+    const gossip_net_stats *ns = m->ns;
+    const gossip_link_stats *ls = m->ls;
+    s_u64(f, "bytes_sent", ns->bytes_sent);
+    s_u64(f, "bytes_recv", ns->bytes_recv);
+    s_u64(f, "msgs_sent", ns->msgs_sent);
+    s_u64(f, "msgs_recv", ns->msgs_recv);
+    s_u64(f, "rejected", ns->rejected_identity + ns->rejected_frames + ns->rejected_size +
+                         ns->rejected_auth + ls->refused);
+    s_u64(f, "peers_down", ls->peers_down);
+    s_u64(f, "down_events", ls->down_events);
+    s_u64(f, "back_events", ls->back_events);
+    s_u64(f, "resync_bytes_sent", ls->resync_bytes);
+    s_num(f, "seconds_compress", "%.3f", m->tm.compress);
+    s_num(f, "seconds_wait", "%.3f", m->tm.wait);
+    s_num(f, "seconds_mix", "%.3f", m->tm.mix);
+}
+
+void node_metrics_write(FILE *f, const node_metrics *m)
+{
+    fprintf(f, "{\"command\":\"%s\"", m->command);
+    if (m->rank >= 0)
+        fprintf(f, ",\"rank\":%d", m->rank);
+    fprintf(f, ",\"nodes\":%d", m->nodes);
+    s_u64(f, "iter", m->iter);
+    s_num(f, "epoch", "%.4f", m->epoch);
+    s_num(f, "lr", "%.6g", m->lr);
+    s_num(f, "loss", "%.6f", m->loss);
+    s_num(f, "train_acc", "%.6f", m->train_acc);
+    s_num(f, "test_acc", "%.6f", m->evaluated ? m->test_acc : NAN);
+    s_num(f, "test_loss", "%.6f", m->evaluated ? m->test_loss : NAN);
+    s_u64(f, "skipped_steps", m->skipped_steps);
+    s_num(f, "samples_per_s", "%.1f", m->samples_per_s);
+    s_num(f, "seconds", "%.3f", m->seconds);
+    s_num(f, "seconds_compute", "%.3f", m->tm.compute);
+    s_num(f, "seconds_gossip", "%.3f", m->tm.gossip);
+    s_str(f, "model", m->model);
+    s_str(f, "precision", m->precision);
+    if (m->gossip) {
+        s_str(f, "algo", m->algo);
+        s_str(f, "compress", m->compress);
+        s_num(f, "eta", "%g", m->eta);
+        s_num(f, "skew", "%g", m->skew);
+        s_num(f, "psi", "%.17g", m->psi);
+        s_num(f, "gossip_bytes_sent", "%.0f", m->gossip_bytes_sent);
+    }
+    if (m->sim) {
+        s_num(f, "avg_model_acc", "%.6f", m->evaluated ? m->test_acc : NAN);
+        s_num(f, "avg_model_loss", "%.6f", m->evaluated ? m->test_loss : NAN);
+        s_num(f, "mean_node_acc", "%.6f", m->mean_node_acc);
+        s_num(f, "consensus", "%.6g", m->consensus);
+        s_num(f, "bytes_sent_per_node", "%.0f", m->gossip_bytes_sent);
+    }
+    if (m->gs) {
+        s_u64(f, "gossip_bytes_recv", m->gs->bytes_recv);
+        s_u64(f, "gossip_msgs_sent", m->gs->msgs_sent);
+        s_u64(f, "resyncs_sent", m->gs->resyncs_sent);
+        s_u64(f, "resyncs_recv", m->gs->resyncs_recv);
+    }
+    if (m->ns && m->ls)
+        s_write_link(f, m);
+    fputs("}\n", f);
+    fflush(f);
+}
+
+/* ---- evaluation ------------------------------------------------------- */
+
+/* Mean of the ranks' de-biased models (parameters and buffers) into avg;
+ * returns the consensus distance mean_i ||z_i - zbar||^2 / d. */
+static double s_average(nn_model *avg, const node_trainer *tr, int n)
+{
+    float *dst = nn_model_params(avg)->data;
+    size_t d = nn_model_params(avg)->numel;
+    double dist = 0;
+    for (size_t k = 0; k < d; k++) {
+        double s = 0;
+        for (int i = 0; i < n; i++)
+            s += nn_model_params(tr[i].model)->data[k];
+        double mean = s / n;
+        dst[k] = (float)mean;
+        for (int i = 0; i < n; i++) {
+            double z = nn_model_params(tr[i].model)->data[k];
+            dist += (z - mean) * (z - mean);
+        }
+    }
+    /* Buffers too (BatchNorm statistics, 8-bit activation ranges). */
+    nn_arena *ab = nn_model_buffers(avg);
+    for (size_t k = 0; k < ab->numel; k++) {
+        double sum = 0;
+        for (int i = 0; i < n; i++)
+            sum += nn_model_buffers(tr[i].model)->data[k];
+        ab->data[k] = (float)(sum / n);
+    }
+    return dist / (double)n / (double)d;
+}
+
+static void s_pump(void *arg)
+{
+    const node_round *rd = arg;
+    rd->pump(rd->arg);
+}
+
+static double s_eval_model(node_run *r, nn_model *m, double *loss)
+{
+    int batch = (int)r->o->batch;
+    void (*tick)(void *) = r->round.pump ? s_pump : NULL;
+    return node_evaluate_tick(m, r->d, &r->d->test, batch, loss, tick, &r->round);
+}
+
+/* Training statistics since the last line, over the driven ranks (reset). */
+static void s_train_stats(node_run *r, node_metrics *m)
+{
+    double loss = 0;
+    size_t seen = 0, correct = 0;
+    for (int i = 0; i < r->n; i++) {
+        loss += r->tr[i].loss_sum;
+        seen += r->tr[i].seen;
+        correct += r->tr[i].correct;
+        node_trainer_reset_stats(&r->tr[i]);
+    }
+    double now = nn_now(), compute = r->tm.compute - r->compute_line;
+    m->loss = seen ? loss / (double)seen : 0.0;
+    m->train_acc = seen ? (double)correct / (double)seen : 0.0;
+    m->samples_per_s = compute > 0 ? (double)seen / compute : 0.0;
+    r->t_line = now;
+    r->compute_line = r->tm.compute;
+}
+
+void node_run_debias(node_run *r, int i)
+{
+    nn_arena *p = nn_model_params(r->tr[i].model);
+    if (r->g && r->g[i])
+        gossip_node_debias(r->g[i], r->x[i], p->data);
+    else if (r->x[i] != p->data)
+        memcpy(p->data, r->x[i], p->numel * sizeof *p->data);
+}
+
+void node_run_eval(node_run *r, node_metrics *m)
+{
+    *m = r->meta;
+    for (int i = 0; i < r->n; i++)
+        node_run_debias(r, i);
+    m->evaluated = !r->o->no_eval;
+    m->consensus = r->avg ? s_average(r->avg, r->tr, r->n) : 0.0;
+    if (m->evaluated && r->avg)
+        m->test_acc = s_eval_model(r, r->avg, &m->test_loss);
+    s_train_stats(r, m);
+    double acc = 0;
+    long k = m->evaluated ? r->eval_nodes : 0;
+    for (long i = 0; i < k; i++) {
+        double l, a = s_eval_model(r, r->tr[i].model, &l);
+        if (!r->avg && i == 0) {
+            m->test_acc = a;
+            m->test_loss = l;
+        }
+        acc += a;
+    }
+    m->mean_node_acc = k ? acc / (double)k : NAN;
+    m->iter = r->it + 1;
+    m->epoch = (double)(r->it + 1) / (double)r->steps;
+    m->lr = r->lr;
+    m->skipped_steps = r->skipped;
+    m->seconds = nn_now() - r->t0;
+    m->tm = r->tm;
+    m->psi = r->g && r->g[0] ? gossip_node_psi(r->g[0]) : 1.0;
+}
+
+/* ---- the loop ----------------------------------------------------------- */
+
+__attribute__((format(printf, 3, 4)))
+static void s_log(node_run *r, int rank, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r->log)
+        r->log(r->hook_arg, rank, msg);
+}
+
+/* The local steps of iteration r->it on every rank, with the non-finite
+ * policy; -1 with a message when one rank diverged. */
+static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
+{
+    double a = nn_now();
+    for (int i = 0; i < r->n; i++) {
+        const gossip_node *g = r->g ? r->g[i] : NULL;
+        float loss = node_local_step(&r->tr[i], r->d, g, r->x[i], r->lr);
+        if (isfinite(loss)) {
+            run[i] = 0;
+            continue;
+        }
+        r->skipped++;
+        if (++run[i] <= 3 || run[i] == NODE_RUN_MAX_SKIPPED)
+            s_log(r, r->rank0 + i, "iteration %llu: the loss or a gradient is not finite "
+                  "(loss %g, lr %g): step skipped, the model is unchanged and nothing "
+                  "non-finite is sent", (unsigned long long)r->it, loss, r->lr);
+        if (run[i] >= NODE_RUN_MAX_SKIPPED) {
+            r->tm.compute += nn_now() - a;
+            return nn_errf(err, errlen, "%d steps in a row were not finite: training diverged; "
+                           "try a smaller --lr or --eta", NODE_RUN_MAX_SKIPPED);
+        }
+    }
+    r->tm.compute += nn_now() - a;
+    return 0;
+}
+
+/* The gossip round after iteration r->it, if one is due. */
+static int s_gossip(node_run *r, char *err, size_t errlen)
+{
+    if (!r->round.round)
+        return 0;
+    if ((r->it + 1) % r->H != 0) {
+        if (r->round.pump)
+            r->round.pump(r->round.arg); /* between rounds: answer, PING */
+        return 0;
+    }
+    double b = nn_now();
+    int rc = r->round.round(r->round.arg, r->x, (r->it + 1) / r->H - 1, &r->tm, err, errlen);
+    r->tm.gossip += nn_now() - b;
+    return rc;
+}
+
+static int s_eval_due(const node_run *r)
+{
+    int last = r->it + 1 == r->iters;
+    long every = r->o->eval_every > 0 ? r->o->eval_every : r->steps;
+    if (r->o->no_eval)
+        return last;
+    return last || (r->it + 1) % (uint64_t)every == 0;
+}
+
+int node_run_loop(node_run *r, char *err, size_t errlen)
+{
+    uint32_t *run = nn_xcalloc((size_t)r->n, sizeof *run);
+    int rc = 0;
+    r->t0 = r->t_line = nn_now();
+    for (; r->it < r->iters; r->it++) {
+        if (r->stop && *r->stop) {
+            r->interrupted = 1;
+            break;
+        }
+        r->lr = node_lr_at_iter(r->o, r->it, r->steps);
+        if (r->o->debug_nan_at >= 0 && r->it == (uint64_t)r->o->debug_nan_at)
+            r->tr[0].poison_next = 1;
+        if (s_local_steps(r, run, err, errlen) != 0 || s_gossip(r, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0; i < r->n; i++)
+            nn_sgd_after_mix(&r->tr[i].sgd, r->x[i]);
+        if (r->after_iter)
+            r->after_iter(r->hook_arg, r->it + 1);
+        if (!s_eval_due(r))
+            continue;
+        node_metrics m;
+        node_run_eval(r, &m);
+        if (r->report)
+            r->report(r->hook_arg, r, &m);
+        if (r->metrics)
+            node_metrics_write(r->metrics, &m);
+    }
+    free(run);
+    return rc;
+}
