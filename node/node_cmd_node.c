@@ -105,8 +105,11 @@ static int s_apply_peer(topo *t, const char *spec, char *err, size_t errlen)
     int j = topo_find_node(t, id);
     if (j < 0)
         return nn_errf(err, errlen, "--peer '%s': no node '%s' in %s", spec, id, t->name);
+    char why[128];
     if (strlen(eq + 1) >= sizeof t->nodes[j].endpoint)
         return nn_errf(err, errlen, "--peer '%s': endpoint too long", spec);
+    if (topo_check_endpoint(eq + 1, why, sizeof why) != 0)
+        return nn_errf(err, errlen, "--peer '%s': %s", spec, why);
     snprintf(t->nodes[j].endpoint, sizeof t->nodes[j].endpoint, "%s", eq + 1);
     return 0;
 }
@@ -475,10 +478,5 @@ static int s_node_cmd(const node_opts *o)
 
 int node_cmd_node(int argc, char **argv)
 {
-    node_opts o;
-    int rc = node_opts_parse(&o, NODE_CMD_NODE, argc, argv);
-    if (rc < 0)
-        rc = s_node_cmd(&o);
-    node_opts_free(&o);
-    return rc;
+    return node_opts_main(NODE_CMD_NODE, argc, argv, s_node_cmd);
 }

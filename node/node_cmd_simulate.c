@@ -155,10 +155,5 @@ static int s_simulate(const node_opts *o)
 
 int node_cmd_simulate(int argc, char **argv)
 {
-    node_opts o;
-    int rc = node_opts_parse(&o, NODE_CMD_SIMULATE, argc, argv);
-    if (rc < 0)
-        rc = s_simulate(&o);
-    node_opts_free(&o);
-    return rc;
+    return node_opts_main(NODE_CMD_SIMULATE, argc, argv, s_simulate);
 }

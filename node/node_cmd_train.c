@@ -27,8 +27,11 @@ static void s_report(void *arg, const node_run *r, node_metrics *m)
     char eta[32];
     double left = m->seconds / (double)m->iter * (double)(r->iters - m->iter);
     node_fmt_duration(eta, sizeof eta, left);
-    printf("epoch %.2f/%ld  loss %.4f  train %.2f%%  test %.2f%%  %.0f samples/s  %.1fs  "
-           "ETA %s\n", m->epoch, r->o->epochs, m->loss, 100 * m->train_acc, 100 * m->test_acc,
+    char test[32] = "not evaluated";
+    if (m->evaluated)
+        snprintf(test, sizeof test, "%.2f%%", 100 * m->test_acc);
+    printf("epoch %.2f/%ld  loss %.4f  train %.2f%%  test %s  %.0f samples/s  %.1fs  "
+           "ETA %s\n", m->epoch, r->o->epochs, m->loss, 100 * m->train_acc, test,
            m->samples_per_s, m->seconds, eta);
     fflush(stdout);
 }
@@ -89,10 +92,5 @@ done:
 
 int node_cmd_train(int argc, char **argv)
 {
-    node_opts o;
-    int rc = node_opts_parse(&o, NODE_CMD_TRAIN, argc, argv);
-    if (rc < 0)
-        rc = s_train(&o);
-    node_opts_free(&o);
-    return rc;
+    return node_opts_main(NODE_CMD_TRAIN, argc, argv, s_train);
 }

@@ -48,30 +48,19 @@ static int s_lookup(const char *flag, const char *s, const char *const *names, s
     return nn_errf(err, errlen, "%s '%s': expected %s", flag, s, list);
 }
 
-int node_arch_parse(const char *flag, const char *s, node_arch *out, char *err, size_t errlen)
-{
-    int i = s_lookup(flag, s, s_arch_names, S_COUNT(s_arch_names), err, errlen);
-    if (i >= 0)
-        *out = (node_arch)i;
-    return i < 0 ? -1 : 0;
-}
+/* The parser of one enum named by `names`. */
+#define S_ENUM_PARSER(fn, type, names)                                                     \
+    int fn(const char *flag, const char *s, type *out, char *err, size_t errlen)           \
+    {                                                                                      \
+        int i = s_lookup(flag, s, names, S_COUNT(names), err, errlen);                     \
+        if (i >= 0)                                                                        \
+            *out = (type)i;                                                                \
+        return i < 0 ? -1 : 0;                                                             \
+    }
 
-int node_norm_parse(const char *flag, const char *s, nn_norm_kind *out, char *err, size_t errlen)
-{
-    int i = s_lookup(flag, s, s_norm_names, S_COUNT(s_norm_names), err, errlen);
-    if (i >= 0)
-        *out = (nn_norm_kind)i;
-    return i < 0 ? -1 : 0;
-}
-
-int node_precision_parse(const char *flag, const char *s, node_precision *out, char *err,
-                         size_t errlen)
-{
-    int i = s_lookup(flag, s, s_prec_names, S_COUNT(s_prec_names), err, errlen);
-    if (i >= 0)
-        *out = (node_precision)i;
-    return i < 0 ? -1 : 0;
-}
+S_ENUM_PARSER(node_arch_parse, node_arch, s_arch_names)
+S_ENUM_PARSER(node_norm_parse, nn_norm_kind, s_norm_names)
+S_ENUM_PARSER(node_precision_parse, node_precision, s_prec_names)
 
 void node_model_opts_defaults(node_model_opts *o)
 {

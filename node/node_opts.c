@@ -331,12 +331,22 @@ static int s_gossip_flag(node_gossip_opts *g, int code, const char *arg, char *e
     }
 }
 
+static int s_endpoint(const char *flag, const char *arg, char *err, size_t errlen)
+{
+    char why[128];
+    if (topo_check_endpoint(arg, why, sizeof why) != 0)
+        return nn_errf(err, errlen, "%s '%s': %s (e.g. tcp://*:5555)", flag, arg, why);
+    return 0;
+}
+
 static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, size_t errlen)
 {
     gossip_link_config *lc = &n->lc;
     switch (code) {
     case F_RANK: return node_parse_int("--rank", arg, 0, TOPO_MAX_NODES - 1, &n->rank, err, errlen);
-    case F_BIND: n->bind = arg; return 0;
+    case F_BIND:
+        n->bind = arg;
+        return s_endpoint("--bind", arg, err, errlen);
     case F_CERT: n->cert = arg; return 0;
     case F_PEER: n->peers[n->npeers++] = arg; return 0;
     case F_TIMEOUT: return node_parse_double("--timeout", arg, 0.1, 1e6, &lc->timeout, err, errlen);
@@ -470,4 +480,14 @@ void node_opts_free(node_opts *o)
 {
     free(o->n.peers);
     o->n.peers = NULL;
+}
+
+int node_opts_main(node_command cmd, int argc, char **argv, int (*run)(const node_opts *o))
+{
+    node_opts o;
+    int rc = node_opts_parse(&o, cmd, argc, argv);
+    if (rc < 0)
+        rc = run(&o);
+    node_opts_free(&o);
+    return rc;
 }

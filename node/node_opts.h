@@ -85,5 +85,8 @@ typedef struct {
  * node_opts_free. */
 int  node_opts_parse(node_opts *o, node_command cmd, int argc, char **argv);
 void node_opts_free(node_opts *o);
+/* A training command's main: parses argv for cmd and, unless that ended
+ * it, returns run(&opts) (an exit code). */
+int  node_opts_main(node_command cmd, int argc, char **argv, int (*run)(const node_opts *o));
 
 #endif

@@ -966,3 +966,8 @@ topo *topo_load(const char *path, char *err, size_t errlen)
     free(buf);
     return t;
 }
+
+int topo_check_endpoint(const char *endpoint, char *why, size_t whylen)
+{
+    return s_check_endpoint(endpoint, why, whylen);
+}
