@@ -141,35 +141,19 @@ const char *gossip_algo_name(gossip_algo a)
     return "?";
 }
 
+/* The topology checks are topo_validate's (one place, TOPO_SUM_TOL); the
+ * algorithms without push-sum also need rows that sum to 1. */
 static int s_check_topo(const topo *t, int rank, int push_sum, char *err, size_t errlen)
 {
-    if (!t || t->n < 1 || t->nsched < 1 || !t->sched)
-        return nn_errf(err, errlen, "gossip: empty topology");
+    char msg[512];
+    if (!t || topo_validate(t, msg, sizeof msg) != 0)
+        return nn_errf(err, errlen, "gossip: topology '%s': %s", t ? t->name : "",
+                       t ? msg : "none");
     if (rank < 0 || rank >= t->n)
         return nn_errf(err, errlen, "gossip: rank %d outside 0..%d of topology '%s'", rank, t->n - 1, t->name);
-    int n = t->n;
-    for (int s = 0; s < t->nsched; s++) {
-        const double *w = t->sched[s].w;
-        for (int j = 0; j < n; j++) {
-            double col = 0.0, row = 0.0;
-            for (int i = 0; i < n; i++) {
-                double x = w[(size_t)i * n + j];
-                if (!isfinite(x) || x < 0.0)
-                    return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: weight w[%d][%d] = %g is not a finite non-negative number",
-                                   t->name, s, i, j, x);
-                col += x;
-                row += w[(size_t)j * n + i];
-            }
-            if (!(w[(size_t)j * n + j] > 0.0))
-                return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: self weight of node %d must be positive", t->name, s, j);
-            if (fabs(col - 1.0) > 1e-6)
-                return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: column %d sums to %.9g, not 1 (W must be column stochastic)",
-                               t->name, s, j, col);
-            if (!push_sum && fabs(row - 1.0) > 1e-6)
-                return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: row %d sums to %.9g; without push-sum W must be doubly stochastic",
-                               t->name, s, j, row);
-        }
-    }
+    if (!push_sum && !topo_is_doubly_stochastic(t))
+        return nn_errf(err, errlen, "gossip: topology '%s': rows do not sum to 1; without "
+                       "push-sum W must be doubly stochastic", t->name);
     return 0;
 }
 
@@ -233,18 +217,12 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
     g->in_ranks = nn_xmalloc((size_t)n * sizeof *g->in_ranks);
     g->out_union = nn_xmalloc((size_t)n * sizeof *g->out_union);
     g->dest = nn_xmalloc((size_t)n * sizeof *g->dest);
-    for (int j = 0; j < n; j++) {
-        int in = 0, out = 0;
-        for (int s = 0; s < t->nsched; s++) {
-            in |= j != rank && t->sched[s].w[(size_t)rank * n + j] > 0.0;
-            out |= j != rank && t->sched[s].w[(size_t)j * n + rank] > 0.0;
-        }
-        g->in_pos[j] = in ? g->nin : -1;
-        if (in)
-            g->in_ranks[g->nin++] = j;
-        if (out)
-            g->out_union[g->nout_union++] = j;
-    }
+    g->nin = topo_in_neighbors_any(t, rank, g->in_ranks);
+    g->nout_union = topo_out_neighbors_any(t, rank, g->out_union);
+    for (int j = 0; j < n; j++)
+        g->in_pos[j] = -1;
+    for (int k = 0; k < g->nin; k++)
+        g->in_pos[g->in_ranks[k]] = k;
     g->slots = nn_xcalloc((size_t)(g->nin ? g->nin : 1) * GOSSIP_WINDOW, sizeof *g->slots);
     size_t nk = (size_t)(g->nin ? g->nin : 1);
     g->in_down = nn_xcalloc(nk, 1);

@@ -41,6 +41,17 @@ typedef struct {
     uint64_t s[4];
 } nn_rng;
 
+/* The one seeded mixer: the SplitMix64 finalizer of z.  SplitMix64's
+ * output for state x is nn_mix64(x + NN_GOLDEN64) (what every seed
+ * derivation in nn/ and lowprec/ uses). */
+#define NN_GOLDEN64 0x9e3779b97f4a7c15ULL
+static inline uint64_t nn_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
 void     nn_rng_seed(nn_rng *r, uint64_t seed);
 uint64_t nn_rng_next(nn_rng *r);
 /* Uniform in [0, 1) with 24 random bits (exactly representable floats). */
