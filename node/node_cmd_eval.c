@@ -23,24 +23,18 @@ static void s_usage(FILE *f)
 /* Loads the models one after another into m, accumulating their mean. */
 static int s_load_average(nn_model *m, char **paths, int n, char *err, size_t errlen)
 {
-    nn_arena *ap = nn_model_params(m), *ab = nn_model_buffers(m);
-    double *sum = nn_xcalloc(ap->numel + ab->numel, sizeof *sum);
+    node_avg a;
+    node_avg_init(&a, m);
     int rc = -1;
     for (int i = 0; i < n; i++) {
         if (node_model_load(paths[i], m, err, errlen) != 0)
             goto done;
-        for (size_t k = 0; k < ap->numel; k++)
-            sum[k] += ap->data[k];
-        for (size_t k = 0; k < ab->numel; k++)
-            sum[ap->numel + k] += ab->data[k];
+        node_avg_add(&a, m);
     }
-    for (size_t k = 0; k < ap->numel; k++)
-        ap->data[k] = (float)(sum[k] / n);
-    for (size_t k = 0; k < ab->numel; k++)
-        ab->data[k] = (float)(sum[ap->numel + k] / n);
+    node_avg_write(&a, m);
     rc = 0;
 done:
-    free(sum);
+    node_avg_free(&a);
     return rc;
 }
 

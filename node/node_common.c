@@ -206,6 +206,46 @@ int node_model_load(const char *path, nn_model *m, char *err, size_t errlen)
     return nn_safetensors_load(path, arenas, nn_model_buffers(m)->nviews ? 2 : 1, err, errlen);
 }
 
+void node_avg_init(node_avg *a, nn_model *like)
+{
+    a->np = nn_model_params(like)->numel;
+    a->nb = nn_model_buffers(like)->numel;
+    a->sum = nn_xcalloc(a->np + a->nb, sizeof *a->sum);
+    a->n = 0;
+}
+
+void node_avg_add(node_avg *a, nn_model *m)
+{
+    const nn_arena *p = nn_model_params(m), *b = nn_model_buffers(m);
+    assert(p->numel == a->np && b->numel == a->nb);
+    for (size_t k = 0; k < a->np; k++)
+        a->sum[k] += p->data[k];
+    for (size_t k = 0; k < a->nb; k++)
+        a->sum[a->np + k] += b->data[k];
+    a->n++;
+}
+
+double node_avg_param(const node_avg *a, size_t k)
+{
+    return a->sum[k] / a->n;
+}
+
+void node_avg_write(const node_avg *a, nn_model *dst)
+{
+    nn_arena *p = nn_model_params(dst), *b = nn_model_buffers(dst);
+    assert(a->n > 0 && p->numel == a->np && b->numel == a->nb);
+    for (size_t k = 0; k < a->np; k++)
+        p->data[k] = (float)(a->sum[k] / a->n);
+    for (size_t k = 0; k < a->nb; k++)
+        b->data[k] = (float)(a->sum[a->np + k] / a->n);
+}
+
+void node_avg_free(node_avg *a)
+{
+    free(a->sum);
+    a->sum = NULL;
+}
+
 void node_set_threads(int threads)
 {
     if (threads > 0)

@@ -75,6 +75,23 @@ int node_model_save(const char *path, nn_model *m, const node_model_opts *o, cha
 int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, size_t errlen);
 int node_model_load(const char *path, nn_model *m, char *err, size_t errlen);
 
+/* The element-wise mean of models of one architecture, parameters and
+ * buffers (BatchNorm statistics, 8-bit activation ranges): sums in double,
+ * models added one at a time (eval loads them one after another). */
+typedef struct {
+    double *sum;     /* params then buffers */
+    size_t  np, nb;
+    int     n;       /* models added */
+} node_avg;
+
+void node_avg_init(node_avg *a, nn_model *like);
+void node_avg_add(node_avg *a, nn_model *m);
+/* The mean of parameter k (double). */
+double node_avg_param(const node_avg *a, size_t k);
+/* Writes the mean into dst's parameters and buffers. */
+void node_avg_write(const node_avg *a, nn_model *dst);
+void node_avg_free(node_avg *a);
+
 /* Sets the BLAS thread count (OpenBLAS). */
 void node_set_threads(int threads);
 

@@ -98,31 +98,23 @@ void node_metrics_write(FILE *f, const node_metrics *m)
 
 /* Mean of the ranks' de-biased models (parameters and buffers) into avg;
  * returns the consensus distance mean_i ||z_i - zbar||^2 / d. */
-static double s_average(nn_model *avg, const node_trainer *tr, int n)
+static double s_average(nn_model *avg, node_trainer *tr, int n)
 {
-    float *dst = nn_model_params(avg)->data;
-    size_t d = nn_model_params(avg)->numel;
+    node_avg a;
+    node_avg_init(&a, avg);
+    for (int i = 0; i < n; i++)
+        node_avg_add(&a, tr[i].model);
+    node_avg_write(&a, avg);
     double dist = 0;
-    for (size_t k = 0; k < d; k++) {
-        double s = 0;
-        for (int i = 0; i < n; i++)
-            s += nn_model_params(tr[i].model)->data[k];
-        double mean = s / n;
-        dst[k] = (float)mean;
+    for (size_t k = 0; k < a.np; k++) {
+        double mean = node_avg_param(&a, k);
         for (int i = 0; i < n; i++) {
             double z = nn_model_params(tr[i].model)->data[k];
             dist += (z - mean) * (z - mean);
         }
     }
-    /* Buffers too (BatchNorm statistics, 8-bit activation ranges). */
-    nn_arena *ab = nn_model_buffers(avg);
-    for (size_t k = 0; k < ab->numel; k++) {
-        double sum = 0;
-        for (int i = 0; i < n; i++)
-            sum += nn_model_buffers(tr[i].model)->data[k];
-        ab->data[k] = (float)(sum / n);
-    }
-    return dist / (double)n / (double)d;
+    node_avg_free(&a);
+    return dist / (double)n / (double)a.np;
 }
 
 static void s_pump(void *arg)
