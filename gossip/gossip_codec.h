@@ -6,7 +6,7 @@
  *          fingerprint.
  * Exposes: gossip_msg_encode, gossip_msg_encode_control, gossip_msg_deflate
  *          (the optional lossless pass), gossip_msg_decode (full decode or
- *          validate-only), gossip_payload_*.
+ *          validate-only), gossip_msg_decode_header, gossip_payload_*.
  * Callers: gossip_node (every message), the ZeroMQ node (control messages),
  *          tests, fuzz target.
  *
@@ -164,6 +164,14 @@ size_t gossip_msg_deflate(gossip_buf *msg, gossip_deflater *d, int level);
  * never reads outside buf, never asserts on the bytes. */
 int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,
                       gossip_payload *out, char *err, size_t errlen);
+/* Decodes and validates the 40-byte header only (magic, version, kind,
+ * flags, psi, block count of the control kinds, payload length); with a
+ * layout also the fingerprint and the block count of GOSSIP and RESYNC
+ * (NULL: the caller compares h->fingerprint).  What gossip_msg_decode
+ * checks first; the transport's dispatch (gossip_link) reads headers with
+ * it.  0, or -1 with a message. */
+int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *layout,
+                             gossip_header *h, char *err, size_t errlen);
 
 void gossip_payload_init(gossip_payload *p, const nn_arena *layout);
 void gossip_payload_free(gossip_payload *p);

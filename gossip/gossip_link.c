@@ -121,19 +121,6 @@ static int s_signals(const gossip_link *l)
     return l->cfg.signals ? (int)*l->cfg.signals : 0;
 }
 
-static uint64_t s_rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint32_t s_rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Control message `kind` carrying `iter` to j: over our DEALER (j is an
  * out-neighbour) or as a reply over our ROUTER (j is an in-neighbour).
  * Never blocks; a peer that is not connected just misses it. */
@@ -408,61 +395,84 @@ static void s_feed_stash(gossip_link *l)
     l->nstash = k;
 }
 
-/* One message from the transport (outside input: nothing is trusted). */
+/* A HELLO or HELLO_ACK for another layout: a misconfigured peer shows at
+ * the start, before its valid HELLO (both sides fail, naming the peer); a
+ * foreign layout after that is an intruder. */
+static void s_foreign_layout(gossip_link *l, int from, int in, const gossip_header *h,
+                             const char *chan)
+{
+    if (l->running || l->p[from].hello_seen || l->p[from].ack) {
+        s_refuse(l, "HELLO from %s %s (rank %d) for another model (layout %08x, ours %08x)",
+                 chan, s_id(l, from), from, h->fingerprint, l->fp);
+        return;
+    }
+    if (in && h->kind == GOSSIP_MSG_HELLO) /* our answer carries our fingerprint: it fails too */
+        s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
+    s_fatal(l, "peer %s (rank %d, %s) runs a different model (layout fingerprint %08x, "
+            "ours %08x): every node needs the same --model, --norm, --groups, --data and "
+            "--pad-to", s_id(l, from), from, l->t->nodes[from].endpoint, h->fingerprint, l->fp);
+}
+
+/* Which kinds may come on which channel: 1 yes, 0 misdirected, -1 unknown. */
+static int s_kind_ok(unsigned kind, int in)
+{
+    switch (kind) {
+    case GOSSIP_MSG_GOSSIP: case GOSSIP_MSG_RESYNC: case GOSSIP_MSG_BYE: return in;
+    case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: return !in;
+    case GOSSIP_MSG_HELLO: case GOSSIP_MSG_HELLO_ACK: case GOSSIP_MSG_PING: return 1;
+    default: return -1;
+    }
+}
+
+/* The header of a message from the transport, checked against the
+ * connection it came on: 0 when the message is to be handled, else -1
+ * (refused or fatal, done here).  Outside input: nothing is trusted. */
+static int s_check_header(gossip_link *l, int from, int in, const uint8_t *msg, size_t len,
+                          gossip_header *h)
+{
+    char err[512];
+    const char *chan = in ? "in-neighbour" : "out-neighbour";
+    if (gossip_msg_decode_header(msg, len, NULL, h, err, sizeof err) != 0) {
+        s_refuse(l, "%zu bytes from %s %s (rank %d) that are not an lpgossip message: %s", len,
+                 chan, s_id(l, from), from, err);
+        return -1;
+    }
+    if (h->sender != (uint32_t)from) {
+        s_refuse(l, "message from %s %s (rank %d) claims to come from rank %u", chan,
+                 s_id(l, from), from, h->sender);
+        return -1;
+    }
+    int blocks = h->kind == GOSSIP_MSG_GOSSIP || h->kind == GOSSIP_MSG_RESYNC;
+    if (h->fingerprint != l->fp && (h->kind == GOSSIP_MSG_HELLO ||
+                                     h->kind == GOSSIP_MSG_HELLO_ACK)) {
+        s_foreign_layout(l, from, in, h, chan);
+        return -1;
+    }
+    if (h->fingerprint != l->fp && !blocks) { /* GOSSIP, RESYNC: gossip_node's check */
+        s_refuse(l, "control message from %s (rank %d): layout fingerprint 0x%08x differs from "
+                 "ours 0x%08x", s_id(l, from), from, h->fingerprint, l->fp);
+        return -1;
+    }
+    int ok = s_kind_ok(h->kind, in);
+    if (ok <= 0) {
+        s_refuse(l, "%s message (kind %u) from %s %s (rank %d)%s",
+                 ok < 0 ? "unknown" : "misdirected", h->kind, chan, s_id(l, from), from,
+                 ok < 0 ? "" : ": not valid on that channel");
+        return -1;
+    }
+    return 0;
+}
+
+/* One message from the transport. */
 static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg, size_t len)
 {
     char err[1024];
-    const char *chan = dir == GOSSIP_NET_FROM_IN ? "in-neighbour" : "out-neighbour";
-    if (len < GOSSIP_HEADER_BYTES || s_rd32(msg) != GOSSIP_MAGIC) {
-        s_refuse(l, "%zu bytes from %s %s (rank %d) that are not an lpgossip message", len, chan,
-                 s_id(l, from), from);
-        return;
-    }
-    unsigned kind = msg[5];
-    uint32_t sender = s_rd32(msg + 8);
-    uint64_t iter = s_rd64(msg + 12);
-    if (sender != (uint32_t)from) {
-        s_refuse(l, "message from %s %s (rank %d) claims to come from rank %u", chan,
-                 s_id(l, from), from, sender);
-        return;
-    }
     int in = dir == GOSSIP_NET_FROM_IN;
-    if ((kind == GOSSIP_MSG_HELLO || kind == GOSSIP_MSG_HELLO_ACK) && s_rd32(msg + 28) != l->fp) {
-        /* A misconfigured peer shows at the start, before its valid HELLO;
-         * a foreign layout after that is an intruder. */
-        if (l->running || l->p[from].hello_seen || l->p[from].ack) {
-            s_refuse(l, "HELLO from %s %s (rank %d) for another model (layout %08x, ours %08x)",
-                     chan, s_id(l, from), from, s_rd32(msg + 28), l->fp);
-            return;
-        }
-        if (in && kind == GOSSIP_MSG_HELLO) /* our answer carries our fingerprint: it fails too */
-            s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
-        s_fatal(l, "peer %s (rank %d, %s) runs a different model (layout fingerprint %08x, "
-                "ours %08x): every node needs the same --model, --norm, --groups, --data and "
-                "--pad-to", s_id(l, from), from, l->t->nodes[from].endpoint, s_rd32(msg + 28),
-                l->fp);
-        return;
-    }
     gossip_header h;
-    int blocks = kind == GOSSIP_MSG_GOSSIP || kind == GOSSIP_MSG_RESYNC;
-    if (!blocks && gossip_msg_decode(msg, len, l->layout, &h, NULL, err, sizeof err) != 0) {
-        s_refuse(l, "control message from %s (rank %d): %s", s_id(l, from), from, err);
+    if (s_check_header(l, from, in, msg, len, &h) != 0)
         return;
-    }
-    /* which kinds may come on which channel */
-    int ok;
-    switch (kind) {
-    case GOSSIP_MSG_GOSSIP: case GOSSIP_MSG_RESYNC: case GOSSIP_MSG_BYE: ok = in; break;
-    case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: ok = !in; break;
-    case GOSSIP_MSG_HELLO: case GOSSIP_MSG_HELLO_ACK: case GOSSIP_MSG_PING: ok = 1; break;
-    default: ok = -1;
-    }
-    if (ok <= 0) {
-        s_refuse(l, "%s message (kind %u) from %s %s (rank %d)%s",
-                 ok < 0 ? "unknown" : "misdirected", kind, chan, s_id(l, from), from,
-                 ok < 0 ? "" : ": not valid on that channel");
-        return;
-    }
+    unsigned kind = h.kind;
+    uint64_t iter = h.iter;
     s_peer *p = &l->p[from];
     uint64_t refused_before = l->st.refused;
     switch (kind) {
