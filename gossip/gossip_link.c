@@ -26,25 +26,6 @@ typedef struct {
     int      from;
 } s_early;
 
-typedef struct {
-    uint8_t  is_in, is_out;    /* roles, union over the schedule */
-    uint8_t  hello, ack;       /* start: it said HELLO / answered ours */
-    uint8_t  bye_in, bye_ack;  /* end: it said BYE / acknowledged ours */
-    uint8_t  down;             /* declared down by us and not back yet */
-    uint8_t  hello_seen;       /* hello_iter is valid */
-    uint64_t hello_iter;       /* the iteration of its first HELLO */
-    uint64_t bye_iter;         /* iterations announced in its BYE */
-    uint64_t got;              /* 1 + the last GOSSIP iteration it delivered */
-    uint64_t reported;         /* iteration it last reported (HELLO*, PING) */
-    double   heard;            /* clock of its last valid message */
-    double   sent_dealer;      /* clock of our last message to it, DEALER */
-    double   sent_router;      /* ... ROUTER */
-    double   last_gossip;      /* clock of its last GOSSIP */
-    double   period;           /* EWMA of the gaps between its GOSSIPs */
-    double   resync_asked;     /* clock of our last RESYNC_REQ to it */
-    uint64_t resync_iter;      /* 1 + iteration of our last RESYNC to it (0: none) */
-} s_peer;
-
 struct gossip_link {
     gossip_link_config cfg;
     gossip_net        *net;
@@ -53,7 +34,7 @@ struct gossip_link {
     const nn_arena    *layout;
     int                rank, n, choco;
     uint32_t           fp;
-    s_peer            *p;          /* n */
+    gossip_peer       *p;          /* n: gossip_node's table (gossip_peer.h), borrowed */
     int               *nb, nnb;    /* neighbour ranks */
     s_early           *stash;
     size_t             nstash, cap_stash, stash_max; /* stash_max per peer */
@@ -154,7 +135,7 @@ static double s_limit(const gossip_link *l, int j)
 static int s_all_down(const gossip_link *l, int j)
 {
     int st = gossip_node_peer_state(l->g, j);
-    const s_peer *p = &l->p[j];
+    const gossip_peer *p = &l->p[j];
     return (!p->is_in || (st & GOSSIP_PEER_IN_DOWN)) && (!p->is_out || (st & GOSSIP_PEER_OUT_DOWN));
 }
 
@@ -211,7 +192,7 @@ static void s_down(gossip_link *l, int j, const char *fmt, ...)
  * neighbour that is up again in some role is logged. */
 static void s_revive(gossip_link *l, int j, gossip_net_dir dir)
 {
-    s_peer *p = &l->p[j];
+    gossip_peer *p = &l->p[j];
     if (p->is_out && dir == GOSSIP_NET_FROM_OUT &&
         (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
         gossip_node_peer_up(l->g, j);
@@ -233,7 +214,7 @@ static void s_ask_resyncs(gossip_link *l)
     double now = nn_now();
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        s_peer *p = &l->p[j];
+        gossip_peer *p = &l->p[j];
         if (!p->is_in || !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
             continue;
         if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > s_limit(l, j))
@@ -278,7 +259,7 @@ static void s_ping(gossip_link *l, int progress)
     uint64_t at = gossip_node_sent_thru(l->g);
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        s_peer *p = &l->p[j];
+        gossip_peer *p = &l->p[j];
         if (p->is_out && now - p->sent_dealer >= l->cfg.ping_every)
             s_ctl(l, GOSSIP_MSG_PING, j, 0, at);
         if (p->is_in && (progress || now - p->sent_router >= l->cfg.ping_every))
@@ -294,7 +275,7 @@ static void s_check_peers(gossip_link *l, int64_t iter, double wait_start)
     double now = nn_now();
     for (int a = 0; a < l->nnb && !l->fatal; a++) {
         int j = l->nb[a];
-        s_peer *p = &l->p[j];
+        gossip_peer *p = &l->p[j];
         if (s_all_down(l, j))
             continue;
         int in_live = p->is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN);
@@ -322,7 +303,7 @@ static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, 
         s_refuse(l, "%s", err);
         return;
     }
-    s_peer *p = &l->p[from];
+    gossip_peer *p = &l->p[from];
     if (p->got < iter + 1)
         p->got = iter + 1;
 }
@@ -333,7 +314,7 @@ static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, 
  * bound. */
 static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
 {
-    s_peer *p = &l->p[from];
+    gossip_peer *p = &l->p[from];
     uint64_t cur = gossip_node_iter(l->g);
     if (iter < p->got) {
         s_refuse(l, "replayed or duplicate message from %s (rank %d) for iteration %llu "
@@ -473,7 +454,7 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         return;
     unsigned kind = h.kind;
     uint64_t iter = h.iter;
-    s_peer *p = &l->p[from];
+    gossip_peer *p = &l->p[from];
     uint64_t refused_before = l->st.refused;
     switch (kind) {
     case GOSSIP_MSG_GOSSIP:
@@ -607,16 +588,8 @@ gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int
     l->n = t->n;
     l->choco = gossip_node_config(g)->algo == GOSSIP_CHOCO;
     l->fp = gossip_node_fingerprint(g);
-    l->p = nn_xcalloc((size_t)l->n, sizeof *l->p);
+    l->p = gossip_node_peers(g); /* roles filled by gossip_node; our section is zero */
     l->nb = nn_xcalloc((size_t)l->n, sizeof *l->nb);
-    int *tmp = nn_xcalloc((size_t)l->n, sizeof *tmp);
-    int k = topo_in_neighbors_any(t, rank, tmp);
-    for (int a = 0; a < k; a++)
-        l->p[tmp[a]].is_in = 1;
-    k = topo_out_neighbors_any(t, rank, tmp);
-    for (int a = 0; a < k; a++)
-        l->p[tmp[a]].is_out = 1;
-    free(tmp);
     for (int j = 0; j < l->n; j++)
         if (j != rank && (l->p[j].is_in || l->p[j].is_out))
             l->nb[l->nnb++] = j;
@@ -636,7 +609,6 @@ void gossip_link_destroy(gossip_link **self_p)
     for (size_t a = 0; a < l->nstash; a++)
         free(l->stash[a].bytes);
     free(l->stash);
-    free(l->p);
     free(l->nb);
     gossip_buf_free(&l->ctl);
     free(l);
@@ -651,7 +623,7 @@ static void s_missing(const gossip_link *l, int role, int which, char *buf, size
     buf[0] = '\0';
     for (int a = 0; a < l->nnb && o < len; a++) {
         int j = l->nb[a];
-        const s_peer *p = &l->p[j];
+        const gossip_peer *p = &l->p[j];
         int has = ((role & 1) && p->is_in) || ((role & 2) && p->is_out);
         int flag = which == 0 ? p->hello : which == 1 ? p->ack : (p->hello || p->ack);
         if (!has || flag)
@@ -673,7 +645,7 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
         int done = 1;
         uint64_t far = start;
         for (int a = 0; a < l->nnb; a++) {
-            const s_peer *p = &l->p[l->nb[a]];
+            const gossip_peer *p = &l->p[l->nb[a]];
             if (rejoin)
                 done &= p->hello || p->ack;
             else
@@ -722,7 +694,7 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
         if (now >= next) {
             for (int a = 0; a < l->nnb; a++) {
                 int j = l->nb[a];
-                const s_peer *p = &l->p[j];
+                const gossip_peer *p = &l->p[j];
                 if (p->is_out && !p->ack)
                     s_ctl(l, GOSSIP_MSG_HELLO, j, 0, start);
                 if (rejoin && p->is_in && !p->hello)
@@ -738,7 +710,7 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
     uint64_t T = start;
     if (rejoin)
         for (int a = 0; a < l->nnb; a++) {
-            const s_peer *p = &l->p[l->nb[a]];
+            const gossip_peer *p = &l->p[l->nb[a]];
             if ((p->hello || p->ack) && p->reported > T)
                 T = p->reported;
         }
@@ -798,7 +770,7 @@ static int s_flow_blocked(const gossip_link *l, uint64_t iter)
 {
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        const s_peer *p = &l->p[j];
+        const gossip_peer *p = &l->p[j];
         if (p->is_out && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN) &&
             iter >= p->reported + l->lag)
             return 1;
@@ -893,7 +865,7 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s)
         int left = 0;
         for (int a = 0; a < l->nnb; a++) {
             int j = l->nb[a];
-            const s_peer *p = &l->p[j];
+            const gossip_peer *p = &l->p[j];
             int st = gossip_node_peer_state(l->g, j);
             left += p->is_out && !(st & GOSSIP_PEER_OUT_DOWN) && !p->bye_ack;
             left += p->is_in && !(st & GOSSIP_PEER_IN_DOWN) && !p->bye_in;
@@ -905,7 +877,7 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s)
             size_t oa = 0, ob = 0;
             for (int k = 0; k < l->nnb; k++) {
                 int j = l->nb[k];
-                const s_peer *p = &l->p[j];
+                const gossip_peer *p = &l->p[j];
                 int st = gossip_node_peer_state(l->g, j);
                 if (p->is_out && !(st & GOSSIP_PEER_OUT_DOWN) && !p->bye_ack && oa < sizeof a)
                     oa += (size_t)snprintf(a + oa, sizeof a - oa, "%s%s", oa ? ", " : "", s_id(l, j));

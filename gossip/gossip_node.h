@@ -89,6 +89,7 @@
 
 #include "gossip/gossip_codec.h"
 #include "gossip/gossip_compress.h"
+#include "gossip/gossip_peer.h"
 #include "nn/nn_core.h"
 #include "topology/topo.h"
 
@@ -205,6 +206,10 @@ enum {
 };
 /* GOSSIP_PEER_* flags of rank (0: a live neighbour, or not a neighbour). */
 int gossip_node_peer_state(const gossip_node *g, int rank);
+/* The table of what this node knows about every rank (n records,
+ * gossip_peer.h), owned by g: gossip_node writes the identity, roles and
+ * algorithm sections, the transport's link its protocol section. */
+gossip_peer *gossip_node_peers(gossip_node *g);
 /* Encodes a RESYNC message (choco only; 0 otherwise): our own public copy
  * xhat_i, holding our updates of every iteration below its iteration field
  * (iter, or iter + 1 once prepared), and psi.  *msg is borrowed until the
