@@ -634,72 +634,99 @@ static void s_missing(const gossip_link *l, int role, int which, char *buf, size
     }
 }
 
-int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, size_t errlen)
+/* The highest iteration an answering neighbour reported, at least `start`. */
+static uint64_t s_far(const gossip_link *l, uint64_t start)
 {
-    const uint64_t start = *iter;
-    int rejoin = resumed || start > 0;
-    double t0 = nn_now(), deadline = t0 + l->cfg.timeout, next = 0, every = S_HELLO_FIRST;
-    for (int a = 0; a < l->nnb; a++)
-        l->p[l->nb[a]].heard = t0;
+    uint64_t far = start;
+    for (int a = 0; a < l->nnb; a++) {
+        const gossip_peer *p = &l->p[l->nb[a]];
+        if ((p->hello || p->ack) && p->reported > far)
+            far = p->reported;
+    }
+    return far;
+}
+
+/* The barrier is passed: fresh, every in-neighbour said HELLO and every
+ * out-neighbour acknowledged ours; rejoining, everybody answered. */
+static int s_barrier_done(const gossip_link *l, int rejoin)
+{
+    int done = 1;
+    for (int a = 0; a < l->nnb; a++) {
+        const gossip_peer *p = &l->p[l->nb[a]];
+        if (rejoin)
+            done &= p->hello || p->ack;
+        else
+            done &= (!p->is_in || p->hello) && (!p->is_out || p->ack);
+    }
+    return done;
+}
+
+/* The barrier's deadline passed: a fresh start fails naming who is missing;
+ * a rejoin goes on with whoever answered (the others are down). */
+static int s_barrier_timeout(gossip_link *l, int rejoin, char *err, size_t errlen)
+{
+    char a[1024], b[1024];
+    if (!rejoin) {
+        s_missing(l, 1, 0, a, sizeof a);
+        s_missing(l, 2, 1, b, sizeof b);
+        return nn_errf(err, errlen, "start barrier: no answer after %.0f s; "
+                       "in-neighbours that never said hello: %s; out-neighbours that "
+                       "never acknowledged ours: %s (are they started, with the same "
+                       "topology and endpoints?)", l->cfg.timeout, a[0] ? a : "none",
+                       b[0] ? b : "none");
+    }
+    int any = 0;
+    for (int k = 0; k < l->nnb; k++)
+        any |= l->p[l->nb[k]].hello || l->p[l->nb[k]].ack;
+    s_missing(l, 3, 2, a, sizeof a);
+    if (!any && l->nnb > 0)
+        return nn_errf(err, errlen, "rejoin: no neighbour answered within %.0f s: %s",
+                       l->cfg.timeout, a);
+    for (int k = 0; k < l->nnb; k++) {
+        int j = l->nb[k];
+        if (!l->p[j].hello && !l->p[j].ack)
+            s_down(l, j, "no answer to our HELLO within %.0f s", l->cfg.timeout);
+    }
+    return 0;
+}
+
+/* HELLO to every out-neighbour that did not answer yet (and, rejoining, to
+ * every silent in-neighbour). */
+static void s_hellos(gossip_link *l, int rejoin, uint64_t start)
+{
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        const gossip_peer *p = &l->p[j];
+        if (p->is_out && !p->ack)
+            s_ctl(l, GOSSIP_MSG_HELLO, j, 0, start);
+        if (rejoin && p->is_in && !p->hello)
+            s_ctl(l, GOSSIP_MSG_HELLO, j, 1, start);
+    }
+}
+
+/* HELLO, repeated with back-off, until the barrier passes or times out. */
+static int s_barrier(gossip_link *l, int rejoin, uint64_t start, char *err, size_t errlen)
+{
+    double deadline = nn_now() + l->cfg.timeout, next = 0, every = S_HELLO_FIRST;
     for (;;) {
-        int done = 1;
-        uint64_t far = start;
-        for (int a = 0; a < l->nnb; a++) {
-            const gossip_peer *p = &l->p[l->nb[a]];
-            if (rejoin)
-                done &= p->hello || p->ack;
-            else
-                done &= (!p->is_in || p->hello) && (!p->is_out || p->ack);
-            if ((p->hello || p->ack) && p->reported > far)
-                far = p->reported;
-        }
         /* In a fresh start the neighbours that passed their barrier first
          * may be an iteration or two along already (they need our messages
          * to go further); far beyond is a run in progress, which this node
          * joins only from its checkpoint. */
+        uint64_t far = s_far(l, start);
         if (!rejoin && far > start + l->lag)
             return nn_errf(err, errlen, "the neighbours are at iteration %llu: this run is in "
                            "progress; restart this node with --resume to rejoin it from its "
                            "checkpoint", (unsigned long long)far);
-        if (done)
-            break;
+        if (s_barrier_done(l, rejoin))
+            return 0;
         double now = nn_now();
         if (s_signals(l))
             return nn_errf(err, errlen, "interrupted (signal) while waiting for the neighbours");
-        if (now >= deadline) {
-            char a[1024], b[1024];
-            if (!rejoin) {
-                s_missing(l, 1, 0, a, sizeof a);
-                s_missing(l, 2, 1, b, sizeof b);
-                return nn_errf(err, errlen, "start barrier: no answer after %.0f s; "
-                               "in-neighbours that never said hello: %s; out-neighbours that "
-                               "never acknowledged ours: %s (are they started, with the same "
-                               "topology and endpoints?)", l->cfg.timeout, a[0] ? a : "none",
-                               b[0] ? b : "none");
-            }
-            int any = 0;
-            for (int k = 0; k < l->nnb; k++)
-                any |= l->p[l->nb[k]].hello || l->p[l->nb[k]].ack;
-            s_missing(l, 3, 2, a, sizeof a);
-            if (!any && l->nnb > 0)
-                return nn_errf(err, errlen, "rejoin: no neighbour answered within %.0f s: %s",
-                               l->cfg.timeout, a);
-            for (int k = 0; k < l->nnb; k++) {
-                int j = l->nb[k];
-                if (!l->p[j].hello && !l->p[j].ack)
-                    s_down(l, j, "no answer to our HELLO within %.0f s", l->cfg.timeout);
-            }
-            break;
-        }
+        if (now >= deadline)
+            return s_barrier_timeout(l, rejoin, err, errlen);
         if (now >= next) {
-            for (int a = 0; a < l->nnb; a++) {
-                int j = l->nb[a];
-                const gossip_peer *p = &l->p[j];
-                if (p->is_out && !p->ack)
-                    s_ctl(l, GOSSIP_MSG_HELLO, j, 0, start);
-                if (rejoin && p->is_in && !p->hello)
-                    s_ctl(l, GOSSIP_MSG_HELLO, j, 1, start);
-            }
+            s_hellos(l, rejoin, start);
             next = now + every;
             every = every * 2 < S_HELLO_MAX ? every * 2 : S_HELLO_MAX;
         }
@@ -707,52 +734,67 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
         if (s_pump(l, until - now) != 0)
             return nn_errf(err, errlen, "%s", l->fatal_msg);
     }
-    uint64_t T = start;
-    if (rejoin)
-        for (int a = 0; a < l->nnb; a++) {
-            const gossip_peer *p = &l->p[l->nb[a]];
-            if ((p->hello || p->ack) && p->reported > T)
-                T = p->reported;
+}
+
+/* Live in-neighbours whose RESYNC we still wait for (choco, rejoining);
+ * with `give_up` they are declared down instead. */
+static int s_resyncs_missing(gossip_link *l, int give_up)
+{
+    int waiting = 0;
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        if (!l->p[j].is_in || l->p[j].down ||
+            !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
+            continue;
+        waiting++;
+        if (give_up)
+            s_down(l, j, "no RESYNC within %.0f s", l->cfg.timeout);
+    }
+    return waiting;
+}
+
+/* Choco, rejoining: our copies of the in-neighbours are void; asks for
+ * theirs and waits (bounded by the timeout) for the RESYNCs. */
+static int s_rejoin_resyncs(gossip_link *l, char *err, size_t errlen)
+{
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        if (l->p[j].is_in && !l->p[j].down) {
+            gossip_node_peer_reset(l->g, j);
+            l->p[j].resync_asked = 0;
         }
+    }
+    double until = nn_now() + l->cfg.timeout;
+    while (s_resyncs_missing(l, 0)) {
+        if (s_signals(l))
+            return nn_errf(err, errlen, "interrupted (signal) while re-syncing");
+        if (nn_now() >= until) {
+            s_resyncs_missing(l, 1);
+            return 0;
+        }
+        if (s_pump(l, until - nn_now()) != 0)
+            return nn_errf(err, errlen, "%s", l->fatal_msg);
+    }
+    return 0;
+}
+
+int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, size_t errlen)
+{
+    const uint64_t start = *iter;
+    int rejoin = resumed || start > 0;
+    double t0 = nn_now();
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].heard = t0;
+    if (s_barrier(l, rejoin, start, err, errlen) != 0)
+        return -1;
+    uint64_t T = rejoin ? s_far(l, start) : start;
     if (T > start && gossip_node_set_iter(l->g, T, err, errlen) != 0)
         return -1;
     for (int a = 0; a < l->nnb; a++)
         l->p[l->nb[a]].heard = nn_now();
     l->running = 1;
-    if (rejoin && l->choco) {
-        /* our copies of the in-neighbours are void: ask for theirs */
-        for (int a = 0; a < l->nnb; a++) {
-            int j = l->nb[a];
-            if (l->p[j].is_in && !l->p[j].down) {
-                gossip_node_peer_reset(l->g, j);
-                l->p[j].resync_asked = 0;
-            }
-        }
-        double until = nn_now() + l->cfg.timeout;
-        for (;;) {
-            int waiting = 0;
-            for (int a = 0; a < l->nnb; a++) {
-                int j = l->nb[a];
-                waiting += l->p[j].is_in && !l->p[j].down &&
-                           (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC);
-            }
-            if (!waiting)
-                break;
-            if (s_signals(l))
-                return nn_errf(err, errlen, "interrupted (signal) while re-syncing");
-            if (nn_now() >= until) {
-                for (int a = 0; a < l->nnb; a++) {
-                    int j = l->nb[a];
-                    if (l->p[j].is_in && !l->p[j].down &&
-                        (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
-                        s_down(l, j, "no RESYNC within %.0f s", l->cfg.timeout);
-                }
-                break;
-            }
-            if (s_pump(l, until - nn_now()) != 0)
-                return nn_errf(err, errlen, "%s", l->fatal_msg);
-        }
-    }
+    if (rejoin && l->choco && s_rejoin_resyncs(l, err, errlen) != 0)
+        return -1;
     if (l->fatal)
         return nn_errf(err, errlen, "%s", l->fatal_msg);
     *iter = T;
