@@ -709,6 +709,37 @@ void gossip_payload_init(gossip_payload *p, const nn_arena *layout)
     p->blocks = nn_xcalloc(layout->nviews ? layout->nviews : 1, sizeof *p->blocks);
     p->idx = nn_xcalloc(layout->numel ? layout->numel : 1, sizeof *p->idx);
     p->val = nn_xcalloc(layout->numel ? layout->numel : 1, sizeof *p->val);
+    p->cap_vals = layout->numel ? layout->numel : 1;
+}
+
+void gossip_payload_copy(gossip_payload *dst, const gossip_payload *src)
+{
+    size_t total = 0;
+    for (size_t b = 0; b < src->nblocks; b++)
+        total += src->blocks[b].k;
+    if (src->nblocks > dst->cap_blocks) {
+        dst->blocks = nn_xrealloc(dst->blocks, src->nblocks * sizeof *dst->blocks);
+        dst->cap_blocks = src->nblocks;
+    }
+    if (total > dst->cap_vals) {
+        dst->idx = nn_xrealloc(dst->idx, total * sizeof *dst->idx);
+        dst->val = nn_xrealloc(dst->val, total * sizeof *dst->val);
+        dst->cap_vals = total;
+    }
+    dst->hdr = src->hdr;
+    dst->nblocks = src->nblocks;
+    size_t at = 0;
+    for (size_t b = 0; b < src->nblocks; b++) {
+        const gossip_block *s = &src->blocks[b];
+        gossip_block *d = &dst->blocks[b];
+        *d = *s;
+        d->val = dst->val + at;
+        memcpy(d->val, s->val, s->k * sizeof *d->val);
+        d->idx = s->idx ? dst->idx + at : NULL;
+        if (s->idx)
+            memcpy(d->idx, s->idx, s->k * sizeof *d->idx);
+        at += s->k;
+    }
 }
 
 void gossip_payload_free(gossip_payload *p)

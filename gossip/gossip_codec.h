@@ -114,6 +114,7 @@ typedef struct {
     float        *val;      /* layout numel */
     gossip_buf    plain;    /* inflated message (deflated payloads), grow-only */
     void         *zs;       /* z_stream * for inflating, made on first use */
+    size_t        cap_vals; /* idx and val hold this many (init: layout numel) */
 } gossip_payload;
 
 /* FNV-1a 32 over every view's name and numel: equal layouts, equal value. */
@@ -174,6 +175,12 @@ int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *lay
                              gossip_header *h, char *err, size_t errlen);
 
 void gossip_payload_init(gossip_payload *p, const nn_arena *layout);
+/* dst = a compact copy of the decoded src: its header and blocks, holding
+ * only the values (and indices) they carry, in dst's own grow-only buffers
+ * (dst zero-initialised or from an earlier copy; free with
+ * gossip_payload_free).  How a receiver keeps a message it decoded once
+ * until it mixes it. */
+void gossip_payload_copy(gossip_payload *dst, const gossip_payload *src);
 void gossip_payload_free(gossip_payload *p);
 
 /* dst[view] += block values (dense: all, sparse: at idx), in float: the

@@ -11,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A message of an in-neighbour between receipt and mix: decoded (and
+ * validated) once on receipt, kept as a compact payload. */
 typedef struct {
-    uint64_t   iter;
-    int        have;
-    double     psi;
-    gossip_buf bytes;  /* validated message, grow-only */
+    uint64_t       iter;
+    int            have;
+    double         psi;
+    size_t         len;    /* its size on the wire (byte counters) */
+    gossip_payload pl;     /* grow-only */
 } s_slot;
 
 struct gossip_node {
@@ -251,7 +254,7 @@ void gossip_node_destroy(gossip_node **self_p)
         return;
     gossip_node *g = *self_p;
     for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
-        gossip_buf_free(&g->slots[k].bytes);
+        gossip_payload_free(&g->slots[k].pl);
     free(g->slots);
     gossip_buf_free(&g->resync);
     if (g->xhat_in)
@@ -586,7 +589,8 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
         s_in(g, k)->in_down = 0;
         s_in(g, k)->in_from = h.iter;
     }
-    gossip_buf_set(&slot->bytes, msg, len);
+    gossip_payload_copy(&slot->pl, &g->scratch_pl);
+    slot->len = len;
     slot->iter = h.iter;
     slot->psi = h.psi;
     slot->have = 1;
@@ -619,20 +623,17 @@ int gossip_node_ready(const gossip_node *g, uint64_t iter)
     return 1;
 }
 
-/* Decodes the stored message of in-neighbour index k for iter into the
- * scratch payload and frees the slot.  The bytes were validated on
- * receipt. */
-static const gossip_payload *s_slot_decode(gossip_node *g, int k, uint64_t iter, double *psi, size_t *len)
+/* The stored (decoded) message of in-neighbour index k for iter; frees
+ * the slot (its payload stays valid until the slot is filled again). */
+static const gossip_payload *s_slot_take(gossip_node *g, int k, uint64_t iter, double *psi,
+                                         size_t *len)
 {
     s_slot *slot = s_slot_of(g, k, iter);
     assert(slot->have && slot->iter == iter);
-    int rc = gossip_msg_decode(slot->bytes.data, slot->bytes.len, g->layout, NULL, &g->scratch_pl, NULL, 0);
-    assert(rc == 0 && "stored message was validated on receipt");
-    (void)rc;
     *psi = slot->psi;
-    *len = slot->bytes.len;
+    *len = slot->len;
     slot->have = 0;
-    return &g->scratch_pl;
+    return &slot->pl;
 }
 
 int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t errlen)
@@ -678,7 +679,7 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
             }
             double psi_j;
             size_t len;
-            const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
+            const gossip_payload *p = s_slot_take(g, k, iter, &psi_j, &len);
             gossip_payload_axpy(p, L, w[j], acc);
             psi_acc += w[j] * psi_j;
             s_in(g, k)->psi_last = psi_j;
@@ -712,7 +713,7 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
             double psi_j = s_in(g, k)->psi_last;
             if (s_present(g, k, iter)) {
                 size_t len;
-                const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
+                const gossip_payload *p = s_slot_take(g, k, iter, &psi_j, &len);
                 if (s_in(g, k)->copy_thru == iter) { /* else a RESYNC already holds it */
                     gossip_payload_add(p, L, g->xhat_in[k]);
                     s_in(g, k)->copy_thru = iter + 1;

@@ -8,7 +8,8 @@
  *          error buffer e_i (DeepSqueeze), the compressor and its RNG, the
  *          dgc momentum mask, the outgoing message (deflated with
  *          +deflate), received messages for the current iteration and
- *          a few iterations ahead (stored as validated bytes), byte counters.
+ *          a few iterations ahead (decoded and validated once, on receipt,
+ *          and kept as compact payloads until mixed), byte counters.
  * Exposes: the functions below.
  * Callers: gossip_sim (in-process), node/ (ZeroMQ transport, training loop).
  *
