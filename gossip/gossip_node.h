@@ -258,7 +258,7 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
  * DGC zeroes the local momentum where a message carried values, so that
  * stale momentum does not keep pushing coordinates that were just sent.
  * The training loop calls gossip_node_mask_sent on its momentum buffer
- * before every local step (node_gossip_local_step does); the mask is that
+ * before every local step (node_local_step does); the mask is that
  * of the last prepared message and lasts until the next prepare. */
 
 /* 1 when the compressor asks for momentum-factor masking. */

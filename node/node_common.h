@@ -1,11 +1,11 @@
-/* node_common — what every training command shares: model options, building
- * a model for a data set, evaluation, model files with their metadata, the
- * metrics writer and small CLI helpers.
+/* node_common — what every command shares: the model identity and its
+ * names, building a model for a data set, evaluation, model files with
+ * their metadata, model averaging and small CLI helpers.
  *
  * Owns:    node_model_opts (the typed model/data flags of train, simulate,
  *          node, and what eval reads back from a model file), node_data (a
  *          data set, its normalisation and augmentation).
- * Callers: node_cmd_*.c.
+ * Callers: node_opts.c, node_trainer.c, node_run.c, node_cmd_*.c, tests.
  */
 #ifndef NODE_COMMON_H
 #define NODE_COMMON_H

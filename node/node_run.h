@@ -5,7 +5,7 @@
  *          gossip nodes of the ranks one process drives (train and node:
  *          one; simulate: all of the topology).
  * Exposes: node_run_loop.  For t = it .. iters-1: the local step of every
- *          rank on its de-biased z = x/psi (node_gossip_local_step); after
+ *          rank on its de-biased z = x/psi (node_local_step); after
  *          every H steps a gossip round, done by a node_round (none, the
  *          in-process gossip_sim or the ZeroMQ gossip_link); then
  *          nn_sgd_after_mix on every rank (quasi-global momentum, with or
