@@ -312,12 +312,13 @@ static int s_run_flag(node_train_opts *o, int code, const char *arg, char *err, 
 static int s_gossip_flag(node_gossip_opts *g, int code, const char *arg, char *err,
                          size_t errlen)
 {
+    char why[512];
     switch (code) {
     case F_TOPO: return s_copy(g->topology, sizeof g->topology, "--topology", arg, err, errlen);
     case F_ALGO: return gossip_algo_parse(arg, &g->gc.algo, err, errlen) ? -1 : 0;
     case F_COMP:
-        if (gossip_compressor_parse(&g->comp, arg, err, errlen) != 0)
-            return -1;
+        if (gossip_compressor_parse(&g->comp, arg, why, sizeof why) != 0)
+            return nn_errf(err, errlen, "--compress: %s", why);
         return s_copy(g->gc.compressor, sizeof g->gc.compressor, "--compress", arg, err, errlen);
     case F_ETA: return node_parse_double("--eta", arg, 0, 1, &g->gc.eta, err, errlen);
     case F_NOPS: g->gc.push_sum = 0; return 0;
