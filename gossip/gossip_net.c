@@ -654,7 +654,3 @@ const char *gossip_net_endpoint(const gossip_net *net)
     return net->endpoint;
 }
 
-int gossip_net_rank(const gossip_net *net)
-{
-    return net->rank;
-}

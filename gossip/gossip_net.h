@@ -137,6 +137,5 @@ int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_
 void gossip_net_stats_get(const gossip_net *net, gossip_net_stats *out);
 /* The endpoint the ROUTER is bound to (ZMQ_LAST_ENDPOINT; borrowed). */
 const char *gossip_net_endpoint(const gossip_net *net);
-int gossip_net_rank(const gossip_net *net);
 
 #endif

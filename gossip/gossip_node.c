@@ -772,11 +772,6 @@ uint64_t gossip_node_sent_thru(const gossip_node *g)
     return g->iter + (uint64_t)g->prepared;
 }
 
-int gossip_node_rank(const gossip_node *g)
-{
-    return g->rank;
-}
-
 const nn_arena *gossip_node_layout(const gossip_node *g)
 {
     return g->layout;

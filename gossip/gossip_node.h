@@ -179,7 +179,6 @@ void     gossip_node_debias(const gossip_node *g, const float *x, float *z);
 uint64_t gossip_node_iter(const gossip_node *g);
 /* Iterations whose message is out: iter, or iter + 1 once prepared. */
 uint64_t gossip_node_sent_thru(const gossip_node *g);
-int      gossip_node_rank(const gossip_node *g);
 const nn_arena      *gossip_node_layout(const gossip_node *g);
 const gossip_config *gossip_node_config(const gossip_node *g);
 void     gossip_node_stats(const gossip_node *g, gossip_stats *out);

@@ -3,7 +3,6 @@
 
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,20 +27,34 @@ static void s_str(FILE *f, const char *key, const char *v)
     fprintf(f, ",\"%s\":\"%s\"", key, v ? v : "");
 }
 
-static void s_write_link(FILE *f, const node_metrics *m)
+typedef struct {
+    const char *key;
+    uint64_t    v;
+} s_count;
+
+static void s_counts(FILE *f, const s_count *c, size_t n)
 {
+    for (size_t i = 0; i < n; i++)
+        s_u64(f, c[i].key, c[i].v);
+}
+
+/* The algorithm's and the link's counters (node). */
+static void s_write_node(FILE *f, const node_metrics *m)
+{
+    const gossip_stats *gs = m->gs;
     const gossip_net_stats *ns = m->ns;
     const gossip_link_stats *ls = m->ls;
-    s_u64(f, "bytes_sent", ns->bytes_sent);
-    s_u64(f, "bytes_recv", ns->bytes_recv);
-    s_u64(f, "msgs_sent", ns->msgs_sent);
-    s_u64(f, "msgs_recv", ns->msgs_recv);
-    s_u64(f, "rejected", ns->rejected_identity + ns->rejected_frames + ns->rejected_size +
-                         ns->rejected_auth + ls->refused);
-    s_u64(f, "peers_down", ls->peers_down);
-    s_u64(f, "down_events", ls->down_events);
-    s_u64(f, "back_events", ls->back_events);
-    s_u64(f, "resync_bytes_sent", ls->resync_bytes);
+    const s_count c[] = {
+        {"gossip_bytes_recv", gs->bytes_recv}, {"gossip_msgs_sent", gs->msgs_sent},
+        {"resyncs_sent", gs->resyncs_sent},    {"resyncs_recv", gs->resyncs_recv},
+        {"bytes_sent", ns->bytes_sent},        {"bytes_recv", ns->bytes_recv},
+        {"msgs_sent", ns->msgs_sent},          {"msgs_recv", ns->msgs_recv},
+        {"rejected", ns->rejected_identity + ns->rejected_frames + ns->rejected_size +
+                     ns->rejected_auth + ls->refused},
+        {"peers_down", ls->peers_down},        {"down_events", ls->down_events},
+        {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
+    };
+    s_counts(f, c, sizeof c / sizeof c[0]);
     s_num(f, "seconds_compress", "%.3f", m->tm.compress);
     s_num(f, "seconds_wait", "%.3f", m->tm.wait);
     s_num(f, "seconds_mix", "%.3f", m->tm.mix);
@@ -82,14 +95,8 @@ void node_metrics_write(FILE *f, const node_metrics *m)
         s_num(f, "consensus", "%.6g", m->consensus);
         s_num(f, "bytes_sent_per_node", "%.0f", m->gossip_bytes_sent);
     }
-    if (m->gs) {
-        s_u64(f, "gossip_bytes_recv", m->gs->bytes_recv);
-        s_u64(f, "gossip_msgs_sent", m->gs->msgs_sent);
-        s_u64(f, "resyncs_sent", m->gs->resyncs_sent);
-        s_u64(f, "resyncs_recv", m->gs->resyncs_recv);
-    }
-    if (m->ns && m->ls)
-        s_write_link(f, m);
+    if (m->gs && m->ns && m->ls)
+        s_write_node(f, m);
     fputs("}\n", f);
     fflush(f);
 }
@@ -190,18 +197,6 @@ void node_run_eval(node_run *r, node_metrics *m)
 
 /* ---- the loop ----------------------------------------------------------- */
 
-__attribute__((format(printf, 3, 4)))
-static void s_log(node_run *r, int rank, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (r->log)
-        r->log(r->hook_arg, rank, msg);
-}
-
 /* The local steps of iteration r->it on every rank, with the non-finite
  * policy; -1 with a message when one rank diverged. */
 static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
@@ -215,10 +210,13 @@ static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
             continue;
         }
         r->skipped++;
-        if (++run[i] <= 3 || run[i] == NODE_RUN_MAX_SKIPPED)
-            s_log(r, r->rank0 + i, "iteration %llu: the loss or a gradient is not finite "
-                  "(loss %g, lr %g): step skipped, the model is unchanged and nothing "
-                  "non-finite is sent", (unsigned long long)r->it, loss, r->lr);
+        if ((++run[i] <= 3 || run[i] == NODE_RUN_MAX_SKIPPED) && r->log) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "iteration %llu: the loss or a gradient is not finite "
+                     "(loss %g, lr %g): step skipped, the model is unchanged and nothing "
+                     "non-finite is sent", (unsigned long long)r->it, loss, r->lr);
+            r->log(r->hook_arg, r->rank0 + i, msg);
+        }
         if (run[i] >= NODE_RUN_MAX_SKIPPED) {
             r->tm.compute += nn_now() - a;
             return nn_errf(err, errlen, "%d steps in a row were not finite: training diverged; "
