@@ -389,11 +389,12 @@ enum {
 
 static int s_absent(const gossip_node *g, int k, uint64_t iter)
 {
-    if (s_in(g, k)->in_down || iter < s_in(g, k)->in_from)
+    const gossip_peer *p = s_in(g, k);
+    if (p->in_down || iter < p->in_from)
         return S_ABSENT_DOWN;
     if (g->cfg.algo == GOSSIP_CHOCO)
-        return s_in(g, k)->copy_bad ? S_ABSENT_DOWN : S_PRESENT;
-    return !s_present(g, k, iter) && iter < s_in(g, k)->sent_thru ? S_ABSENT_LOST : S_PRESENT;
+        return p->copy_bad ? S_ABSENT_DOWN : S_PRESENT;
+    return !s_present(g, k, iter) && iter < p->sent_thru ? S_ABSENT_LOST : S_PRESENT;
 }
 
 /* Choco: an update of in-neighbour k that the copy still needs is proved
@@ -402,14 +403,15 @@ static int s_absent(const gossip_node *g, int k, uint64_t iter)
  * one round trip away: the copy waits for it (copy_gap). */
 static void s_check_gap(gossip_node *g, int k)
 {
-    if (g->cfg.algo != GOSSIP_CHOCO || s_in(g, k)->copy_bad || s_in(g, k)->copy_gap || s_in(g, k)->in_down)
+    gossip_peer *p = s_in(g, k);
+    if (g->cfg.algo != GOSSIP_CHOCO || p->copy_bad || p->copy_gap || p->in_down)
         return;
-    uint64_t end = s_in(g, k)->sent_thru;
+    uint64_t end = p->sent_thru;
     if (end > g->iter + GOSSIP_WINDOW)
         end = g->iter + GOSSIP_WINDOW;
-    for (uint64_t m = s_in(g, k)->copy_thru; m < end; m++)
+    for (uint64_t m = p->copy_thru; m < end; m++)
         if (m < g->iter || !s_present(g, k, m)) {
-            s_in(g, k)->copy_gap = 1;
+            p->copy_gap = 1;
             s_clear_slots(g, k);
             return;
         }
@@ -490,6 +492,7 @@ static void s_psi_floor(gossip_node *g, float *x)
 static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char *err,
                             size_t errlen)
 {
+    gossip_peer *p = s_in(g, k);
     unsigned s = h->sender;
     if (g->cfg.algo != GOSSIP_CHOCO)
         return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u, but %s keeps no public copies",
@@ -498,21 +501,21 @@ static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char 
         if (g->scratch_pl.blocks[b].type != GOSSIP_BLK_DENSE_F32)
             return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u: tensor '%s' is block type %u, not dense f32",
                            g->rank, s, g->layout->views[b].name, g->scratch_pl.blocks[b].type);
-    if (!s_in(g, k)->copy_bad && !s_in(g, k)->copy_gap && !s_in(g, k)->in_down && h->iter < s_in(g, k)->copy_thru)
+    if (!p->copy_bad && !p->copy_gap && !p->in_down && h->iter < p->copy_thru)
         return nn_errf(err, errlen, "gossip: node %d: stale RESYNC from rank %u for iteration %llu (our copy is at %llu)",
-                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)s_in(g, k)->copy_thru);
+                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)p->copy_thru);
     const nn_arena *L = g->layout;
     float *copy = g->xhat_in[k];
     for (size_t b = 0; b < g->scratch_pl.nblocks; b++)
         memcpy(copy + L->views[b].offset, g->scratch_pl.blocks[b].val, L->views[b].numel * sizeof(float));
-    s_in(g, k)->copy_thru = h->iter;
-    s_in(g, k)->copy_bad = 0;
-    s_in(g, k)->copy_gap = 0;
-    s_in(g, k)->in_down = 0;
-    s_in(g, k)->in_from = 0;
-    s_in(g, k)->psi_last = h->psi;
-    if (s_in(g, k)->sent_thru < h->iter)
-        s_in(g, k)->sent_thru = h->iter;
+    p->copy_thru = h->iter;
+    p->copy_bad = 0;
+    p->copy_gap = 0;
+    p->in_down = 0;
+    p->in_from = 0;
+    p->psi_last = h->psi;
+    if (p->sent_thru < h->iter)
+        p->sent_thru = h->iter;
     s_clear_slots(g, k); /* what they held is inside the copy (FIFO) */
     g->stats.resyncs_recv++;
     return GOSSIP_RECV_OK;
@@ -534,6 +537,7 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
         return nn_errf(err, errlen, "gossip: node %d: rank %u has push-sum %s, we have it %s",
                        g->rank, s, (h.flags & GOSSIP_FLAG_PUSH_SUM) ? "on" : "off", g->cfg.push_sum ? "on" : "off");
     int k = g->peer[s].in_pos;
+    gossip_peer *p = s_in(g, k);
     if (h.kind == GOSSIP_MSG_RESYNC)
         return s_receive_resync(g, &h, k, err, errlen);
     if (h.iter >= g->iter && h.iter - g->iter >= GOSSIP_WINDOW)
@@ -555,25 +559,25 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     }
     int choco = g->cfg.algo == GOSSIP_CHOCO;
     /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet */
-    if (s_in(g, k)->in_down && (choco || h.iter < g->iter))
+    if (p->in_down && (choco || h.iter < g->iter))
         return GOSSIP_RECV_IGNORED;
-    if (choco && (s_in(g, k)->copy_bad || s_in(g, k)->copy_gap))
+    if (choco && (p->copy_bad || p->copy_gap))
         return GOSSIP_RECV_IGNORED; /* the coming RESYNC holds it */
     if (h.iter < g->iter) {
         /* Only choco catches up a copy this way (after a RESYNC from the
          * past): the next update in order is applied to the copy alone. */
-        if (!choco || h.iter < s_in(g, k)->copy_thru)
+        if (!choco || h.iter < p->copy_thru)
             return nn_errf(err, errlen, "gossip: node %d: stale or replayed message from rank %u for iteration %llu (now at %llu)",
                            g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter);
-        if (s_in(g, k)->sent_thru < h.iter + 1)
-            s_in(g, k)->sent_thru = h.iter + 1;
-        if (h.iter > s_in(g, k)->copy_thru) {
+        if (p->sent_thru < h.iter + 1)
+            p->sent_thru = h.iter + 1;
+        if (h.iter > p->copy_thru) {
             s_check_gap(g, k);
             return GOSSIP_RECV_IGNORED;
         }
         gossip_payload_add(&g->scratch_pl, g->layout, g->xhat_in[k]);
-        s_in(g, k)->copy_thru = h.iter + 1;
-        s_in(g, k)->psi_last = h.psi;
+        p->copy_thru = h.iter + 1;
+        p->psi_last = h.psi;
         g->stats.bytes_recv += len;
         g->stats.msgs_recv++;
         return GOSSIP_RECV_OK;
@@ -585,17 +589,17 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
                            g->rank, s, (unsigned long long)h.iter);
         assert(0 && "slot of an older iteration still occupied");
     }
-    if (s_in(g, k)->in_down) { /* dpsgd / deepsqueeze: back from now on */
-        s_in(g, k)->in_down = 0;
-        s_in(g, k)->in_from = h.iter;
+    if (p->in_down) { /* dpsgd / deepsqueeze: back from now on */
+        p->in_down = 0;
+        p->in_from = h.iter;
     }
     gossip_payload_copy(&slot->pl, &g->scratch_pl);
     slot->len = len;
     slot->iter = h.iter;
     slot->psi = h.psi;
     slot->have = 1;
-    if (s_in(g, k)->sent_thru < h.iter + 1)
-        s_in(g, k)->sent_thru = h.iter + 1;
+    if (p->sent_thru < h.iter + 1)
+        p->sent_thru = h.iter + 1;
     g->stats.bytes_recv += len;
     g->stats.msgs_recv++;
     s_check_gap(g, k);
@@ -909,11 +913,12 @@ void gossip_node_peer_reset(gossip_node *g, int rank)
     if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
         return;
     int k = g->peer[rank].in_pos;
+    gossip_peer *p = s_in(g, k);
     if (g->cfg.algo == GOSSIP_CHOCO) {
-        s_in(g, k)->copy_bad = 1;
-        s_in(g, k)->copy_gap = 0;
+        p->copy_bad = 1;
+        p->copy_gap = 0;
     }
-    s_in(g, k)->sent_thru = 0;
+    p->sent_thru = 0;
     s_clear_slots(g, k);
 }
 
@@ -922,8 +927,9 @@ void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru)
     if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
         return;
     int k = g->peer[rank].in_pos;
-    if (s_in(g, k)->sent_thru < sent_thru)
-        s_in(g, k)->sent_thru = sent_thru;
+    gossip_peer *p = s_in(g, k);
+    if (p->sent_thru < sent_thru)
+        p->sent_thru = sent_thru;
     s_check_gap(g, k);
 }
 
@@ -937,11 +943,11 @@ int gossip_node_peer_state(const gossip_node *g, int rank)
     if (rank < 0 || rank >= g->n || rank == g->rank)
         return 0;
     int st = g->peer[rank].out_down ? GOSSIP_PEER_OUT_DOWN : 0;
-    int k = g->peer[rank].in_pos;
-    if (k >= 0) {
-        if (s_in(g, k)->in_down)
+    const gossip_peer *p = &g->peer[rank];
+    if (p->in_pos >= 0) {
+        if (p->in_down)
             st |= GOSSIP_PEER_IN_DOWN;
-        if (g->cfg.algo == GOSSIP_CHOCO && (s_in(g, k)->in_down || s_in(g, k)->copy_bad || s_in(g, k)->copy_gap))
+        if (g->cfg.algo == GOSSIP_CHOCO && (p->in_down || p->copy_bad || p->copy_gap))
             st |= GOSSIP_PEER_WANTS_RESYNC;
     }
     return st;
