@@ -131,7 +131,9 @@ static void s_same_file(const char *a, const char *b)
         fail_msg("%s and %s differ at byte %zu", a, b, n);
 }
 
-/* train = node --no-gossip = simulate on one node: one loop, QGM included. */
+/* train = node --no-gossip = simulate on one node: one loop, QGM and the
+ * non-finite step policy included (iteration 3 gets a NaN and is skipped
+ * by all three). */
 static void test_one_loop(void **state)
 {
     (void)state;
@@ -143,12 +145,18 @@ static void test_one_loop(void **state)
     fputs("nodes: 1\ngraph:\n  generator: complete\n", f);
     fclose(f);
     const char *flags = "--model cnn --epochs 2 --train-subset 160 --batch 16 --qgm --seed 3 "
-                        "--eval-every 7";
+                        "--eval-every 7 --debug-nan-at 3";
     snprintf(a, sizeof a, "%s/train.safetensors", dir);
     snprintf(b, sizeof b, "%s/node.safetensors", dir);
     snprintf(c, sizeof c, "%s/sim.safetensors", dir);
-    snprintf(args, sizeof args, "train %s --save %s", flags, a);
+    char metrics[300];
+    snprintf(metrics, sizeof metrics, "%s/train.jsonl", dir);
+    snprintf(args, sizeof args, "train %s --save %s --metrics %s", flags, a, metrics);
     assert_int_equal(s_cli(dir, args), 0);
+    char *m = tk_slurp(metrics);
+    assert_non_null(strstr(m, "\"command\":\"train\""));
+    assert_non_null(strstr(m, "\"skipped_steps\":1"));
+    free(m);
     snprintf(args, sizeof args, "node --topology %s --rank 0 --no-gossip %s --save %s", topo,
              flags, b);
     assert_int_equal(s_cli(dir, args), 0);
