@@ -38,12 +38,14 @@ static void s_report(void *arg, const node_run *r, node_metrics *m)
 {
     gossip_sim *sim = arg;
     m->gossip_bytes_sent = (double)gossip_sim_bytes_sent(sim) / r->n;
-    char node_col[32] = "";
+    char node_col[32] = "", avg[32] = "not evaluated";
     if (isfinite(m->mean_node_acc))
         snprintf(node_col, sizeof node_col, "  mean-node %.2f%%", 100 * m->mean_node_acc);
-    printf("iter %llu (epoch %.2f)  loss %.4f  avg-model %.2f%%%s  consensus %.3g  "
-           "sent/node %.2f MB  %.0fs\n", (unsigned long long)m->iter, m->epoch, m->loss,
-           100 * m->test_acc, node_col, m->consensus, m->gossip_bytes_sent / 1e6, m->seconds);
+    if (m->evaluated)
+        snprintf(avg, sizeof avg, "%.2f%%", 100 * m->test_acc);
+    printf("iter %llu (epoch %.2f)  loss %.4f  avg-model %s%s  consensus %.3g  "
+           "sent/node %.2f MB  %.0fs\n", (unsigned long long)m->iter, m->epoch, m->loss, avg,
+           node_col, m->consensus, m->gossip_bytes_sent / 1e6, m->seconds);
     fflush(stdout);
 }
 
