@@ -7,8 +7,8 @@
  * Exposes: gossip_msg_encode, gossip_msg_encode_control, gossip_msg_deflate
  *          (the optional lossless pass), gossip_msg_decode (full decode or
  *          validate-only), gossip_msg_decode_header, gossip_payload_*.
- * Callers: gossip_node (every message), the ZeroMQ node (control messages),
- *          tests, fuzz target.
+ * Callers: gossip_node (every message), gossip_link (headers, control
+ *          messages), tests, fuzz target.
  *
  * Message (version 1), all integers little-endian:
  *   off size

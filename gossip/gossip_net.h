@@ -9,7 +9,7 @@
  *          Byte and rejection counters.
  * Exposes: the functions below.  Message bytes are opaque here: the caller
  *          (node/node_cmd_node.c) encodes and decodes them (gossip_codec).
- * Callers: node/ (`lpgossip node`), tests, bench.
+ * Callers: gossip_link, node/node_cmd_node.c (`lpgossip node`), tests, bench.
  *
  * What arrives is outside input.  gossip_net_recv accepts on the ROUTER only
  * [routing id][payload] with a routing id equal to the id of a known

@@ -241,7 +241,7 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
         g->ebuf = nn_xalloc_aligned(d * sizeof(float));
     if (comp.mask_momentum)
         g->sent = nn_xalloc_aligned(d * sizeof(float)); /* nothing sent yet */
-    nn_rng_seed(&g->rng, cfg->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(rank + 1)));
+    nn_rng_seed(&g->rng, nn_seed_derive(cfg->seed, (uint64_t)rank));
     gossip_compressed_init(&g->comp_out, layout);
     gossip_payload_init(&g->self_pl, layout);
     gossip_payload_init(&g->scratch_pl, layout);

@@ -11,7 +11,8 @@
  *          a few iterations ahead (decoded and validated once, on receipt,
  *          and kept as compact payloads until mixed), byte counters.
  * Exposes: the functions below.
- * Callers: gossip_sim (in-process), node/ (ZeroMQ transport, training loop).
+ * Callers: gossip_sim (in-process), gossip_link (over ZeroMQ), node/ (the
+ *          run loop: de-biasing, momentum masking; checkpoints).
  *
  * Per iteration t, the caller does
  *     x = x+ (local SGD step on the de-biased z = x/psi, its business)

@@ -52,6 +52,13 @@ static inline uint64_t nn_mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
+/* The seed of stream k (0, 1, ...) derived from seed: seed ^ (k+1)*golden
+ * (gossip_node's compressor RNG of rank k, the sampler's epoch k). */
+static inline uint64_t nn_seed_derive(uint64_t seed, uint64_t k)
+{
+    return seed ^ (k + 1) * NN_GOLDEN64;
+}
+
 void     nn_rng_seed(nn_rng *r, uint64_t seed);
 uint64_t nn_rng_next(nn_rng *r);
 /* Uniform in [0, 1) with 24 random bits (exactly representable floats). */

@@ -597,7 +597,7 @@ void nn_partition_free(uint32_t **idx, int nodes)
 
 uint64_t nn_sampler_epoch_seed(uint64_t seed, uint64_t epoch)
 {
-    return nn_mix64(seed ^ (epoch + 1) * NN_GOLDEN64);
+    return nn_mix64(nn_seed_derive(seed, epoch));
 }
 
 void nn_sampler_init(nn_sampler *s, const uint32_t *idx, size_t n, uint64_t seed)
