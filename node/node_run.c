@@ -28,6 +28,17 @@ static void s_str(FILE *f, const char *key, const char *v)
 }
 
 typedef struct {
+    const char *key, *fmt;
+    double      v;     /* NaN: null */
+} s_real;
+
+static void s_reals(FILE *f, const s_real *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        s_num(f, r[i].key, r[i].fmt, r[i].v);
+}
+
+typedef struct {
     const char *key;
     uint64_t    v;
 } s_count;
@@ -55,45 +66,48 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
-    s_num(f, "seconds_compress", "%.3f", m->tm.compress);
-    s_num(f, "seconds_wait", "%.3f", m->tm.wait);
-    s_num(f, "seconds_mix", "%.3f", m->tm.mix);
+    const s_real t[] = {
+        {"seconds_compress", "%.3f", m->tm.compress}, {"seconds_wait", "%.3f", m->tm.wait},
+        {"seconds_mix", "%.3f", m->tm.mix},
+    };
+    s_reals(f, t, sizeof t / sizeof t[0]);
 }
 
 void node_metrics_write(FILE *f, const node_metrics *m)
 {
+    double acc = m->evaluated ? m->test_acc : NAN, loss = m->evaluated ? m->test_loss : NAN;
     fprintf(f, "{\"command\":\"%s\"", m->command);
     if (m->rank >= 0)
         fprintf(f, ",\"rank\":%d", m->rank);
     fprintf(f, ",\"nodes\":%d", m->nodes);
     s_u64(f, "iter", m->iter);
-    s_num(f, "epoch", "%.4f", m->epoch);
-    s_num(f, "lr", "%.6g", m->lr);
-    s_num(f, "loss", "%.6f", m->loss);
-    s_num(f, "train_acc", "%.6f", m->train_acc);
-    s_num(f, "test_acc", "%.6f", m->evaluated ? m->test_acc : NAN);
-    s_num(f, "test_loss", "%.6f", m->evaluated ? m->test_loss : NAN);
-    s_u64(f, "skipped_steps", m->skipped_steps);
-    s_num(f, "samples_per_s", "%.1f", m->samples_per_s);
-    s_num(f, "seconds", "%.3f", m->seconds);
-    s_num(f, "seconds_compute", "%.3f", m->tm.compute);
-    s_num(f, "seconds_gossip", "%.3f", m->tm.gossip);
+    const s_real core[] = {
+        {"epoch", "%.4f", m->epoch},           {"lr", "%.6g", m->lr},
+        {"loss", "%.6f", m->loss},             {"train_acc", "%.6f", m->train_acc},
+        {"test_acc", "%.6f", acc},             {"test_loss", "%.6f", loss},
+        {"skipped_steps", "%.0f", (double)m->skipped_steps},
+        {"samples_per_s", "%.1f", m->samples_per_s}, {"seconds", "%.3f", m->seconds},
+        {"seconds_compute", "%.3f", m->tm.compute},  {"seconds_gossip", "%.3f", m->tm.gossip},
+    };
+    s_reals(f, core, sizeof core / sizeof core[0]);
     s_str(f, "model", m->model);
     s_str(f, "precision", m->precision);
     if (m->gossip) {
         s_str(f, "algo", m->algo);
         s_str(f, "compress", m->compress);
-        s_num(f, "eta", "%g", m->eta);
-        s_num(f, "skew", "%g", m->skew);
-        s_num(f, "psi", "%.17g", m->psi);
-        s_num(f, "gossip_bytes_sent", "%.0f", m->gossip_bytes_sent);
+        const s_real g[] = {
+            {"eta", "%g", m->eta}, {"skew", "%g", m->skew}, {"psi", "%.17g", m->psi},
+            {"gossip_bytes_sent", "%.0f", m->gossip_bytes_sent},
+        };
+        s_reals(f, g, sizeof g / sizeof g[0]);
     }
     if (m->sim) {
-        s_num(f, "avg_model_acc", "%.6f", m->evaluated ? m->test_acc : NAN);
-        s_num(f, "avg_model_loss", "%.6f", m->evaluated ? m->test_loss : NAN);
-        s_num(f, "mean_node_acc", "%.6f", m->mean_node_acc);
-        s_num(f, "consensus", "%.6g", m->consensus);
-        s_num(f, "bytes_sent_per_node", "%.0f", m->gossip_bytes_sent);
+        const s_real sim[] = {
+            {"avg_model_acc", "%.6f", acc},        {"avg_model_loss", "%.6f", loss},
+            {"mean_node_acc", "%.6f", m->mean_node_acc}, {"consensus", "%.6g", m->consensus},
+            {"bytes_sent_per_node", "%.0f", m->gossip_bytes_sent},
+        };
+        s_reals(f, sim, sizeof sim / sizeof sim[0]);
     }
     if (m->gs && m->ns && m->ls)
         s_write_node(f, m);
