@@ -105,6 +105,8 @@ static int s_run(const node_opts *o, const topo *t, FILE *mf, int *usage, char *
         goto done;
     }
     avg = node_model_build(&to->mo, k.d.in_c, k.d.in_h, k.d.in_w, k.d.train.classes, err, errlen);
+    if (!avg)
+        goto done;
     nn_model_prepare(avg, (int)to->batch);
     gossip_node **g = nn_xcalloc((size_t)t->n, sizeof *g);
     for (int i = 0; i < t->n; i++)
