@@ -4,8 +4,9 @@
 # .c file goes into build/liblpgossip.a, except node/node_main.c which is the
 # `lpgossip` binary.  tests/test_*.c become cmocka programs, bench/bench_*.c
 # benchmark programs, tests/fuzz/fuzz_*.c libFuzzer targets (clang only).
-# Files ending in _avx2.c / _avx512.c get the matching -m flags; the code in
-# them is only called after a run-time CPU check (lowprec/lp_cpu.c).
+# Files ending in _avx2.c / _avx512.c / _avx512bf16.c get the matching -m
+# flags; the code in them is only called after a run-time CPU check
+# (nn/nn_cpu.c, lowprec/lp_bf16.c).
 #
 #   make                 build/lpgossip and the library
 #   make test            install missing packages, build, run every test
@@ -59,6 +60,7 @@ Q := $(if $(V),,@)
 
 SIMD_AVX2   := -mavx2 -mfma
 SIMD_AVX512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+SIMD_BF16   := $(SIMD_AVX512) -mavx512bf16
 
 .PHONY: all test unit-test run bench install clean deps fuzz repro compare drill valgrind
 # Objects of tests and benchmarks are not intermediates to delete.
@@ -74,6 +76,11 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) $(SIMD_AVX512) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_avx512bf16.o: %_avx512bf16.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) $(SIMD_BF16) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -120,10 +127,12 @@ bench: $(BENCHES) $(BIN)
 	@for b in $(BENCHES); do echo "== $$b"; OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
 	@echo "== bench/bench_node_overhead.sh"; bench/bench_node_overhead.sh 60 5 $(BIN)
 
-# The paper's experiment grid on Fashion-MNIST (hours on 2 cores; resumable):
-# results/repro.md and results/repro.json (scripts/repro --help).
+# The paper's Tables 3 and 4 on Fashion-MNIST, 3 seeds a cell (336 runs,
+# about 12 core-hours; one run per core; resumable): results/repro.md and
+# results/repro.json (scripts/repro --help; scripts/repro --dry-run lists the
+# runs and estimates the time).  E.g. make repro REPRO_ARGS="--seeds 1".
 repro: $(BIN)
-	@scripts/repro
+	@scripts/repro $(REPRO_ARGS)
 
 # Compressors (each with and without +deflate) and --gossip-every H on the
 # same task (about 40 minutes on 2 cores; resumable): results/compare.md.

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layers.h"
 #include "nn/nn_core.h"
@@ -108,7 +108,7 @@ static void s_time_shift(const conv_shape *s, int reps, double *t8, double *t32,
         double t0 = nn_now();
         lp_shiftgemm(Ci + jlo, cs, Ai, s->OC, Bi + jlo, cs, np, toff, 9, n);
         double t1 = nn_now();
-        if (nn_simd_have_avx2())
+        if ((nn_cpu_level() >= NN_CPU_AVX2))
             nn_avx2_shiftgemm(Cf + jlo, cs, Af, s->OC, Bf + jlo, cs, s->C, toff, 9, n);
         double t2 = nn_now();
         *t8 = fmin(*t8, t1 - t0);
@@ -177,13 +177,13 @@ int main(int argc, char **argv)
         double ops = 2.0 * M * N * K;
         double g[3] = {0, 0, 0}, best = 1e30;
         for (int l = 0; l < 3; l++) {
-            if (lp_cpu_force(lv[l]) != 0)
+            if (nn_cpu_force(lv[l]) != 0)
                 continue;
             double t = s_time_gemm_int8(M, P, K, batch, l == 0 ? 1 : reps);
             g[l] = ops / t * 1e-9;
             best = t < best ? t : best;
         }
-        lp_cpu_force("auto");
+        nn_cpu_force("auto");
         double ts = s_time_sgemm(M, N, K, reps);
         double gs = ops / ts * 1e-9;
         tot_int8 += best * s->count;
@@ -195,14 +195,14 @@ int main(int argc, char **argv)
            tot_int8 * 1e3, tot_sgemm * 1e3, tot_int8 / tot_sgemm);
 
     printf("\nshifted-row GEMM, one chunk (>= 1024 grid columns), level %s: int8 GOPS vs FP32 "
-           "GFLOPS (AVX2+FMA kernel), real products only\n", lp_cpu_name(lp_cpu_level()));
+           "GFLOPS (AVX2+FMA kernel), real products only\n", nn_cpu_name(nn_cpu_level()));
     for (size_t i = 0; i < sizeof s_shapes / sizeof s_shapes[0]; i++) {
         const conv_shape *s = &s_shapes[i];
         if (s->stride != 1 || s->k != 3)
             continue;
         double t8, t32, macs;
         s_time_shift(s, reps, &t8, &t32, &macs);
-        if (nn_simd_have_avx2())
+        if ((nn_cpu_level() >= NN_CPU_AVX2))
             printf("%-20s int8 %6.1f GOPS   fp32 %6.1f GFLOPS   time ratio int8/fp32 %.2f\n",
                    s->name, 2 * macs / t8 * 1e-9, 2 * macs / t32 * 1e-9, t8 / t32);
         else
@@ -211,7 +211,7 @@ int main(int argc, char **argv)
     }
 
     printf("\nconv layers, batch %d, best level (%s): ms  int8 fwd / fp32 fwd | int8 fwd+bwd / "
-           "fp32 fwd+bwd\n", batch, lp_cpu_name(lp_cpu_level()));
+           "fp32 fwd+bwd\n", batch, nn_cpu_name(nn_cpu_level()));
     double s8 = 0, s32 = 0, f8 = 0, f32 = 0;
     for (size_t i = 0; i < sizeof s_shapes / sizeof s_shapes[0]; i++) {
         double t8[2], t32[2];

@@ -1,21 +1,24 @@
 /* bench_precision — FP32 vs 8-bit training step, one run, same threads.
  *
- * For resnet20 and vgg11 on 3x32x32 inputs, batch 32: median ms per
- * training step (forward + backward + SGD update) with the FP32 ops and with
- * the int8 ops (lowprec/lp_model.h), the saved-activation bytes
- * (nn_model_activation_bytes) and the bytes nn_model_prepare allocated, and
- * the int8/fp32 ratios (goal: step <= 0.7 for resnet20 with 1 thread).
- * The two models take turns (two steps each, the second timed), so a busy
- * neighbour on a shared machine slows both alike; the ratio is given of the
- * medians and as the median of the per-turn ratios.
+ * For resnet20 and vgg11 on 3x32x32 inputs, batch 32, at every CPU level
+ * this CPU supports (nn_cpu.h; FP32 and int8 kernels at the same level) and
+ * with each weight-gradient arithmetic the level has (bf16 where AVX-512
+ * BF16 is there, fp32): median ms per training step (forward + backward +
+ * SGD update) with the FP32 ops and with the int8 ops (lowprec/lp_model.h),
+ * and the int8/fp32 ratio of the medians and as the median of the per-turn
+ * ratios (issue goals, resnet20, 1 thread: <= 0.7 at avx512vnni, <= 0.85 at
+ * avx2); once per model the saved-activation and prepared-byte ratios.
+ * Also prints the OpenBLAS core that ran.  BENCH_ONLY=int8|fp32 runs only
+ * that model's steps (2*steps of them, nothing timed), for profilers.
  * Usage: bench_precision [steps (default 10)] [threads (default 1)]
- *                        [model: resnet20 | vgg11 (default both)]. */
+ *                        [model: resnet20 | vgg11 (default both)] [level]. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "lowprec/lp_cpu.h"
+#include "lowprec/lp_bf16.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_model.h"
 #include "bench/bench_batch.h"
 #include "nn/nn_model.h"
@@ -73,6 +76,53 @@ static void s_close(s_run *r)
     nn_model_destroy(&r->m);
 }
 
+/* One configuration (CPU level, weight-gradient arithmetic): both models
+ * built after the level is set (kernel paths and scratch depend on it),
+ * then taking turns: each turn is two steps of one model and only the
+ * second is timed (the first refills the caches the other model evicted:
+ * timing alternate single steps made the base FP32 step look 50% slower
+ * than alone), so a busy neighbour on a shared machine slows both alike;
+ * one warm-up turn each. */
+static void s_config(const char *arch, const char *level, const char *wgrad, int batch, int steps,
+                     int first)
+{
+    s_run f, q;
+    s_open(&f, arch, NULL, batch, steps);
+    s_open(&q, arch, &lp_factory_int8, batch, steps);
+    float *x;
+    uint8_t *y;
+    bench_random_batch(batch, 3 * 32 * 32, &x, &y);
+    double *pr = malloc((size_t)steps * sizeof *pr);
+    const char *only = getenv("BENCH_ONLY"); /* "int8" or "fp32": one model, for perf */
+    for (int i = 0; only && i < 2 * steps; i++)
+        s_step(strcmp(only, "int8") == 0 ? &q : &f, x, y, batch);
+    for (int i = 0; !only && i < steps + 1; i++) {
+        s_step(&f, x, y, batch);
+        double tf = s_step(&f, x, y, batch);
+        s_step(&q, x, y, batch);
+        double tq = s_step(&q, x, y, batch);
+        if (i >= 1) {
+            f.t[i - 1] = tf;
+            q.t[i - 1] = tq;
+            pr[i - 1] = tq / tf;
+        }
+    }
+    double mf = 1000 * s_median(f.t, steps), mq = 1000 * s_median(q.t, steps);
+    double mr = s_median(pr, steps);
+    size_t af = nn_model_activation_bytes(f.m, batch), aq = nn_model_activation_bytes(q.m, batch);
+    if (first)
+        printf("%s: saved activations int8/fp32 %.3f (%zu / %zu B), prepared %.3f\n", arch,
+               (double)aq / af, aq, af,
+               (double)nn_model_prepared_bytes(q.m) / nn_model_prepared_bytes(f.m));
+    printf("%-9s %-11s %-5s %9.2f %9.2f %8.3f %8.3f\n", arch, level, wgrad, mf, mq, mq / mf, mr);
+    fflush(stdout);
+    free(pr);
+    free(x);
+    free(y);
+    s_close(&f);
+    s_close(&q);
+}
+
 int main(int argc, char **argv)
 {
     int steps = argc > 1 ? atoi(argv[1]) : 10, threads = argc > 2 ? atoi(argv[2]) : 1;
@@ -80,51 +130,31 @@ int main(int argc, char **argv)
     if (steps < 1)
         steps = 1;
     openblas_set_num_threads(threads);
-    printf("lowprec level %s, OpenBLAS %s, %d thread(s), batch %d, 3x32x32, median of %d steps\n",
-           lp_cpu_name(lp_cpu_level()), openblas_get_corename(), threads, batch, steps);
-    printf("%-9s %-5s %10s %14s %14s\n", "model", "prec", "ms/step", "saved act B", "prepared B");
+    printf("CPU best level %s%s, OpenBLAS core %s, %d thread(s), batch %d, 3x32x32, median of "
+           "%d steps\n",
+           nn_cpu_name(nn_cpu_best()), lp_bf16_supported() ? " + AVX-512 BF16" : "",
+           openblas_get_corename(), threads, batch, steps);
+    printf("%-9s %-11s %-5s %9s %9s %8s %8s\n", "model", "level", "wgrad", "fp32 ms", "int8 ms",
+           "int8/fp32", "(turns)");
     static const char *archs[2] = {"resnet20", "vgg11"};
+    char err[256];
     for (int a = 0; a < 2; a++) {
         if (argc > 3 && strcmp(argv[3], archs[a]) != 0)
             continue;
-        s_run f, q;
-        s_open(&f, archs[a], NULL, batch, steps);
-        s_open(&q, archs[a], &lp_factory_int8, batch, steps);
-        float *x;
-        uint8_t *y;
-        bench_random_batch(batch, 3 * 32 * 32, &x, &y);
-        /* the two models take turns, so that a busy neighbour on a shared
-         * machine slows both alike: each turn is two steps of one model and
-         * only the second is timed (the first refills the caches the other
-         * model evicted: timing alternate single steps made the base FP32
-         * step look 50% slower than alone); one warm-up turn each */
-        double *pr = malloc((size_t)steps * sizeof *pr);
-        for (int i = 0; i < steps + 1; i++) {
-            s_step(&f, x, y, batch);
-            double tf = s_step(&f, x, y, batch);
-            s_step(&q, x, y, batch);
-            double tq = s_step(&q, x, y, batch);
-            if (i >= 1) {
-                f.t[i - 1] = tf;
-                q.t[i - 1] = tq;
-                pr[i - 1] = tq / tf;
+        int first = 1;
+        for (int l = NN_CPU_LEVELS - 1; l >= 0; l--) {
+            const char *lv = nn_cpu_name((nn_cpu_t)l);
+            if (nn_cpu_force(lv) != 0 || (argc > 4 && strcmp(argv[4], lv) != 0))
+                continue;
+            for (int wg = LP_WGRAD_BF16; wg >= LP_WGRAD_FP32; wg--) {
+                if (lp_wgrad_set((lp_wgrad_t)wg, err, sizeof err) != 0)
+                    continue;
+                s_config(archs[a], lv, lp_wgrad_name(), batch, steps, first);
+                first = 0;
             }
         }
-        double mf = 1000 * s_median(f.t, steps), mq = 1000 * s_median(q.t, steps);
-        double mr = s_median(pr, steps);
-        size_t af = nn_model_activation_bytes(f.m, batch), aq = nn_model_activation_bytes(q.m, batch);
-        size_t pf = nn_model_prepared_bytes(f.m), pq = nn_model_prepared_bytes(q.m);
-        printf("%-9s %-5s %10.2f %14zu %14zu\n", archs[a], "fp32", mf, af, pf);
-        printf("%-9s %-5s %10.2f %14zu %14zu\n", archs[a], "int8", mq, aq, pq);
-        printf("%-9s ratio int8/fp32: step %.3f (median of turn pairs %.3f), saved activations "
-               "%.3f, prepared %.3f\n",
-               archs[a], mq / mf, mr, (double)aq / af, (double)pq / pf);
-        fflush(stdout);
-        free(pr);
-        free(x);
-        free(y);
-        s_close(&f);
-        s_close(&q);
+        nn_cpu_force("auto");
+        lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
     }
     return 0;
 }

@@ -5,7 +5,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_simd.h"
 
 size_t lp_gemm_pack_a_bytes(int M, int K)
@@ -106,11 +106,12 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
                   int32_t *colsum)
 {
     assert(M >= 1 && N >= 1 && K >= 1 && K <= LP_GEMM_MAX_K && ldc >= N);
-    switch (lp_cpu_level()) {
-    case LP_CPU_AVX512VNNI:
+    switch (nn_cpu_level()) {
+    case NN_CPU_AVX512VNNI:
         lp_gemm_kernel_avx512(C, ldc, Ap, Bp, M, N, K, colsum);
         return;
-    case LP_CPU_AVX2:
+    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
+    case NN_CPU_AVX2:
         lp_gemm_kernel_avx2(C, ldc, Ap, Bp, M, N, K, colsum);
         return;
     default:
@@ -142,10 +143,55 @@ void lp_shiftgemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint3
                   size_t ldb, int np, const int *toff, int T, size_t n)
 {
     assert(M >= 1 && np >= 1 && T >= 1 && 2 * (size_t)np * T <= LP_GEMM_MAX_K);
-    if (lp_cpu_level() >= LP_CPU_AVX2)
+    if (nn_cpu_level() >= NN_CPU_AVX2)
         lp_shiftgemm_avx2(S, ldc, Ap, M, B, ldb, np, toff, T, n);
     else
         lp_shiftgemm_ref(S, ldc, Ap, M, B, ldb, np, toff, T, n);
+}
+
+void lp_shiftgemm_q_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                        size_t ldb, int nq, const int *toff, int T, size_t n)
+{
+    const size_t K = (size_t)nq * T;
+    for (int m = 0; m < M; m++)
+        for (size_t j = 0; j < n; j++) {
+            int32_t acc = 0;
+            for (int p = 0; p < nq; p++)
+                for (int t = 0; t < T; t++) {
+                    uint32_t a = Ap[(size_t)(m / 4) * K * 4 + ((size_t)p * T + t) * 4 + m % 4];
+                    uint32_t b = (B + (size_t)p * ldb + toff[t])[j];
+                    for (int l = 0; l < 4; l++)
+                        acc += (int32_t)(int8_t)(uint8_t)(a >> 8 * l) *
+                               (int32_t)(uint8_t)(b >> 8 * l);
+                }
+            S[(size_t)m * ldc + j] = acc;
+        }
+}
+
+void lp_shiftgemm_q(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                    size_t ldb, int nq, const int *toff, int T, size_t n)
+{
+    assert(M >= 1 && nq >= 1 && T >= 1 && 4 * (size_t)nq * T <= LP_GEMM_MAX_K);
+    if (nn_cpu_level() >= NN_CPU_AVX512VNNI)
+        lp_shiftgemm_q_avx512(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
+    else
+        lp_shiftgemm_q_ref(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
+}
+
+void lp_dequant_row_q_ref(float *out, const int32_t *S, const int32_t *SB, double c, double cb,
+                          const double *base, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = (float)(c * (S[i] + 128 * SB[i]) + cb * SB[i] + base[i]);
+}
+
+void lp_dequant_row_q(float *out, const int32_t *S, const int32_t *SB, double c, double cb,
+                      const double *base, size_t n)
+{
+    if (nn_cpu_level() >= NN_CPU_AVX512VNNI)
+        lp_dequant_row_q_avx512(out, S, SB, c, cb, base, n);
+    else
+        lp_dequant_row_q_ref(out, S, SB, c, cb, base, n);
 }
 
 void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
@@ -158,7 +204,7 @@ void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
 void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, const double *base,
                     size_t n)
 {
-    if (lp_cpu_level() >= LP_CPU_AVX2)
+    if (nn_cpu_level() >= NN_CPU_AVX2)
         lp_dequant_row_avx2(out, S, t, c, base, n);
     else
         lp_dequant_row_ref(out, S, t, c, base, n);

@@ -1,7 +1,7 @@
 /* lp_gemm — exact integer GEMM on 8-bit codes: C_int32 = A_u8 * B_u8.
  *
  * Owns:    the packed operand layouts and the micro-kernels (portable C,
- *          AVX2, AVX-512 VNNI; run-time dispatch through lp_cpu).  All three
+ *          AVX2, AVX-512 VNNI; run-time dispatch through nn_cpu).  All three
  *          give bit-identical int32 results because the arithmetic is exact.
  * Exposes: packing, the GEMM, its plain _ref twin, and the affine
  *          correction that turns the int32 sums into real products.
@@ -76,7 +76,7 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
 /* Plain twin on row-major A (M, K) and B (K, N): C (M, N) = A * B. */
 void lp_gemm_u8u8_ref(int32_t *C, const uint8_t *A, const uint8_t *B, int M, int N, int K);
 
-/* The portable kernel (what lp_gemm_u8u8 runs at LP_CPU_PORTABLE). */
+/* The portable kernel (what lp_gemm_u8u8 runs at NN_CPU_PORTABLE). */
 void lp_gemm_kernel_portable(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M,
                              int N, int K, int32_t *colsum);
 
@@ -116,6 +116,43 @@ void lp_shiftgemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint3
                   size_t ldb, int np, const int *toff, int T, size_t n);
 void lp_shiftgemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                       size_t ldb, int np, const int *toff, int T, size_t n);
+
+/* ---- shifted-row GEMM on byte quads (AVX-512 VNNI level) -----------------
+ * The same product as lp_shiftgemm with four channels per 32-bit lane, for
+ * vpdpbusd (u8 x s8 -> int32, four products and the accumulation in one
+ * instruction: twice the products of a pair lane and no separate add).
+ * Lane j of quad row p of B holds the codes b(4p+l, j), l = 0..3, as
+ * unsigned bytes (byte l); a lane of A holds a(m, 4p+l) - 128 as signed
+ * bytes (lp_quad_s8), packed by m-tiles of 4 as for pairs.  Overwrites
+ *   S[m*ldc + j] = sum_{p < nq, t < T} sum_l (a - 128)(m, 4p+l, t) * b(4p+l, j + toff[t])
+ * The caller restores the shift: the true sum is S + 128 * (the sum of the
+ * b codes the taps read), which the conv's correction already computes.
+ * Range: |S| <= 128*255*4*K4 < 2^31 for 4*nq*T <= LP_GEMM_MAX_K. */
+void lp_shiftgemm_q(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                    size_t ldb, int nq, const int *toff, int T, size_t n);
+void lp_shiftgemm_q_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                        size_t ldb, int nq, const int *toff, int T, size_t n);
+
+/* Four codes as one lane of a quad grid (byte l = c_l). */
+static inline uint32_t lp_quad(uint8_t c0, uint8_t c1, uint8_t c2, uint8_t c3)
+{
+    return (uint32_t)c0 | (uint32_t)c1 << 8 | (uint32_t)c2 << 16 | (uint32_t)c3 << 24;
+}
+/* Four codes shifted to signed bytes (c - 128) as one lane of a packed A. */
+static inline uint32_t lp_quad_s8(uint8_t c0, uint8_t c1, uint8_t c2, uint8_t c3)
+{
+    return lp_quad(c0 ^ 0x80, c1 ^ 0x80, c2 ^ 0x80, c3 ^ 0x80);
+}
+
+/* out[i] = (float)(c*(S[i] + 128*SB[i]) + cb*SB[i] + base[i]), i < n: the
+ * correction of a row of quad sums (lp_shiftgemm_q), whose 128 shift is
+ * restored exactly in int32 first; then the same double arithmetic as
+ * lp_dequant_row with t[i] = cb*SB[i], so the quad and pair paths give the
+ * same floats.  Overwrites out. */
+void lp_dequant_row_q(float *out, const int32_t *S, const int32_t *SB, double c, double cb,
+                      const double *base, size_t n);
+void lp_dequant_row_q_ref(float *out, const int32_t *S, const int32_t *SB, double c, double cb,
+                          const double *base, size_t n);
 
 /* Two codes as one lane of a pair grid / packed A. */
 static inline uint32_t lp_pair(uint8_t lo, uint8_t hi)

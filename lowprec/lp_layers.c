@@ -19,7 +19,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "lowprec/lp_cpu.h"
+#include "lowprec/lp_bf16.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_simd.h"
 
@@ -53,11 +54,11 @@ size_t lp_conv2d_saved_bytes(const nn_conv_dims *d)
     return (size_t)d->N * d->C * d->H * d->W + (size_t)d->OC * d->C * d->KH * d->KW;
 }
 
-/* ---- shift path (stride-1 "same" convs at the portable and AVX2 levels) ----
+/* ---- shift path (stride-1 "same" convs, every level) ------------------------
  * The integer twin of nn's im2col-free convolution (nn_conv.c): codes of nb
- * samples go into a zero-bordered grid of int16 channel pairs (lp_gemm.h,
- * pair grids), cs = nb*Hp*Wp lanes per channel pair, and lp_shiftgemm reads
- * the shifted rows directly:
+ * samples go into a zero-bordered grid of int16 channel pairs (portable and
+ * AVX2: lp_shiftgemm, vpmaddwd) or byte quads (AVX-512 VNNI: lp_shiftgemm_q,
+ * vpdpbusd; lp_gemm.h), and the GEMM reads the shifted rows directly:
  *   S[m][j] = sum_{c, t} a[m][c][t] * b[c][j + toff[t]]
  * (no im2col, no col2im; pad columns produce unused sums).  The forward is
  * the conv of the input codes with the weight codes (m = oc); the input
@@ -66,8 +67,12 @@ size_t lp_conv2d_saved_bytes(const nn_conv_dims *d)
  * s_shift_conv.  Border pixels see fewer taps: the affine correction uses
  * SB(p) = sum of the codes b over the taps inside the image (pad codes are
  * 0) and SA(m, p) = the sum of a over the same taps (2-D prefix sums over
- * the kernel), exactly as the im2col path.  At AVX-512 VNNI the im2col +
- * vpdpbusd path is faster and is kept. */
+ * the kernel), exactly as the im2col path.  Quads hold the weight codes
+ * shifted by -128 (vpdpbusd multiplies u8 by s8); the correction adds
+ * 128*SB back in int32 before the same double arithmetic, so every level
+ * gives the same floats.  (Before the quads, the AVX-512 level used im2col +
+ * vpdpbusd here: resnet20's int8 step was 1.31x the FP32 step on an EPYC
+ * Zen 4, 0.75x with them.) */
 
 #define LP_SHIFT_TMAX 49 /* most taps (K*K) the shift path takes */
 
@@ -85,12 +90,63 @@ void lp_conv2d_force_im2col(int on)
  * pixels, where im2col's per-sample GEMMs are mostly column padding. */
 #define LP_SHIFT_MAXC 128
 
+/* Stride-1 "same" geometry (K x K, pad (K-1)/2, K >= 2): shifted rows. */
+static int s_shift_geom(const nn_conv_dims *d)
+{
+    return d->stride == 1 && d->KH == d->KW && d->KH >= 2 && 2 * d->pad == d->KH - 1 &&
+           d->KH * d->KW <= LP_SHIFT_TMAX;
+}
+
 static int s_use_shift(const nn_conv_dims *d)
 {
-    if (s_force_im2col || lp_cpu_level() > LP_CPU_AVX2 || d->stride != 1 || d->KH != d->KW ||
-        d->KH < 2 || 2 * d->pad != d->KH - 1 || d->KH * d->KW > LP_SHIFT_TMAX)
+    if (s_force_im2col || !s_shift_geom(d))
         return 0;
     return (d->C <= LP_SHIFT_MAXC && d->OC <= LP_SHIFT_MAXC) || d->H * d->W < 16;
+}
+
+/* True when the conv weight gradients are bf16 now (lp_bf16.h): every
+ * conv, through shifted grids (stride-1 same) or an im2col of the codes. */
+static int s_wgrad_bf16_on(const nn_conv_dims *d)
+{
+    (void)d;
+    return lp_wgrad_bf16();
+}
+
+/* Columns per chunk of the bf16 weight gradient: a grid plane (Hp*Wp) per
+ * sample on the shift geometry, else the OH*OW output pixels. */
+static size_t s_wgrad_bf16_cols(const nn_conv_dims *d)
+{
+    if (s_shift_geom(d))
+        return (size_t)(d->H + 2 * d->pad) * (d->W + 2 * d->pad);
+    return (size_t)d->OH * d->OW;
+}
+
+/* Samples per chunk of the bf16 weight gradient: >= 4096 columns. */
+static int s_wgrad_bf16_nb(const nn_conv_dims *d)
+{
+    const size_t per = s_wgrad_bf16_cols(d);
+    int nb = (int)((4096 + per - 1) / per);
+    return nb < 1 ? 1 : nb > d->N ? d->N : nb;
+}
+
+/* Scratch of s_wgrad_bf16: input rows (C on the shift geometry, C*T lowered),
+ * OC gradient rows and T rows of ones (one on the shift geometry), then
+ * the FP32 sums D (OC, C*T) and E (OC, T). */
+static size_t s_wgrad_bf16_bytes(const nn_conv_dims *d)
+{
+    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * s_wgrad_bf16_cols(d);
+    const size_t T = (size_t)d->KH * d->KW, shift = (size_t)s_shift_geom(d);
+    const size_t rows = shift ? (size_t)d->C + 1 : (size_t)d->C * T + T;
+    return ALIGN64((rows + (size_t)d->OC) * cs * 2) + ALIGN64((size_t)d->OC * (d->C + 1) * T * 4);
+}
+
+/* Scratch of s_wgrad_f32 (shift geometry only): C + OC rows of floats. */
+static size_t s_wgrad_f32_bytes(const nn_conv_dims *d)
+{
+    if (!s_shift_geom(d))
+        return 0;
+    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * s_wgrad_bf16_cols(d);
+    return ALIGN64((size_t)(d->C + d->OC) * cs * 4);
 }
 
 /* Samples per chunk of the shift path: >= 1024 grid columns. */
@@ -165,6 +221,9 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     size_t bw = ALIGN64((size_t)dc.N * d->C * d->H * d->W * sizeof(float)) +
                 ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
     /* backward, input gradient: gradient codes, then either path */
+    size_t bb = s_wgrad_bf16_bytes(d), bf = s_wgrad_f32_bytes(d);
+    bw = bw > bb ? bw : bb;
+    bw = bw > bf ? bw : bf;
     size_t b = ALIGN64((size_t)d->N * d->OC * P), bi = 0;
     bi += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
     bi += ALIGN64((size_t)CK * 4);
@@ -243,20 +302,54 @@ void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, doub
     }
 }
 
+void lp_quad_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *const r[4], size_t n)
+{
+    for (size_t w = 0; w < n; w++) {
+        uint8_t c[4];
+        for (int l = 0; l < 4; l++)
+            c[l] = r[l] ? r[l][w] : 0;
+        dst[w] = lp_quad(c[0], c[1], c[2], c[3]);
+        if (chs)
+            chs[w] += c[0] + c[1] + c[2] + c[3];
+    }
+}
+
+void lp_tap_isum_row_ref(int32_t *sb, const int32_t *s, const int *off, int T, size_t n)
+{
+    for (size_t w = 0; w < n; w++) {
+        int32_t sum = 0;
+        for (int k = 0; k < T; k++)
+            sum += s[(ptrdiff_t)w + off[k]];
+        sb[w] = sum;
+    }
+}
+
 /* The row kernels s_shift_conv uses at the current CPU level. */
 typedef struct {
+    int quad; /* 1: byte quads (lp_shiftgemm_q), 0: int16 pairs */
     void (*pair_row)(uint32_t *, int32_t *, const uint8_t *, const uint8_t *, size_t);
+    void (*quad_row)(uint32_t *, int32_t *, const uint8_t *const[4], size_t);
     void (*tap_sum_row)(double *, const int32_t *, const int *, int, double, size_t);
+    void (*tap_isum_row)(int32_t *, const int32_t *, const int *, int, size_t);
     void (*dequant_row)(float *, const int32_t *, const double *, double, const double *, size_t);
+    void (*dequant_row_q)(float *, const int32_t *, const int32_t *, double, double,
+                          const double *, size_t);
 } s_conv_rows;
 
 static s_conv_rows s_rows(void)
 {
-    s_conv_rows r = {lp_pair_row_ref, lp_tap_sum_row_ref, lp_dequant_row_ref};
-    if (lp_cpu_level() >= LP_CPU_AVX2) {
+    s_conv_rows r = {0, lp_pair_row_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
+                     lp_tap_isum_row_ref, lp_dequant_row_ref, lp_dequant_row_q_ref};
+    if (nn_cpu_level() >= NN_CPU_AVX2) {
         r.pair_row = lp_pair_row_avx2;
         r.tap_sum_row = lp_tap_sum_row_avx2;
         r.dequant_row = lp_dequant_row_avx2;
+    }
+    if (nn_cpu_level() >= NN_CPU_AVX512VNNI) {
+        r.quad = 1;
+        r.quad_row = lp_quad_row_avx512;
+        r.tap_isum_row = lp_tap_isum_row_avx512;
+        r.dequant_row_q = lp_dequant_row_q_avx512;
     }
     return r;
 }
@@ -323,43 +416,167 @@ static int s_base_rows(double *bases, int *hcls, const int32_t *pre, const int *
     return nh;
 }
 
+/* Geometry of one s_shift_conv call: L codes per 32-bit lane (2: int16
+ * pairs, 4: byte quads), np lane rows of the grid, V column-shift variants
+ * of each, vlen lanes per variant, J0 the first data lane of a variant. */
+typedef struct {
+    int L, np, T, K, pad, H, W, nb, V;
+    size_t vlen, ldb, J0, plane;
+} s_shift_geo;
+
+static s_shift_geo s_geo(int quad, int N, int nch, int H, int W, int K, int pad)
+{
+    s_shift_geo g;
+    g.L = quad ? 4 : 2;
+    g.np = (nch + g.L - 1) / g.L;
+    g.T = K * K;
+    g.K = K;
+    g.pad = pad;
+    g.H = H;
+    g.W = W;
+    g.nb = s_shift_nb(N, H, W, pad);
+    g.V = 2 * pad + 1;
+    g.vlen = s_vlen(g.nb, H, W, pad);
+    g.ldb = (size_t)g.V * g.vlen;
+    g.J0 = (size_t)pad + (size_t)pad * W;
+    g.plane = (size_t)(H + 2 * pad) * (W + 2 * pad);
+    return g;
+}
+
+/* Ap (M, np*T) lanes of the kernel codes a (M, nch, T): pairs (lp_pair) or
+ * quads shifted to signed bytes (lp_quad_s8), m-tiles of 4, rows past M and
+ * channels past nch zero.  Overwrites Ap. */
+static void s_shift_pack_a(uint32_t *Ap, const uint8_t *a, int M, int nch, const s_shift_geo *g)
+{
+    const int T = g->T, K2 = g->np * T;
+    memset(Ap, 0, lp_shift_pack_lanes(M, K2) * 4);
+    for (int m = 0; m < M; m++)
+        for (int p = 0; p < g->np; p++)
+            for (int t = 0; t < T; t++) {
+                const uint8_t *am = a + (size_t)m * nch * T;
+                uint8_t c[4] = {0, 0, 0, 0};
+                for (int l = 0; l < g->L; l++)
+                    if (g->L * p + l < nch)
+                        c[l] = am[(size_t)(g->L * p + l) * T + t];
+                uint32_t lane = g->L == 4 ? (uint32_t)0 : lp_pair(c[0], c[1]);
+                if (g->L == 4) /* padding channels: signed 0 (their b codes are 0) */
+                    for (int l = 0; l < 4; l++)
+                        lane |= (uint32_t)(uint8_t)(g->L * p + l < nch ? c[l] ^ 0x80 : 0) << 8 * l;
+                Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] = lane;
+            }
+}
+
+/* The grid of samples [n0, n0+cnt) of the codes b (N, nch, H, W): np lane
+ * rows, each in V copies; copy v (column shift dx = v - pad) has the columns
+ * zeroed that only a read wrapping into the neighbouring row reaches (the
+ * last -dx, or the first dx), so a tap reads zeros exactly where the image
+ * has none; the pad rows above, between and below the samples are zero.
+ * chs (cnt, Hp, Wp) = per-pixel sums of the codes over the channels,
+ * zero-bordered.  Overwrites grid and chs. */
+static void s_shift_grid(uint32_t *grid, int32_t *chs, const uint8_t *b, int nch, int n0,
+                         int cnt, const s_shift_geo *g, const s_conv_rows *rows)
+{
+    const int H = g->H, W = g->W, pad = g->pad, Wp = W + 2 * pad;
+    const size_t P = (size_t)H * W, xper = (size_t)nch * P;
+    memset(chs, 0, (size_t)cnt * g->plane * 4);
+    for (int p = 0; p < g->np; p++)
+        for (int v = 0; v < g->V; v++) {
+            uint32_t *gv = grid + (size_t)p * g->ldb + (size_t)v * g->vlen;
+            memset(gv, 0, g->J0 * 4);
+            for (int j = 0; j < cnt; j++)
+                memset(gv + g->J0 + ((size_t)j * (H + pad) + H) * W, 0, (size_t)pad * W * 4);
+            size_t end = g->J0 + (size_t)cnt * (H + pad) * W;
+            memset(gv + end, 0, (g->vlen - end) * 4);
+        }
+    for (int j = 0; j < cnt; j++) {
+        const uint8_t *x = b + (size_t)(n0 + j) * xper;
+        for (int p = 0; p < g->np; p++) {
+            const uint8_t *xr[4] = {NULL, NULL, NULL, NULL};
+            for (int l = 0; l < g->L; l++)
+                if (g->L * p + l < nch)
+                    xr[l] = x + (size_t)(g->L * p + l) * P;
+            uint32_t *gp = grid + (size_t)p * g->ldb + g->J0 + (size_t)j * (H + pad) * W;
+            for (int h = 0; h < H; h++) {
+                const uint8_t *r[4];
+                for (int l = 0; l < 4; l++)
+                    r[l] = xr[l] ? xr[l] + (size_t)h * W : NULL;
+                int32_t *ch = chs + (size_t)j * g->plane + (size_t)(pad + h) * Wp + pad;
+                for (int v = 0; v < g->V; v++) {
+                    const int dx = v - pad;
+                    uint32_t *gv = gp + (size_t)h * W + (size_t)v * g->vlen;
+                    if (g->L == 4)
+                        rows->quad_row(gv, dx ? NULL : ch, r, (size_t)W);
+                    else
+                        rows->pair_row(gv, dx ? NULL : ch, r[0], r[1], (size_t)W);
+                    const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+                    for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
+                        gv[w] = 0;
+                }
+            }
+        }
+    }
+}
+
+/* out rows of sample j of a chunk from its sums Sm (M, vlen): the affine
+ * correction with SB = the channel sums chs over the taps inside the image
+ * (ctoff), restoring the quads' 128 shift first.  sb: scratch of H*W
+ * doubles.  Overwrites out (M, H, W). */
+static void s_shift_dequant(float *out, const int32_t *Sm, const int32_t *chs, const int *ctoff,
+                            double cS, double cSB, const double *bases, const int *hcls, int nh,
+                            int M, int j, const s_shift_geo *g, const s_conv_rows *rows,
+                            double *sb)
+{
+    const int H = g->H, W = g->W, pad = g->pad, Wp = W + 2 * pad, T = g->T;
+    const size_t P = (size_t)H * W;
+    const int32_t *cj = chs + (size_t)j * g->plane + (size_t)pad * Wp + pad;
+    int32_t *isb = (int32_t *)(void *)sb;
+    for (int h = 0; h < H; h++) {
+        if (rows->quad)
+            rows->tap_isum_row(isb + (size_t)h * W, cj + (size_t)h * Wp, ctoff, T, (size_t)W);
+        else
+            rows->tap_sum_row(sb + (size_t)h * W, cj + (size_t)h * Wp, ctoff, T, cSB, (size_t)W);
+    }
+    for (int m = 0; m < M; m++) {
+        const int32_t *Sr = Sm + (size_t)m * g->vlen + g->J0 + (size_t)j * (H + pad) * W;
+        float *o = out + (size_t)m * P;
+        for (int h = 0; h < H; h++) {
+            const double *base = bases + ((size_t)m * nh + hcls[h]) * W;
+            const size_t off = (size_t)h * W;
+            if (rows->quad)
+                rows->dequant_row_q(o + off, Sr + off, isb + off, cS, cSB, base, (size_t)W);
+            else
+                rows->dequant_row(o + off, Sr + off, sb + off, cS, base, (size_t)W);
+        }
+    }
+}
+
 /* out (N, M, H, W) = the stride-1 same conv (K x K, pad = (K-1)/2) of the
  * codes b (N, nch, H, W) with the kernel codes a (M, nch, K, K), in real
  * values: sum over the taps inside the image of (sa*a + ma)(sb*b + mb),
  * plus bias[m] (may be NULL).  Overwrites out.  Scratch:
- * s_shift_conv_bytes(N, nch, M, H, W, K, pad). */
+ * s_shift_conv_bytes(N, nch, M, H, W, K, pad).  Pairs and vpmaddwd at the
+ * portable and AVX2 levels, quads and vpdpbusd at AVX-512 VNNI: the same
+ * floats either way. */
 static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uint8_t *a,
                          lp_qparams aqp, const float *bias, int N, int nch, int M, int H, int W,
                          int K, int pad, void *scratch)
 {
-    const int np = (nch + 1) / 2, T = K * K, K2 = np * T, Wp = W + 2 * pad, P = H * W;
-    const int V = 2 * pad + 1; /* pair-row variants, one per column shift */
-    const size_t plane = (size_t)(H + 2 * pad) * Wp, PS = (size_t)(K + 1) * (K + 1);
-    const size_t xper = (size_t)nch * P;
-    const int nb = s_shift_nb(N, H, W, pad);
-    const size_t vlen = s_vlen(nb, H, W, pad), ldb = (size_t)V * vlen;
-    const size_t J0 = (size_t)pad + (size_t)pad * W; /* first data lane of a variant */
+    const s_conv_rows rows = s_rows();
+    const s_shift_geo g = s_geo(rows.quad, N, nch, H, W, K, pad);
+    const int T = g.T, K2 = g.np * T, Wp = W + 2 * pad;
+    const size_t PS = (size_t)(K + 1) * (K + 1);
     unsigned char *sp = (unsigned char *)scratch;
     uint32_t *Ap = s_take(&sp, lp_shift_pack_lanes(M, K2) * 4);
     int32_t *pre = s_take(&sp, (size_t)M * PS * 4);
     int *rh = s_take(&sp, (size_t)(H + W) * 2 * sizeof(int)), *rw = rh + 2 * H;
-    uint32_t *grid = s_take(&sp, (size_t)np * ldb * 4);
-    int32_t *chs = s_take(&sp, (size_t)nb * plane * 4);
-    int32_t *Sm = s_take(&sp, (size_t)M * vlen * 4);
-    double *tx = s_take(&sp, (size_t)P * sizeof(double));
+    uint32_t *grid = s_take(&sp, (size_t)g.np * g.ldb * 4);
+    int32_t *chs = s_take(&sp, (size_t)g.nb * g.plane * 4);
+    int32_t *Sm = s_take(&sp, (size_t)M * g.vlen * 4);
+    double *tx = s_take(&sp, (size_t)H * W * sizeof(double));
     double *bases = s_take(&sp, (size_t)M * s_max_classes(H, K) * W * sizeof(double));
     int *hcls = s_take(&sp, (size_t)H * sizeof(int));
 
-    /* A (M, np*T) of weight-code pairs, m-tiles of 4, rows past M zero */
-    memset(Ap, 0, lp_shift_pack_lanes(M, K2) * 4);
-    for (int m = 0; m < M; m++)
-        for (int p = 0; p < np; p++)
-            for (int t = 0; t < T; t++) {
-                const uint8_t *am = a + (size_t)m * nch * T;
-                uint8_t hi = 2 * p + 1 < nch ? am[(2 * p + 1) * T + t] : 0;
-                Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] =
-                    lp_pair(am[2 * p * T + t], hi);
-            }
+    s_shift_pack_a(Ap, a, M, nch, &g);
     s_tap_prefix(pre, a, M, nch, K, K);
     for (int o = 0; o < H; o++)
         s_tap_range(o, 1, pad, K, H, &rh[2 * o], &rh[2 * o + 1]);
@@ -371,72 +588,25 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
     assert(T <= LP_SHIFT_TMAX);
     for (int kh = 0; kh < K; kh++)
         for (int kw = 0; kw < K; kw++) {
-            toff[kh * K + kw] = (int)((size_t)kw * vlen) + (kh - pad) * W + (kw - pad);
+            toff[kh * K + kw] = (int)((size_t)kw * g.vlen) + (kh - pad) * W + (kw - pad);
             ctoff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
         }
     const double sa = aqp.scale, ma = aqp.min, sb = bqp.scale, mb = bqp.min;
     const double cS = sa * sb, cSB = ma * sb, cSA = sa * mb, cK = ma * mb;
     const int nh = s_base_rows(bases, hcls, pre, rh, rw, M, H, W, K, K, nch, cSA, cK, bias);
-    const s_conv_rows rows = s_rows();
 
-    for (int n0 = 0; n0 < N; n0 += nb) {
-        const int cnt = N - n0 < nb ? N - n0 : nb;
-        /* pair rows without side padding, in V copies: copy v (column
-         * shift dx = v - pad) has the columns zeroed that only a read
-         * wrapping into the neighbouring row would reach (the last -dx, or
-         * the first dx), so a tap reads zeros exactly where the image has
-         * none; the pad rows above, between and below the samples are
-         * zero.  Only the real pixels' sums are computed (rows of W, not
-         * Wp), and per-pixel channel sums go to the Wp-wide chs. */
-        memset(chs, 0, (size_t)cnt * plane * 4);
-        for (int p = 0; p < np; p++)
-            for (int v = 0; v < V; v++) {
-                /* zero all but the data rows, which are written below */
-                uint32_t *gv = grid + (size_t)p * ldb + (size_t)v * vlen;
-                memset(gv, 0, J0 * 4);
-                for (int j = 0; j < cnt; j++)
-                    memset(gv + J0 + ((size_t)j * (H + pad) + H) * W, 0, (size_t)pad * W * 4);
-                size_t end = J0 + (size_t)cnt * (H + pad) * W;
-                memset(gv + end, 0, (vlen - end) * 4);
-            }
-        for (int j = 0; j < cnt; j++) {
-            const uint8_t *x = b + (size_t)(n0 + j) * xper;
-            for (int p = 0; p < np; p++) {
-                const uint8_t *x0 = x + (size_t)(2 * p) * P;
-                const uint8_t *x1 = 2 * p + 1 < nch ? x0 + P : NULL;
-                uint32_t *g = grid + (size_t)p * ldb + J0 + (size_t)j * (H + pad) * W;
-                for (int h = 0; h < H; h++) {
-                    const uint8_t *r0 = x0 + (size_t)h * W, *r1 = x1 ? x1 + (size_t)h * W : NULL;
-                    for (int v = 0; v < V; v++) {
-                        const int dx = v - pad;
-                        uint32_t *gv = g + (size_t)h * W + (size_t)v * vlen;
-                        rows.pair_row(gv,
-                                      dx ? NULL
-                                         : chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad,
-                                      r0, r1, (size_t)W);
-                        const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
-                        for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
-                            gv[w] = 0;
-                    }
-                }
-            }
-        }
+    for (int n0 = 0; n0 < N; n0 += g.nb) {
+        const int cnt = N - n0 < g.nb ? N - n0 : g.nb;
+        s_shift_grid(grid, chs, b, nch, n0, cnt, &g, &rows);
+        /* only the real pixels' sums are computed (rows of W, not Wp) */
         const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
-        lp_shiftgemm(Sm + J0, vlen, Ap, M, grid + J0, ldb, np, toff, T, n);
-        for (int j = 0; j < cnt; j++) {
-            /* tx[p] = ma*sb * SB(p), SB = the codes over the taps inside */
-            for (int h = 0; h < H; h++)
-                rows.tap_sum_row(tx + (size_t)h * W,
-                                 chs + (size_t)j * plane + (size_t)(pad + h) * Wp + pad, ctoff, T,
-                                 cSB, (size_t)W);
-            for (int m = 0; m < M; m++) {
-                const int32_t *Sr = Sm + (size_t)m * vlen + J0 + (size_t)j * (H + pad) * W;
-                float *o = out + ((size_t)(n0 + j) * M + m) * P;
-                for (int h = 0; h < H; h++)
-                    rows.dequant_row(o + (size_t)h * W, Sr + (size_t)h * W, tx + (size_t)h * W,
-                                     cS, bases + ((size_t)m * nh + hcls[h]) * W, (size_t)W);
-            }
-        }
+        if (rows.quad)
+            lp_shiftgemm_q(Sm + g.J0, g.vlen, Ap, M, grid + g.J0, g.ldb, g.np, toff, T, n);
+        else
+            lp_shiftgemm(Sm + g.J0, g.vlen, Ap, M, grid + g.J0, g.ldb, g.np, toff, T, n);
+        for (int j = 0; j < cnt; j++)
+            s_shift_dequant(out + (size_t)(n0 + j) * M * H * W, Sm, chs, ctoff, cS, cSB, bases,
+                            hcls, nh, M, j, &g, &rows, tx);
     }
 }
 
@@ -503,6 +673,191 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     }
 }
 
+/* The bf16 grids of one chunk: samples [n0, n0+cnt) of the codes xq
+ * (N, C, H, W) and of dout (N, OC, H, W), each plane (Hp, Wp) zero-bordered
+ * with the image at (pad, pad), channel rows of cs = cnt*Hp*Wp values.
+ * Overwrites gx (C, cs) and gg (OC, cs). */
+static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const float *dout,
+                         const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
+    const int simd = lp_bf16_supported(); /* resolved once, not per row */
+    void (*codes_row)(uint16_t *, const uint8_t *, size_t) =
+        simd ? lp_bf16_codes_row_avx512bf16 : lp_bf16_codes_row_ref;
+    void (*f32_row)(uint16_t *, const float *, size_t) =
+        simd ? lp_bf16_row_avx512bf16 : lp_bf16_row_ref;
+    memset(gx, 0, (size_t)C * cs * 2);
+    memset(gg, 0, (size_t)OC * cs * 2);
+    for (int j = 0; j < cnt; j++) {
+        const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                codes_row(gx + (size_t)c * cs + at + (size_t)h * Wp,
+                                  xq + ((size_t)(n0 + j) * C + c) * P + (size_t)h * W, (size_t)W);
+        for (int oc = 0; oc < OC; oc++)
+            for (int h = 0; h < H; h++)
+                f32_row(gg + (size_t)oc * cs + at + (size_t)h * Wp,
+                            dout + ((size_t)(n0 + j) * OC + oc) * P + (size_t)h * W, (size_t)W);
+    }
+}
+
+/* The bf16 rows of one lowered chunk: the im2col of the codes of samples
+ * [n0, n0+cnt), col (C*T, cs) with padded taps 0, cs = cnt*OH*OW, and gg
+ * (OC, cs) the dout of the same pixels.  Overwrites both. */
+static void s_bf16_lowered(uint16_t *col, uint16_t *gg, const uint8_t *xq, const float *dout,
+                           const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, KH = d->KH, KW = d->KW;
+    const int OH = d->OH, OW = d->OW, S = d->stride, pad = d->pad;
+    const size_t P = (size_t)OH * OW, cs = (size_t)cnt * P;
+    uint16_t tab[256]; /* bf16 of each code, exact */
+    for (int q = 0; q < 256; q++)
+        tab[q] = lp_bf16_from_f32((float)q);
+    void (*f32_row)(uint16_t *, const float *, size_t) =
+        lp_bf16_supported() ? lp_bf16_row_avx512bf16 : lp_bf16_row_ref;
+    for (int j = 0; j < cnt; j++) {
+        for (int c = 0; c < C; c++) {
+            const uint8_t *x = xq + ((size_t)(n0 + j) * C + c) * H * W;
+            for (int kh = 0; kh < KH; kh++)
+                for (int kw = 0; kw < KW; kw++) {
+                    uint16_t *dst = col + ((size_t)(c * KH + kh) * KW + kw) * cs + (size_t)j * P;
+                    for (int oh = 0; oh < OH; oh++) {
+                        const int ih = oh * S - pad + kh;
+                        for (int ow = 0; ow < OW; ow++) {
+                            const int iw = ow * S - pad + kw;
+                            dst[(size_t)oh * OW + ow] = ih >= 0 && ih < H && iw >= 0 && iw < W
+                                                            ? tab[x[(size_t)ih * W + iw]]
+                                                            : 0;
+                        }
+                    }
+                }
+        }
+        for (int oc = 0; oc < OC; oc++)
+            f32_row(gg + (size_t)oc * cs + (size_t)j * P, dout + ((size_t)(n0 + j) * OC + oc) * P,
+                    P);
+    }
+}
+
+/* dw (OC, C, KH, KW) += the conv weight gradient in bf16 (lp_bf16.h): with
+ * x = sx*q + mx inside the image,
+ *   dw[oc][c][t] += sx * D[oc][c][t] + mx * E[oc][t],
+ *   D = sum_j bf16(g[oc][j]) q[c][tap t of j],  E = sum_j bf16(g[oc][j]) [tap t inside],
+ * E read from rows of ones over the image (zero in the padding).  Stride-1
+ * same convs read shifted rows of zero-bordered grids (one ones grid);
+ * others an im2col of the codes (one ones row per tap).  Only dout is
+ * rounded (the codes are exact in bf16); sums in FP32.  Scratch:
+ * s_wgrad_bf16_bytes(d). */
+static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
+                         void *scratch)
+{
+    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, KW = d->KW, pad = d->pad;
+    const int T = d->KH * KW, nb = s_wgrad_bf16_nb(d), shift = s_shift_geom(d);
+    const int Wp = W + 2 * pad, nx = shift ? C : C * T, n1 = shift ? 1 : T;
+    const size_t per = s_wgrad_bf16_cols(d), jlo = shift ? (size_t)pad * Wp + pad : 0;
+    unsigned char *sp = (unsigned char *)scratch;
+    uint16_t *gx = s_take(&sp, ((size_t)nx + n1 + OC) * nb * per * 2);
+    float *D = s_take(&sp, (size_t)OC * (C + 1) * T * 4), *E = D + (size_t)OC * C * T;
+    static const int zero = 0;
+    int toff[LP_SHIFT_TMAX];
+    for (int t = 0; shift && t < T; t++)
+        toff[t] = (t / KW - pad) * Wp + (t % KW - pad);
+    memset(D, 0, (size_t)OC * (C + 1) * T * 4);
+    for (int n0 = 0; n0 < N; n0 += nb) {
+        const int cnt = N - n0 < nb ? N - n0 : nb;
+        const size_t cs = (size_t)cnt * per, n = cs - 2 * jlo;
+        uint16_t *ones = gx + (size_t)nx * cs, *gg = ones + (size_t)n1 * cs;
+        memset(ones, 0, (size_t)n1 * cs * 2);
+        for (int j = 0; j < cnt; j++) /* 1.0 where the image (or the tap) is */
+            for (int t = 0; t < n1; t++)
+                for (int oh = 0; oh < (shift ? H : d->OH); oh++)
+                    for (int ow = 0; ow < (shift ? W : d->OW); ow++) {
+                        const int ih = oh * d->stride - pad + t / KW;
+                        const int iw = ow * d->stride - pad + t % KW;
+                        if (shift)
+                            ones[(size_t)j * per + (size_t)(pad + oh) * Wp + pad + ow] = 0x3F80;
+                        else if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                            ones[(size_t)t * cs + (size_t)j * per + (size_t)oh * d->OW + ow] =
+                                0x3F80;
+                    }
+        if (shift) {
+            s_bf16_grids(gx, gg, sv->xq, dout, d, n0, cnt);
+            lp_shiftdot_bf16(D, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
+            lp_shiftdot_bf16(E, (size_t)T, gg + jlo, cs, OC, ones + jlo, cs, 1, toff, T, n);
+        } else {
+            s_bf16_lowered(gx, gg, sv->xq, dout, d, n0, cnt);
+            lp_shiftdot_bf16(D, (size_t)C * T, gg, cs, OC, gx, cs, C * T, &zero, 1, n);
+            lp_shiftdot_bf16(E, (size_t)T, gg, cs, OC, ones, cs, T, &zero, 1, n);
+        }
+    }
+    const double sx = sv->xp.scale, mx = sv->xp.min;
+    for (int oc = 0; oc < OC; oc++)
+        for (int k = 0; k < C * T; k++)
+            dw[(size_t)oc * C * T + k] +=
+                (float)(sx * D[(size_t)oc * C * T + k] + mx * E[(size_t)oc * T + k % T]);
+}
+
+/* The FP32 grids of one chunk, in s_bf16_grids' layout: gx (C, cs) the
+ * dequantized codes (sx*q + mx inside the image, 0 in the padding), gg
+ * (OC, cs) dout.  Overwrites both. */
+static void s_f32_grids(float *gx, float *gg, const lp_qsaved *sv, const float *dout,
+                        const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
+    memset(gx, 0, (size_t)C * cs * 4);
+    memset(gg, 0, (size_t)OC * cs * 4);
+    for (int j = 0; j < cnt; j++) {
+        const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                lp_dequantize(gx + (size_t)c * cs + at + (size_t)h * Wp,
+                              sv->xq + ((size_t)(n0 + j) * C + c) * P + (size_t)h * W, (size_t)W,
+                              sv->xp);
+        for (int oc = 0; oc < OC; oc++)
+            for (int h = 0; h < H; h++)
+                memcpy(gg + (size_t)oc * cs + at + (size_t)h * Wp,
+                       dout + ((size_t)(n0 + j) * OC + oc) * P + (size_t)h * W, (size_t)W * 4);
+    }
+}
+
+/* dw (OC, C, K, K) += the FP32 weight gradient of a stride-1 same conv:
+ * nn's shifted dot (nn_shiftdot) on a grid the saved codes are dequantized
+ * straight into (no dequantized copy of the input, no second copy into
+ * nn's grid).  Scratch: s_wgrad_f32_bytes(d). */
+static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
+                        void *scratch)
+{
+    const int N = d->N, C = d->C, OC = d->OC, W = d->W, K = d->KH, pad = d->pad;
+    const int T = K * K, Wp = W + 2 * pad, nb = s_wgrad_bf16_nb(d);
+    const size_t plane = s_wgrad_bf16_cols(d), jlo = (size_t)pad * Wp + pad;
+    unsigned char *sp = (unsigned char *)scratch;
+    float *gx = s_take(&sp, (size_t)(C + OC) * nb * plane * 4);
+    int toff[LP_SHIFT_TMAX];
+    for (int t = 0; t < T; t++)
+        toff[t] = (t / K - pad) * Wp + (t % K - pad);
+    for (int n0 = 0; n0 < N; n0 += nb) {
+        const int cnt = N - n0 < nb ? N - n0 : nb;
+        const size_t cs = (size_t)cnt * plane, n = cs - 2 * jlo;
+        float *gg = gx + (size_t)C * cs;
+        s_f32_grids(gx, gg, sv, dout, d, n0, cnt);
+        nn_shiftdot(dw, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
+    }
+}
+
+/* db (OC) += sum of dout over samples and pixels. */
+static void s_bias_grad(float *db, const float *dout, int N, int OC, int P)
+{
+    for (int n = 0; n < N; n++)
+        for (int oc = 0; oc < OC; oc++) {
+            const float *g = dout + ((size_t)n * OC + oc) * P;
+            float t = 0;
+            for (int p = 0; p < P; p++)
+                t += g[p];
+            db[oc] += t;
+        }
+}
+
 void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                         const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
                         void *scratch)
@@ -514,8 +869,17 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
     unsigned char *sp = (unsigned char *)scratch;
 
     /* weight and bias gradients from the full-precision dout (bifurcation):
-     * nn's FP32 conv backward (no din) on the dequantized saved codes */
-    if (dw || db) {
+     * bf16 on the codes where the CPU has it (s_wgrad_bf16); else FP32,
+     * straight from the codes on the shift geometry (s_wgrad_f32), through
+     * nn's FP32 conv backward (no din) on the dequantized codes otherwise */
+    if (dw && (s_wgrad_bf16_on(d) || s_shift_geom(d))) {
+        if (s_wgrad_bf16_on(d))
+            s_wgrad_bf16(dw, dout, sv, d, sp);
+        else
+            s_wgrad_f32(dw, dout, sv, d, sp);
+        if (db)
+            s_bias_grad(db, dout, N, OC, P);
+    } else if (dw || db) {
         const int nw = s_wgrad_nb(d);
         nn_conv_dims dc = *d;
         dc.N = nw;
@@ -531,14 +895,7 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                 nn_conv2d_backward(NULL, dw, db, dout + (size_t)n0 * OC * P, xf, NULL, &dc, nscr);
             }
         } else {
-            for (int n = 0; n < N; n++)
-                for (int oc = 0; oc < OC; oc++) {
-                    const float *g = dout + ((size_t)n * OC + oc) * P;
-                    float t = 0;
-                    for (int p = 0; p < P; p++)
-                        t += g[p];
-                    db[oc] += t;
-                }
+            s_bias_grad(db, dout, N, OC, P);
         }
     }
     if (!din)
@@ -668,11 +1025,13 @@ void lp_conv2d_backward_fq(float *din, float *dw, float *db, const float *dout, 
     lp_fake_quant(gf, dout, gn, lp_tensor_qparams(dout, gn), 1, seed);
     if (din)
         memset(din, 0, (size_t)N * xper * sizeof(float));
+    const int wb16 = s_wgrad_bf16_on(d); /* the weight gradient sees bf16(dout) */
     for (int n = 0; n < N; n++)
         for (int oc = 0; oc < OC; oc++)
             for (int oh = 0; oh < OH; oh++)
                 for (int ow = 0; ow < OW; ow++) {
                     size_t o = (((size_t)n * OC + oc) * OH + oh) * OW + ow;
+                    const float gw = wb16 ? lp_bf16_to_f32(lp_bf16_from_f32(dout[o])) : dout[o];
                     if (db)
                         db[oc] += dout[o];
                     for (int c = 0; c < C; c++)
@@ -685,7 +1044,7 @@ void lp_conv2d_backward_fq(float *din, float *dw, float *db, const float *dout, 
                                 size_t xi = (size_t)n * xper + ((size_t)c * H + ih) * W + iw;
                                 size_t wi = (size_t)oc * CK + (c * KH + kh) * KW + kw;
                                 if (dw)
-                                    dw[wi] += dout[o] * xf[xi];
+                                    dw[wi] += gw * xf[xi];
                                 if (din)
                                     din[xi] += gf[o] * wf[wi];
                             }
@@ -912,7 +1271,7 @@ void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *
 static void s_ren_row_fwd(float *o, const float *x, size_t n, float v, float sc, float gamma,
                           float beta)
 {
-    if (lp_cpu_level() >= LP_CPU_AVX2)
+    if (nn_cpu_level() >= NN_CPU_AVX2)
         lp_ren_row_fwd_avx2(o, x, n, v, sc, gamma, beta);
     else
         lp_ren_row_fwd_ref(o, x, n, v, sc, gamma, beta);
@@ -921,7 +1280,7 @@ static void s_ren_row_fwd(float *o, const float *x, size_t n, float v, float sc,
 static void s_ren_row_bwd(float *dx, double sums[3], const float *x, const float *g, size_t n,
                           float v, float sc, float gamma)
 {
-    if (lp_cpu_level() >= LP_CPU_AVX2)
+    if (nn_cpu_level() >= NN_CPU_AVX2)
         lp_ren_row_bwd_avx2(dx, sums, x, g, n, v, sc, gamma);
     else
         lp_ren_row_bwd_ref(dx, sums, x, g, n, v, sc, gamma);
@@ -937,7 +1296,7 @@ size_t lp_find_eq_ref(const float *x, size_t n, float v)
 
 static size_t s_find_eq(const float *x, size_t n, float v)
 {
-    return lp_cpu_level() >= LP_CPU_AVX2 ? lp_find_eq_avx2(x, n, v) : lp_find_eq_ref(x, n, v);
+    return nn_cpu_level() >= NN_CPU_AVX2 ? lp_find_eq_avx2(x, n, v) : lp_find_eq_ref(x, n, v);
 }
 
 /* A tensor the Range EvoNorm core reads: floats, or uint8 codes with their

@@ -80,9 +80,8 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                         void *scratch);
 
 /* Tests only: on != 0 makes the stride-1 "same" convs take the im2col +
- * lp_gemm path (the one AVX-512 VNNI CPUs and every other conv take)
- * instead of the shift path of the portable and AVX2 levels.  Not
- * thread-safe; set it while no kernel runs. */
+ * lp_gemm path (the one every other conv takes) instead of the shift path.
+ * Not thread-safe; set it while no kernel runs. */
 void lp_conv2d_force_im2col(int on);
 
 /* Fake-quant twins: same quantization (same seeds, same codes) then plain

@@ -6,7 +6,7 @@
 #include <assert.h>
 #include <math.h>
 
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_simd.h"
 
 lp_qparams lp_qparams_from_range(float min, float max)
@@ -80,11 +80,12 @@ void lp_dequantize_ref(float *x, const uint8_t *q, size_t n, lp_qparams p)
 void lp_minmax(float *mn, float *mx, const float *x, size_t n)
 {
     assert(n > 0);
-    switch (lp_cpu_level()) {
-    case LP_CPU_AVX512VNNI:
+    switch (nn_cpu_level()) {
+    case NN_CPU_AVX512VNNI:
         lp_minmax_avx512(mn, mx, x, n);
         return;
-    case LP_CPU_AVX2:
+    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
+    case NN_CPU_AVX2:
         lp_minmax_avx2(mn, mx, x, n);
         return;
     default:
@@ -94,11 +95,12 @@ void lp_minmax(float *mn, float *mx, const float *x, size_t n)
 
 void lp_quantize(uint8_t *q, const float *x, size_t n, lp_qparams p)
 {
-    switch (lp_cpu_level()) {
-    case LP_CPU_AVX512VNNI:
+    switch (nn_cpu_level()) {
+    case NN_CPU_AVX512VNNI:
         lp_quantize_avx512(q, x, n, p);
         return;
-    case LP_CPU_AVX2:
+    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
+    case NN_CPU_AVX2:
         lp_quantize_avx2(q, x, n, p);
         return;
     default:
@@ -109,11 +111,12 @@ void lp_quantize(uint8_t *q, const float *x, size_t n, lp_qparams p)
 void lp_quantize_sr(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
                     uint32_t first)
 {
-    switch (lp_cpu_level()) {
-    case LP_CPU_AVX512VNNI:
+    switch (nn_cpu_level()) {
+    case NN_CPU_AVX512VNNI:
         lp_quantize_sr_avx512(q, x, n, p, seed, first);
         return;
-    case LP_CPU_AVX2:
+    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
+    case NN_CPU_AVX2:
         lp_quantize_sr_avx2(q, x, n, p, seed, first);
         return;
     default:
@@ -123,11 +126,12 @@ void lp_quantize_sr(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t
 
 void lp_dequantize(float *x, const uint8_t *q, size_t n, lp_qparams p)
 {
-    switch (lp_cpu_level()) {
-    case LP_CPU_AVX512VNNI:
+    switch (nn_cpu_level()) {
+    case NN_CPU_AVX512VNNI:
         lp_dequantize_avx512(x, q, n, p);
         return;
-    case LP_CPU_AVX2:
+    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
+    case NN_CPU_AVX2:
         lp_dequantize_avx2(x, q, n, p);
         return;
     default:

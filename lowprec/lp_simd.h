@@ -1,6 +1,6 @@
 /* lp_simd — private: the SIMD kernels behind the lp_quant / lp_gemm
  * dispatchers.  Each lives in a *_avx2.c or *_avx512.c file compiled with
- * the matching -m flags and may only be called after lp_cpu_level() said
+ * the matching -m flags and may only be called after nn_cpu_level() said
  * the CPU has them.  Contracts are those of the public functions they
  * implement (lp_quant.h, lp_gemm.h).  Not for use outside lowprec/.
  */
@@ -91,5 +91,21 @@ void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const 
                        size_t ldb, int np, const int *toff, int T, size_t n);
 void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c,
                          const double *base, size_t n);
+
+/* Quad-grid helpers of the conv shift path at the AVX-512 VNNI level
+ * (lp_layers.c), scalar twins and AVX-512 versions (exact integers, and the
+ * dequantization's double arithmetic in the twin's order):
+ *   lp_quad_row: dst[w] = lp_quad(r0[w], r1[w], r2[w], r3[w]) (overwritten;
+ *                r1..r3 may be NULL: code 0), chs[w] += the four codes
+ *                (accumulated; chs may be NULL), w < n;
+ *   lp_tap_isum_row: sb[w] = sum_{k < T} s[w + off[k]] (overwritten). */
+void lp_quad_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *const r[4], size_t n);
+void lp_quad_row_avx512(uint32_t *dst, int32_t *chs, const uint8_t *const r[4], size_t n);
+void lp_tap_isum_row_ref(int32_t *sb, const int32_t *s, const int *off, int T, size_t n);
+void lp_tap_isum_row_avx512(int32_t *sb, const int32_t *s, const int *off, int T, size_t n);
+void lp_shiftgemm_q_avx512(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                           size_t ldb, int nq, const int *toff, int T, size_t n);
+void lp_dequant_row_q_avx512(float *out, const int32_t *S, const int32_t *SB, double c,
+                             double cb, const double *base, size_t n);
 
 #endif

@@ -119,7 +119,7 @@ typedef struct {
 static s_shift_kern s_kern(void)
 {
     s_shift_kern k;
-    if (nn_simd_have_avx512()) {
+    if ((nn_cpu_level() >= NN_CPU_AVX512)) {
         k.gemm = nn_avx512_shiftgemm;
         k.dot = nn_avx512_shiftdot;
     } else {
@@ -142,16 +142,16 @@ static int s_use_shift(const nn_conv_dims *d)
 {
     if (!s_shift_ok(d))
         return 0;
-    if (nn_simd_have_avx512())
+    if ((nn_cpu_level() >= NN_CPU_AVX512))
         return 1;
-    return nn_simd_have_avx2() && d->C <= NN_SHIFT_AVX2_MAXC && d->OC <= NN_SHIFT_AVX2_MAXC;
+    return (nn_cpu_level() >= NN_CPU_AVX2) && d->C <= NN_SHIFT_AVX2_MAXC && d->OC <= NN_SHIFT_AVX2_MAXC;
 }
 
 /* Every other conv but the 1x1 stride-1 one: im2col + the same AVX-512
  * kernels (with T = 1) instead of OpenBLAS ("lowered" path). */
 static int s_use_lowered(const nn_conv_dims *d)
 {
-    return !s_shift_ok(d) && !s_is_pointwise(d) && nn_simd_have_avx512();
+    return !s_shift_ok(d) && !s_is_pointwise(d) && (nn_cpu_level() >= NN_CPU_AVX512);
 }
 
 static size_t s_plane(const nn_conv_dims *d)
@@ -268,7 +268,7 @@ static void s_im2col(float *col, const float *in, int nb, const nn_conv_dims *d)
     const int C = d->C, H = d->H, W = d->W, KH = d->KH, KW = d->KW;
     const int OH = d->OH, OW = d->OW, s = d->stride, pad = d->pad;
     const size_t P = (size_t)OH * OW, cols = (size_t)nb * P;
-    const int avx2 = nn_simd_have_avx2();
+    const int avx2 = (nn_cpu_level() >= NN_CPU_AVX2);
     for (int c = 0; c < C; c++) {
         for (int kh = 0; kh < KH; kh++) {
             int oh_lo, oh_hi;
@@ -318,7 +318,7 @@ static void s_col2im(float *din, const float *dcol, int nb, const nn_conv_dims *
     const int C = d->C, H = d->H, W = d->W, KH = d->KH, KW = d->KW;
     const int OH = d->OH, OW = d->OW, s = d->stride, pad = d->pad;
     const size_t P = (size_t)OH * OW, cols = (size_t)nb * P;
-    const int avx2 = nn_simd_have_avx2();
+    const int avx2 = (nn_cpu_level() >= NN_CPU_AVX2);
     memset(din, 0, sizeof(float) * (size_t)nb * C * H * W);
     for (int c = 0; c < C; c++) {
         for (int kh = 0; kh < KH; kh++) {
@@ -702,6 +702,15 @@ void nn_shiftdot_ref(float *D, size_t ldd, const float *A, size_t lda, int M, co
                     acc += A[(size_t)m * lda + j] * (B + (size_t)c * ldb + toff[t])[j];
                 D[(size_t)m * ldd + (size_t)c * T + t] += acc;
             }
+}
+
+void nn_shiftdot(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                 size_t ldb, int nch, const int *toff, int T, size_t n)
+{
+    if (nn_cpu_level() >= NN_CPU_AVX2)
+        s_kern().dot(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+    else
+        nn_shiftdot_ref(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
 }
 
 /* ---- im2col path ------------------------------------------------------------ */

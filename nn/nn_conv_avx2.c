@@ -3,7 +3,7 @@
  *
  * Owns:    nn_avx2_shiftgemm (forward and input-gradient products) and
  *          nn_avx2_shiftdot (weight-gradient products).  Built with
- *          -mavx2 -mfma; nn_conv.c calls them only after nn_simd_have_avx2()
+ *          -mavx2 -mfma; nn_conv.c calls them only after (nn_cpu_level() >= NN_CPU_AVX2)
  *          said yes and AVX-512 is not available.  Their scalar twins
  *          (nn_shiftgemm_ref, nn_shiftdot_ref) live in nn_conv.c; the
  *          contract (grid, toff, packed A) is the one in nn_layers_simd.h.

@@ -4,7 +4,7 @@
  * Owns:    nn_avx512_shiftgemm (forward and input-gradient products) and
  *          nn_avx512_shiftdot (weight-gradient products).  Built with the
  *          AVX-512 flags; nn_conv.c calls them only after
- *          nn_simd_have_avx512() said yes.  Their scalar twins
+ *          (nn_cpu_level() >= NN_CPU_AVX512) said yes.  Their scalar twins
  *          (nn_shiftgemm_ref, nn_shiftdot_ref) live in nn_conv.c.
  *
  * Both kernels read a "grid": nch rows (channels) of ldb floats, and treat

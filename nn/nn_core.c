@@ -219,6 +219,21 @@ int nn_arena_same_layout(const nn_arena *a, const nn_arena *b)
     return 1;
 }
 
+int nn_arena_check_finite(const nn_arena *a, const char *what, const char *prefix, char *err,
+                          size_t errlen)
+{
+    for (size_t i = 0; i < a->nviews; i++) {
+        const nn_view *v = &a->views[i];
+        const float *x = a->data + v->offset;
+        for (size_t k = 0; k < v->numel; k++)
+            if (!isfinite(x[k]))
+                return nn_errf(err, errlen, "%s%stensor %s%s[%zu] = %g is not finite",
+                               what ? what : "", what ? ": " : "", prefix ? prefix : "",
+                               v->name, k, (double)x[k]);
+    }
+    return 0;
+}
+
 void nn_arena_free(nn_arena *a)
 {
     free(a->data);

@@ -106,6 +106,12 @@ float *nn_arena_ptr(const nn_arena *a, int view);
 /* True when both arenas have the same views (names, shapes, offsets). */
 int    nn_arena_same_layout(const nn_arena *a, const nn_arena *b);
 void   nn_arena_free(nn_arena *a);
+/* 0 when every value of every view of a is finite; otherwise -1 with
+ * "WHAT: tensor PREFIXNAME[k] = nan is not finite" in err (the first
+ * non-finite value; what and prefix may be NULL).  For data that came from
+ * outside (model files, checkpoints) or is about to leave (saves). */
+int    nn_arena_check_finite(const nn_arena *a, const char *what, const char *prefix, char *err,
+                             size_t errlen);
 
 /* ---- small helpers ----------------------------------------------------- */
 

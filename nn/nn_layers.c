@@ -268,7 +268,7 @@ typedef struct {
 static s_plane_ops s_ops(void)
 {
     s_plane_ops o;
-    if (nn_simd_have_avx2()) {
+    if ((nn_cpu_level() >= NN_CPU_AVX2)) {
         o.sum = nn_avx2_sum;
         o.sqdev = nn_avx2_sqdev;
         o.evo_fwd = nn_avx2_evo_fwd;
@@ -282,42 +282,6 @@ static s_plane_ops s_ops(void)
         o.evo_bwd_dx = s_evo_bwd_dx;
     }
     return o;
-}
-
-static int s_force_scalar;
-
-void nn_simd_force_scalar(int on)
-{
-    s_force_scalar = on;
-}
-
-int nn_simd_have_avx2(void)
-{
-    if (s_force_scalar)
-        return 0;
-#if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return 0;
-#endif
-}
-
-static int s_force_avx2;
-
-void nn_simd_force_avx2(int on)
-{
-    s_force_avx2 = on;
-}
-
-int nn_simd_have_avx512(void)
-{
-    if (s_force_scalar || s_force_avx2)
-        return 0;
-#if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx512f");
-#else
-    return 0;
-#endif
 }
 
 /* Threaded EvoNorm: samples [N*t/nt, N*(t+1)/nt) per thread (nn_par_run).

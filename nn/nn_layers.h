@@ -32,7 +32,7 @@ typedef struct {
 
 nn_conv_dims nn_conv_dims_make(int N, int C, int H, int W, int OC, int K, int stride, int pad);
 /* Floats of scratch nn_conv2d_forward/backward need for these dims, on this
- * CPU (the kernel path depends on it: size after any nn_simd_force_* call). */
+ * CPU (the kernel path depends on it: size after any nn_cpu_force call). */
 size_t nn_conv_scratch_floats(const nn_conv_dims *d);
 
 /* out (N,OC,OH,OW) = conv(in (N,C,H,W), w (OC,C,KH,KW)) + b (OC; may be NULL). */
@@ -57,6 +57,16 @@ void   nn_conv2d_forward_nb(float *out, const float *in, const float *w, const f
 void   nn_conv2d_backward_nb(float *din, float *dw, float *db, const float *dout,
                              const float *in, const float *w, const nn_conv_dims *d,
                              float *scratch, int nb);
+
+/* The weight-gradient product of the im2col-free convolution, on a
+ * zero-bordered grid B of nch rows (ldb floats each) whose row c shifted by
+ * toff[t] stands for the row c*T + t of the lowered input:
+ *   D[m*ldd + c*T + t] += sum_{j < n} A[m*lda + j] * B[c*ldb + toff[t] + j]
+ * for m < M, c < nch, t < T (accumulated; fixed summation order).  Every
+ * B[c*ldb + toff[t] + j], j < n, must be readable and finite.  The kernel
+ * of the current CPU level (AVX-512, AVX2+FMA, or the plain twin). */
+void nn_shiftdot(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                 size_t ldb, int nch, const int *toff, int T, size_t n);
 
 /* Threads the conv (im2col-free path) and EvoNorm kernels split a batch
  * over: n >= 1 fixed, 0 (default) = openblas_get_num_threads(); capped at 4.

@@ -5,7 +5,7 @@
  *          nn_conv_avx2.c (built with -mavx2 -mfma) and nn_conv_avx512.c
  *          (AVX-512 flags).  Only
  *          nn_layers.c and nn_conv.c call them, and only after
- *          nn_simd_have_avx2() / nn_simd_have_avx512() said yes.  A "plane"
+ *          (nn_cpu_level() >= NN_CPU_AVX2) / (nn_cpu_level() >= NN_CPU_AVX512) said yes.  A "plane"
  *          is n contiguous floats.
  * The scalar versions (and the _ref twins) live in nn_layers.c and nn_conv.c;
  * tests/test_nn_layers.c compares them.
@@ -15,18 +15,7 @@
 
 #include <stddef.h>
 
-/* True when the CPU runs AVX2 and FMA (checked at run time) and the scalar
- * paths are not forced. */
-int   nn_simd_have_avx2(void);
-/* True when the CPU runs AVX-512F (checked at run time) and neither the
- * scalar paths nor the AVX2 cap are forced. */
-int   nn_simd_have_avx512(void);
-/* Tests only: on != 0 makes every kernel take its portable scalar path
- * (not thread-safe; set it while no kernel runs). */
-void  nn_simd_force_scalar(int on);
-/* Tests only: on != 0 hides AVX-512, so the AVX2 kernels run on AVX-512
- * CPUs too (same thread-safety caveat). */
-void  nn_simd_force_avx2(int on);
+#include "nn/nn_cpu.h"
 
 /* sum of x[0..n) */
 float nn_avx2_sum(const float *x, size_t n);

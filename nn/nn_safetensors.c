@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
+
 #define S_MAX_HEADER (100u << 20)
 #define S_MAX_DEPTH  8
 #define S_MAX_DIMS   32
@@ -966,4 +968,20 @@ int nn_safetensors_meta(const char *path, const char *key, char *val, size_t val
     }
     s_hdr_free(&h);
     return rc;
+}
+
+uint32_t nn_safetensors_crc32(uint32_t crc, const nn_arena *a)
+{
+    uLong c = crc;
+    for (size_t i = 0; i < a->nviews; i++) {
+        const unsigned char *b = (const unsigned char *)(a->data + a->views[i].offset);
+        size_t left = a->views[i].numel * sizeof(float);
+        while (left) {
+            uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
+            c = crc32(c, b, chunk);
+            b += chunk;
+            left -= chunk;
+        }
+    }
+    return (uint32_t)c;
 }

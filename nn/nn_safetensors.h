@@ -30,6 +30,7 @@
 #define NN_SAFETENSORS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nn/nn_core.h"
 
@@ -63,6 +64,10 @@ int nn_safetensors_load(const char *path, nn_arena *const *arenas, int narenas, 
 int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
                                  const char *const *prefixes, int narenas, char *err,
                                  size_t errlen);
+
+/* CRC-32 (zlib's) of every view of the arena, in view order, as the bytes
+ * save writes (little-endian F32), continuing from crc (start with 0). */
+uint32_t nn_safetensors_crc32(uint32_t crc, const nn_arena *a);
 
 /* Copies the __metadata__ value of `key` (NUL-terminated) into val.  The
  * header is validated as by load.  Returns 0, or -1 with a message when the

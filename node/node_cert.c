@@ -22,17 +22,34 @@ int node_cert_generate(const char *path, int force, char public_txt[41], char *e
     if (!c)
         return nn_errf(err, errlen, "keygen: cannot create a key pair");
     zcert_set_meta(c, "created-by", "lpgossip keygen");
+    if (force)
+        unlink(secret); /* a new file, created 0600: never the old file's mode */
     mode_t old = umask(077); /* the secret file is nobody else's business */
     int rc = zcert_save(c, path);
     umask(old);
-    if (rc != 0) {
+    if (rc != 0 || chmod(secret, 0600) != 0) {
         zcert_destroy(&c);
         return nn_errf(err, errlen, "keygen: cannot write %s and %s", path, secret);
     }
     chmod(path, 0644);
-    chmod(secret, 0600);
     snprintf(public_txt, 41, "%s", zcert_public_txt(c));
     zcert_destroy(&c);
+    return 0;
+}
+
+/* As ssh does with private keys: a secret key file that its group or
+ * others may access is refused (the key may have leaked: anyone holding it
+ * can speak for this node). */
+static int s_check_secret_mode(const char *file, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(file, &st) != 0)
+        return nn_errf(err, errlen, "--cert %s: cannot stat it", file);
+    if (st.st_mode & 077)
+        return nn_errf(err, errlen, "--cert %s: the secret key file has mode %04o: it must not "
+                       "be accessible by group or others (run `chmod 600 %s`; if others may "
+                       "have read it, make a new key pair with `lpgossip keygen`)", file,
+                       (unsigned)(st.st_mode & 07777), file);
     return 0;
 }
 
@@ -42,6 +59,12 @@ int node_cert_load(const char *path, uint8_t public_key[32], uint8_t secret_key[
     if (access(path, R_OK) != 0)
         return nn_errf(err, errlen, "--cert %s: no such readable file (write one with "
                        "`lpgossip keygen NAME`)", path);
+    /* zcert_load reads PATH_secret when it exists, else PATH */
+    char secret[1100];
+    if (snprintf(secret, sizeof secret, "%s_secret", path) >= (int)sizeof secret)
+        return nn_errf(err, errlen, "--cert %s: path too long", path);
+    if (s_check_secret_mode(access(secret, F_OK) == 0 ? secret : path, err, errlen) != 0)
+        return -1;
     zcert_t *c = zcert_load(path);
     if (!c)
         return nn_errf(err, errlen, "--cert %s: not a certificate file", path);

@@ -20,7 +20,8 @@ int node_cert_generate(const char *path, int force, char public_txt[41], char *e
 
 /* Reads the key pair of a certificate: path may be the secret file or the
  * public one with path_secret next to it.  0, or -1 with a message (missing
- * or unreadable file, no secret key in it). */
+ * or unreadable file, no secret key in it, a secret key file accessible by
+ * group or others: mode & 077, as ssh refuses; the message says chmod 600). */
 int node_cert_load(const char *path, uint8_t public_key[32], uint8_t secret_key[32], char *err,
                    size_t errlen);
 

@@ -4,14 +4,18 @@
 #include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <zlib.h>
+
 #include "nn/nn_safetensors.h"
 
 #define S_FORMAT  "lpgossip-ckpt"
-#define S_VERSION "1"
+#define S_VERSION "2"
 
 /* The tensors of a checkpoint: arena k is saved with prefix pre[k]. */
 typedef struct {
@@ -61,6 +65,26 @@ static void s_parts_free(s_parts *p)
     free(p->live);
 }
 
+/* "COUNT:FNV" of the parts' prefixes (what state the file holds), and a
+ * readable list of them (truncated) for messages. */
+static void s_parts_sig(const s_parts *p, char sig[40], char *list, size_t listlen)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t used = 0;
+    list[0] = '\0';
+    for (int k = 0; k < p->n; k++) {
+        for (const char *c = p->pre[k]; *c; c++) {
+            h ^= (unsigned char)*c;
+            h *= 0x100000001b3ULL;
+        }
+        if (used + 2 < listlen) {
+            int w = snprintf(list + used, listlen - used, "%s%s", k ? " " : "", p->pre[k]);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    snprintf(sig, 40, "%d:%016" PRIx64, p->n, h);
+}
+
 static void s_rng_fmt(const nn_rng *r, char *buf, size_t len)
 {
     snprintf(buf, len, "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64, r->s[0], r->s[1],
@@ -85,6 +109,148 @@ static int s_rng_parse(const char *s, nn_rng *r)
     return 0;
 }
 
+/* ---- identity, digests, checksum -------------------------------------- */
+
+static uint64_t s_fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t k = 0; k < n; k++) {
+        h ^= b[k];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+#define S_FNV_INIT 0xcbf29ce484222325ULL
+
+/* FNV-1a 64 of the file's bytes into hex[17]. */
+static int s_file_digest(const char *path, char hex[17], char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return nn_errf(err, errlen, "cannot read the topology file %s: %s", path, strerror(errno));
+    uint64_t h = S_FNV_INIT;
+    unsigned char buf[65536];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0)
+        h = s_fnv(h, buf, got);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        return nn_errf(err, errlen, "cannot read the topology file %s", path);
+    snprintf(hex, 17, "%016" PRIx64, h);
+    return 0;
+}
+
+/* Appends the pair key, printf(fmt, ...) to id (key: a string literal). */
+__attribute__((format(printf, 5, 6)))
+static void s_ident_add(node_ckpt_ident *id, size_t *used, int *m, const char *key,
+                        const char *fmt, ...)
+{
+    assert(*m / 2 < NODE_CKPT_MAX_IDENT);
+    char *dst = id->buf + *used;
+    size_t room = sizeof id->buf - *used;
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(dst, room, fmt, ap);
+    va_end(ap);
+    assert(len >= 0 && (size_t)len < room); /* our own buffer, values bounded below */
+    *used += (size_t)len + 1;
+    id->kv[(*m)++] = key;
+    id->kv[(*m)++] = dst;
+    id->kv[*m] = NULL;
+}
+
+/* The shortest %g text that reads back as v exactly. */
+static void s_fmt_double(double v, char *buf, size_t len)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
+int node_ckpt_ident_make(node_ckpt_ident *id, const node_ckpt_run *run, char *err,
+                         size_t errlen)
+{
+    char digest[17], eta[32], skew[32];
+    s_fmt_double(run->eta, eta, sizeof eta);
+    s_fmt_double(run->skew, skew, sizeof skew);
+    if (s_file_digest(run->topology_path, digest, err, errlen) != 0)
+        return -1;
+    size_t used = 0;
+    int m = 0;
+    memset(id, 0, sizeof *id);
+    s_ident_add(id, &used, &m, "model", "%.60s", run->model);
+    s_ident_add(id, &used, &m, "norm", "%.60s", run->norm);
+    s_ident_add(id, &used, &m, "precision", "%.60s", run->precision);
+    s_ident_add(id, &used, &m, "data", "%.500s", run->data);
+    s_ident_add(id, &used, &m, "groups", "%d", run->groups);
+    s_ident_add(id, &used, &m, "layout", "%08x", (unsigned)run->layout);
+    s_ident_add(id, &used, &m, "algo", "%.60s", run->algo);
+    s_ident_add(id, &used, &m, "compressor", "%.200s", run->compressor);
+    s_ident_add(id, &used, &m, "eta", "%s", eta);
+    s_ident_add(id, &used, &m, "push_sum", "%s", run->push_sum ? "on" : "off");
+    s_ident_add(id, &used, &m, "skew", "%s", skew);
+    s_ident_add(id, &used, &m, "train_subset", "%ld", run->train_subset);
+    s_ident_add(id, &used, &m, "topology", "%.500s (%d nodes)", run->topology_path, run->nodes);
+    s_ident_add(id, &used, &m, "topology_digest", "%s", digest);
+    s_ident_add(id, &used, &m, "rank", "%d", run->rank);
+    s_ident_add(id, &used, &m, "seed", "%ld", run->seed);
+    s_ident_add(id, &used, &m, "batch", "%ld", run->batch);
+    return 0;
+}
+
+/* FNV-1a 64 over the identity pairs (key NUL value NUL ...), hex[17]. */
+static void s_run_digest(const char *const *ident, char hex[17])
+{
+    uint64_t h = S_FNV_INIT;
+    for (int k = 0; ident && ident[k]; k++)
+        h = s_fnv(h, ident[k], strlen(ident[k]) + 1);
+    snprintf(hex, 17, "%016" PRIx64, h);
+}
+
+/* What a differing identity key means, for the message. */
+static const char *s_ident_hint(const char *key)
+{
+    if (!strcmp(key, "topology_digest"))
+        return " (the topology file's contents changed since the checkpoint was written)";
+    if (!strcmp(key, "skew") || !strcmp(key, "train_subset") || !strcmp(key, "seed"))
+        return " (another data partition)";
+    return "";
+}
+
+/* The state metadata covered by the checksum, in order. */
+static const char *const s_crc_keys[] = {"iter", "psi", "rng_model", "rng_aug", "rng_comp",
+                                         "sampler_pos", "sgd_last_lr", "gossip_every",
+                                         "run_digest", "parts"};
+#define S_NCRC_KEYS (sizeof s_crc_keys / sizeof *s_crc_keys)
+
+/* CRC-32 of the arenas' views (bytes as in the file) and then of the
+ * values vals[0..S_NCRC_KEYS), each with its NUL. */
+static uint32_t s_crc(const nn_arena *a, int n, const char *const *vals)
+{
+    uint32_t crc = 0;
+    for (int k = 0; k < n; k++)
+        crc = nn_safetensors_crc32(crc, &a[k]);
+    for (size_t k = 0; k < S_NCRC_KEYS; k++)
+        crc = (uint32_t)crc32(crc, (const unsigned char *)vals[k], (uInt)strlen(vals[k]) + 1);
+    return crc;
+}
+
+/* The state must be finite to be saved (a checkpoint is what a resumed
+ * node trusts). */
+static int s_parts_finite(const s_parts *p, const char *path, char *err, size_t errlen)
+{
+    char e[512];
+    for (int k = 0; k < p->n; k++)
+        if (nn_arena_check_finite(&p->a[k], NULL, p->pre[k], e, sizeof e) != 0)
+            return nn_errf(err, errlen, "checkpoint %s not written (the previous one is kept): "
+                           "%s", path, e);
+    return 0;
+}
+
 int node_ckpt_save(const char *path, const node_ckpt *c, uint64_t iter, char *err, size_t errlen)
 {
     uint64_t H = c->gossip_every ? c->gossip_every : 1;
@@ -92,10 +258,14 @@ int node_ckpt_save(const char *path, const node_ckpt *c, uint64_t iter, char *er
         return nn_errf(err, errlen, "checkpoint %s: iteration %llu (gossip round %llu) but the gossip state is at round %llu",
                        path, (unsigned long long)iter, (unsigned long long)(iter / H),
                        (unsigned long long)gossip_node_iter(c->g));
-    char s_iter[32], s_psi[64], s_rm[80], s_ra[80], s_rc[80], s_pos[32], s_lr[64], s_every[32];
+    char s_iter[32], s_psi[64], s_rm[80], s_ra[80], s_rc[80], s_pos[32], s_lr[64], s_every[32],
+         s_digest[17], s_crc32[16];
     gossip_node_state gs = {iter / H, 1.0, {{0, 0, 0, 0}}};
     if (c->g)
         gossip_node_export(c->g, &gs);
+    if (!isfinite(gs.psi) || !isfinite(c->sgd->last_lr))
+        return nn_errf(err, errlen, "checkpoint %s not written (the previous one is kept): psi "
+                       "%g, learning rate %g", path, gs.psi, (double)c->sgd->last_lr);
     nn_rng zero = {{0, 0, 0, 0}};
     snprintf(s_iter, sizeof s_iter, "%llu", (unsigned long long)iter);
     snprintf(s_psi, sizeof s_psi, "%a", gs.psi);
@@ -106,12 +276,25 @@ int node_ckpt_save(const char *path, const node_ckpt *c, uint64_t iter, char *er
              (unsigned long long)(c->sampler ? nn_sampler_position(c->sampler) : 0));
     snprintf(s_lr, sizeof s_lr, "%a", (double)c->sgd->last_lr);
     snprintf(s_every, sizeof s_every, "%llu", (unsigned long long)H);
-    const char *meta[2 * (10 + NODE_CKPT_MAX_IDENT) + 1];
+    s_run_digest(c->ident, s_digest);
+    s_parts p;
+    s_parts_make(&p, c);
+    if (s_parts_finite(&p, path, err, errlen) != 0) {
+        s_parts_free(&p);
+        return -1;
+    }
+    char s_sig[40], list[8];
+    s_parts_sig(&p, s_sig, list, sizeof list);
+    const char *crc_vals[S_NCRC_KEYS] = {s_iter, s_psi, s_rm, s_ra, s_rc, s_pos, s_lr, s_every,
+                                         s_digest, s_sig};
+    snprintf(s_crc32, sizeof s_crc32, "%08x", (unsigned)s_crc(p.a, p.n, crc_vals));
+    const char *meta[2 * (13 + NODE_CKPT_MAX_IDENT) + 1];
     int m = 0;
     const char *fixed[] = {"format", S_FORMAT, "version", S_VERSION, "iter", s_iter,
                            "psi", s_psi, "rng_model", s_rm, "rng_aug", s_ra,
                            "rng_comp", s_rc, "sampler_pos", s_pos, "sgd_last_lr", s_lr,
-                           "gossip_every", s_every};
+                           "gossip_every", s_every, "run_digest", s_digest, "parts", s_sig,
+                           "crc32", s_crc32};
     for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++)
         meta[m++] = fixed[k];
     for (int k = 0; c->ident && c->ident[k]; k += 2) {
@@ -120,8 +303,6 @@ int node_ckpt_save(const char *path, const node_ckpt *c, uint64_t iter, char *er
         meta[m++] = c->ident[k + 1];
     }
     meta[m] = NULL;
-    s_parts p;
-    s_parts_make(&p, c);
     const nn_arena **arenas = nn_xcalloc((size_t)p.n, sizeof *arenas);
     for (int k = 0; k < p.n; k++)
         arenas[k] = &p.a[k];
@@ -178,6 +359,10 @@ int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, si
                        path, val);
     if (s_meta(path, "version", val, sizeof val, err, errlen) != 0)
         return -1;
+    if (!strcmp(val, "1"))
+        return nn_errf(err, errlen, "cannot resume from %s: checkpoint version 1 (written by an "
+                       "older lpgossip, without checksum or run digest); this lpgossip reads "
+                       "version %s: start the run afresh", path, S_VERSION);
     if (strcmp(val, S_VERSION) != 0)
         return nn_errf(err, errlen, "cannot resume from %s: checkpoint version %s, this lpgossip reads %s",
                        path, val, S_VERSION);
@@ -188,43 +373,65 @@ int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, si
                            path, c->ident[k], e);
         if (strcmp(val, c->ident[k + 1]) != 0)
             return nn_errf(err, errlen, "cannot resume from %s: it was written with %s '%s', this run has "
-                           "'%s' (resume with the same flags and topology)",
-                           path, c->ident[k], val, c->ident[k + 1]);
+                           "'%s'%s (resume with the same flags and topology)",
+                           path, c->ident[k], val, c->ident[k + 1], s_ident_hint(c->ident[k]));
     }
-    /* 2b. the same rounds per iteration (absent in files of before
-     * --gossip-every: 1) */
-    uint64_t every = 1, H = c->gossip_every ? c->gossip_every : 1;
-    if (nn_safetensors_meta(path, "gossip_every", val, sizeof val, e, sizeof e) == 0 &&
-        s_u64(path, "gossip_every", val, &every, err, errlen) != 0)
+    /* 3. scalars, kept as written for the checksum */
+    enum { V_ITER, V_PSI, V_RM, V_RA, V_RC, V_POS, V_LR, V_EVERY, V_DIGEST, V_PARTS };
+    char sv[S_NCRC_KEYS][128], crc_txt[32], want_digest[17];
+    const char *vals[S_NCRC_KEYS];
+    for (size_t k = 0; k < S_NCRC_KEYS; k++) {
+        if (s_meta(path, s_crc_keys[k], sv[k], sizeof sv[k], err, errlen) != 0)
+            return -1;
+        vals[k] = sv[k];
+    }
+    if (s_meta(path, "crc32", crc_txt, sizeof crc_txt, err, errlen) != 0)
+        return -1;
+    s_run_digest(c->ident, want_digest);
+    if (strcmp(sv[V_DIGEST], want_digest) != 0)
+        return nn_errf(err, errlen, "cannot resume from %s: its run digest %s differs from this "
+                       "run's %s (the run is defined by other values: another lpgossip version, "
+                       "or edited metadata)", path, sv[V_DIGEST], want_digest);
+    uint64_t every, H = c->gossip_every ? c->gossip_every : 1;
+    if (s_u64(path, "gossip_every", sv[V_EVERY], &every, err, errlen) != 0)
         return -1;
     if (every != H)
         return nn_errf(err, errlen, "cannot resume from %s: it was written with --gossip-every "
                        "%llu, this run has %llu", path, (unsigned long long)every,
                        (unsigned long long)H);
-    /* 3. scalars */
     uint64_t it, pos;
     double psi, lr;
     nn_rng rm, ra, rcomp;
-    char buf[128];
-    if (s_meta(path, "iter", buf, sizeof buf, err, errlen) || s_u64(path, "iter", buf, &it, err, errlen) ||
-        s_meta(path, "sampler_pos", buf, sizeof buf, err, errlen) ||
-        s_u64(path, "sampler_pos", buf, &pos, err, errlen) ||
-        s_meta(path, "psi", buf, sizeof buf, err, errlen) || s_dbl(path, "psi", buf, &psi, err, errlen) ||
-        s_meta(path, "sgd_last_lr", buf, sizeof buf, err, errlen) ||
-        s_dbl(path, "sgd_last_lr", buf, &lr, err, errlen))
+    if (s_u64(path, "iter", sv[V_ITER], &it, err, errlen) ||
+        s_u64(path, "sampler_pos", sv[V_POS], &pos, err, errlen) ||
+        s_dbl(path, "psi", sv[V_PSI], &psi, err, errlen) ||
+        s_dbl(path, "sgd_last_lr", sv[V_LR], &lr, err, errlen))
         return -1;
-    static const char *rk[3] = {"rng_model", "rng_aug", "rng_comp"};
+    if (c->max_iter && it > c->max_iter)
+        return nn_errf(err, errlen, "cannot resume from %s: it records iteration %llu, beyond the "
+                       "%llu iterations of this run", path, (unsigned long long)it,
+                       (unsigned long long)c->max_iter);
+    if (!isfinite(psi) || !(psi > 0) || !isfinite(lr))
+        return nn_errf(err, errlen, "cannot resume from %s: psi %g and learning rate %g must be "
+                       "finite (psi positive)", path, psi, lr);
+    static const int rk[3] = {V_RM, V_RA, V_RC};
     nn_rng *rr[3] = {&rm, &ra, &rcomp};
-    for (int k = 0; k < 3; k++) {
-        if (s_meta(path, rk[k], buf, sizeof buf, err, errlen) != 0)
-            return -1;
-        if (s_rng_parse(buf, rr[k]) != 0)
+    for (int k = 0; k < 3; k++)
+        if (s_rng_parse(sv[rk[k]], rr[k]) != 0)
             return nn_errf(err, errlen, "checkpoint %s: metadata %s = '%s' is not 64 hex digits", path,
-                           rk[k], buf);
-    }
-    /* 4. tensors into temporaries */
+                           s_crc_keys[rk[k]], sv[rk[k]]);
+    /* 4. the same state parts (x, momentum, gossip vectors, ...)? */
     s_parts p;
     s_parts_make(&p, c);
+    char sig[40], list[256];
+    s_parts_sig(&p, sig, list, sizeof list);
+    if (strcmp(sig, sv[V_PARTS]) != 0) {
+        s_parts_free(&p);
+        return nn_errf(err, errlen, "cannot resume from %s: it holds another set of state "
+                       "tensors (%s) than this run needs (%s: %s): another --qgm, --no-gossip "
+                       "or gossip state", path, sv[V_PARTS], sig, list);
+    }
+    /* 5. tensors into temporaries; checksum; finite values */
     nn_arena *tmp = nn_xcalloc((size_t)p.n, sizeof *tmp);
     nn_arena **ptrs = nn_xcalloc((size_t)p.n, sizeof *ptrs);
     for (int k = 0; k < p.n; k++) {
@@ -235,7 +442,18 @@ int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, si
     int rc = nn_safetensors_load_prefixed(path, ptrs, (const char *const *)p.pre, p.n, e, sizeof e);
     if (rc != 0)
         nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
-    /* 5. gossip state first (the only step that can still refuse), then the rest */
+    char have_crc[16];
+    if (rc == 0) {
+        snprintf(have_crc, sizeof have_crc, "%08x", (unsigned)s_crc(tmp, p.n, vals));
+        if (strcmp(have_crc, crc_txt) != 0)
+            rc = nn_errf(err, errlen, "cannot resume from %s: checksum mismatch (crc32 %s "
+                         "recorded, %s computed): the file is corrupt or was edited", path,
+                         crc_txt, have_crc);
+    }
+    for (int k = 0; rc == 0 && k < p.n; k++)
+        if (nn_arena_check_finite(&tmp[k], NULL, p.pre[k], e, sizeof e) != 0)
+            rc = nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
+    /* 6. gossip state first (the only step that can still refuse), then the rest */
     int first_g = 2 + (c->sgd->prev.numel ? 1 : 0);
     if (rc == 0 && c->g) {
         int nv = gossip_node_nvec(c->g);

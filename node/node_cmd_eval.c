@@ -17,18 +17,28 @@ static void s_usage(FILE *f)
 "Prints the test accuracy of a model written by `lpgossip train --save` or by\n"
 "a node; with --average, of the element-wise mean of all the models' parameters\n"
 "(and buffers). --data defaults to the data set recorded in the model file.\n"
+"A model file that is invalid or holds a non-finite value is refused (exit 2).\n"
 "  --json   print one JSON object instead of text\n");
 }
 
-/* Loads the models one after another into m, accumulating their mean. */
+/* Loads the models one after another into m, accumulating their mean.  A
+ * model holding a non-finite value is refused by name: it would poison the
+ * average (and means nothing on its own). */
 static int s_load_average(nn_model *m, char **paths, int n, char *err, size_t errlen)
 {
     node_avg a;
     node_avg_init(&a, m);
     int rc = -1;
+    char e[512];
     for (int i = 0; i < n; i++) {
         if (node_model_load(paths[i], m, err, errlen) != 0)
             goto done;
+        if (nn_arena_check_finite(nn_model_params(m), paths[i], NULL, e, sizeof e) != 0 ||
+            nn_arena_check_finite(nn_model_buffers(m), paths[i], NULL, e, sizeof e) != 0) {
+            nn_errf(err, errlen, "%s: refusing a non-finite model%s", e,
+                    n > 1 ? " (leave it out of --average)" : "");
+            goto done;
+        }
         node_avg_add(&a, m);
     }
     node_avg_write(&a, m);
@@ -83,20 +93,20 @@ int node_cmd_eval(int argc, char **argv)
     node_model_opts mo;
     if (node_model_opts_from_file(files[0], &mo, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip eval: %s\n", err);
-        return 1;
+        return 2;
     }
     for (int i = 1; i < nfiles; i++) {
         node_model_opts other;
         if (node_model_opts_from_file(files[i], &other, err, sizeof err) != 0) {
             fprintf(stderr, "lpgossip eval: %s\n", err);
-            return 1;
+            return 2;
         }
         if (other.model != mo.model || other.norm != mo.norm || other.groups != mo.groups) {
             fprintf(stderr, "lpgossip eval: %s is a %s/%s model but %s is %s/%s: cannot "
                     "average\n", files[i], node_arch_name(other.model),
                     node_norm_name(other.norm), files[0], node_arch_name(mo.model),
                     node_norm_name(mo.norm));
-            return 1;
+            return 2;
         }
     }
     if (data)
@@ -114,6 +124,7 @@ int node_cmd_eval(int argc, char **argv)
     }
     if (s_load_average(m, files, nfiles, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip eval: %s\n", err);
+        rc = 2; /* a bad model file */
         goto done;
     }
     nn_model_prepare(m, (int)batch);

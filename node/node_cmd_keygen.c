@@ -27,7 +27,7 @@ int node_cmd_keygen(int argc, char **argv)
     int force = 0, c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'f') {
             force = 1;
         } else if (c == 'h') {

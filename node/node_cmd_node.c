@@ -27,6 +27,7 @@
 #include "node/node_cert.h"
 #include "node/node_ckpt.h"
 #include "node/node_cmds.h"
+#include "node/node_lock.h"
 #include "node/node_run.h"
 #include "topology/topo.h"
 
@@ -46,14 +47,14 @@ typedef struct {
     topo            *t;
     int              me;
     uint8_t          curve_pub[32], curve_sec[32];
+    node_lock       *lock;         /* one live process per rank and --out */
     FILE            *logf, *mf;
     node_ranks       k;
     gossip_node     *g;
     gossip_net      *net;
     gossip_link     *link;
     char             ckpt_path[1200];
-    char             id[6][600];   /* checkpoint identity values */
-    const char      *ident[27];
+    node_ckpt_ident  ident;        /* checkpoint identity */
     node_ckpt        ck;
     long             ckpt_every;   /* iterations, 0: only on a signal */
     gossip_stats      gs;          /* of the last metrics line */
@@ -143,7 +144,8 @@ static int s_topology(s_node *s, char *err, size_t errlen)
 
 /* ---- files -------------------------------------------------------------- */
 
-/* --out DIR (log, default metrics file) and --metrics; -1 with a message. */
+/* --out DIR (its lock, log, default metrics file) and --metrics; -1 with a
+ * message, -2 when another process holds this rank and DIR (a usage error). */
 static int s_files(s_node *s, char *err, size_t errlen)
 {
     const node_opts *o = s->o;
@@ -153,6 +155,8 @@ static int s_files(s_node *s, char *err, size_t errlen)
     if (out[0]) {
         if (mkdir(out, 0755) != 0 && errno != EEXIST)
             return nn_errf(err, errlen, "cannot create --out %s: %s", out, strerror(errno));
+        if (!(s->lock = node_lock_new(out, s->me, err, errlen))) /* before any file */
+            return -2;
         snprintf(path, sizeof path, "%s/log-%d.txt", out, s->me);
         if (!(s->logf = fopen(path, o->n.resume ? "a" : "w")))
             return nn_errf(err, errlen, "cannot write %s: %s", path, strerror(errno));
@@ -168,30 +172,25 @@ static int s_files(s_node *s, char *err, size_t errlen)
 }
 
 /* The checkpoint over the live state, with its identity (what must match
- * to resume, docs/node.md). */
-static void s_ckpt_setup(s_node *s)
+ * to resume, node_ckpt_ident_make and docs/node.md); -1 with a message. */
+static int s_ckpt_setup(s_node *s, char *err, size_t errlen)
 {
     const node_opts *o = s->o;
     node_trainer *tr = &s->k.tr[0];
-    snprintf(s->id[0], sizeof s->id[0], "%s (%d nodes)", s->t->name, s->t->n);
-    snprintf(s->id[1], sizeof s->id[1], "%d", s->me);
-    snprintf(s->id[2], sizeof s->id[2], "%08x", gossip_node_fingerprint(s->g));
-    snprintf(s->id[3], sizeof s->id[3], "%ld", o->t.seed);
-    snprintf(s->id[4], sizeof s->id[4], "%ld", o->t.batch);
-    snprintf(s->id[5], sizeof s->id[5], "%.17g", o->g.gc.eta);
-    const char *ident[] = {"model", node_arch_name(o->t.mo.model),
-                           "norm", node_norm_name(o->t.mo.norm),
-                           "precision", node_precision_name(o->t.mo.precision),
-                           "layout", s->id[2], "algo", gossip_algo_name(o->g.gc.algo),
-                           "compressor", o->g.gc.compressor, "eta", s->id[5],
-                           "push_sum", o->g.gc.push_sum ? "on" : "off", "topology", s->id[0],
-                           "rank", s->id[1], "seed", s->id[3], "batch", s->id[4], NULL};
-    memcpy(s->ident, ident, sizeof ident);
+    node_ckpt_run run = {node_arch_name(o->t.mo.model), node_norm_name(o->t.mo.norm),
+                         node_precision_name(o->t.mo.precision), o->t.mo.data, o->t.mo.groups,
+                         gossip_algo_name(o->g.gc.algo), o->g.gc.compressor, o->g.gc.eta,
+                         o->g.gc.push_sum, o->g.skew, o->t.subset, o->t.seed, o->t.batch,
+                         gossip_node_fingerprint(s->g), o->g.topology, s->t->n, s->me};
+    if (node_ckpt_ident_make(&s->ident, &run, err, errlen) != 0)
+        return -1;
     s->ck = (node_ckpt){nn_model_params(tr->model), s->k.x[0], &tr->sgd,
                         nn_model_buffers(tr->model), o->n.no_gossip ? NULL : s->g,
-                        nn_model_rng(tr->model), &tr->aug_rng, &tr->sampler, s->ident,
-                        (uint64_t)o->g.gossip_every};
+                        nn_model_rng(tr->model), &tr->aug_rng, &tr->sampler, s->ident.kv,
+                        (uint64_t)o->g.gossip_every,
+                        (uint64_t)s->k.steps * (uint64_t)o->t.epochs};
     s->ckpt_every = o->n.ckpt_every < 0 ? s->k.steps : o->n.ckpt_every;
+    return 0;
 }
 
 /* ---- the gossip round over the link ------------------------------------- */
@@ -292,9 +291,8 @@ static int s_prepare(s_node *s, uint64_t *it, int *usage, char *err, size_t errl
     gc.iters_per_epoch = (uint64_t)s->k.steps / H ? (uint64_t)s->k.steps / H : 1; /* rounds */
     *usage = 1;
     s->g = gossip_node_new(&gc, nn_model_params(s->k.tr[0].model), s->t, s->me, err, errlen);
-    if (!s->g)
+    if (!s->g || s_ckpt_setup(s, err, errlen) != 0)
         return -1;
-    s_ckpt_setup(s);
     if ((o->n.resume || o->n.ckpt_every > 0) && !o->g.out[0])
         return nn_errf(err, errlen, "--resume and --checkpoint-every need --out DIR "
                        "(checkpoints live there)");
@@ -424,7 +422,12 @@ static int s_run(s_node *s)
     int usage = 0;
     uint64_t it = 0;
     node_run r;
-    if (s_files(s, err, sizeof err) != 0 || s_prepare(s, &it, &usage, err, sizeof err) != 0 ||
+    int rc = s_files(s, err, sizeof err);
+    if (rc == -2) { /* another process holds this rank and --out */
+        fprintf(stderr, "lpgossip node %d: %s\n", s->me, err);
+        return 2;
+    }
+    if (rc != 0 || s_prepare(s, &it, &usage, err, sizeof err) != 0 ||
         (!s->o->n.no_gossip && s_connect(s, err, sizeof err) != 0)) {
         s_log(s, "%s", err);
         return usage ? 2 : 1;
@@ -446,6 +449,7 @@ static void s_free(s_node *s)
     gossip_node_destroy(&s->g);
     if (s->logf)
         fclose(s->logf);
+    node_lock_destroy(&s->lock);
     node_ranks_free(&s->k);
     topo_destroy(&s->t);
 }

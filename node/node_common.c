@@ -166,12 +166,21 @@ int node_model_save(const char *path, nn_model *m, const node_model_opts *o, cha
     snprintf(shape, sizeof shape, "%d,%d,%d", cfg->in_c, cfg->in_h, cfg->in_w);
     snprintf(classes, sizeof classes, "%d", cfg->classes);
     snprintf(groups, sizeof groups, "%d", o->groups);
+    const nn_arena *arenas[2] = {nn_model_params(m), nn_model_buffers(m)};
+    int narenas = nn_model_buffers(m)->nviews ? 2 : 1;
+    char e[512], crc[16];
+    for (int k = 0; k < 2; k++) /* a non-finite model is never a result */
+        if (nn_arena_check_finite(arenas[k], NULL, NULL, e, sizeof e) != 0)
+            return nn_errf(err, errlen, "model %s not written: %s", path, e);
+    uint32_t c = 0;
+    for (int k = 0; k < narenas; k++)
+        c = nn_safetensors_crc32(c, arenas[k]);
+    snprintf(crc, sizeof crc, "%08x", (unsigned)c);
     const char *meta[] = {"format", "lpgossip-model-1", "model", node_arch_name(o->model),
                           "norm", node_norm_name(o->norm), "precision",
                           node_precision_name(o->precision), "data", o->data, "input_shape", shape,
-                          "classes", classes, "groups", groups, NULL};
-    const nn_arena *arenas[2] = {nn_model_params(m), nn_model_buffers(m)};
-    return nn_safetensors_save(path, arenas, nn_model_buffers(m)->nviews ? 2 : 1, meta, err,
+                          "classes", classes, "groups", groups, "crc32", crc, NULL};
+    return nn_safetensors_save(path, arenas, narenas, meta, err,
                                errlen);
 }
 
@@ -203,7 +212,20 @@ int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, s
 int node_model_load(const char *path, nn_model *m, char *err, size_t errlen)
 {
     nn_arena *arenas[2] = {nn_model_params(m), nn_model_buffers(m)};
-    return nn_safetensors_load(path, arenas, nn_model_buffers(m)->nviews ? 2 : 1, err, errlen);
+    int narenas = nn_model_buffers(m)->nviews ? 2 : 1;
+    if (nn_safetensors_load(path, arenas, narenas, err, errlen) != 0)
+        return -1;
+    char want[32], e[512], have[16];
+    if (nn_safetensors_meta(path, "crc32", want, sizeof want, e, sizeof e) != 0)
+        return 0; /* written before model checksums */
+    uint32_t c = 0;
+    for (int k = 0; k < narenas; k++)
+        c = nn_safetensors_crc32(c, arenas[k]);
+    snprintf(have, sizeof have, "%08x", (unsigned)c);
+    if (strcmp(have, want) != 0)
+        return nn_errf(err, errlen, "%s: checksum mismatch (crc32 %s recorded, %s computed): the "
+                       "model file is corrupt or was edited", path, want, have);
+    return 0;
 }
 
 void node_avg_init(node_avg *a, nn_model *like)

@@ -68,11 +68,16 @@ double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set
                           double *loss_out, void (*tick)(void *arg), void *arg);
 
 /* Model files: safetensors with the options as metadata, so `eval` can
- * rebuild the model from the file alone. */
+ * rebuild the model from the file alone.  A model holding a non-finite
+ * value is not written (-1, the message names the tensor). */
 int node_model_save(const char *path, nn_model *m, const node_model_opts *o, char *err,
                     size_t errlen);
 /* Reads the options stored in a model file. */
 int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, size_t errlen);
+/* Loads the parameters and buffers; a file whose metadata records a crc32
+ * (CRC-32 of the params' then the buffers' views, as saved) that the
+ * values do not match is refused (-1, "checksum mismatch").  Files written
+ * before checksums carry none and are accepted. */
 int node_model_load(const char *path, nn_model *m, char *err, size_t errlen);
 
 /* The element-wise mean of models of one architecture, parameters and

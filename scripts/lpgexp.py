@@ -37,10 +37,14 @@ def read_jsonl(path):
     return rows
 
 
-def run_grid(configs, cache, binary=None, workers=2, log=print):
+def run_grid(configs, cache, binary=None, workers=2, log=print, keep_going=False):
     """configs: list of dicts with 'name' and 'args' (simulate flags, the
     topology included).  Returns {name: result} with result = {'name',
-    'args', 'rows' (metrics lines), 'final' (last line), 'seconds'}."""
+    'args', 'rows' (metrics lines), 'final' (last line), 'seconds'}.
+    A failed run stops the grid, unless keep_going: then its result has
+    'failed' (the exit status) and 'log_tail', the other runs go on, and
+    it is cached only when the run itself reported divergence (a
+    deterministic outcome; anything else is retried next time)."""
     binary = binary or os.path.join(ROOT, "build", "lpgossip")
     if not os.access(binary, os.X_OK):
         sys.exit("lpgexp: %s is not built (run make)" % binary)
@@ -59,41 +63,62 @@ def run_grid(configs, cache, binary=None, workers=2, log=print):
             % (len(configs) - len(todo), len(configs), len(todo), workers))
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     running, t_start = [], time.time()
-    while todo or running:
-        while todo and len(running) < workers:
-            c, cmd, path = todo.pop(0)
-            metrics = path[:-5] + ".jsonl"
-            if os.path.exists(metrics):
-                os.remove(metrics)
-            logf = open(path[:-5] + ".log", "w")
-            full = cmd + ["--metrics", metrics]
-            p = subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, env=env)
-            running.append((c, full, path, metrics, logf, p, time.time()))
-            log("lpgexp: started %s" % c["name"])
-        time.sleep(0.5)
-        still = []
+    try:
+        while todo or running:
+            while todo and len(running) < workers:
+                c, cmd, path = todo.pop(0)
+                metrics = path[:-5] + ".jsonl"
+                if os.path.exists(metrics):
+                    os.remove(metrics)
+                logf = open(path[:-5] + ".log", "w")
+                full = cmd + ["--metrics", metrics]
+                p = subprocess.Popen(full, stdout=logf, stderr=subprocess.STDOUT, env=env)
+                running.append((c, full, path, metrics, logf, p, time.time()))
+                log("lpgexp: started %s" % c["name"])
+            time.sleep(0.5)
+            still = []
+            for item in running:
+                c, full, path, metrics, logf, p, t0 = item
+                if p.poll() is None:
+                    still.append(item)
+                    continue
+                logf.close()
+                if p.returncode != 0:
+                    with open(path[:-5] + ".log", errors="replace") as f:
+                        tail = "".join(f.readlines()[-5:])
+                    if not keep_going:
+                        sys.exit("lpgexp: %s failed (status %d):\n%s"
+                                 % (c["name"], p.returncode, tail))
+                    res = {"name": c["name"], "args": c["args"], "cmd": full,
+                           "rows": read_jsonl(metrics), "final": {}, "failed": p.returncode,
+                           "log_tail": tail, "seconds": round(time.time() - t0, 1)}
+                    if "diverged" in tail:
+                        with open(path, "w") as f:
+                            json.dump(res, f)
+                    results[c["name"]] = res
+                    log("lpgexp: FAILED %s (status %d): %s" % (c["name"], p.returncode,
+                                                               tail.strip().splitlines()[-1:]))
+                    continue
+                rows = read_jsonl(metrics)
+                res = {"name": c["name"], "args": c["args"], "cmd": full, "rows": rows,
+                       "final": rows[-1] if rows else {}, "seconds": round(time.time() - t0, 1)}
+                with open(path, "w") as f:
+                    json.dump(res, f)
+                results[c["name"]] = res
+                fin = res["final"]
+                log("lpgexp: done %s in %.0f s: averaged model %.2f%%, %.2f MB sent per node "
+                    "(%.0f s elapsed)" % (c["name"], res["seconds"],
+                                          100 * fin.get("avg_model_acc", 0),
+                                          fin.get("bytes_sent_per_node", 0) / 1e6,
+                                          time.time() - t_start))
+            running = still
+    except BaseException:
+        # interrupted (Ctrl-C) or stopped by a failure: no run outlives the grid
         for item in running:
-            c, full, path, metrics, logf, p, t0 = item
-            if p.poll() is None:
-                still.append(item)
-                continue
-            logf.close()
-            if p.returncode != 0:
-                with open(path[:-5] + ".log", errors="replace") as f:
-                    tail = "".join(f.readlines()[-5:])
-                sys.exit("lpgexp: %s failed (status %d):\n%s" % (c["name"], p.returncode, tail))
-            rows = read_jsonl(metrics)
-            res = {"name": c["name"], "args": c["args"], "cmd": full, "rows": rows,
-                   "final": rows[-1] if rows else {}, "seconds": round(time.time() - t0, 1)}
-            with open(path, "w") as f:
-                json.dump(res, f)
-            results[c["name"]] = res
-            fin = res["final"]
-            log("lpgexp: done %s in %.0f s: averaged model %.2f%%, %.2f MB sent per node "
-                "(%.0f s elapsed)" % (c["name"], res["seconds"], 100 * fin.get("avg_model_acc", 0),
-                                      fin.get("bytes_sent_per_node", 0) / 1e6,
-                                      time.time() - t_start))
-        running = still
+            if item[5].poll() is None:
+                item[5].terminate()
+                item[5].wait()
+        raise
     return results
 
 
@@ -111,15 +136,16 @@ def bytes_to_reach(rows, acc):
     return None
 
 
-def gnuplot(png, title, xlabel, ylabel, series, logx=False):
-    """series: list of (label, [(x, y), ...]).  Returns png, or None when
-    gnuplot is missing."""
+def gnuplot(png, title, xlabel, ylabel, series, logx=False, errorbars=False, extra=()):
+    """series: list of (label, [(x, y), ...]), or with errorbars of
+    (label, [(x, y, dy), ...]); extra: more gnuplot commands (ranges,
+    tics).  Returns png, or None when gnuplot is missing."""
     datas = []
     for i, (label, pts) in enumerate(series):
         d = png + ".%d.dat" % i
         with open(d, "w") as f:
-            for x, y in pts:
-                f.write("%g %g\n" % (x, y))
+            for pt in pts:
+                f.write(" ".join("%g" % v for v in pt) + "\n")
         datas.append((label, d))
     script = ["set terminal pngcairo size 900,560 noenhanced" if _has_cairo() else
               "set terminal png size 900,560 noenhanced",
@@ -127,15 +153,18 @@ def gnuplot(png, title, xlabel, ylabel, series, logx=False):
               "set ylabel '%s'" % ylabel, "set key bottom right", "set grid"]
     if logx:
         script.append("set logscale x")
-    script.append("plot " + ", ".join("'%s' with linespoints title '%s'" % (d, l.replace("'", ""))
+    script += list(extra)
+    style = "yerrorlines" if errorbars else "linespoints"
+    script.append("plot " + ", ".join("'%s' with %s title '%s'" % (d, style, l.replace("'", ""))
                                       for l, d in datas))
     try:
         p = subprocess.run(["gnuplot"], input="\n".join(script), text=True,
                            capture_output=True)
     except OSError:
         return None
-    for _, d in datas:
-        os.remove(d)
+    finally:
+        for _, d in datas:
+            os.remove(d)
     return png if p.returncode == 0 else None
 
 

@@ -17,11 +17,11 @@
 
 #include "tests/tk.h"
 
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "nn/nn_core.h"
 
-static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
+static const char *s_levels[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni"};
 
 typedef struct {
     int M, N, K;
@@ -65,8 +65,8 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
             t += A[(size_t)m * K + k];
         assert_int_equal(rows[m], t);
     }
-    for (int lv = 0; lv < 3; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
             continue;
         memset(C, 0x5a, (size_t)M * ldc * sizeof(int32_t));
         lp_gemm_u8u8(C, ldc, Ap, Bp, M, N, K, cols);
@@ -85,7 +85,7 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
             assert_int_equal(cols[n], t);
         }
     }
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
     free(A); free(B); free(At); free(Bt); free(ref); free(C); free(rows); free(cols);
     free(Ap); free(Bp);
 }
@@ -93,13 +93,13 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
 static void test_levels_available(void **state)
 {
     (void)state;
-    for (int lv = 0; lv < 3; lv++)
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++)
+        if (nn_cpu_force(s_levels[lv]) != 0)
             print_message("skipping %s: not supported by this CPU\n", s_levels[lv]);
-    assert_int_equal(lp_cpu_force("nonsense"), -1);
-    assert_int_equal(lp_cpu_force("portable"), 0);
-    assert_int_equal(lp_cpu_level(), LP_CPU_PORTABLE);
-    lp_cpu_force("auto");
+    assert_int_equal(nn_cpu_force("nonsense"), -1);
+    assert_int_equal(nn_cpu_force("portable"), 0);
+    assert_int_equal(nn_cpu_level(), NN_CPU_PORTABLE);
+    nn_cpu_force("auto");
 }
 
 static void test_awkward_shapes(void **state)
@@ -203,8 +203,8 @@ static void test_shiftgemm(void **state)
                                 }
                         const uint32_t *B = grid + margin;
                         int32_t *S = nn_xmalloc((size_t)M * ldc * 4);
-                        for (int lv = 0; lv < 3; lv++) {
-                            if (lp_cpu_force(s_levels[lv]) != 0)
+                        for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+                            if (nn_cpu_force(s_levels[lv]) != 0)
                                 continue;
                             memset(S, 0x5a, (size_t)M * ldc * 4);
                             lp_shiftgemm(S, ldc, Ap, M, B, ldb, np, toff, T, n);
@@ -224,9 +224,115 @@ static void test_shiftgemm(void **state)
                                     assert_int_equal((uint32_t)S[(size_t)m * ldc + j], 0x5a5a5a5au);
                             }
                         }
-                        lp_cpu_force("auto");
+                        nn_cpu_force("auto");
                         free(b); free(a); free(grid); free(Ap); free(S);
                     }
+}
+
+/* The shifted-row GEMM on byte quads (vpdpbusd at AVX-512 VNNI): every
+ * level against a direct sum over the codes, after restoring the 128 shift
+ * of A (S + 128 * the b codes read), over tile and mask tails (n around
+ * multiples of 16 and 64), negative shifts, all-255 codes (mode 1), and
+ * nothing written past n. */
+static void test_shiftgemm_quads(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 16);
+    static const int Ms[] = {1, 4, 5, 9};
+    static const size_t ns[] = {1, 15, 16, 17, 63, 64, 65, 130};
+    const size_t margin = 40;
+    for (int T = 1; T <= 9; T += 8)
+        for (int nq = 1; nq <= 2; nq++)
+            for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
+                for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                    for (int mode = 0; mode < 2; mode++) {
+                        const int M = Ms[mi], K = nq * T, C = 4 * nq;
+                        const size_t n = ns[ni], ldb = n + 2 * margin + 3, ldc = n + 5;
+                        int toff[9];
+                        for (int t = 0; t < T; t++)
+                            toff[t] = T == 1 ? -7 : (t / 3 - 1) * 13 + (t % 3 - 1);
+                        uint8_t *b = nn_xmalloc((size_t)C * ldb);
+                        uint8_t *a = nn_xmalloc((size_t)M * C * T);
+                        s_fill(&r, b, (size_t)C * ldb, mode);
+                        s_fill(&r, a, (size_t)M * C * T, mode);
+                        uint32_t *grid = nn_xmalloc((size_t)nq * ldb * 4);
+                        for (int p = 0; p < nq; p++)
+                            for (size_t j = 0; j < ldb; j++) {
+                                const uint8_t *bc = b + (size_t)4 * p * ldb + j;
+                                grid[(size_t)p * ldb + j] =
+                                    lp_quad(bc[0], bc[ldb], bc[2 * ldb], bc[3 * ldb]);
+                            }
+                        uint32_t *Ap = nn_xcalloc(lp_shift_pack_lanes(M, K), 4);
+                        for (int m = 0; m < M; m++)
+                            for (int p = 0; p < nq; p++)
+                                for (int t = 0; t < T; t++) {
+                                    const uint8_t *am = a + ((size_t)m * C + 4 * p) * T + t;
+                                    Ap[(size_t)(m / 4) * K * 4 + ((size_t)p * T + t) * 4 + m % 4] =
+                                        lp_quad_s8(am[0], am[T], am[2 * T], am[3 * T]);
+                                }
+                        const uint32_t *B = grid + margin;
+                        int32_t *S = nn_xmalloc((size_t)M * ldc * 4);
+                        for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+                            if (nn_cpu_force(s_levels[lv]) != 0)
+                                continue;
+                            memset(S, 0x5a, (size_t)M * ldc * 4);
+                            lp_shiftgemm_q(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
+                            for (int m = 0; m < M; m++) {
+                                for (size_t j = 0; j < n; j++) {
+                                    int32_t e = 0, sb = 0;
+                                    for (int c = 0; c < C; c++)
+                                        for (int t = 0; t < T; t++) {
+                                            int32_t bv = b[(size_t)c * ldb + margin + toff[t] + j];
+                                            e += (int32_t)a[((size_t)m * C + c) * T + t] * bv;
+                                            sb += bv;
+                                        }
+                                    int32_t got = S[(size_t)m * ldc + j] + 128 * sb;
+                                    if (got != e)
+                                        fail_msg("%s M=%d nq=%d T=%d n=%zu: S[%d][%zu] + 128 SB = %d, want %d",
+                                                 s_levels[lv], M, nq, T, n, m, j, got, e);
+                                }
+                                for (size_t j = n; j < ldc; j++)
+                                    assert_int_equal((uint32_t)S[(size_t)m * ldc + j], 0x5a5a5a5au);
+                            }
+                        }
+                        nn_cpu_force("auto");
+                        free(b); free(a); free(grid); free(Ap); free(S);
+                    }
+}
+
+/* The quad correction restores the shift exactly and then gives the floats
+ * of the pair correction on the unshifted sums, at every level. */
+static void test_dequant_row_quads(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 17);
+    enum { n = 53 };
+    int32_t S[n], SB[n], St[n];
+    double t[n], base[n];
+    float ref[n], got[n];
+    const double c = 2.1e-5, cb = -0.013;
+    for (size_t i = 0; i < n; i++) {
+        SB[i] = (int32_t)nn_rng_below(&r, 255 * 36 + 1);
+        St[i] = (int32_t)nn_rng_below(&r, 255 * 255 * 36);
+        S[i] = St[i] - 128 * SB[i];
+        t[i] = cb * SB[i];
+        base[i] = 0.37 - 0.02 * (double)(i % 5);
+    }
+    lp_dequant_row_ref(ref, St, t, c, base, n);
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
+            continue;
+        for (size_t len = 0; len <= n; len++) {
+            memset(got, 0x7f, sizeof got);
+            lp_dequant_row_q(got, S, SB, c, cb, base, len);
+            assert_memory_equal(got, ref, len * sizeof(float));
+            for (size_t i = len; i < n; i++)
+                assert_int_equal(((uint8_t *)&got[i])[0], 0x7f);
+        }
+    }
+    nn_cpu_force("auto");
 }
 
 /* The row correction: every level gives the floats of the scalar twin. */
@@ -246,8 +352,8 @@ static void test_dequant_row(void **state)
     }
     const double c = 1.3e-5;
     lp_dequant_row_ref(ref, S, t, c, base, n);
-    for (int lv = 0; lv < 3; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
             continue;
         for (size_t len = 0; len <= n; len++) {
             memset(got, 0x7f, sizeof got);
@@ -257,7 +363,7 @@ static void test_dequant_row(void **state)
                 assert_int_equal(((uint8_t *)&got[i])[0], 0x7f);
         }
     }
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
 int main(void)
@@ -269,6 +375,8 @@ int main(void)
         cmocka_unit_test(test_affine_correction),
         cmocka_unit_test(test_shiftgemm),
         cmocka_unit_test(test_dequant_row),
+        cmocka_unit_test(test_shiftgemm_quads),
+        cmocka_unit_test(test_dequant_row_quads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

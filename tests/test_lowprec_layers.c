@@ -6,7 +6,8 @@
  *   on dequantized codes vs plain loops) likewise; train and eval modes;
  *   padded borders, strides, 1x1 kernels, sizes not multiples of 4/16; at
  *   every CPU level and through both conv paths (shift, im2col), whose
- *   forwards agree bit for bit.
+ *   forwards agree bit for bit; with FP32 and with bf16 weight gradients
+ *   (lp_bf16.h), the bf16 ones also against the exact gradient.
  * - Range EvoNorm: chunk arithmetic for T not divisible by 16; the
  *   quantizer-free core's backward against central finite differences of an
  *   independent double-precision forward; with quantizers on, forward and
@@ -24,7 +25,8 @@
 
 #include <cmocka.h>
 
-#include "lowprec/lp_cpu.h"
+#include "lowprec/lp_bf16.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_simd.h"
 #include "nn/nn_core.h"
@@ -90,17 +92,23 @@ static void s_conv_case(int N, int C, int H, int W, int OC, int K, int stride, i
     free(dw1); free(dw2); free(db1); free(db2); free(saved); free(scratch); free(fqs);
 }
 
-static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
+static const char *s_levels[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni"};
 
 /* Every CPU level, and the stride-1 "same" convs both through the shift
- * path (portable, AVX2) and through the im2col path (AVX-512 VNNI). */
+ * path and through the im2col path. */
 static void test_conv_matches_fake_quant(void **state)
 {
     (void)state;
-    for (int lv = 0; lv < 3; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    char err[256];
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
             continue;
-        for (int im2col = 0; im2col < 2; im2col++) {
+        for (int wg = 0; wg < 4; wg++) {
+            const int im2col = wg & 1;
+            /* weight gradients in FP32, and in bf16 where the CPU has it
+             * (the fake-quant twin then rounds its dout to bf16 too) */
+            if (lp_wgrad_set(wg < 2 ? LP_WGRAD_FP32 : LP_WGRAD_BF16, err, sizeof err) != 0)
+                continue;
             lp_conv2d_force_im2col(im2col);
             s_conv_case(3, 5, 7, 6, 9, 3, 1, 1, 1, 1);
             s_conv_case(2, 4, 9, 9, 8, 3, 2, 1, 0, 1);
@@ -114,12 +122,86 @@ static void test_conv_matches_fake_quant(void **state)
             s_conv_case(17, 16, 32, 32, 4, 3, 1, 1, 1, 1); /* two weight-gradient chunks */
         }
     }
+    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
     lp_conv2d_force_im2col(0);
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
-/* The shift and im2col paths of the forward give the same floats: the same
- * exact integer sums through the same double expression. */
+/* The bf16 weight gradient against the exact one (double, on the same
+ * dequantized codes and the full-precision dout): only dout is rounded, so
+ * |dw - exact| <= 2^-8 * sum |g x| per entry (2^-9 from the rounding, the
+ * rest for FP32 sums); the FP32 path is within 1e-5 of it, and the two
+ * differ (bf16 is really used).  Shifted grids (stride-1 same convs) and
+ * the im2col of the codes (strided, 1x1). */
+static void s_wgrad_case(int N, int C, int H, int W, int OC, int K, int stride, int pad)
+{
+    char err[256];
+    nn_rng r;
+    nn_rng_seed(&r, (uint64_t)(24 + N + C + K + stride));
+    nn_conv_dims d = nn_conv_dims_make(N, C, H, W, OC, K, stride, pad);
+    const int T = K * K, CK = C * T, P = H * W, OP = d.OH * d.OW;
+    size_t xn = (size_t)N * C * P, wn = (size_t)OC * CK, on = (size_t)N * OC * OP;
+    float *x = nn_xmalloc(xn * 4), *w = nn_xmalloc(wn * 4), *o = nn_xmalloc(on * 4);
+    float *g = nn_xmalloc(on * 4), *dwb = nn_xcalloc(wn, 4), *dwf = nn_xcalloc(wn, 4);
+    float *xd = nn_xmalloc(xn * 4);
+    s_fill(&r, x, xn, -1.2f, 2.0f);
+    s_fill(&r, w, wn, -0.4f, 0.4f);
+    s_fill(&r, g, on, -0.03f, 0.02f);
+    uint8_t *saved = nn_xmalloc(lp_conv2d_saved_bytes(&d));
+    lp_qsaved sv = {saved, {0, 0}, saved + xn, {0, 0}};
+    void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(&d));
+    float run[2] = {0, 0};
+    lp_conv2d_forward(o, &sv, run, x, w, NULL, &d, (lp_mode){1, 5}, scratch);
+    lp_dequantize(xd, sv.xq, xn, sv.xp);
+    assert_int_equal(lp_wgrad_set(LP_WGRAD_BF16, err, sizeof err), 0);
+    lp_conv2d_backward(NULL, dwb, NULL, g, &sv, &d, 6, scratch);
+    assert_int_equal(lp_wgrad_set(LP_WGRAD_FP32, err, sizeof err), 0);
+    lp_conv2d_backward(NULL, dwf, NULL, g, &sv, &d, 6, scratch);
+    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
+    int differ = 0;
+    for (int oc = 0; oc < OC; oc++)
+        for (int c = 0; c < C; c++)
+            for (int t = 0; t < T; t++) {
+                const int kh = t / K, kw = t % K;
+                double e = 0, mag = 0;
+                for (int n = 0; n < N; n++)
+                    for (int oh = 0; oh < d.OH; oh++)
+                        for (int ow = 0; ow < d.OW; ow++) {
+                            int ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+                            if (ih < 0 || ih >= H || iw < 0 || iw >= W)
+                                continue;
+                            double gv = g[((size_t)n * OC + oc) * OP + (size_t)oh * d.OW + ow];
+                            double xv = xd[((size_t)n * C + c) * P + (size_t)ih * W + iw];
+                            e += gv * xv;
+                            mag += fabs(gv * xv);
+                        }
+                const size_t i = (size_t)oc * CK + (size_t)c * T + t;
+                if (!(fabs(dwb[i] - e) <= ldexp(mag, -8)))
+                    fail_msg("K=%d s=%d: bf16 dw[%zu] = %.9g, exact %.9g (budget %.3g)", K, stride,
+                             i, dwb[i], e, ldexp(mag, -8));
+                if (!(fabs(dwf[i] - e) <= 1e-5 * mag))
+                    fail_msg("K=%d s=%d: fp32 dw[%zu] = %.9g, exact %.9g", K, stride, i, dwf[i], e);
+                differ += dwb[i] != dwf[i];
+            }
+    assert_true(differ > 0);
+    free(x); free(w); free(o); free(g); free(dwb); free(dwf); free(xd); free(saved); free(scratch);
+}
+
+static void test_conv_wgrad_bf16(void **state)
+{
+    (void)state;
+    if (!lp_bf16_supported())
+        skip();
+    s_wgrad_case(9, 6, 11, 13, 5, 3, 1, 1); /* shifted grids, two chunks */
+    s_wgrad_case(3, 3, 7, 9, 4, 5, 1, 2);   /* 5x5 same */
+    s_wgrad_case(4, 5, 9, 9, 7, 3, 2, 1);   /* strided: im2col of the codes */
+    s_wgrad_case(3, 8, 8, 8, 6, 1, 2, 0);   /* 1x1 stride 2 (resnet shortcut) */
+    s_wgrad_case(2, 4, 6, 6, 3, 3, 1, 0);   /* valid conv, stride 1 */
+}
+
+/* The shift and im2col paths of the forward give the same floats at every
+ * level (pairs at portable/AVX2, quads at AVX-512 VNNI): the same exact
+ * integer sums through the same double expression. */
 static void test_conv_paths_identical(void **state)
 {
     (void)state;
@@ -138,8 +220,8 @@ static void test_conv_paths_identical(void **state)
     void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(&d));
     lp_mode mode = {1, 31};
     float run[2] = {0, 0};
-    for (int lv = 0; lv < 2; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
             continue;
         lp_conv2d_force_im2col(0);
         lp_conv2d_forward(o1, &sv, run, x, w, b, &d, mode, scratch);
@@ -148,16 +230,16 @@ static void test_conv_paths_identical(void **state)
         assert_memory_equal(o1, o2, on * 4);
     }
     lp_conv2d_force_im2col(0);
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
     free(x); free(w); free(b); free(o1); free(o2); free(saved); free(scratch);
 }
 
 /* Skips the test on CPUs without AVX2 (its kernels are called directly). */
 static void s_need_avx2(void)
 {
-    if (lp_cpu_force("avx2") != 0)
+    if (nn_cpu_force("avx2") != 0)
         skip();
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
 /* The pair-grid helpers of the shift path: AVX2 against the twins, exact,
@@ -191,6 +273,56 @@ static void test_pair_rows(void **state)
             lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, n);
             lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, n);
             assert_memory_equal(t0, t1, n * sizeof(double));
+        }
+}
+
+/* Skips the test on CPUs without AVX-512 VNNI (its kernels are called
+ * directly). */
+static void s_need_vnni(void)
+{
+    if (nn_cpu_force("avx512vnni") != 0)
+        skip();
+    nn_cpu_force("auto");
+}
+
+/* The quad-grid helpers of the VNNI shift path against their twins, exact,
+ * over tails (n around multiples of 16) and missing channel rows. */
+static void test_quad_rows(void **state)
+{
+    (void)state;
+    s_need_vnni();
+    nn_rng r;
+    nn_rng_seed(&r, 23);
+    for (size_t n = 1; n <= 40; n++)
+        for (int have = 1; have <= 4; have++) {
+            uint8_t rows[4][40];
+            const uint8_t *rp[4];
+            uint32_t d0[40], d1[40];
+            int32_t c0[60], c1[60], s0[40], s1[40];
+            for (int l = 0; l < 4; l++) {
+                for (size_t i = 0; i < n; i++)
+                    rows[l][i] = (uint8_t)nn_rng_below(&r, 256);
+                rp[l] = l < have ? rows[l] : NULL;
+            }
+            for (int i = 0; i < 60; i++)
+                c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
+            lp_quad_row_ref(d0, c0 + 10, rp, n);
+            memset(d1, 0xAB, sizeof d1);
+            lp_quad_row_avx512(d1, c1 + 10, rp, n);
+            assert_memory_equal(d0, d1, n * 4);
+            if (n < 40) /* masked tails write nothing past n */
+                assert_int_equal(d1[n], 0xABABABABu);
+            assert_memory_equal(c0, c1, sizeof c0);
+            memset(d1, 0, sizeof d1);
+            lp_quad_row_avx512(d1, NULL, rp, n);
+            assert_memory_equal(d0, d1, n * 4);
+            const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
+            lp_tap_isum_row_ref(s0, c0 + 10, off, 9, n);
+            memset(s1, 0xAB, sizeof s1);
+            lp_tap_isum_row_avx512(s1, c0 + 10, off, 9, n);
+            assert_memory_equal(s0, s1, n * 4);
+            if (n < 40)
+                assert_int_equal((uint32_t)s1[n], 0xABABABABu);
         }
 }
 
@@ -367,10 +499,10 @@ static void s_ren_fd_case(void)
 static void test_ren_finite_differences(void **state)
 {
     (void)state;
-    for (int lv = 0; lv < 3; lv++)
-        if (lp_cpu_force(s_levels[lv]) == 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++)
+        if (nn_cpu_force(s_levels[lv]) == 0)
             s_ren_fd_case();
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
 }
 
 /* The AVX2 row kernels against their scalar twins: forward bit for bit,
@@ -515,7 +647,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_matches_fake_quant),
         cmocka_unit_test(test_conv_paths_identical),
+        cmocka_unit_test(test_conv_wgrad_bf16),
         cmocka_unit_test(test_pair_rows),
+        cmocka_unit_test(test_quad_rows),
         cmocka_unit_test(test_conv_saved_bytes),
         cmocka_unit_test(test_linear_matches_fake_quant),
         cmocka_unit_test(test_ren_chunks),

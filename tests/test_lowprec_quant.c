@@ -20,11 +20,11 @@
 
 #include "tests/tk.h"
 
-#include "lowprec/lp_cpu.h"
+#include "nn/nn_cpu.h"
 #include "lowprec/lp_quant.h"
 #include "nn/nn_core.h"
 
-static const char *s_levels[] = {"portable", "avx2", "avx512vnni"};
+static const char *s_levels[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni"};
 
 static void s_fill(nn_rng *r, float *x, size_t n, float lo, float hi)
 {
@@ -169,8 +169,8 @@ static void test_dispatch_identical(void **state)
     uint8_t *q0 = nn_xmalloc(MAXN), *q1 = nn_xmalloc(MAXN);
     const size_t sizes[] = {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1000, 2999};
     int tested = 0;
-    for (int lv = 0; lv < 3; lv++) {
-        if (lp_cpu_force(s_levels[lv]) != 0) {
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0) {
             print_message("skipping %s: not supported by this CPU\n", s_levels[lv]);
             continue;
         }
@@ -202,7 +202,7 @@ static void test_dispatch_identical(void **state)
             assert_memory_equal(y0, y1, n * sizeof(float));
         }
     }
-    lp_cpu_force("auto");
+    nn_cpu_force("auto");
     assert_true(tested >= 1);
     free(x);
     free(y0);

@@ -9,7 +9,7 @@
  * gradients accumulate (+=, buffers start non-zero), din is overwritten
  * (buffers start as NaN), scratch may hold garbage (NaN).
  * Numeric checks are |a - b| <= atol + rtol * |ref|.  The AVX2 kernels and
- * the portable scalar paths (forced through nn_simd_force_scalar) are both
+ * the portable scalar paths (forced through nn_cpu_force) are both
  * checked.
  */
 #include <setjmp.h>
@@ -340,7 +340,7 @@ static void test_conv_resnet_shapes(void **state)
  * not a multiple of 4, n around multiples of 8, 16, 24 and 96, K not a
  * multiple of 3 or 6). */
 typedef struct {
-    int (*have)(void);
+    nn_cpu_t level; /* the level the kernels need */
     void (*gemm)(float *, size_t, const float *, int, const float *, size_t, int, const int *,
                  int, size_t);
     void (*dot)(float *, size_t, const float *, size_t, int, const float *, size_t, int,
@@ -349,8 +349,8 @@ typedef struct {
 } s_shift_impl;
 
 static const s_shift_impl s_shift_impls[2] = {
-    {nn_simd_have_avx2, nn_avx2_shiftgemm, nn_avx2_shiftdot, "avx2 shiftgemm", "avx2 shiftdot"},
-    {nn_simd_have_avx512, nn_avx512_shiftgemm, nn_avx512_shiftdot, "avx512 shiftgemm",
+    {NN_CPU_AVX2, nn_avx2_shiftgemm, nn_avx2_shiftdot, "avx2 shiftgemm", "avx2 shiftdot"},
+    {NN_CPU_AVX512, nn_avx512_shiftgemm, nn_avx512_shiftdot, "avx512 shiftgemm",
      "avx512 shiftdot"},
 };
 
@@ -411,7 +411,7 @@ static void test_shift_kernels(void **state)
                     s_close_d("shiftdot_ref", d_ref, dd, (size_t)M * K, 1e-4, 1e-5);
                     for (int kv = 0; kv < 2; kv++) {
                         const s_shift_impl *ki = &s_shift_impls[kv];
-                        if (!ki->have())
+                        if (nn_cpu_level() < ki->level)
                             continue;
                         float *c = s_fill((size_t)M * ldc, NAN), *dv = s_fill((size_t)M * K, 0.5f);
                         ki->gemm(c, ldc, Ap, M, B, ldb, nch, toff, T, n);
@@ -971,27 +971,26 @@ static void test_softmax_xent(void **state)
  * the same checks (on AVX2-only CPUs this repeats the default paths). */
 static void test_avx2_paths(void **state)
 {
-    if (!nn_simd_have_avx2())
+    if (nn_cpu_force("avx2") != 0)
         skip();
-    nn_simd_force_avx2(1);
-    assert_false(nn_simd_have_avx512());
+    assert_false(nn_cpu_level() >= NN_CPU_AVX512);
     test_conv_forward(state);
     test_conv_backward(state);
     test_conv_resnet_shapes(state);
     test_threads(state);
-    nn_simd_force_avx2(0);
+    nn_cpu_force("auto");
 }
 
 /* The portable scalar paths (taken on CPUs without AVX2) pass the same checks. */
 static void test_scalar_paths(void **state)
 {
-    nn_simd_force_scalar(1);
-    assert_false(nn_simd_have_avx2());
+    assert_int_equal(nn_cpu_force("portable"), 0);
+    assert_false(nn_cpu_level() >= NN_CPU_AVX2);
     test_conv_forward(state);
     test_conv_backward(state);
     test_evonorm(state);
     test_evonorm_saturation(state);
-    nn_simd_force_scalar(0);
+    nn_cpu_force("auto");
 }
 
 int main(void)

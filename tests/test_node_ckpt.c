@@ -12,6 +12,12 @@
  *     dgc with warm-up and deflate, whose momentum mask is state);
  *   - truncated, corrupted and foreign (other algo) checkpoints are refused
  *     with a message and leave the live state unchanged;
+ *   - never trusted: overwritten tensor bytes or metadata (CRC-32), a NaN
+ *     or infinity under a valid checksum, an impossible iteration, a bad
+ *     psi, a version-1 file, another run digest or set of state tensors
+ *     are refused by name; a non-finite state is never written (the
+ *     previous checkpoint stays); the run identity covers the topology
+ *     file's contents and the partition flags (node_ckpt_ident_make);
  *   - crash during write: a child process saving checkpoints in a loop is
  *     SIGKILLed at random moments; the file at the path is always a complete
  *     checkpoint of one of the versions written (never a partial one), and a
@@ -30,6 +36,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <zlib.h>
 
 #include "tests/tk.h"
 
@@ -151,7 +158,7 @@ static node_ckpt s_ckpt_of(s_run *r, int i, const char *const *ident)
 {
     node_ckpt c = { &r->L, r->st[i].x, &r->st[i].sgd, &r->st[i].buffers,
                     gossip_sim_node(r->sim, i), &r->st[i].model, &r->st[i].aug,
-                    &r->st[i].sampler, ident, 0 };
+                    &r->st[i].sampler, ident, 0, 0 };
     return c;
 }
 
@@ -336,6 +343,290 @@ static void test_refused(void **state)
     s_rmdir();
 }
 
+/* ---- checkpoints are never trusted ------------------------------------ */
+
+typedef void (*s_mutate_fn)(nn_arena *parts, int nparts);
+
+/* Rewrites checkpoint `from` of node i of r into `to` the way a writer that
+ * follows the documented format would (docs/node.md, node_ckpt.h): every
+ * tensor read back, mutate() applied (if given), the metadata copied with
+ * `key` set to `value` (if key), and crc32 recomputed over the tensors (x,
+ * momentum, qgm_prev, gossip.*, buffers; views in layout order) and the
+ * state values, so that only the check under test can refuse the result. */
+static void s_forge(s_run *r, int i, const char *const *ident, const char *from, const char *to,
+                    s_mutate_fn mutate, const char *key, const char *value)
+{
+    char err[1024], names[8][64];
+    nn_arena parts[8];
+    const char *pre[8];
+    int n = 0;
+    gossip_node *g = gossip_sim_node(r->sim, i);
+    const char *fixed[] = { "x.", "momentum.", "qgm_prev." };
+    for (int k = 0; k < 3; k++)
+        snprintf(names[n++], sizeof names[0], "%s", fixed[k]);
+    for (int k = 0; k < gossip_node_nvec(g); k++) {
+        char nm[48];
+        gossip_node_vec(g, k, nm, sizeof nm);
+        snprintf(names[n++], sizeof names[0], "gossip.%s.", nm);
+    }
+    for (int k = 0; k < n; k++) {
+        nn_arena_init(&parts[k]);
+        nn_arena_clone_layout(&parts[k], &r->L);
+    }
+    nn_arena_init(&parts[n]);
+    nn_arena_clone_layout(&parts[n], &r->st[i].buffers);
+    snprintf(names[n++], sizeof names[0], "buffers.");
+    nn_arena *ptrs[8];
+    for (int k = 0; k < n; k++) {
+        ptrs[k] = &parts[k];
+        pre[k] = names[k];
+    }
+    if (nn_safetensors_load_prefixed(from, ptrs, pre, n, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    if (mutate)
+        mutate(parts, n);
+    /* metadata: every key the writer wrote, one overridden */
+    static const char *const state[] = { "iter", "psi", "rng_model", "rng_aug", "rng_comp",
+                                         "sampler_pos", "sgd_last_lr", "gossip_every",
+                                         "run_digest", "parts" };
+    char vals[64][256];
+    const char *meta[2 * 64 + 1];
+    int m = 0, nv = 0;
+    const char *keys[64];
+    int nk = 0;
+    keys[nk++] = "format";
+    keys[nk++] = "version";
+    for (size_t k = 0; k < sizeof state / sizeof *state; k++)
+        keys[nk++] = state[k];
+    for (int k = 0; ident[k]; k += 2)
+        keys[nk++] = ident[k];
+    for (int k = 0; k < nk; k++) {
+        if (nn_safetensors_meta(from, keys[k], vals[nv], sizeof vals[0], err, sizeof err) != 0)
+            fail_msg("%s", err);
+        if (key && !strcmp(keys[k], key))
+            snprintf(vals[nv], sizeof vals[0], "%s", value);
+        meta[m++] = keys[k];
+        meta[m++] = vals[nv++];
+    }
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (int k = 0; k < n; k++)
+        for (size_t v = 0; v < parts[k].nviews; v++)
+            crc = crc32(crc, (const unsigned char *)(parts[k].data + parts[k].views[v].offset),
+                        (uInt)(parts[k].views[v].numel * sizeof(float)));
+    for (size_t k = 0; k < sizeof state / sizeof *state; k++)
+        crc = crc32(crc, (const unsigned char *)vals[2 + k], (uInt)strlen(vals[2 + k]) + 1);
+    char crc_txt[16];
+    snprintf(crc_txt, sizeof crc_txt, "%08x", (unsigned)crc);
+    meta[m++] = "crc32";
+    meta[m++] = key && !strcmp(key, "crc32") ? value : crc_txt;
+    meta[m] = NULL;
+    const nn_arena *cp[8];
+    for (int k = 0; k < n; k++)
+        cp[k] = &parts[k];
+    if (nn_safetensors_save_prefixed(to, cp, pre, n, meta, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    for (int k = 0; k < n; k++)
+        nn_arena_free(&parts[k]);
+}
+
+static void s_nan_in_momentum(nn_arena *parts, int n)
+{
+    (void)n;
+    parts[1].data[parts[1].numel - 1] = NAN;
+}
+
+static void s_huge_in_x(nn_arena *parts, int n)
+{
+    (void)n;
+    for (size_t k = 0; k < parts[0].numel; k++)
+        parts[0].data[k] = INFINITY;
+}
+
+/* Overwrites 4 bytes at `at` (from the end when negative) of a file with
+ * the float v, in place. */
+static void s_poke_float(const char *path, long at, float v)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, at, at < 0 ? SEEK_END : SEEK_SET), 0);
+    assert_int_equal(fwrite(&v, sizeof v, 1, f), 1);
+    fclose(f);
+}
+
+/* Expects node_ckpt_load to refuse `file`, with every string of `want` in
+ * the message, and the live state unchanged. */
+static void s_expect_refused(s_run *r, node_ckpt *c, const char *file, const char *const *want)
+{
+    char err[1024] = "";
+    size_t d = r->L.numel;
+    float *before = nn_xmalloc(d * sizeof(float));
+    memcpy(before, c->x, d * sizeof(float));
+    uint64_t it = 77, gi = gossip_node_iter(c->g);
+    if (node_ckpt_load(file, c, &it, err, sizeof err) != -1)
+        fail_msg("%s was loaded", file);
+    print_message("refused: %s\n", err);
+    assert_non_null(strstr(err, file));
+    for (int k = 0; want[k]; k++)
+        if (!strstr(err, want[k]))
+            fail_msg("message without '%s': %s", want[k], err);
+    assert_int_equal(it, 77);
+    assert_int_equal(gossip_node_iter(c->g), gi);
+    assert_memory_equal(before, c->x, d * sizeof(float));
+    free(before);
+}
+
+static void test_untrusted(void **state)
+{
+    (void)state;
+    char err[1024], path[128], bad[160];
+    const char *ident[] = { "algo", "choco", "compressor", "randk:0.3", NULL };
+    s_mkdir();
+    s_run r;
+    s_run_new(&r, "choco", "randk:0.3");
+    for (int it = 0; it < 3; it++)
+        s_iterate(&r, (uint64_t)it);
+    snprintf(path, sizeof path, "%s/ckpt-0.safetensors", s_dir);
+    snprintf(bad, sizeof bad, "%s/bad.safetensors", s_dir);
+    node_ckpt c = s_ckpt_of(&r, 0, ident);
+    if (node_ckpt_save(path, &c, 3, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    uint64_t it = 0;
+
+    /* the forger reproduces the format: its untouched copy loads */
+    s_forge(&r, 0, ident, path, bad, NULL, NULL, NULL);
+    if (node_ckpt_load(bad, &c, &it, err, sizeof err) != 0)
+        fail_msg("forged copy refused: %s", err);
+    assert_int_equal(it, 3);
+
+    /* tensor bytes overwritten (the 1e30): checksum */
+    s_forge(&r, 0, ident, path, bad, NULL, NULL, NULL);
+    s_poke_float(bad, -4, 1e30f);
+    s_expect_refused(&r, &c, bad, (const char *const[]){ "checksum mismatch", NULL });
+    /* state metadata edited (iter) without fixing the checksum */
+    s_forge(&r, 0, ident, path, bad, NULL, "crc32", "00000000");
+    s_expect_refused(&r, &c, bad, (const char *const[]){ "checksum mismatch", "00000000", NULL });
+    /* a valid checksum over non-finite values: refused by name */
+    s_forge(&r, 0, ident, path, bad, s_nan_in_momentum, NULL, NULL);
+    s_expect_refused(&r, &c, bad,
+                     (const char *const[]){ "momentum.fc.weight[99]", "not finite", NULL });
+    s_forge(&r, 0, ident, path, bad, s_huge_in_x, NULL, NULL);
+    s_expect_refused(&r, &c, bad, (const char *const[]){ "x.conv.weight[0] = inf", NULL });
+    /* an impossible iteration (valid checksum) */
+    s_forge(&r, 0, ident, path, bad, NULL, "iter", "999999999");
+    c.max_iter = 100;
+    s_expect_refused(&r, &c, bad,
+                     (const char *const[]){ "iteration 999999999", "100 iterations", NULL });
+    c.max_iter = 2; /* the good file is beyond a 2-iteration run too */
+    s_expect_refused(&r, &c, path, (const char *const[]){ "iteration 3", NULL });
+    c.max_iter = 3;
+    assert_int_equal(node_ckpt_load(path, &c, &it, err, sizeof err), 0);
+    /* psi not finite */
+    s_forge(&r, 0, ident, path, bad, NULL, "psi", "nan");
+    s_expect_refused(&r, &c, bad, (const char *const[]){ "psi", NULL });
+    /* a version-1 file (no checksum) */
+    s_forge(&r, 0, ident, path, bad, NULL, "version", "1");
+    s_expect_refused(&r, &c, bad, (const char *const[]){ "version 1", "afresh", NULL });
+    /* the run digest: a saver whose identity had another pair */
+    const char *more[] = { "algo", "choco", "compressor", "randk:0.3", "extra", "1", NULL };
+    c.ident = more;
+    if (node_ckpt_save(bad, &c, 3, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    c.ident = ident;
+    s_expect_refused(&r, &c, bad, (const char *const[]){ "run digest", NULL });
+
+    /* other state groups: this run without quasi-global momentum */
+    nn_sgd plain;
+    nn_sgd_config sc = nn_sgd_defaults();
+    nn_sgd_init(&plain, &r.L, &sc);
+    node_ckpt c2 = c;
+    c2.sgd = &plain;
+    s_expect_refused(&r, &c2, path, (const char *const[]){ "another set of state tensors",
+                                                           "x. momentum. gossip.", NULL });
+    nn_sgd_free(&plain);
+
+    /* never saved: a non-finite state; the previous checkpoint stays */
+    float keep = r.st[0].x[5];
+    r.st[0].x[5] = NAN;
+    err[0] = '\0';
+    assert_int_equal(node_ckpt_save(path, &c, 3, err, sizeof err), -1);
+    print_message("refused: %s\n", err);
+    assert_non_null(strstr(err, "x.conv.weight[5]"));
+    assert_non_null(strstr(err, "previous one is kept"));
+    r.st[0].x[5] = keep;
+    assert_int_equal(node_ckpt_load(path, &c, &it, err, sizeof err), 0);
+    assert_int_equal(it, 3);
+    s_run_free(&r);
+    s_rmdir();
+}
+
+/* node_ckpt_ident_make: the topology file's contents and the partition
+ * flags are part of a run's identity. */
+static void test_run_identity(void **state)
+{
+    (void)state;
+    char err[1024], path[128], topo_path[128];
+    s_mkdir();
+    snprintf(topo_path, sizeof topo_path, "%s/ring.yaml", s_dir);
+    FILE *f = fopen(topo_path, "w");
+    assert_non_null(f);
+    fputs("nodes: 8\ngraph: {generator: undirected_ring}\n", f);
+    fclose(f);
+    node_ckpt_run run = { "cnn", "evonorm", "int8", "fashion-mnist", 8, "choco", "randk:0.3",
+                          0.5, 1, 0.4, 6000, 1, 32, 0x1234abcdu, topo_path, 8, 0 };
+    node_ckpt_ident id, id2;
+    assert_int_equal(node_ckpt_ident_make(&id, &run, err, sizeof err), 0);
+    int pairs = 0;
+    for (; id.kv[2 * pairs]; pairs++)
+        ;
+    assert_true(pairs >= 17 && pairs <= NODE_CKPT_MAX_IDENT);
+    s_run r;
+    s_run_new(&r, "choco", "randk:0.3");
+    s_iterate(&r, 0);
+    snprintf(path, sizeof path, "%s/ckpt-0.safetensors", s_dir);
+    node_ckpt c = s_ckpt_of(&r, 0, id.kv);
+    if (node_ckpt_save(path, &c, 1, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    uint64_t it = 0;
+    assert_int_equal(node_ckpt_ident_make(&id2, &run, err, sizeof err), 0);
+    c.ident = id2.kv;
+    assert_int_equal(node_ckpt_load(path, &c, &it, err, sizeof err), 0);
+    /* the same path, other contents (a comment is enough) */
+    f = fopen(topo_path, "a");
+    assert_non_null(f);
+    fputs("# edited\n", f);
+    fclose(f);
+    assert_int_equal(node_ckpt_ident_make(&id2, &run, err, sizeof err), 0);
+    s_expect_refused(&r, &c, path,
+                     (const char *const[]){ "topology_digest", "contents changed", NULL });
+    /* back to the original contents: fine again */
+    f = fopen(topo_path, "w");
+    fputs("nodes: 8\ngraph: {generator: undirected_ring}\n", f);
+    fclose(f);
+    assert_int_equal(node_ckpt_ident_make(&id2, &run, err, sizeof err), 0);
+    assert_int_equal(node_ckpt_load(path, &c, &it, err, sizeof err), 0);
+    /* another partition */
+    node_ckpt_run r2 = run;
+    r2.skew = 0.8;
+    assert_int_equal(node_ckpt_ident_make(&id2, &r2, err, sizeof err), 0);
+    s_expect_refused(&r, &c, path, (const char *const[]){ "skew '0.4'", "'0.8'",
+                                                          "another data partition", NULL });
+    r2 = run;
+    r2.train_subset = 0;
+    assert_int_equal(node_ckpt_ident_make(&id2, &r2, err, sizeof err), 0);
+    s_expect_refused(&r, &c, path, (const char *const[]){ "train_subset", NULL });
+    r2 = run;
+    r2.precision = "fp32";
+    assert_int_equal(node_ckpt_ident_make(&id2, &r2, err, sizeof err), 0);
+    s_expect_refused(&r, &c, path, (const char *const[]){ "precision 'int8'", NULL });
+    /* a topology file that cannot be read */
+    r2 = run;
+    r2.topology_path = "/nonexistent/lpgossip.yaml";
+    assert_int_equal(node_ckpt_ident_make(&id2, &r2, err, sizeof err), -1);
+    assert_non_null(strstr(err, "/nonexistent/lpgossip.yaml"));
+    s_run_free(&r);
+    s_rmdir();
+}
+
 /* Child: saves versions 1, 2, 3, ... of a big state forever (x all = v). */
 static void s_writer(const char *path)
 {
@@ -350,7 +641,7 @@ static void s_writer(const char *path)
     for (uint64_t v = 1;; v++) {
         for (size_t k = 0; k < L.numel; k++)
             x[k] = (float)v;
-        node_ckpt c = { &L, x, &sgd, NULL, NULL, NULL, NULL, NULL, ident, 0 };
+        node_ckpt c = { &L, x, &sgd, NULL, NULL, NULL, NULL, NULL, ident, 0, 0 };
         if (node_ckpt_save(path, &c, v, err, sizeof err) != 0)
             _exit(3);
     }
@@ -394,7 +685,7 @@ static void test_kill_during_write(void **state)
         fclose(f);
         if (access(path, F_OK) != 0)
             continue; /* killed before the first rename: no checkpoint yet, fine */
-        node_ckpt c = { &L, x, &sgd, NULL, NULL, NULL, NULL, NULL, ident, 0 };
+        node_ckpt c = { &L, x, &sgd, NULL, NULL, NULL, NULL, NULL, ident, 0, 0 };
         uint64_t it = 0;
         if (node_ckpt_load(path, &c, &it, err, sizeof err) != 0)
             fail_msg("trial %d: checkpoint corrupt after kill: %s", t, err);
@@ -422,6 +713,8 @@ int main(void)
         cmocka_unit_test(test_round_trip_deepsqueeze),
         cmocka_unit_test(test_round_trip_dpsgd),
         cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_untrusted),
+        cmocka_unit_test(test_run_identity),
         cmocka_unit_test(test_kill_during_write),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

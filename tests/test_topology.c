@@ -392,6 +392,7 @@ static void test_broken_files(void **state)
         { "bad-graph-and-schedule.yaml", 3, "exactly one of 'graph' or 'schedule'" },
         { "bad-not-a-number.yaml", 5, "'half' is not a number" },
         { "bad-schedule-disconnected.yaml", 3, "node n1 unreachable from n0" },
+        { "bad-duplicate-pubkey.yaml", 10, "nodes alpha and beta (line 4) have the same public key" },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char path[256], where[300], err[1024] = "";
@@ -522,6 +523,11 @@ static void test_validate_hand_built(void **state)
     assert_int_equal(topo_validate(t, err, sizeof err), -1);
     assert_non_null(strstr(err, "public key"));
     t->security_curve = 0;
+    snprintf(t->nodes[0].pubkey, sizeof t->nodes[0].pubkey, "%s", "0123456789012345678901234567890123456789");
+    snprintf(t->nodes[2].pubkey, sizeof t->nodes[2].pubkey, "%s", t->nodes[0].pubkey);
+    assert_int_equal(topo_validate(t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "nodes n0 and n2 have the same public key"));
+    t->nodes[0].pubkey[0] = t->nodes[2].pubkey[0] = '\0';
     t->sched[0].w[0] = 1.5;
     assert_int_equal(topo_validate(t, err, sizeof err), -1);
     assert_non_null(strstr(err, "outside [0, 1]"));
@@ -689,6 +695,90 @@ static void test_cmd_exit_codes(void **state)
 
 /* ---- robustness: mutated inputs never crash ---------------------------- */
 
+/* Hostile YAML: nesting and size limits refuse before libyaml builds a
+ * document (100,000 nested '[' took 15 s before the limit, quadratic in
+ * libyaml's scanner).  Timing is printed, not asserted. */
+static char *s_repeat(const char *head, const char *unit, size_t times, const char *tail,
+                      size_t *len)
+{
+    size_t hl = strlen(head), ul = strlen(unit), tl = strlen(tail);
+    *len = hl + ul * times + tl;
+    char *s = nn_xmalloc(*len + 1), *p = s;
+    memcpy(p, head, hl);
+    p += hl;
+    for (size_t k = 0; k < times; k++, p += ul)
+        memcpy(p, unit, ul);
+    memcpy(p, tail, tl + 1);
+    return s;
+}
+
+static void s_expect_refused_yaml(const char *what, const char *yaml, size_t len, const char *want)
+{
+    char err[1024] = "";
+    double t0 = nn_now();
+    topo *t = topo_parse(yaml, len, "hostile.yaml", err, sizeof err);
+    double dt = nn_now() - t0;
+    print_message("%s (%zu bytes): refused in %.3f s: %s\n", what, len, dt, err);
+    if (t || !strstr(err, want)) {
+        topo_destroy(&t);
+        fail_msg("%s: expected '%s', got '%s'", what, want, err);
+    }
+}
+
+static void test_hostile_yaml(void **state)
+{
+    (void)state;
+    size_t len;
+    char *s = s_repeat("", "[", 100000, "", &len);
+    s_expect_refused_yaml("100,000 nested [", s, len, "hostile.yaml:1: nested more than 32 deep");
+    free(s);
+    s = s_repeat("nodes: 2\ngraph: ", "{a: ", 50000, "1", &len);
+    s_expect_refused_yaml("50,000 nested {a:", s, len, "hostile.yaml:2: nested more than 32 deep");
+    free(s);
+    s = s_repeat("", "- ", 100000, "x\n", &len);
+    s_expect_refused_yaml("100,000 nested block lists", s, len, "nested more than 32 deep");
+    free(s);
+    /* the limit is 32: 32 levels pass the first pass (and fail the schema) */
+    s = s_repeat("", "[", 32, "", &len);
+    char *closed = s_repeat(s, "]", 32, "\n", &len);
+    char err[1024];
+    assert_null(topo_parse(closed, len, "deep.yaml", err, sizeof err));
+    assert_null(strstr(err, "nested"));
+    free(closed);
+    free(s);
+    s = s_repeat("", "[", 33, "", &len);
+    closed = s_repeat(s, "]", 33, "\n", &len);
+    s_expect_refused_yaml("33 nested [", closed, len, "nested more than 32 deep");
+    free(closed);
+    free(s);
+    /* more values than any topology needs (2^21): about 4 MB of "1," */
+    s = s_repeat("nodes: 2\ngraph: {matrix: [", "1,", (2u << 20) + 10, "1]}\n", &len);
+    s_expect_refused_yaml("2,097,162 values", s, len, "more than 2097152 YAML values");
+    free(s);
+    /* the largest full matrix (1024 x 1024, the identity) gets through the
+     * limits to the schema, which refuses it as not connected */
+    int n = TOPO_MAX_NODES;
+    size_t cap = (size_t)n * (size_t)n * 2 + 8 * (size_t)n + 64, k = 0;
+    char *m = nn_xmalloc(cap);
+    k += (size_t)snprintf(m + k, cap - k, "nodes: %d\ngraph:\n  matrix:\n", n);
+    for (int i = 0; i < n; i++) {
+        memcpy(m + k, "  - [", 5);
+        k += 5;
+        for (int j = 0; j < n; j++) {
+            m[k++] = i == j ? '1' : '0';
+            m[k++] = j + 1 < n ? ',' : ']';
+        }
+        m[k++] = '\n';
+    }
+    double t0 = nn_now();
+    topo *t = topo_parse(m, k, "big.yaml", err, sizeof err);
+    print_message("a full %dx%d matrix (%zu bytes): through the limits in %.3f s: %s\n", n, n, k,
+                  nn_now() - t0, err);
+    assert_null(t);
+    assert_non_null(strstr(err, "not strongly connected"));
+    free(m);
+}
+
 static void test_mutations_never_crash(void **state)
 {
     (void)state;
@@ -745,6 +835,7 @@ int main(void)
         cmocka_unit_test(test_schedule_and_neighbors),
         cmocka_unit_test(test_report),
         cmocka_unit_test(test_cmd_exit_codes),
+        cmocka_unit_test(test_hostile_yaml),
         cmocka_unit_test(test_mutations_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -268,9 +268,13 @@ int topo_validate(const topo *t, char *err, size_t errlen)
     for (int i = 0; i < t->n; i++) {
         if (!t->nodes[i].id[0])
             return nn_errf(err, errlen, "node %d has an empty id", i);
-        for (int j = 0; j < i; j++)
+        for (int j = 0; j < i; j++) {
             if (!strcmp(t->nodes[i].id, t->nodes[j].id))
                 return nn_errf(err, errlen, "duplicate node id '%s'", t->nodes[i].id);
+            if (t->nodes[i].pubkey[0] && !strcmp(t->nodes[i].pubkey, t->nodes[j].pubkey))
+                return nn_errf(err, errlen, "nodes %s and %s have the same public key",
+                               t->nodes[j].id, t->nodes[i].id);
+        }
         if (t->security_curve && strlen(t->nodes[i].pubkey) != 40)
             return nn_errf(err, errlen, "security: curve but node %s has no 40-character public key",
                            t->nodes[i].id);

@@ -21,7 +21,9 @@
  * Numbers may be written as fractions: 1/3.
  *
  * Input is untrusted: nothing here asserts on it, sizes are bounded by
- * TOPO_MAX_NODES / TOPO_MAX_SCHED / TOPO_MAX_ENTRIES, and the traversal
+ * TOPO_MAX_NODES / TOPO_MAX_SCHED / TOPO_MAX_ENTRIES, the YAML itself by
+ * S_MAX_FILE_BYTES / S_MAX_DEPTH / S_MAX_YAML_NODES (checked on the event
+ * stream before the document is built), and the traversal
  * is schema-driven (no recursion over the YAML tree, so aliases cannot make
  * it blow up).
  */
@@ -39,6 +41,14 @@
 #include "topology/topo_internal.h"
 
 #define S_MAX_FILE_BYTES (16u << 20)
+/* Hostile YAML (docs/topology.md, "Limits"): the schema nests at most 6
+ * collections deep and needs at most about one YAML node per weight; a
+ * first pass over libyaml's events refuses anything deeper or larger
+ * before the document is built.  libyaml's scanner costs O(depth) per
+ * token in flow collections (quadratic overall: 100,000 nested '[' took
+ * 15 s) and the document about 160 bytes per node. */
+#define S_MAX_DEPTH      32
+#define S_MAX_YAML_NODES (2u << 20)
 
 typedef struct {
     const char      *name;      /* file name for messages */
@@ -415,6 +425,10 @@ static int s_nodes(s_ctx *c, yaml_node_t *v, topo_node **out)
             if (nd[i].endpoint[0] && !strcmp(nd[i].endpoint, nd[j].endpoint))
                 return s_fail(c, item, "node %s: duplicate endpoint %s (also node %s, line %d)", nd[i].id,
                               nd[i].endpoint, nd[j].id, c->node_line[j]);
+            if (nd[i].pubkey[0] && !strcmp(nd[i].pubkey, nd[j].pubkey))
+                return s_fail(c, item, "nodes %s and %s (line %d) have the same public key: each node needs "
+                              "its own key pair (lpgossip keygen), or one could speak for the other",
+                              nd[j].id, nd[i].id, c->node_line[j]);
         }
     }
     return 0;
@@ -873,6 +887,49 @@ done:
     return rc;
 }
 
+/* The first pass: every event of the stream, counting nesting depth and
+ * nodes; stops at the first limit exceeded.  0 when within the limits (or
+ * on a syntax error, which the second pass reports), -1 with a message. */
+static int s_check_limits(const char *yaml, size_t len, const char *name, char *err, size_t errlen)
+{
+    yaml_parser_t parser;
+    yaml_event_t ev;
+    if (!yaml_parser_initialize(&parser))
+        return nn_errf(err, errlen, "%s: cannot initialise the YAML parser", name);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+    int rc = 0, depth = 0;
+    size_t nodes = 0;
+    for (;;) {
+        if (!yaml_parser_parse(&parser, &ev))
+            break; /* syntax error: reported by the loader with its line */
+        yaml_event_type_t type = ev.type;
+        size_t line = ev.start_mark.line + 1;
+        yaml_event_delete(&ev);
+        if (type == YAML_STREAM_END_EVENT)
+            break;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+            if (++depth > S_MAX_DEPTH) {
+                rc = nn_errf(err, errlen, "%s:%zu: nested more than %d deep: not a topology file "
+                             "(the schema needs at most 6 levels)", name, line, S_MAX_DEPTH);
+                break;
+            }
+        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        if ((type == YAML_SCALAR_EVENT || type == YAML_ALIAS_EVENT ||
+             type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) &&
+            ++nodes > S_MAX_YAML_NODES) {
+            rc = nn_errf(err, errlen, "%s:%zu: more than %u YAML values: too large for a topology "
+                         "file (at most %d nodes; a full matrix of %d nodes is about %d values)",
+                         name, line, S_MAX_YAML_NODES, TOPO_MAX_NODES, TOPO_MAX_NODES,
+                         TOPO_MAX_NODES * (TOPO_MAX_NODES + 1));
+            break;
+        }
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
 topo *topo_parse(const char *yaml, size_t len, const char *name, char *err, size_t errlen)
 {
     s_ctx c = { .name = name ? name : "(string)", .err = err, .errlen = errlen };
@@ -883,6 +940,8 @@ topo *topo_parse(const char *yaml, size_t len, const char *name, char *err, size
         nn_errf(err, errlen, "%s: %s", c.name, yaml ? "file too large" : "no input");
         return NULL;
     }
+    if (s_check_limits(yaml, len, c.name, err, errlen) != 0)
+        return NULL;
     if (!yaml_parser_initialize(&parser)) {
         nn_errf(err, errlen, "%s: cannot initialise the YAML parser", c.name);
         return NULL;

@@ -1,0 +1,125 @@
+/* lp_bf16 — see lp_bf16.h. */
+#include "lowprec/lp_bf16.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nn/nn_cpu.h"
+
+static lp_wgrad_t s_wgrad = LP_WGRAD_AUTO;
+
+int lp_bf16_supported(void)
+{
+    static int has = -1; /* the CPU's answer, asked once */
+    if (has < 0)
+        has = __builtin_cpu_supports("avx512bf16") != 0;
+    return has && nn_cpu_level() >= NN_CPU_AVX512VNNI;
+}
+
+int lp_wgrad_parse(const char *s, lp_wgrad_t *out)
+{
+    static const char *names[] = {"auto", "fp32", "bf16"};
+    for (int i = 0; i < 3; i++)
+        if (s && strcmp(s, names[i]) == 0) {
+            *out = (lp_wgrad_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+int lp_wgrad_set(lp_wgrad_t w, char *err, size_t errlen)
+{
+    if (w == LP_WGRAD_BF16 && !lp_bf16_supported()) {
+        snprintf(err, errlen,
+                 "--wgrad bf16: this CPU (level %s) has no AVX-512 BF16; use --wgrad fp32 or auto",
+                 nn_cpu_name(nn_cpu_level()));
+        return -1;
+    }
+    s_wgrad = w;
+    return 0;
+}
+
+int lp_wgrad_bf16(void)
+{
+    return s_wgrad == LP_WGRAD_BF16 || (s_wgrad == LP_WGRAD_AUTO && lp_bf16_supported());
+}
+
+const char *lp_wgrad_name(void)
+{
+    return lp_wgrad_bf16() ? "bf16" : "fp32";
+}
+
+uint16_t lp_bf16_from_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) /* NaN: keep it quiet */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    if ((u & 0x7F800000u) == 0) /* zero or subnormal: signed zero */
+        return (uint16_t)((u >> 16) & 0x8000u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float lp_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void lp_bf16_row_ref(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = lp_bf16_from_f32(src[i]);
+}
+
+void lp_bf16_row(uint16_t *dst, const float *src, size_t n)
+{
+    if (lp_bf16_supported())
+        lp_bf16_row_avx512bf16(dst, src, n);
+    else
+        lp_bf16_row_ref(dst, src, n);
+}
+
+void lp_bf16_codes_row_ref(uint16_t *dst, const uint8_t *q, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = lp_bf16_from_f32((float)q[i]);
+}
+
+void lp_bf16_codes_row(uint16_t *dst, const uint8_t *q, size_t n)
+{
+    if (lp_bf16_supported())
+        lp_bf16_codes_row_avx512bf16(dst, q, n);
+    else
+        lp_bf16_codes_row_ref(dst, q, n);
+}
+
+void lp_shiftdot_bf16_ref(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
+                          const uint16_t *B, size_t ldb, int nch, const int *toff, int T,
+                          size_t n)
+{
+    for (int m = 0; m < M; m++)
+        for (int c = 0; c < nch; c++)
+            for (int t = 0; t < T; t++) {
+                const uint16_t *a = A + (size_t)m * lda;
+                const uint16_t *b = B + (size_t)c * ldb + toff[t];
+                double s = 0;
+                for (size_t j = 0; j < n; j++)
+                    s += (double)lp_bf16_to_f32(a[j]) * lp_bf16_to_f32(b[j]);
+                D[(size_t)m * ldd + (size_t)c * T + t] += (float)s;
+            }
+}
+
+void lp_shiftdot_bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
+                      const uint16_t *B, size_t ldb, int nch, const int *toff, int T, size_t n)
+{
+    assert(M >= 1 && nch >= 1 && T >= 1);
+    if (lp_bf16_supported())
+        lp_shiftdot_bf16_avx512bf16(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+    else
+        lp_shiftdot_bf16_ref(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+}

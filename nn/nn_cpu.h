@@ -1,0 +1,44 @@
+/* nn_cpu — the one run-time CPU dispatch of lpgossip's kernels.
+ *
+ * Owns:    the process-wide SIMD level that nn/ (FP32) and lowprec/ (8-bit)
+ *          kernels dispatch on: the best level the CPU supports, unless a
+ *          caller forced a lower one (tests force every level in turn;
+ *          LPGOSSIP_CPU=portable|avx2|avx512|avx512vnni in the environment
+ *          caps whole runs, FP32 and int8 kernels alike).
+ * Exposes: nn_cpu_level(), nn_cpu_force(), nn_cpu_supports(), names.
+ * Callers: every dispatcher in nn/ and lowprec/, tests, bench, the CLI.
+ *
+ * Levels, each including the ones below:
+ *   PORTABLE    plain C;
+ *   AVX2        AVX2 + FMA (nn's FP32 kernels; lowprec's vpmaddwd pairs);
+ *   AVX512      AVX-512 F/BW/VL (nn's AVX-512 FP32 kernels);
+ *   AVX512VNNI  + VNNI (lowprec's vpdpbusd kernels); AVX-512 BF16, where
+ *               the CPU also has it, is a feature on top (lp_bf16.h).
+ */
+#ifndef NN_CPU_H
+#define NN_CPU_H
+
+typedef enum {
+    NN_CPU_PORTABLE   = 0,
+    NN_CPU_AVX2       = 1,
+    NN_CPU_AVX512     = 2,
+    NN_CPU_AVX512VNNI = 3,
+} nn_cpu_t;
+
+#define NN_CPU_LEVELS 4
+
+/* The level kernels use now (forced, else LPGOSSIP_CPU, else the best). */
+nn_cpu_t    nn_cpu_level(void);
+/* True when this CPU can run the level. */
+int         nn_cpu_supports(nn_cpu_t level);
+/* Forces a level by name (nn_cpu_name; "auto" or NULL returns to the
+ * automatic choice).  Returns 0, or -1 when the name is unknown or the CPU
+ * lacks the level (the current choice is then unchanged).  Not
+ * thread-safe: call it before kernels run (tests, startup). */
+int         nn_cpu_force(const char *name);
+/* "portable", "avx2", "avx512", "avx512vnni". */
+const char *nn_cpu_name(nn_cpu_t level);
+/* The best level this CPU supports, whatever is forced or set. */
+nn_cpu_t    nn_cpu_best(void);
+
+#endif
