@@ -608,15 +608,10 @@ static int s_inflate(const uint8_t *buf, size_t len, size_t max_plain, gossip_bu
     return 0;
 }
 
-int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,
-                      gossip_payload *out, char *err, size_t errlen)
+int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *layout,
+                             gossip_header *h, char *err, size_t errlen)
 {
-    gossip_header hh;
-    if (!h)
-        h = &hh;
     memset(h, 0, sizeof *h);
-    if (out)
-        out->nblocks = 0;
     if (!buf || len < GOSSIP_HEADER_BYTES)
         return S_BAD("message truncated: %zu bytes, the header needs %d", len, GOSSIP_HEADER_BYTES);
     s_rd r = { buf, len, 0 };
@@ -645,20 +640,34 @@ int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, go
     if (!(h->flags & GOSSIP_FLAG_PUSH_SUM) && h->psi != 1.0)
         return S_BAD("psi %g from rank %u but the push-sum flag is off (psi must be 1)", h->psi, h->sender);
     h->fingerprint = (uint32_t)s_le(&r, 4);
-    uint32_t fp = gossip_layout_fingerprint(layout);
+    uint32_t fp = layout ? gossip_layout_fingerprint(layout) : h->fingerprint;
     if (h->fingerprint != fp)
         return S_BAD("layout fingerprint 0x%08x from rank %u differs from ours 0x%08x (different model?)",
                      h->fingerprint, h->sender, fp);
     h->nblocks = (uint32_t)s_le(&r, 4);
     h->payload_len = (uint32_t)s_le(&r, 4);
-    size_t want = has_blocks ? layout->nviews : 0;
+    size_t want = has_blocks ? (layout ? layout->nviews : h->nblocks) : 0;
     if (h->nblocks != want)
         return S_BAD("%s message has %u blocks, expected %zu (one per tensor of the layout)",
                      s_kind_name(h->kind), h->nblocks, want);
     if ((uint64_t)h->payload_len != (uint64_t)(len - GOSSIP_HEADER_BYTES))
         return S_BAD("payload length field says %u bytes but %zu follow the header",
                      h->payload_len, len - GOSSIP_HEADER_BYTES);
+    if (!has_blocks && h->payload_len != 0)
+        return S_BAD("%zu trailing bytes after the last block", (size_t)h->payload_len);
+    return 0;
+}
 
+int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,
+                      gossip_payload *out, char *err, size_t errlen)
+{
+    gossip_header hh;
+    if (!h)
+        h = &hh;
+    if (out)
+        out->nblocks = 0;
+    if (gossip_msg_decode_header(buf, len, layout, h, err, errlen) != 0)
+        return -1;
     if (!(h->flags & GOSSIP_FLAG_DEFLATE))
         return s_decode_blocks(buf, len, layout, h, out, err, errlen);
     /* the payload's inflate stream, kept between messages; a temporary one
@@ -700,6 +709,37 @@ void gossip_payload_init(gossip_payload *p, const nn_arena *layout)
     p->blocks = nn_xcalloc(layout->nviews ? layout->nviews : 1, sizeof *p->blocks);
     p->idx = nn_xcalloc(layout->numel ? layout->numel : 1, sizeof *p->idx);
     p->val = nn_xcalloc(layout->numel ? layout->numel : 1, sizeof *p->val);
+    p->cap_vals = layout->numel ? layout->numel : 1;
+}
+
+void gossip_payload_copy(gossip_payload *dst, const gossip_payload *src)
+{
+    size_t total = 0;
+    for (size_t b = 0; b < src->nblocks; b++)
+        total += src->blocks[b].k;
+    if (src->nblocks > dst->cap_blocks) {
+        dst->blocks = nn_xrealloc(dst->blocks, src->nblocks * sizeof *dst->blocks);
+        dst->cap_blocks = src->nblocks;
+    }
+    if (total > dst->cap_vals) {
+        dst->idx = nn_xrealloc(dst->idx, total * sizeof *dst->idx);
+        dst->val = nn_xrealloc(dst->val, total * sizeof *dst->val);
+        dst->cap_vals = total;
+    }
+    dst->hdr = src->hdr;
+    dst->nblocks = src->nblocks;
+    size_t at = 0;
+    for (size_t b = 0; b < src->nblocks; b++) {
+        const gossip_block *s = &src->blocks[b];
+        gossip_block *d = &dst->blocks[b];
+        *d = *s;
+        d->val = dst->val + at;
+        memcpy(d->val, s->val, s->k * sizeof *d->val);
+        d->idx = s->idx ? dst->idx + at : NULL;
+        if (s->idx)
+            memcpy(d->idx, s->idx, s->k * sizeof *d->idx);
+        at += s->k;
+    }
 }
 
 void gossip_payload_free(gossip_payload *p)

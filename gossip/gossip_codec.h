@@ -6,9 +6,9 @@
  *          fingerprint.
  * Exposes: gossip_msg_encode, gossip_msg_encode_control, gossip_msg_deflate
  *          (the optional lossless pass), gossip_msg_decode (full decode or
- *          validate-only), gossip_payload_*.
- * Callers: gossip_node (every message), the ZeroMQ node (control messages),
- *          tests, fuzz target.
+ *          validate-only), gossip_msg_decode_header, gossip_payload_*.
+ * Callers: gossip_node (every message), gossip_link (headers, control
+ *          messages), tests, fuzz target.
  *
  * Message (version 1), all integers little-endian:
  *   off size
@@ -114,6 +114,7 @@ typedef struct {
     float        *val;      /* layout numel */
     gossip_buf    plain;    /* inflated message (deflated payloads), grow-only */
     void         *zs;       /* z_stream * for inflating, made on first use */
+    size_t        cap_vals; /* idx and val hold this many (init: layout numel) */
 } gossip_payload;
 
 /* FNV-1a 32 over every view's name and numel: equal layouts, equal value. */
@@ -164,8 +165,22 @@ size_t gossip_msg_deflate(gossip_buf *msg, gossip_deflater *d, int level);
  * never reads outside buf, never asserts on the bytes. */
 int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,
                       gossip_payload *out, char *err, size_t errlen);
+/* Decodes and validates the 40-byte header only (magic, version, kind,
+ * flags, psi, block count of the control kinds, payload length); with a
+ * layout also the fingerprint and the block count of GOSSIP and RESYNC
+ * (NULL: the caller compares h->fingerprint).  What gossip_msg_decode
+ * checks first; the transport's dispatch (gossip_link) reads headers with
+ * it.  0, or -1 with a message. */
+int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *layout,
+                             gossip_header *h, char *err, size_t errlen);
 
 void gossip_payload_init(gossip_payload *p, const nn_arena *layout);
+/* dst = a compact copy of the decoded src: its header and blocks, holding
+ * only the values (and indices) they carry, in dst's own grow-only buffers
+ * (dst zero-initialised or from an earlier copy; free with
+ * gossip_payload_free).  How a receiver keeps a message it decoded once
+ * until it mixes it. */
+void gossip_payload_copy(gossip_payload *dst, const gossip_payload *src);
 void gossip_payload_free(gossip_payload *p);
 
 /* dst[view] += block values (dense: all, sparse: at idx), in float: the

@@ -26,25 +26,6 @@ typedef struct {
     int      from;
 } s_early;
 
-typedef struct {
-    uint8_t  is_in, is_out;    /* roles, union over the schedule */
-    uint8_t  hello, ack;       /* start: it said HELLO / answered ours */
-    uint8_t  bye_in, bye_ack;  /* end: it said BYE / acknowledged ours */
-    uint8_t  down;             /* declared down by us and not back yet */
-    uint8_t  hello_seen;       /* hello_iter is valid */
-    uint64_t hello_iter;       /* the iteration of its first HELLO */
-    uint64_t bye_iter;         /* iterations announced in its BYE */
-    uint64_t got;              /* 1 + the last GOSSIP iteration it delivered */
-    uint64_t reported;         /* iteration it last reported (HELLO*, PING) */
-    double   heard;            /* clock of its last valid message */
-    double   sent_dealer;      /* clock of our last message to it, DEALER */
-    double   sent_router;      /* ... ROUTER */
-    double   last_gossip;      /* clock of its last GOSSIP */
-    double   period;           /* EWMA of the gaps between its GOSSIPs */
-    double   resync_asked;     /* clock of our last RESYNC_REQ to it */
-    uint64_t resync_iter;      /* 1 + iteration of our last RESYNC to it (0: none) */
-} s_peer;
-
 struct gossip_link {
     gossip_link_config cfg;
     gossip_net        *net;
@@ -53,7 +34,7 @@ struct gossip_link {
     const nn_arena    *layout;
     int                rank, n, choco;
     uint32_t           fp;
-    s_peer            *p;          /* n */
+    gossip_peer       *p;          /* n: gossip_node's table (gossip_peer.h), borrowed */
     int               *nb, nnb;    /* neighbour ranks */
     s_early           *stash;
     size_t             nstash, cap_stash, stash_max; /* stash_max per peer */
@@ -121,19 +102,6 @@ static int s_signals(const gossip_link *l)
     return l->cfg.signals ? (int)*l->cfg.signals : 0;
 }
 
-static uint64_t s_rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint32_t s_rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Control message `kind` carrying `iter` to j: over our DEALER (j is an
  * out-neighbour) or as a reply over our ROUTER (j is an in-neighbour).
  * Never blocks; a peer that is not connected just misses it. */
@@ -167,7 +135,7 @@ static double s_limit(const gossip_link *l, int j)
 static int s_all_down(const gossip_link *l, int j)
 {
     int st = gossip_node_peer_state(l->g, j);
-    const s_peer *p = &l->p[j];
+    const gossip_peer *p = &l->p[j];
     return (!p->is_in || (st & GOSSIP_PEER_IN_DOWN)) && (!p->is_out || (st & GOSSIP_PEER_OUT_DOWN));
 }
 
@@ -224,7 +192,7 @@ static void s_down(gossip_link *l, int j, const char *fmt, ...)
  * neighbour that is up again in some role is logged. */
 static void s_revive(gossip_link *l, int j, gossip_net_dir dir)
 {
-    s_peer *p = &l->p[j];
+    gossip_peer *p = &l->p[j];
     if (p->is_out && dir == GOSSIP_NET_FROM_OUT &&
         (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
         gossip_node_peer_up(l->g, j);
@@ -246,7 +214,7 @@ static void s_ask_resyncs(gossip_link *l)
     double now = nn_now();
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        s_peer *p = &l->p[j];
+        gossip_peer *p = &l->p[j];
         if (!p->is_in || !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
             continue;
         if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > s_limit(l, j))
@@ -291,7 +259,7 @@ static void s_ping(gossip_link *l, int progress)
     uint64_t at = gossip_node_sent_thru(l->g);
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        s_peer *p = &l->p[j];
+        gossip_peer *p = &l->p[j];
         if (p->is_out && now - p->sent_dealer >= l->cfg.ping_every)
             s_ctl(l, GOSSIP_MSG_PING, j, 0, at);
         if (p->is_in && (progress || now - p->sent_router >= l->cfg.ping_every))
@@ -307,7 +275,7 @@ static void s_check_peers(gossip_link *l, int64_t iter, double wait_start)
     double now = nn_now();
     for (int a = 0; a < l->nnb && !l->fatal; a++) {
         int j = l->nb[a];
-        s_peer *p = &l->p[j];
+        gossip_peer *p = &l->p[j];
         if (s_all_down(l, j))
             continue;
         int in_live = p->is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN);
@@ -335,7 +303,7 @@ static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, 
         s_refuse(l, "%s", err);
         return;
     }
-    s_peer *p = &l->p[from];
+    gossip_peer *p = &l->p[from];
     if (p->got < iter + 1)
         p->got = iter + 1;
 }
@@ -346,7 +314,7 @@ static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, 
  * bound. */
 static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
 {
-    s_peer *p = &l->p[from];
+    gossip_peer *p = &l->p[from];
     uint64_t cur = gossip_node_iter(l->g);
     if (iter < p->got) {
         s_refuse(l, "replayed or duplicate message from %s (rank %d) for iteration %llu "
@@ -408,62 +376,85 @@ static void s_feed_stash(gossip_link *l)
     l->nstash = k;
 }
 
-/* One message from the transport (outside input: nothing is trusted). */
+/* A HELLO or HELLO_ACK for another layout: a misconfigured peer shows at
+ * the start, before its valid HELLO (both sides fail, naming the peer); a
+ * foreign layout after that is an intruder. */
+static void s_foreign_layout(gossip_link *l, int from, int in, const gossip_header *h,
+                             const char *chan)
+{
+    if (l->running || l->p[from].hello_seen || l->p[from].ack) {
+        s_refuse(l, "HELLO from %s %s (rank %d) for another model (layout %08x, ours %08x)",
+                 chan, s_id(l, from), from, h->fingerprint, l->fp);
+        return;
+    }
+    if (in && h->kind == GOSSIP_MSG_HELLO) /* our answer carries our fingerprint: it fails too */
+        s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
+    s_fatal(l, "peer %s (rank %d, %s) runs a different model (layout fingerprint %08x, "
+            "ours %08x): every node needs the same --model, --norm, --groups, --data and "
+            "--pad-to", s_id(l, from), from, l->t->nodes[from].endpoint, h->fingerprint, l->fp);
+}
+
+/* Which kinds may come on which channel: 1 yes, 0 misdirected, -1 unknown. */
+static int s_kind_ok(unsigned kind, int in)
+{
+    switch (kind) {
+    case GOSSIP_MSG_GOSSIP: case GOSSIP_MSG_RESYNC: case GOSSIP_MSG_BYE: return in;
+    case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: return !in;
+    case GOSSIP_MSG_HELLO: case GOSSIP_MSG_HELLO_ACK: case GOSSIP_MSG_PING: return 1;
+    default: return -1;
+    }
+}
+
+/* The header of a message from the transport, checked against the
+ * connection it came on: 0 when the message is to be handled, else -1
+ * (refused or fatal, done here).  Outside input: nothing is trusted. */
+static int s_check_header(gossip_link *l, int from, int in, const uint8_t *msg, size_t len,
+                          gossip_header *h)
+{
+    char err[512];
+    const char *chan = in ? "in-neighbour" : "out-neighbour";
+    if (gossip_msg_decode_header(msg, len, NULL, h, err, sizeof err) != 0) {
+        s_refuse(l, "%zu bytes from %s %s (rank %d) that are not an lpgossip message: %s", len,
+                 chan, s_id(l, from), from, err);
+        return -1;
+    }
+    if (h->sender != (uint32_t)from) {
+        s_refuse(l, "message from %s %s (rank %d) claims to come from rank %u", chan,
+                 s_id(l, from), from, h->sender);
+        return -1;
+    }
+    int blocks = h->kind == GOSSIP_MSG_GOSSIP || h->kind == GOSSIP_MSG_RESYNC;
+    if (h->fingerprint != l->fp && (h->kind == GOSSIP_MSG_HELLO ||
+                                     h->kind == GOSSIP_MSG_HELLO_ACK)) {
+        s_foreign_layout(l, from, in, h, chan);
+        return -1;
+    }
+    if (h->fingerprint != l->fp && !blocks) { /* GOSSIP, RESYNC: gossip_node's check */
+        s_refuse(l, "control message from %s (rank %d): layout fingerprint 0x%08x differs from "
+                 "ours 0x%08x", s_id(l, from), from, h->fingerprint, l->fp);
+        return -1;
+    }
+    int ok = s_kind_ok(h->kind, in);
+    if (ok <= 0) {
+        s_refuse(l, "%s message (kind %u) from %s %s (rank %d)%s",
+                 ok < 0 ? "unknown" : "misdirected", h->kind, chan, s_id(l, from), from,
+                 ok < 0 ? "" : ": not valid on that channel");
+        return -1;
+    }
+    return 0;
+}
+
+/* One message from the transport. */
 static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg, size_t len)
 {
     char err[1024];
-    const char *chan = dir == GOSSIP_NET_FROM_IN ? "in-neighbour" : "out-neighbour";
-    if (len < GOSSIP_HEADER_BYTES || s_rd32(msg) != GOSSIP_MAGIC) {
-        s_refuse(l, "%zu bytes from %s %s (rank %d) that are not an lpgossip message", len, chan,
-                 s_id(l, from), from);
-        return;
-    }
-    unsigned kind = msg[5];
-    uint32_t sender = s_rd32(msg + 8);
-    uint64_t iter = s_rd64(msg + 12);
-    if (sender != (uint32_t)from) {
-        s_refuse(l, "message from %s %s (rank %d) claims to come from rank %u", chan,
-                 s_id(l, from), from, sender);
-        return;
-    }
     int in = dir == GOSSIP_NET_FROM_IN;
-    if ((kind == GOSSIP_MSG_HELLO || kind == GOSSIP_MSG_HELLO_ACK) && s_rd32(msg + 28) != l->fp) {
-        /* A misconfigured peer shows at the start, before its valid HELLO;
-         * a foreign layout after that is an intruder. */
-        if (l->running || l->p[from].hello_seen || l->p[from].ack) {
-            s_refuse(l, "HELLO from %s %s (rank %d) for another model (layout %08x, ours %08x)",
-                     chan, s_id(l, from), from, s_rd32(msg + 28), l->fp);
-            return;
-        }
-        if (in && kind == GOSSIP_MSG_HELLO) /* our answer carries our fingerprint: it fails too */
-            s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
-        s_fatal(l, "peer %s (rank %d, %s) runs a different model (layout fingerprint %08x, "
-                "ours %08x): every node needs the same --model, --norm, --groups, --data and "
-                "--pad-to", s_id(l, from), from, l->t->nodes[from].endpoint, s_rd32(msg + 28),
-                l->fp);
-        return;
-    }
     gossip_header h;
-    int blocks = kind == GOSSIP_MSG_GOSSIP || kind == GOSSIP_MSG_RESYNC;
-    if (!blocks && gossip_msg_decode(msg, len, l->layout, &h, NULL, err, sizeof err) != 0) {
-        s_refuse(l, "control message from %s (rank %d): %s", s_id(l, from), from, err);
+    if (s_check_header(l, from, in, msg, len, &h) != 0)
         return;
-    }
-    /* which kinds may come on which channel */
-    int ok;
-    switch (kind) {
-    case GOSSIP_MSG_GOSSIP: case GOSSIP_MSG_RESYNC: case GOSSIP_MSG_BYE: ok = in; break;
-    case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: ok = !in; break;
-    case GOSSIP_MSG_HELLO: case GOSSIP_MSG_HELLO_ACK: case GOSSIP_MSG_PING: ok = 1; break;
-    default: ok = -1;
-    }
-    if (ok <= 0) {
-        s_refuse(l, "%s message (kind %u) from %s %s (rank %d)%s",
-                 ok < 0 ? "unknown" : "misdirected", kind, chan, s_id(l, from), from,
-                 ok < 0 ? "" : ": not valid on that channel");
-        return;
-    }
-    s_peer *p = &l->p[from];
+    unsigned kind = h.kind;
+    uint64_t iter = h.iter;
+    gossip_peer *p = &l->p[from];
     uint64_t refused_before = l->st.refused;
     switch (kind) {
     case GOSSIP_MSG_GOSSIP:
@@ -597,16 +588,8 @@ gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int
     l->n = t->n;
     l->choco = gossip_node_config(g)->algo == GOSSIP_CHOCO;
     l->fp = gossip_node_fingerprint(g);
-    l->p = nn_xcalloc((size_t)l->n, sizeof *l->p);
+    l->p = gossip_node_peers(g); /* roles filled by gossip_node; our section is zero */
     l->nb = nn_xcalloc((size_t)l->n, sizeof *l->nb);
-    int *tmp = nn_xcalloc((size_t)l->n, sizeof *tmp);
-    int k = topo_in_neighbors_any(t, rank, tmp);
-    for (int a = 0; a < k; a++)
-        l->p[tmp[a]].is_in = 1;
-    k = topo_out_neighbors_any(t, rank, tmp);
-    for (int a = 0; a < k; a++)
-        l->p[tmp[a]].is_out = 1;
-    free(tmp);
     for (int j = 0; j < l->n; j++)
         if (j != rank && (l->p[j].is_in || l->p[j].is_out))
             l->nb[l->nnb++] = j;
@@ -626,7 +609,6 @@ void gossip_link_destroy(gossip_link **self_p)
     for (size_t a = 0; a < l->nstash; a++)
         free(l->stash[a].bytes);
     free(l->stash);
-    free(l->p);
     free(l->nb);
     gossip_buf_free(&l->ctl);
     free(l);
@@ -641,7 +623,7 @@ static void s_missing(const gossip_link *l, int role, int which, char *buf, size
     buf[0] = '\0';
     for (int a = 0; a < l->nnb && o < len; a++) {
         int j = l->nb[a];
-        const s_peer *p = &l->p[j];
+        const gossip_peer *p = &l->p[j];
         int has = ((role & 1) && p->is_in) || ((role & 2) && p->is_out);
         int flag = which == 0 ? p->hello : which == 1 ? p->ack : (p->hello || p->ack);
         if (!has || flag)
@@ -652,72 +634,99 @@ static void s_missing(const gossip_link *l, int role, int which, char *buf, size
     }
 }
 
-int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, size_t errlen)
+/* The highest iteration an answering neighbour reported, at least `start`. */
+static uint64_t s_far(const gossip_link *l, uint64_t start)
 {
-    const uint64_t start = *iter;
-    int rejoin = resumed || start > 0;
-    double t0 = nn_now(), deadline = t0 + l->cfg.timeout, next = 0, every = S_HELLO_FIRST;
-    for (int a = 0; a < l->nnb; a++)
-        l->p[l->nb[a]].heard = t0;
+    uint64_t far = start;
+    for (int a = 0; a < l->nnb; a++) {
+        const gossip_peer *p = &l->p[l->nb[a]];
+        if ((p->hello || p->ack) && p->reported > far)
+            far = p->reported;
+    }
+    return far;
+}
+
+/* The barrier is passed: fresh, every in-neighbour said HELLO and every
+ * out-neighbour acknowledged ours; rejoining, everybody answered. */
+static int s_barrier_done(const gossip_link *l, int rejoin)
+{
+    int done = 1;
+    for (int a = 0; a < l->nnb; a++) {
+        const gossip_peer *p = &l->p[l->nb[a]];
+        if (rejoin)
+            done &= p->hello || p->ack;
+        else
+            done &= (!p->is_in || p->hello) && (!p->is_out || p->ack);
+    }
+    return done;
+}
+
+/* The barrier's deadline passed: a fresh start fails naming who is missing;
+ * a rejoin goes on with whoever answered (the others are down). */
+static int s_barrier_timeout(gossip_link *l, int rejoin, char *err, size_t errlen)
+{
+    char a[1024], b[1024];
+    if (!rejoin) {
+        s_missing(l, 1, 0, a, sizeof a);
+        s_missing(l, 2, 1, b, sizeof b);
+        return nn_errf(err, errlen, "start barrier: no answer after %.0f s; "
+                       "in-neighbours that never said hello: %s; out-neighbours that "
+                       "never acknowledged ours: %s (are they started, with the same "
+                       "topology and endpoints?)", l->cfg.timeout, a[0] ? a : "none",
+                       b[0] ? b : "none");
+    }
+    int any = 0;
+    for (int k = 0; k < l->nnb; k++)
+        any |= l->p[l->nb[k]].hello || l->p[l->nb[k]].ack;
+    s_missing(l, 3, 2, a, sizeof a);
+    if (!any && l->nnb > 0)
+        return nn_errf(err, errlen, "rejoin: no neighbour answered within %.0f s: %s",
+                       l->cfg.timeout, a);
+    for (int k = 0; k < l->nnb; k++) {
+        int j = l->nb[k];
+        if (!l->p[j].hello && !l->p[j].ack)
+            s_down(l, j, "no answer to our HELLO within %.0f s", l->cfg.timeout);
+    }
+    return 0;
+}
+
+/* HELLO to every out-neighbour that did not answer yet (and, rejoining, to
+ * every silent in-neighbour). */
+static void s_hellos(gossip_link *l, int rejoin, uint64_t start)
+{
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        const gossip_peer *p = &l->p[j];
+        if (p->is_out && !p->ack)
+            s_ctl(l, GOSSIP_MSG_HELLO, j, 0, start);
+        if (rejoin && p->is_in && !p->hello)
+            s_ctl(l, GOSSIP_MSG_HELLO, j, 1, start);
+    }
+}
+
+/* HELLO, repeated with back-off, until the barrier passes or times out. */
+static int s_barrier(gossip_link *l, int rejoin, uint64_t start, char *err, size_t errlen)
+{
+    double deadline = nn_now() + l->cfg.timeout, next = 0, every = S_HELLO_FIRST;
     for (;;) {
-        int done = 1;
-        uint64_t far = start;
-        for (int a = 0; a < l->nnb; a++) {
-            const s_peer *p = &l->p[l->nb[a]];
-            if (rejoin)
-                done &= p->hello || p->ack;
-            else
-                done &= (!p->is_in || p->hello) && (!p->is_out || p->ack);
-            if ((p->hello || p->ack) && p->reported > far)
-                far = p->reported;
-        }
         /* In a fresh start the neighbours that passed their barrier first
          * may be an iteration or two along already (they need our messages
          * to go further); far beyond is a run in progress, which this node
          * joins only from its checkpoint. */
+        uint64_t far = s_far(l, start);
         if (!rejoin && far > start + l->lag)
             return nn_errf(err, errlen, "the neighbours are at iteration %llu: this run is in "
                            "progress; restart this node with --resume to rejoin it from its "
                            "checkpoint", (unsigned long long)far);
-        if (done)
-            break;
+        if (s_barrier_done(l, rejoin))
+            return 0;
         double now = nn_now();
         if (s_signals(l))
             return nn_errf(err, errlen, "interrupted (signal) while waiting for the neighbours");
-        if (now >= deadline) {
-            char a[1024], b[1024];
-            if (!rejoin) {
-                s_missing(l, 1, 0, a, sizeof a);
-                s_missing(l, 2, 1, b, sizeof b);
-                return nn_errf(err, errlen, "start barrier: no answer after %.0f s; "
-                               "in-neighbours that never said hello: %s; out-neighbours that "
-                               "never acknowledged ours: %s (are they started, with the same "
-                               "topology and endpoints?)", l->cfg.timeout, a[0] ? a : "none",
-                               b[0] ? b : "none");
-            }
-            int any = 0;
-            for (int k = 0; k < l->nnb; k++)
-                any |= l->p[l->nb[k]].hello || l->p[l->nb[k]].ack;
-            s_missing(l, 3, 2, a, sizeof a);
-            if (!any && l->nnb > 0)
-                return nn_errf(err, errlen, "rejoin: no neighbour answered within %.0f s: %s",
-                               l->cfg.timeout, a);
-            for (int k = 0; k < l->nnb; k++) {
-                int j = l->nb[k];
-                if (!l->p[j].hello && !l->p[j].ack)
-                    s_down(l, j, "no answer to our HELLO within %.0f s", l->cfg.timeout);
-            }
-            break;
-        }
+        if (now >= deadline)
+            return s_barrier_timeout(l, rejoin, err, errlen);
         if (now >= next) {
-            for (int a = 0; a < l->nnb; a++) {
-                int j = l->nb[a];
-                const s_peer *p = &l->p[j];
-                if (p->is_out && !p->ack)
-                    s_ctl(l, GOSSIP_MSG_HELLO, j, 0, start);
-                if (rejoin && p->is_in && !p->hello)
-                    s_ctl(l, GOSSIP_MSG_HELLO, j, 1, start);
-            }
+            s_hellos(l, rejoin, start);
             next = now + every;
             every = every * 2 < S_HELLO_MAX ? every * 2 : S_HELLO_MAX;
         }
@@ -725,52 +734,67 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
         if (s_pump(l, until - now) != 0)
             return nn_errf(err, errlen, "%s", l->fatal_msg);
     }
-    uint64_t T = start;
-    if (rejoin)
-        for (int a = 0; a < l->nnb; a++) {
-            const s_peer *p = &l->p[l->nb[a]];
-            if ((p->hello || p->ack) && p->reported > T)
-                T = p->reported;
+}
+
+/* Live in-neighbours whose RESYNC we still wait for (choco, rejoining);
+ * with `give_up` they are declared down instead. */
+static int s_resyncs_missing(gossip_link *l, int give_up)
+{
+    int waiting = 0;
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        if (!l->p[j].is_in || l->p[j].down ||
+            !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
+            continue;
+        waiting++;
+        if (give_up)
+            s_down(l, j, "no RESYNC within %.0f s", l->cfg.timeout);
+    }
+    return waiting;
+}
+
+/* Choco, rejoining: our copies of the in-neighbours are void; asks for
+ * theirs and waits (bounded by the timeout) for the RESYNCs. */
+static int s_rejoin_resyncs(gossip_link *l, char *err, size_t errlen)
+{
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        if (l->p[j].is_in && !l->p[j].down) {
+            gossip_node_peer_reset(l->g, j);
+            l->p[j].resync_asked = 0;
         }
+    }
+    double until = nn_now() + l->cfg.timeout;
+    while (s_resyncs_missing(l, 0)) {
+        if (s_signals(l))
+            return nn_errf(err, errlen, "interrupted (signal) while re-syncing");
+        if (nn_now() >= until) {
+            s_resyncs_missing(l, 1);
+            return 0;
+        }
+        if (s_pump(l, until - nn_now()) != 0)
+            return nn_errf(err, errlen, "%s", l->fatal_msg);
+    }
+    return 0;
+}
+
+int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, size_t errlen)
+{
+    const uint64_t start = *iter;
+    int rejoin = resumed || start > 0;
+    double t0 = nn_now();
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].heard = t0;
+    if (s_barrier(l, rejoin, start, err, errlen) != 0)
+        return -1;
+    uint64_t T = rejoin ? s_far(l, start) : start;
     if (T > start && gossip_node_set_iter(l->g, T, err, errlen) != 0)
         return -1;
     for (int a = 0; a < l->nnb; a++)
         l->p[l->nb[a]].heard = nn_now();
     l->running = 1;
-    if (rejoin && l->choco) {
-        /* our copies of the in-neighbours are void: ask for theirs */
-        for (int a = 0; a < l->nnb; a++) {
-            int j = l->nb[a];
-            if (l->p[j].is_in && !l->p[j].down) {
-                gossip_node_peer_reset(l->g, j);
-                l->p[j].resync_asked = 0;
-            }
-        }
-        double until = nn_now() + l->cfg.timeout;
-        for (;;) {
-            int waiting = 0;
-            for (int a = 0; a < l->nnb; a++) {
-                int j = l->nb[a];
-                waiting += l->p[j].is_in && !l->p[j].down &&
-                           (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC);
-            }
-            if (!waiting)
-                break;
-            if (s_signals(l))
-                return nn_errf(err, errlen, "interrupted (signal) while re-syncing");
-            if (nn_now() >= until) {
-                for (int a = 0; a < l->nnb; a++) {
-                    int j = l->nb[a];
-                    if (l->p[j].is_in && !l->p[j].down &&
-                        (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
-                        s_down(l, j, "no RESYNC within %.0f s", l->cfg.timeout);
-                }
-                break;
-            }
-            if (s_pump(l, until - nn_now()) != 0)
-                return nn_errf(err, errlen, "%s", l->fatal_msg);
-        }
-    }
+    if (rejoin && l->choco && s_rejoin_resyncs(l, err, errlen) != 0)
+        return -1;
     if (l->fatal)
         return nn_errf(err, errlen, "%s", l->fatal_msg);
     *iter = T;
@@ -788,7 +812,7 @@ static int s_flow_blocked(const gossip_link *l, uint64_t iter)
 {
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        const s_peer *p = &l->p[j];
+        const gossip_peer *p = &l->p[j];
         if (p->is_out && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN) &&
             iter >= p->reported + l->lag)
             return 1;
@@ -883,7 +907,7 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s)
         int left = 0;
         for (int a = 0; a < l->nnb; a++) {
             int j = l->nb[a];
-            const s_peer *p = &l->p[j];
+            const gossip_peer *p = &l->p[j];
             int st = gossip_node_peer_state(l->g, j);
             left += p->is_out && !(st & GOSSIP_PEER_OUT_DOWN) && !p->bye_ack;
             left += p->is_in && !(st & GOSSIP_PEER_IN_DOWN) && !p->bye_in;
@@ -895,7 +919,7 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s)
             size_t oa = 0, ob = 0;
             for (int k = 0; k < l->nnb; k++) {
                 int j = l->nb[k];
-                const s_peer *p = &l->p[j];
+                const gossip_peer *p = &l->p[j];
                 int st = gossip_node_peer_state(l->g, j);
                 if (p->is_out && !(st & GOSSIP_PEER_OUT_DOWN) && !p->bye_ack && oa < sizeof a)
                     oa += (size_t)snprintf(a + oa, sizeof a - oa, "%s%s", oa ? ", " : "", s_id(l, j));

@@ -2,10 +2,12 @@
  * gossip_node driven over a gossip_net (DESIGN §9), surviving dead, slow and
  * restarted peers and hostile bytes.
  *
- * Owns:    per-neighbour protocol state (barrier flags, liveness clocks, the
- *          observed message period, flow-control progress, resync requests),
- *          the stash of messages that run more than GOSSIP_WINDOW iterations
- *          ahead, and the counters of what was refused.
+ * Owns:    the stash of messages that run more than GOSSIP_WINDOW
+ *          iterations ahead and the counters of what was refused.  The
+ *          per-neighbour protocol state (barrier flags, liveness clocks, the
+ *          observed message period, flow-control progress, resync requests)
+ *          lives in the protocol section of gossip_node's peer table
+ *          (gossip_peer.h), next to the peer's roles and algorithm state.
  * Exposes: gossip_link_start (start barrier, or rejoin of a run in
  *          progress), gossip_link_round (one gossip round), gossip_link_pump
  *          (stay responsive during long local work), gossip_link_goodbye.

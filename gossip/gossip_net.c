@@ -242,14 +242,12 @@ static void s_monitor_event(gossip_net *net)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg_in, char *err,
-                           size_t errlen)
+/* What the caller must give before any socket exists: a rank of t, this
+ * node's key pair for a CURVE topology, an endpoint to bind (returned).
+ * NULL with a message. */
+static const char *s_check_config(const topo *t, int rank, const gossip_net_config *cfg,
+                                  char *err, size_t errlen)
 {
-    gossip_net_config cfg;
-    if (cfg_in)
-        cfg = *cfg_in;
-    else
-        gossip_net_config_default(&cfg);
     if (!t || rank < 0 || rank >= t->n) {
         nn_errf(err, errlen, "gossip_net: rank %d outside the topology (0..%d)", rank,
                 t ? t->n - 1 : -1);
@@ -257,13 +255,13 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
     }
     if (t->security_curve) {
         char mine[41];
-        if (!cfg.curve_public || !cfg.curve_secret) {
+        if (!cfg->curve_public || !cfg->curve_secret) {
             nn_errf(err, errlen, "gossip_net: %s says `security: curve`: node %s needs its "
                     "certificate (--cert FILE, written by `lpgossip keygen`)", t->name,
                     t->nodes[rank].id);
             return NULL;
         }
-        zmq_z85_encode(mine, cfg.curve_public, 32);
+        zmq_z85_encode(mine, cfg->curve_public, 32);
         if (strcmp(mine, t->nodes[rank].pubkey) != 0) {
             nn_errf(err, errlen, "gossip_net: the certificate's public key %s is not the one %s "
                     "lists for node %s (%s): wrong --cert?", mine, t->name, t->nodes[rank].id,
@@ -271,18 +269,19 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
             return NULL;
         }
     }
-    const char *bind = cfg.bind ? cfg.bind : t->nodes[rank].endpoint;
+    const char *bind = cfg->bind ? cfg->bind : t->nodes[rank].endpoint;
     if (!bind[0]) {
         nn_errf(err, errlen, "gossip_net: node %s (rank %d) has no endpoint in %s: give one "
                 "there or with --bind tcp://*:PORT", t->nodes[rank].id, rank, t->name);
         return NULL;
     }
-    gossip_net *net = nn_xcalloc(1, sizeof *net);
-    net->t = t;
-    net->rank = rank;
-    net->n = t->n;
-    net->max_msg = cfg.max_msg ? cfg.max_msg : (size_t)64 << 20;
-    net->log = cfg.log;
+    return bind;
+}
+
+/* The neighbour tables: in-neighbour flags, out-neighbours and their
+ * positions (DEALER k talks to out_ranks[k]). */
+static void s_neighbours(gossip_net *net, const topo *t, int rank)
+{
     net->out_ranks = nn_xcalloc((size_t)t->n, sizeof(int));
     net->out_pos = nn_xcalloc((size_t)t->n, sizeof(int));
     net->is_in = nn_xcalloc((size_t)t->n, 1);
@@ -296,82 +295,114 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
         net->out_pos[j] = -1;
     for (int k = 0; k < net->nout; k++)
         net->out_pos[net->out_ranks[k]] = k;
-    net->dealers = nn_xcalloc((size_t)net->nout + 1, sizeof(void *));
-    net->items = nn_xcalloc((size_t)net->nout + 2, sizeof(zmq_pollitem_t));
-    zmq_msg_init(&net->cur);
-    net->have_cur = 1;
+}
 
-    net->curve = t->security_curve;
+/* The context: CZMQ's shared one (its ZAP handler) for CURVE, else ours. */
+static int s_context(gossip_net *net, char *err, size_t errlen)
+{
+    net->curve = net->t->security_curve;
     if (net->curve) {
         zsys_handler_set(NULL); /* the caller owns SIGINT/SIGTERM */
         net->ctx = zsys_init();
         net->shared_ctx = 1;
         if (!net->ctx || s_start_auth(net, err, errlen) != 0)
-            goto fail;
+            return -1;
     } else {
         net->ctx = zmq_ctx_new();
     }
-    if (!net->ctx) {
-        s_zerr(err, errlen, "cannot create a context for", t->nodes[rank].id);
-        goto fail;
-    }
+    if (!net->ctx)
+        return s_zerr(err, errlen, "cannot create a context for", net->t->nodes[net->rank].id);
+    return 0;
+}
+
+/* The ROUTER, bound at `bind`, with its monitor. */
+static int s_router(gossip_net *net, const gossip_net_config *cfg, const char *bind, char *err,
+                    size_t errlen)
+{
+    const char *myid = net->t->nodes[net->rank].id;
     net->router = zmq_socket(net->ctx, ZMQ_ROUTER);
-    if (!net->router || s_common_opts(net->router, &cfg, net->max_msg) != 0 ||
+    if (!net->router || s_common_opts(net->router, cfg, net->max_msg) != 0 ||
         s_setopt_int(net->router, ZMQ_ROUTER_MANDATORY, 1) != 0 ||
         s_setopt_int(net->router, ZMQ_ROUTER_HANDOVER, 1) != 0 ||
         (net->curve && (s_setopt_int(net->router, ZMQ_CURVE_SERVER, 1) != 0 ||
-                        zmq_setsockopt(net->router, ZMQ_CURVE_SECRETKEY, cfg.curve_secret, 32) != 0))) {
-        s_zerr(err, errlen, "cannot set up the ROUTER of", t->nodes[rank].id);
-        goto fail;
-    }
+                        zmq_setsockopt(net->router, ZMQ_CURVE_SECRETKEY, cfg->curve_secret, 32) != 0)))
+        return s_zerr(err, errlen, "cannot set up the ROUTER of", myid);
     if (s_start_monitor(net, err, errlen) != 0)
-        goto fail;
-    if (zmq_bind(net->router, bind) != 0) {
-        nn_errf(err, errlen, "gossip_net: node %s (rank %d) cannot bind %s: %s (a host name "
-                "cannot be bound: use --bind tcp://*:PORT or an address of this machine)",
-                t->nodes[rank].id, rank, bind, zmq_strerror(zmq_errno()));
-        goto fail;
-    }
+        return -1;
+    if (zmq_bind(net->router, bind) != 0)
+        return nn_errf(err, errlen, "gossip_net: node %s (rank %d) cannot bind %s: %s (a host "
+                       "name cannot be bound: use --bind tcp://*:PORT or an address of this "
+                       "machine)", myid, net->rank, bind, zmq_strerror(zmq_errno()));
     size_t eplen = sizeof net->endpoint;
     if (zmq_getsockopt(net->router, ZMQ_LAST_ENDPOINT, net->endpoint, &eplen) != 0)
         snprintf(net->endpoint, sizeof net->endpoint, "%s", bind);
     net->items[0] = (zmq_pollitem_t){.socket = net->router, .events = ZMQ_POLLIN};
+    return 0;
+}
 
-    const char *myid = t->nodes[rank].id;
-    for (int k = 0; k < net->nout; k++) {
-        int j = net->out_ranks[k];
-        const char *ep = t->nodes[j].endpoint;
-        if (!ep[0]) {
-            nn_errf(err, errlen, "gossip_net: out-neighbour %s (rank %d) of node %s has no "
-                    "endpoint in %s: give one there or with --peer %s=tcp://HOST:PORT",
-                    t->nodes[j].id, j, myid, t->name, t->nodes[j].id);
-            goto fail;
-        }
-        void *d = zmq_socket(net->ctx, ZMQ_DEALER);
-        net->dealers[k] = d;
-        if (!d || s_common_opts(d, &cfg, net->max_msg) != 0 ||
-            zmq_setsockopt(d, ZMQ_ROUTING_ID, myid, strlen(myid)) != 0 ||
-            s_setopt_int(d, ZMQ_SNDTIMEO, cfg.send_timeout_ms) != 0) {
-            s_zerr(err, errlen, "cannot set up the DEALER to", t->nodes[j].id);
-            goto fail;
-        }
-        if (net->curve) {
-            uint8_t server[32];
-            if (!zmq_z85_decode(server, t->nodes[j].pubkey) ||
-                zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, server, 32) != 0 ||
-                zmq_setsockopt(d, ZMQ_CURVE_PUBLICKEY, cfg.curve_public, 32) != 0 ||
-                zmq_setsockopt(d, ZMQ_CURVE_SECRETKEY, cfg.curve_secret, 32) != 0) {
-                s_zerr(err, errlen, "cannot set the CURVE keys of the DEALER to", t->nodes[j].id);
-                goto fail;
-            }
-        }
-        if (zmq_connect(d, ep) != 0) {
-            nn_errf(err, errlen, "gossip_net: node %s cannot connect to out-neighbour %s "
-                    "(rank %d) at %s: %s", myid, t->nodes[j].id, j, ep, zmq_strerror(zmq_errno()));
-            goto fail;
-        }
-        net->items[1 + k] = (zmq_pollitem_t){.socket = d, .events = ZMQ_POLLIN};
+/* DEALER k, connected to out-neighbour out_ranks[k] with our id as its
+ * routing id. */
+static int s_dealer(gossip_net *net, const gossip_net_config *cfg, int k, char *err,
+                    size_t errlen)
+{
+    const topo *t = net->t;
+    const char *myid = t->nodes[net->rank].id;
+    int j = net->out_ranks[k];
+    const char *ep = t->nodes[j].endpoint;
+    if (!ep[0])
+        return nn_errf(err, errlen, "gossip_net: out-neighbour %s (rank %d) of node %s has no "
+                       "endpoint in %s: give one there or with --peer %s=tcp://HOST:PORT",
+                       t->nodes[j].id, j, myid, t->name, t->nodes[j].id);
+    void *d = zmq_socket(net->ctx, ZMQ_DEALER);
+    net->dealers[k] = d;
+    if (!d || s_common_opts(d, cfg, net->max_msg) != 0 ||
+        zmq_setsockopt(d, ZMQ_ROUTING_ID, myid, strlen(myid)) != 0 ||
+        s_setopt_int(d, ZMQ_SNDTIMEO, cfg->send_timeout_ms) != 0)
+        return s_zerr(err, errlen, "cannot set up the DEALER to", t->nodes[j].id);
+    if (net->curve) {
+        uint8_t server[32];
+        if (!zmq_z85_decode(server, t->nodes[j].pubkey) ||
+            zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, server, 32) != 0 ||
+            zmq_setsockopt(d, ZMQ_CURVE_PUBLICKEY, cfg->curve_public, 32) != 0 ||
+            zmq_setsockopt(d, ZMQ_CURVE_SECRETKEY, cfg->curve_secret, 32) != 0)
+            return s_zerr(err, errlen, "cannot set the CURVE keys of the DEALER to",
+                          t->nodes[j].id);
     }
+    if (zmq_connect(d, ep) != 0)
+        return nn_errf(err, errlen, "gossip_net: node %s cannot connect to out-neighbour %s "
+                       "(rank %d) at %s: %s", myid, t->nodes[j].id, j, ep,
+                       zmq_strerror(zmq_errno()));
+    net->items[1 + k] = (zmq_pollitem_t){.socket = d, .events = ZMQ_POLLIN};
+    return 0;
+}
+
+gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg_in, char *err,
+                           size_t errlen)
+{
+    gossip_net_config cfg;
+    if (cfg_in)
+        cfg = *cfg_in;
+    else
+        gossip_net_config_default(&cfg);
+    const char *bind = s_check_config(t, rank, &cfg, err, errlen);
+    if (!bind)
+        return NULL;
+    gossip_net *net = nn_xcalloc(1, sizeof *net);
+    net->t = t;
+    net->rank = rank;
+    net->n = t->n;
+    net->max_msg = cfg.max_msg ? cfg.max_msg : (size_t)64 << 20;
+    net->log = cfg.log;
+    s_neighbours(net, t, rank);
+    net->dealers = nn_xcalloc((size_t)net->nout + 1, sizeof(void *));
+    net->items = nn_xcalloc((size_t)net->nout + 2, sizeof(zmq_pollitem_t));
+    zmq_msg_init(&net->cur);
+    net->have_cur = 1;
+    if (s_context(net, err, errlen) != 0 || s_router(net, &cfg, bind, err, errlen) != 0)
+        goto fail;
+    for (int k = 0; k < net->nout; k++)
+        if (s_dealer(net, &cfg, k, err, errlen) != 0)
+            goto fail;
     net->items[1 + net->nout] = (zmq_pollitem_t){.socket = net->monitor, .events = ZMQ_POLLIN};
     return net;
 fail:
@@ -623,7 +654,3 @@ const char *gossip_net_endpoint(const gossip_net *net)
     return net->endpoint;
 }
 
-int gossip_net_rank(const gossip_net *net)
-{
-    return net->rank;
-}

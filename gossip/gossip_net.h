@@ -9,7 +9,7 @@
  *          Byte and rejection counters.
  * Exposes: the functions below.  Message bytes are opaque here: the caller
  *          (node/node_cmd_node.c) encodes and decodes them (gossip_codec).
- * Callers: node/ (`lpgossip node`), tests, bench.
+ * Callers: gossip_link, node/node_cmd_node.c (`lpgossip node`), tests, bench.
  *
  * What arrives is outside input.  gossip_net_recv accepts on the ROUTER only
  * [routing id][payload] with a routing id equal to the id of a known
@@ -137,6 +137,5 @@ int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_
 void gossip_net_stats_get(const gossip_net *net, gossip_net_stats *out);
 /* The endpoint the ROUTER is bound to (ZMQ_LAST_ENDPOINT; borrowed). */
 const char *gossip_net_endpoint(const gossip_net *net);
-int gossip_net_rank(const gossip_net *net);
 
 #endif

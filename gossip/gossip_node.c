@@ -11,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A message of an in-neighbour between receipt and mix: decoded (and
+ * validated) once on receipt, kept as a compact payload. */
 typedef struct {
-    uint64_t   iter;
-    int        have;
-    double     psi;
-    gossip_buf bytes;  /* validated message, grow-only */
+    uint64_t       iter;
+    int            have;
+    double         psi;
+    size_t         len;    /* its size on the wire (byte counters) */
+    gossip_payload pl;     /* grow-only */
 } s_slot;
 
 struct gossip_node {
@@ -26,20 +29,12 @@ struct gossip_node {
     int               rank, n;
     uint32_t          fp;
     uint8_t           blk_type;
-    /* neighbours: union over the schedule */
-    int     nin, *in_ranks, *in_pos;  /* in_pos[rank] = index or -1 (n) */
+    /* neighbours: union over the schedule; one record per rank */
+    gossip_peer *peer;                /* n (gossip_peer.h) */
+    int     nin, *in_ranks;
     int     nout_union, *out_union;
     int     ndest, *dest;             /* destinations of the prepared message */
     s_slot *slots;                    /* nin * GOSSIP_WINDOW */
-    /* membership, per in-neighbour index k (see "Membership" in the header) */
-    uint8_t  *in_down;                /* nin: declared down by the caller */
-    uint64_t *in_from;                /* nin: takes part from this iteration on */
-    uint64_t *sent_thru;              /* nin: proved to have sent all below this */
-    double   *psi_last;               /* nin: its latest psi (message or RESYNC) */
-    uint64_t *copy_thru;              /* nin, choco: copy holds q_j(u), u < this */
-    uint8_t  *copy_bad;               /* nin, choco: copy unknown (restart): absent until RESYNC */
-    uint8_t  *copy_gap;               /* nin, choco: an update was lost: wait for RESYNC */
-    uint8_t  *out_down;               /* n: out-neighbour declared down */
     /* state */
     double  psi;
     float  *xhat_self;                /* d, choco */
@@ -63,6 +58,12 @@ struct gossip_node {
     uint64_t          cur_sent;       /* bytes sent for the current iteration */
 };
 
+/* The record of in-neighbour index k. */
+static gossip_peer *s_in(const gossip_node *g, int k)
+{
+    return &g->peer[g->in_ranks[k]];
+}
+
 static const double *s_w(const gossip_node *g, uint64_t iter)
 {
     /* Same as topo_weights(); read directly so that this file does not
@@ -73,7 +74,7 @@ static const double *s_w(const gossip_node *g, uint64_t iter)
 /* Does this node need (and accept) a message from in-neighbour j for iter? */
 static int s_needs(const gossip_node *g, int j, uint64_t iter)
 {
-    if (j < 0 || j >= g->n || j == g->rank || g->in_pos[j] < 0)
+    if (j < 0 || j >= g->n || j == g->rank || g->peer[j].in_pos < 0)
         return 0;
     if (g->cfg.algo == GOSSIP_CHOCO)
         return 1;
@@ -141,35 +142,19 @@ const char *gossip_algo_name(gossip_algo a)
     return "?";
 }
 
+/* The topology checks are topo_validate's (one place, TOPO_SUM_TOL); the
+ * algorithms without push-sum also need rows that sum to 1. */
 static int s_check_topo(const topo *t, int rank, int push_sum, char *err, size_t errlen)
 {
-    if (!t || t->n < 1 || t->nsched < 1 || !t->sched)
-        return nn_errf(err, errlen, "gossip: empty topology");
+    char msg[512];
+    if (!t || topo_validate(t, msg, sizeof msg) != 0)
+        return nn_errf(err, errlen, "gossip: topology '%s': %s", t ? t->name : "",
+                       t ? msg : "none");
     if (rank < 0 || rank >= t->n)
         return nn_errf(err, errlen, "gossip: rank %d outside 0..%d of topology '%s'", rank, t->n - 1, t->name);
-    int n = t->n;
-    for (int s = 0; s < t->nsched; s++) {
-        const double *w = t->sched[s].w;
-        for (int j = 0; j < n; j++) {
-            double col = 0.0, row = 0.0;
-            for (int i = 0; i < n; i++) {
-                double x = w[(size_t)i * n + j];
-                if (!isfinite(x) || x < 0.0)
-                    return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: weight w[%d][%d] = %g is not a finite non-negative number",
-                                   t->name, s, i, j, x);
-                col += x;
-                row += w[(size_t)j * n + i];
-            }
-            if (!(w[(size_t)j * n + j] > 0.0))
-                return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: self weight of node %d must be positive", t->name, s, j);
-            if (fabs(col - 1.0) > 1e-6)
-                return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: column %d sums to %.9g, not 1 (W must be column stochastic)",
-                               t->name, s, j, col);
-            if (!push_sum && fabs(row - 1.0) > 1e-6)
-                return nn_errf(err, errlen, "gossip: topology '%s' matrix %d: row %d sums to %.9g; without push-sum W must be doubly stochastic",
-                               t->name, s, j, row);
-        }
-    }
+    if (!push_sum && !topo_is_doubly_stochastic(t))
+        return nn_errf(err, errlen, "gossip: topology '%s': rows do not sum to 1; without "
+                       "push-sum W must be doubly stochastic", t->name);
     return 0;
 }
 
@@ -229,34 +214,21 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
     size_t d = layout->numel;
     int n = t->n;
 
-    g->in_pos = nn_xmalloc((size_t)n * sizeof *g->in_pos);
     g->in_ranks = nn_xmalloc((size_t)n * sizeof *g->in_ranks);
     g->out_union = nn_xmalloc((size_t)n * sizeof *g->out_union);
     g->dest = nn_xmalloc((size_t)n * sizeof *g->dest);
-    for (int j = 0; j < n; j++) {
-        int in = 0, out = 0;
-        for (int s = 0; s < t->nsched; s++) {
-            in |= j != rank && t->sched[s].w[(size_t)rank * n + j] > 0.0;
-            out |= j != rank && t->sched[s].w[(size_t)j * n + rank] > 0.0;
-        }
-        g->in_pos[j] = in ? g->nin : -1;
-        if (in)
-            g->in_ranks[g->nin++] = j;
-        if (out)
-            g->out_union[g->nout_union++] = j;
+    g->nin = topo_in_neighbors_any(t, rank, g->in_ranks);
+    g->nout_union = topo_out_neighbors_any(t, rank, g->out_union);
+    g->peer = nn_xcalloc((size_t)n, sizeof *g->peer);
+    for (int j = 0; j < n; j++)
+        g->peer[j] = (gossip_peer){.rank = j, .in_pos = -1, .psi_last = 1.0};
+    for (int k = 0; k < g->nin; k++) {
+        g->peer[g->in_ranks[k]].in_pos = k;
+        g->peer[g->in_ranks[k]].is_in = 1;
     }
+    for (int k = 0; k < g->nout_union; k++)
+        g->peer[g->out_union[k]].is_out = 1;
     g->slots = nn_xcalloc((size_t)(g->nin ? g->nin : 1) * GOSSIP_WINDOW, sizeof *g->slots);
-    size_t nk = (size_t)(g->nin ? g->nin : 1);
-    g->in_down = nn_xcalloc(nk, 1);
-    g->in_from = nn_xcalloc(nk, sizeof *g->in_from);
-    g->sent_thru = nn_xcalloc(nk, sizeof *g->sent_thru);
-    g->psi_last = nn_xcalloc(nk, sizeof *g->psi_last);
-    g->copy_thru = nn_xcalloc(nk, sizeof *g->copy_thru);
-    g->copy_bad = nn_xcalloc(nk, 1);
-    g->copy_gap = nn_xcalloc(nk, 1);
-    g->out_down = nn_xcalloc((size_t)n, 1);
-    for (size_t k = 0; k < nk; k++)
-        g->psi_last[k] = 1.0;
     g->work = nn_xalloc_aligned(d * sizeof(float));
     g->acc = nn_xalloc_aligned(d * sizeof(double));
     if (cfg->algo == GOSSIP_CHOCO) {
@@ -269,7 +241,7 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
         g->ebuf = nn_xalloc_aligned(d * sizeof(float));
     if (comp.mask_momentum)
         g->sent = nn_xalloc_aligned(d * sizeof(float)); /* nothing sent yet */
-    nn_rng_seed(&g->rng, cfg->seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(rank + 1)));
+    nn_rng_seed(&g->rng, nn_seed_derive(cfg->seed, (uint64_t)rank));
     gossip_compressed_init(&g->comp_out, layout);
     gossip_payload_init(&g->self_pl, layout);
     gossip_payload_init(&g->scratch_pl, layout);
@@ -282,16 +254,8 @@ void gossip_node_destroy(gossip_node **self_p)
         return;
     gossip_node *g = *self_p;
     for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
-        gossip_buf_free(&g->slots[k].bytes);
+        gossip_payload_free(&g->slots[k].pl);
     free(g->slots);
-    free(g->in_down);
-    free(g->in_from);
-    free(g->sent_thru);
-    free(g->psi_last);
-    free(g->copy_thru);
-    free(g->copy_bad);
-    free(g->copy_gap);
-    free(g->out_down);
     gossip_buf_free(&g->resync);
     if (g->xhat_in)
         for (int k = 0; k < g->nin; k++)
@@ -302,8 +266,8 @@ void gossip_node_destroy(gossip_node **self_p)
     free(g->sent);
     free(g->work);
     free(g->acc);
-    free(g->in_pos);
     free(g->in_ranks);
+    free(g->peer);
     free(g->out_union);
     free(g->dest);
     gossip_compressed_free(&g->comp_out);
@@ -361,12 +325,12 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
     g->ndest = 0;
     if (g->cfg.algo == GOSSIP_CHOCO) {
         for (int a = 0; a < g->nout_union; a++)
-            if (!g->out_down[g->out_union[a]])
+            if (!g->peer[g->out_union[a]].out_down)
                 g->dest[g->ndest++] = g->out_union[a];
     } else {
         const double *w = s_w(g, iter);
         for (int j = 0; j < g->n; j++)
-            if (j != g->rank && !g->out_down[j] && w[(size_t)j * g->n + g->rank] > 0.0)
+            if (j != g->rank && !g->peer[j].out_down && w[(size_t)j * g->n + g->rank] > 0.0)
                 g->dest[g->ndest++] = j;
     }
     g->cur_sent = (uint64_t)g->out.len * (uint64_t)g->ndest;
@@ -425,11 +389,12 @@ enum {
 
 static int s_absent(const gossip_node *g, int k, uint64_t iter)
 {
-    if (g->in_down[k] || iter < g->in_from[k])
+    const gossip_peer *p = s_in(g, k);
+    if (p->in_down || iter < p->in_from)
         return S_ABSENT_DOWN;
     if (g->cfg.algo == GOSSIP_CHOCO)
-        return g->copy_bad[k] ? S_ABSENT_DOWN : S_PRESENT;
-    return !s_present(g, k, iter) && iter < g->sent_thru[k] ? S_ABSENT_LOST : S_PRESENT;
+        return p->copy_bad ? S_ABSENT_DOWN : S_PRESENT;
+    return !s_present(g, k, iter) && iter < p->sent_thru ? S_ABSENT_LOST : S_PRESENT;
 }
 
 /* Choco: an update of in-neighbour k that the copy still needs is proved
@@ -438,14 +403,15 @@ static int s_absent(const gossip_node *g, int k, uint64_t iter)
  * one round trip away: the copy waits for it (copy_gap). */
 static void s_check_gap(gossip_node *g, int k)
 {
-    if (g->cfg.algo != GOSSIP_CHOCO || g->copy_bad[k] || g->copy_gap[k] || g->in_down[k])
+    gossip_peer *p = s_in(g, k);
+    if (g->cfg.algo != GOSSIP_CHOCO || p->copy_bad || p->copy_gap || p->in_down)
         return;
-    uint64_t end = g->sent_thru[k];
+    uint64_t end = p->sent_thru;
     if (end > g->iter + GOSSIP_WINDOW)
         end = g->iter + GOSSIP_WINDOW;
-    for (uint64_t m = g->copy_thru[k]; m < end; m++)
+    for (uint64_t m = p->copy_thru; m < end; m++)
         if (m < g->iter || !s_present(g, k, m)) {
-            g->copy_gap[k] = 1;
+            p->copy_gap = 1;
             s_clear_slots(g, k);
             return;
         }
@@ -479,7 +445,7 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
     double live_out = 0.0, down_out = 0.0;
     for (int o = 0; o < n; o++)
         if (o != i && w[(size_t)o * n + i] > 0.0) {
-            if (g->out_down[o])
+            if (g->peer[o].out_down)
                 down_out += w[(size_t)o * n + i];
             else
                 live_out += w[(size_t)o * n + i];
@@ -526,6 +492,7 @@ static void s_psi_floor(gossip_node *g, float *x)
 static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char *err,
                             size_t errlen)
 {
+    gossip_peer *p = s_in(g, k);
     unsigned s = h->sender;
     if (g->cfg.algo != GOSSIP_CHOCO)
         return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u, but %s keeps no public copies",
@@ -534,21 +501,21 @@ static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char 
         if (g->scratch_pl.blocks[b].type != GOSSIP_BLK_DENSE_F32)
             return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u: tensor '%s' is block type %u, not dense f32",
                            g->rank, s, g->layout->views[b].name, g->scratch_pl.blocks[b].type);
-    if (!g->copy_bad[k] && !g->copy_gap[k] && !g->in_down[k] && h->iter < g->copy_thru[k])
+    if (!p->copy_bad && !p->copy_gap && !p->in_down && h->iter < p->copy_thru)
         return nn_errf(err, errlen, "gossip: node %d: stale RESYNC from rank %u for iteration %llu (our copy is at %llu)",
-                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)g->copy_thru[k]);
+                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)p->copy_thru);
     const nn_arena *L = g->layout;
     float *copy = g->xhat_in[k];
     for (size_t b = 0; b < g->scratch_pl.nblocks; b++)
         memcpy(copy + L->views[b].offset, g->scratch_pl.blocks[b].val, L->views[b].numel * sizeof(float));
-    g->copy_thru[k] = h->iter;
-    g->copy_bad[k] = 0;
-    g->copy_gap[k] = 0;
-    g->in_down[k] = 0;
-    g->in_from[k] = 0;
-    g->psi_last[k] = h->psi;
-    if (g->sent_thru[k] < h->iter)
-        g->sent_thru[k] = h->iter;
+    p->copy_thru = h->iter;
+    p->copy_bad = 0;
+    p->copy_gap = 0;
+    p->in_down = 0;
+    p->in_from = 0;
+    p->psi_last = h->psi;
+    if (p->sent_thru < h->iter)
+        p->sent_thru = h->iter;
     s_clear_slots(g, k); /* what they held is inside the copy (FIFO) */
     g->stats.resyncs_recv++;
     return GOSSIP_RECV_OK;
@@ -564,12 +531,13 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     if (h.kind != GOSSIP_MSG_GOSSIP && h.kind != GOSSIP_MSG_RESYNC)
         return nn_errf(err, errlen, "gossip: node %d: kind %u message from rank %u is for the transport, not the algorithm",
                        g->rank, h.kind, s);
-    if (s >= (unsigned)g->n || s == (unsigned)g->rank || g->in_pos[s] < 0)
+    if (s >= (unsigned)g->n || s == (unsigned)g->rank || g->peer[s].in_pos < 0)
         return nn_errf(err, errlen, "gossip: node %d: rank %u is not an in-neighbour", g->rank, s);
     if (!(h.flags & GOSSIP_FLAG_PUSH_SUM) != !g->cfg.push_sum)
         return nn_errf(err, errlen, "gossip: node %d: rank %u has push-sum %s, we have it %s",
                        g->rank, s, (h.flags & GOSSIP_FLAG_PUSH_SUM) ? "on" : "off", g->cfg.push_sum ? "on" : "off");
-    int k = g->in_pos[s];
+    int k = g->peer[s].in_pos;
+    gossip_peer *p = s_in(g, k);
     if (h.kind == GOSSIP_MSG_RESYNC)
         return s_receive_resync(g, &h, k, err, errlen);
     if (h.iter >= g->iter && h.iter - g->iter >= GOSSIP_WINDOW)
@@ -591,25 +559,25 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     }
     int choco = g->cfg.algo == GOSSIP_CHOCO;
     /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet */
-    if (g->in_down[k] && (choco || h.iter < g->iter))
+    if (p->in_down && (choco || h.iter < g->iter))
         return GOSSIP_RECV_IGNORED;
-    if (choco && (g->copy_bad[k] || g->copy_gap[k]))
+    if (choco && (p->copy_bad || p->copy_gap))
         return GOSSIP_RECV_IGNORED; /* the coming RESYNC holds it */
     if (h.iter < g->iter) {
         /* Only choco catches up a copy this way (after a RESYNC from the
          * past): the next update in order is applied to the copy alone. */
-        if (!choco || h.iter < g->copy_thru[k])
+        if (!choco || h.iter < p->copy_thru)
             return nn_errf(err, errlen, "gossip: node %d: stale or replayed message from rank %u for iteration %llu (now at %llu)",
                            g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter);
-        if (g->sent_thru[k] < h.iter + 1)
-            g->sent_thru[k] = h.iter + 1;
-        if (h.iter > g->copy_thru[k]) {
+        if (p->sent_thru < h.iter + 1)
+            p->sent_thru = h.iter + 1;
+        if (h.iter > p->copy_thru) {
             s_check_gap(g, k);
             return GOSSIP_RECV_IGNORED;
         }
         gossip_payload_add(&g->scratch_pl, g->layout, g->xhat_in[k]);
-        g->copy_thru[k] = h.iter + 1;
-        g->psi_last[k] = h.psi;
+        p->copy_thru = h.iter + 1;
+        p->psi_last = h.psi;
         g->stats.bytes_recv += len;
         g->stats.msgs_recv++;
         return GOSSIP_RECV_OK;
@@ -621,16 +589,17 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
                            g->rank, s, (unsigned long long)h.iter);
         assert(0 && "slot of an older iteration still occupied");
     }
-    if (g->in_down[k]) { /* dpsgd / deepsqueeze: back from now on */
-        g->in_down[k] = 0;
-        g->in_from[k] = h.iter;
+    if (p->in_down) { /* dpsgd / deepsqueeze: back from now on */
+        p->in_down = 0;
+        p->in_from = h.iter;
     }
-    gossip_buf_set(&slot->bytes, msg, len);
+    gossip_payload_copy(&slot->pl, &g->scratch_pl);
+    slot->len = len;
     slot->iter = h.iter;
     slot->psi = h.psi;
     slot->have = 1;
-    if (g->sent_thru[k] < h.iter + 1)
-        g->sent_thru[k] = h.iter + 1;
+    if (p->sent_thru < h.iter + 1)
+        p->sent_thru = h.iter + 1;
     g->stats.bytes_recv += len;
     g->stats.msgs_recv++;
     s_check_gap(g, k);
@@ -646,9 +615,9 @@ int gossip_node_ready(const gossip_node *g, uint64_t iter)
         if (!s_needs(g, j, iter) || s_absent(g, k, iter))
             continue;
         if (g->cfg.algo == GOSSIP_CHOCO) {
-            if (g->copy_gap[k])
+            if (s_in(g, k)->copy_gap)
                 return 0;
-            if (g->copy_thru[k] > iter || (g->copy_thru[k] == iter && s_present(g, k, iter)))
+            if (s_in(g, k)->copy_thru > iter || (s_in(g, k)->copy_thru == iter && s_present(g, k, iter)))
                 continue;
             return 0;
         }
@@ -658,20 +627,17 @@ int gossip_node_ready(const gossip_node *g, uint64_t iter)
     return 1;
 }
 
-/* Decodes the stored message of in-neighbour index k for iter into the
- * scratch payload and frees the slot.  The bytes were validated on
- * receipt. */
-static const gossip_payload *s_slot_decode(gossip_node *g, int k, uint64_t iter, double *psi, size_t *len)
+/* The stored (decoded) message of in-neighbour index k for iter; frees
+ * the slot (its payload stays valid until the slot is filled again). */
+static const gossip_payload *s_slot_take(gossip_node *g, int k, uint64_t iter, double *psi,
+                                         size_t *len)
 {
     s_slot *slot = s_slot_of(g, k, iter);
     assert(slot->have && slot->iter == iter);
-    int rc = gossip_msg_decode(slot->bytes.data, slot->bytes.len, g->layout, NULL, &g->scratch_pl, NULL, 0);
-    assert(rc == 0 && "stored message was validated on receipt");
-    (void)rc;
     *psi = slot->psi;
-    *len = slot->bytes.len;
+    *len = slot->len;
     slot->have = 0;
-    return &g->scratch_pl;
+    return &slot->pl;
 }
 
 int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t errlen)
@@ -717,10 +683,10 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
             }
             double psi_j;
             size_t len;
-            const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
+            const gossip_payload *p = s_slot_take(g, k, iter, &psi_j, &len);
             gossip_payload_axpy(p, L, w[j], acc);
             psi_acc += w[j] * psi_j;
-            g->psi_last[k] = psi_j;
+            s_in(g, k)->psi_last = psi_j;
             recv += len;
         }
         if (ds) {
@@ -748,15 +714,15 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
                     s_slot_of(g, k, iter)->have = 0;
                 continue;
             }
-            double psi_j = g->psi_last[k];
+            double psi_j = s_in(g, k)->psi_last;
             if (s_present(g, k, iter)) {
                 size_t len;
-                const gossip_payload *p = s_slot_decode(g, k, iter, &psi_j, &len);
-                if (g->copy_thru[k] == iter) { /* else a RESYNC already holds it */
+                const gossip_payload *p = s_slot_take(g, k, iter, &psi_j, &len);
+                if (s_in(g, k)->copy_thru == iter) { /* else a RESYNC already holds it */
                     gossip_payload_add(p, L, g->xhat_in[k]);
-                    g->copy_thru[k] = iter + 1;
+                    s_in(g, k)->copy_thru = iter + 1;
                 }
-                g->psi_last[k] = psi_j;
+                s_in(g, k)->psi_last = psi_j;
                 recv += len;
             }
             if (w[j] > 0.0) {
@@ -810,11 +776,6 @@ uint64_t gossip_node_sent_thru(const gossip_node *g)
     return g->iter + (uint64_t)g->prepared;
 }
 
-int gossip_node_rank(const gossip_node *g)
-{
-    return g->rank;
-}
-
 const nn_arena *gossip_node_layout(const gossip_node *g)
 {
     return g->layout;
@@ -837,9 +798,9 @@ const float *gossip_node_xhat_self(const gossip_node *g)
 
 const float *gossip_node_xhat_of(const gossip_node *g, int rank)
 {
-    if (!g->xhat_in || rank < 0 || rank >= g->n || g->in_pos[rank] < 0)
+    if (!g->xhat_in || rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
         return NULL;
-    return g->xhat_in[g->in_pos[rank]];
+    return g->xhat_in[g->peer[rank].in_pos];
 }
 
 uint32_t gossip_node_fingerprint(const gossip_node *g)
@@ -910,15 +871,16 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
     for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
         g->slots[k].have = 0;
     for (int k = 0; k < g->nin; k++) { /* everyone live, copies current */
-        g->in_down[k] = 0;
-        g->in_from[k] = 0;
-        g->copy_bad[k] = 0;
-        g->copy_gap[k] = 0;
-        g->copy_thru[k] = s->iter;
-        g->sent_thru[k] = s->iter;
-        g->psi_last[k] = 1.0;
+        s_in(g, k)->in_down = 0;
+        s_in(g, k)->in_from = 0;
+        s_in(g, k)->copy_bad = 0;
+        s_in(g, k)->copy_gap = 0;
+        s_in(g, k)->copy_thru = s->iter;
+        s_in(g, k)->sent_thru = s->iter;
+        s_in(g, k)->psi_last = 1.0;
     }
-    memset(g->out_down, 0, (size_t)g->n);
+    for (int j = 0; j < g->n; j++)
+        g->peer[j].out_down = 0;
     g->iter = s->iter;
     g->psi = s->psi;
     g->rng = s->rng;
@@ -932,53 +894,60 @@ void gossip_node_peer_down(gossip_node *g, int rank)
 {
     if (rank < 0 || rank >= g->n || rank == g->rank)
         return;
-    if (g->in_pos[rank] >= 0) {
-        int k = g->in_pos[rank];
-        g->in_down[k] = 1;
+    if (g->peer[rank].in_pos >= 0) {
+        int k = g->peer[rank].in_pos;
+        s_in(g, k)->in_down = 1;
         s_clear_slots(g, k);
     }
-    g->out_down[rank] = 1;
+    g->peer[rank].out_down = 1;
 }
 
 void gossip_node_peer_up(gossip_node *g, int rank)
 {
     if (rank >= 0 && rank < g->n)
-        g->out_down[rank] = 0;
+        g->peer[rank].out_down = 0;
 }
 
 void gossip_node_peer_reset(gossip_node *g, int rank)
 {
-    if (rank < 0 || rank >= g->n || g->in_pos[rank] < 0)
+    if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
         return;
-    int k = g->in_pos[rank];
+    int k = g->peer[rank].in_pos;
+    gossip_peer *p = s_in(g, k);
     if (g->cfg.algo == GOSSIP_CHOCO) {
-        g->copy_bad[k] = 1;
-        g->copy_gap[k] = 0;
+        p->copy_bad = 1;
+        p->copy_gap = 0;
     }
-    g->sent_thru[k] = 0;
+    p->sent_thru = 0;
     s_clear_slots(g, k);
 }
 
 void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru)
 {
-    if (rank < 0 || rank >= g->n || g->in_pos[rank] < 0)
+    if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
         return;
-    int k = g->in_pos[rank];
-    if (g->sent_thru[k] < sent_thru)
-        g->sent_thru[k] = sent_thru;
+    int k = g->peer[rank].in_pos;
+    gossip_peer *p = s_in(g, k);
+    if (p->sent_thru < sent_thru)
+        p->sent_thru = sent_thru;
     s_check_gap(g, k);
+}
+
+gossip_peer *gossip_node_peers(gossip_node *g)
+{
+    return g->peer;
 }
 
 int gossip_node_peer_state(const gossip_node *g, int rank)
 {
     if (rank < 0 || rank >= g->n || rank == g->rank)
         return 0;
-    int st = g->out_down[rank] ? GOSSIP_PEER_OUT_DOWN : 0;
-    int k = g->in_pos[rank];
-    if (k >= 0) {
-        if (g->in_down[k])
+    int st = g->peer[rank].out_down ? GOSSIP_PEER_OUT_DOWN : 0;
+    const gossip_peer *p = &g->peer[rank];
+    if (p->in_pos >= 0) {
+        if (p->in_down)
             st |= GOSSIP_PEER_IN_DOWN;
-        if (g->cfg.algo == GOSSIP_CHOCO && (g->in_down[k] || g->copy_bad[k] || g->copy_gap[k]))
+        if (g->cfg.algo == GOSSIP_CHOCO && (p->in_down || p->copy_bad || p->copy_gap))
             st |= GOSSIP_PEER_WANTS_RESYNC;
     }
     return st;
@@ -1016,8 +985,8 @@ int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen
             if (slot->have && slot->iter < iter)
                 slot->have = 0;
         }
-        if (g->copy_thru[k] < iter && g->cfg.algo == GOSSIP_CHOCO && !g->copy_bad[k])
-            g->copy_bad[k] = 1; /* it misses the updates in between */
+        if (s_in(g, k)->copy_thru < iter && g->cfg.algo == GOSSIP_CHOCO && !s_in(g, k)->copy_bad)
+            s_in(g, k)->copy_bad = 1; /* it misses the updates in between */
     }
     g->iter = iter;
     return 0;

@@ -8,9 +8,11 @@
  *          error buffer e_i (DeepSqueeze), the compressor and its RNG, the
  *          dgc momentum mask, the outgoing message (deflated with
  *          +deflate), received messages for the current iteration and
- *          a few iterations ahead (stored as validated bytes), byte counters.
+ *          a few iterations ahead (decoded and validated once, on receipt,
+ *          and kept as compact payloads until mixed), byte counters.
  * Exposes: the functions below.
- * Callers: gossip_sim (in-process), node/ (ZeroMQ transport, training loop).
+ * Callers: gossip_sim (in-process), gossip_link (over ZeroMQ), node/ (the
+ *          run loop: de-biasing, momentum masking; checkpoints).
  *
  * Per iteration t, the caller does
  *     x = x+ (local SGD step on the de-biased z = x/psi, its business)
@@ -89,6 +91,7 @@
 
 #include "gossip/gossip_codec.h"
 #include "gossip/gossip_compress.h"
+#include "gossip/gossip_peer.h"
 #include "nn/nn_core.h"
 #include "topology/topo.h"
 
@@ -177,7 +180,6 @@ void     gossip_node_debias(const gossip_node *g, const float *x, float *z);
 uint64_t gossip_node_iter(const gossip_node *g);
 /* Iterations whose message is out: iter, or iter + 1 once prepared. */
 uint64_t gossip_node_sent_thru(const gossip_node *g);
-int      gossip_node_rank(const gossip_node *g);
 const nn_arena      *gossip_node_layout(const gossip_node *g);
 const gossip_config *gossip_node_config(const gossip_node *g);
 void     gossip_node_stats(const gossip_node *g, gossip_stats *out);
@@ -205,6 +207,10 @@ enum {
 };
 /* GOSSIP_PEER_* flags of rank (0: a live neighbour, or not a neighbour). */
 int gossip_node_peer_state(const gossip_node *g, int rank);
+/* The table of what this node knows about every rank (n records,
+ * gossip_peer.h), owned by g: gossip_node writes the identity, roles and
+ * algorithm sections, the transport's link its protocol section. */
+gossip_peer *gossip_node_peers(gossip_node *g);
 /* Encodes a RESYNC message (choco only; 0 otherwise): our own public copy
  * xhat_i, holding our updates of every iteration below its iteration field
  * (iter, or iter + 1 once prepared), and psi.  *msg is borrowed until the
@@ -252,7 +258,7 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
  * DGC zeroes the local momentum where a message carried values, so that
  * stale momentum does not keep pushing coordinates that were just sent.
  * The training loop calls gossip_node_mask_sent on its momentum buffer
- * before every local step (node_gossip_local_step does); the mask is that
+ * before every local step (node_local_step does); the mask is that
  * of the last prepared message and lasts until the next prepare. */
 
 /* 1 when the compressor asks for momentum-factor masking. */

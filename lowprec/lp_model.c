@@ -31,10 +31,7 @@ typedef struct {
 
 static uint64_t s_mix(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    return nn_mix64(x + NN_GOLDEN64);
 }
 
 /* Draws this step's seeds (training forwards only). */

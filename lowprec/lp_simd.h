@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "lowprec/lp_quant.h"
+#include "nn/nn_core.h"
 
 /* The hash behind lp_sr_noise (shared so every path uses the same). */
 #define LP_HASH_M1 0x7feb352du
@@ -27,10 +28,7 @@ static inline uint32_t lp_hash32(uint32_t x)
 /* Two 32-bit keys from a 64-bit seed (splitmix64 finalizer). */
 static inline void lp_seed_keys(uint64_t seed, uint32_t *k1, uint32_t *k2)
 {
-    uint64_t z = seed + 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
+    uint64_t z = nn_mix64(seed + NN_GOLDEN64);
     *k1 = (uint32_t)z;
     *k2 = (uint32_t)(z >> 32);
 }

@@ -74,10 +74,7 @@ int nn_errf(char *err, size_t errlen, const char *fmt, ...)
 
 static uint64_t s_splitmix64(uint64_t *x)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return nn_mix64(*x += NN_GOLDEN64);
 }
 
 void nn_rng_seed(nn_rng *r, uint64_t seed)

@@ -41,6 +41,24 @@ typedef struct {
     uint64_t s[4];
 } nn_rng;
 
+/* The one seeded mixer: the SplitMix64 finalizer of z.  SplitMix64's
+ * output for state x is nn_mix64(x + NN_GOLDEN64) (what every seed
+ * derivation in nn/ and lowprec/ uses). */
+#define NN_GOLDEN64 0x9e3779b97f4a7c15ULL
+static inline uint64_t nn_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* The seed of stream k (0, 1, ...) derived from seed: seed ^ (k+1)*golden
+ * (gossip_node's compressor RNG of rank k, the sampler's epoch k). */
+static inline uint64_t nn_seed_derive(uint64_t seed, uint64_t k)
+{
+    return seed ^ (k + 1) * NN_GOLDEN64;
+}
+
 void     nn_rng_seed(nn_rng *r, uint64_t seed);
 uint64_t nn_rng_next(nn_rng *r);
 /* Uniform in [0, 1) with 24 random bits (exactly representable floats). */

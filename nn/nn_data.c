@@ -597,10 +597,7 @@ void nn_partition_free(uint32_t **idx, int nodes)
 
 uint64_t nn_sampler_epoch_seed(uint64_t seed, uint64_t epoch)
 {
-    uint64_t z = seed ^ (epoch + 1) * 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return nn_mix64(nn_seed_derive(seed, epoch));
 }
 
 void nn_sampler_init(nn_sampler *s, const uint32_t *idx, size_t n, uint64_t seed)

@@ -348,7 +348,9 @@ static int s_dbl(const char *path, const char *key, const char *s, double *out, 
     return 0;
 }
 
-int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, size_t errlen)
+/* Steps 1 and 2 of node_ckpt_load: a checkpoint of this version, of this
+ * run (the identity pairs).  0, or -1 with a message. */
+static int s_check_identity(const char *path, const node_ckpt *c, char *err, size_t errlen)
 {
     char val[512], e[512];
     /* 1. is it a checkpoint at all (this also validates the whole header) */
@@ -376,6 +378,14 @@ int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, si
                            "'%s'%s (resume with the same flags and topology)",
                            path, c->ident[k], val, c->ident[k + 1], s_ident_hint(c->ident[k]));
     }
+    return 0;
+}
+
+int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, size_t errlen)
+{
+    char e[512];
+    if (s_check_identity(path, c, err, errlen) != 0)
+        return -1;
     /* 3. scalars, kept as written for the checksum */
     enum { V_ITER, V_PSI, V_RM, V_RA, V_RC, V_POS, V_LR, V_EVERY, V_DIGEST, V_PARTS };
     char sv[S_NCRC_KEYS][128], crc_txt[32], want_digest[17];

@@ -26,31 +26,25 @@ static void s_usage(FILE *f)
  * average (and means nothing on its own). */
 static int s_load_average(nn_model *m, char **paths, int n, char *err, size_t errlen)
 {
-    nn_arena *ap = nn_model_params(m), *ab = nn_model_buffers(m);
-    double *sum = nn_xcalloc(ap->numel + ab->numel, sizeof *sum);
+    node_avg a;
+    node_avg_init(&a, m);
     int rc = -1;
     char e[512];
     for (int i = 0; i < n; i++) {
         if (node_model_load(paths[i], m, err, errlen) != 0)
             goto done;
-        if (nn_arena_check_finite(ap, paths[i], NULL, e, sizeof e) != 0 ||
-            nn_arena_check_finite(ab, paths[i], NULL, e, sizeof e) != 0) {
+        if (nn_arena_check_finite(nn_model_params(m), paths[i], NULL, e, sizeof e) != 0 ||
+            nn_arena_check_finite(nn_model_buffers(m), paths[i], NULL, e, sizeof e) != 0) {
             nn_errf(err, errlen, "%s: refusing a non-finite model%s", e,
                     n > 1 ? " (leave it out of --average)" : "");
             goto done;
         }
-        for (size_t k = 0; k < ap->numel; k++)
-            sum[k] += ap->data[k];
-        for (size_t k = 0; k < ab->numel; k++)
-            sum[ap->numel + k] += ab->data[k];
+        node_avg_add(&a, m);
     }
-    for (size_t k = 0; k < ap->numel; k++)
-        ap->data[k] = (float)(sum[k] / n);
-    for (size_t k = 0; k < ab->numel; k++)
-        ab->data[k] = (float)(sum[ap->numel + k] / n);
+    node_avg_write(&a, m);
     rc = 0;
 done:
-    free(sum);
+    node_avg_free(&a);
     return rc;
 }
 
@@ -107,10 +101,11 @@ int node_cmd_eval(int argc, char **argv)
             fprintf(stderr, "lpgossip eval: %s\n", err);
             return 2;
         }
-        if (strcmp(other.model, mo.model) || strcmp(other.norm, mo.norm) ||
-            other.groups != mo.groups) {
+        if (other.model != mo.model || other.norm != mo.norm || other.groups != mo.groups) {
             fprintf(stderr, "lpgossip eval: %s is a %s/%s model but %s is %s/%s: cannot "
-                    "average\n", files[i], other.model, other.norm, files[0], mo.model, mo.norm);
+                    "average\n", files[i], node_arch_name(other.model),
+                    node_norm_name(other.norm), files[0], node_arch_name(mo.model),
+                    node_norm_name(mo.norm));
             return 2;
         }
     }

@@ -1,6 +1,7 @@
 /* node_common — see node_common.h. */
 #include "node/node_common.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -10,13 +11,64 @@
 #include "lowprec/lp_model.h"
 #include "nn/nn_safetensors.h"
 
+static const char *const s_arch_names[] = {"cnn", "resnet20", "vgg11"};
+static const char *const s_norm_names[] = {"evonorm", "batchnorm", "none"};
+static const char *const s_prec_names[] = {"fp32", "int8", "fakequant"};
+#define S_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+const char *node_arch_name(node_arch a)
+{
+    assert((size_t)a < S_COUNT(s_arch_names));
+    return s_arch_names[a];
+}
+
+const char *node_norm_name(nn_norm_kind n)
+{
+    assert((size_t)n < S_COUNT(s_norm_names));
+    return s_norm_names[n];
+}
+
+const char *node_precision_name(node_precision p)
+{
+    assert((size_t)p < S_COUNT(s_prec_names));
+    return s_prec_names[p];
+}
+
+/* Index of s in names[0..n), or -1 with a message listing them. */
+static int s_lookup(const char *flag, const char *s, const char *const *names, size_t n,
+                    char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(s, names[i]))
+            return (int)i;
+    char list[128] = "";
+    for (size_t i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+                 i ? (i + 1 == n ? " or " : ", ") : "", names[i]);
+    return nn_errf(err, errlen, "%s '%s': expected %s", flag, s, list);
+}
+
+/* The parser of one enum named by `names`. */
+#define S_ENUM_PARSER(fn, type, names)                                                     \
+    int fn(const char *flag, const char *s, type *out, char *err, size_t errlen)           \
+    {                                                                                      \
+        int i = s_lookup(flag, s, names, S_COUNT(names), err, errlen);                     \
+        if (i >= 0)                                                                        \
+            *out = (type)i;                                                                \
+        return i < 0 ? -1 : 0;                                                             \
+    }
+
+S_ENUM_PARSER(node_arch_parse, node_arch, s_arch_names)
+S_ENUM_PARSER(node_norm_parse, nn_norm_kind, s_norm_names)
+S_ENUM_PARSER(node_precision_parse, node_precision, s_prec_names)
+
 void node_model_opts_defaults(node_model_opts *o)
 {
     memset(o, 0, sizeof *o);
-    snprintf(o->model, sizeof o->model, "cnn");
+    o->model = NODE_ARCH_CNN;
     snprintf(o->data, sizeof o->data, "fashion-mnist");
-    snprintf(o->norm, sizeof o->norm, "evonorm");
-    snprintf(o->precision, sizeof o->precision, "fp32");
+    o->norm = NN_NORM_EVONORM;
+    o->precision = NODE_PREC_FP32;
     o->augment = -1;
     o->groups = 8;
 }
@@ -32,7 +84,7 @@ int node_data_load(const node_model_opts *o, node_data *d, char *err, size_t err
     }
     nn_data_norm_stats(&d->train, d->mean, d->std);
     int pad_to = o->pad_to;
-    if (pad_to == 0 && strcmp(o->model, "vgg11") == 0 && d->train.h < 32)
+    if (pad_to == 0 && o->model == NODE_ARCH_VGG11 && d->train.h < 32)
         pad_to = 32; /* vgg11's five pools need 32x32 */
     if (pad_to && (pad_to < d->train.h || pad_to < d->train.w)) {
         node_data_free(d);
@@ -41,7 +93,7 @@ int node_data_load(const node_model_opts *o, node_data *d, char *err, size_t err
     }
     int augment = o->augment;
     if (augment < 0) /* auto: the deeper models train long enough to profit */
-        augment = strcmp(o->model, "cnn") != 0;
+        augment = o->model != NODE_ARCH_CNN;
     d->aug_train = (nn_augment){.crop_pad = augment ? 2 : 0, .hflip = augment, .pad_to = pad_to};
     if (augment && d->train.h >= 32)
         d->aug_train.crop_pad = 4;
@@ -66,22 +118,9 @@ nn_model *node_model_build(const node_model_opts *o, int in_c, int in_h, int in_
 {
     nn_model_config cfg = {.in_c = in_c, .in_h = in_h, .in_w = in_w, .classes = classes,
                            .groups = o->groups, .zero_init_residual = o->zero_init_residual};
-    snprintf(cfg.arch, sizeof cfg.arch, "%s", o->model);
-    if (strcmp(o->norm, "evonorm") == 0)
-        cfg.norm = NN_NORM_EVONORM;
-    else if (strcmp(o->norm, "batchnorm") == 0)
-        cfg.norm = NN_NORM_BATCHNORM;
-    else if (strcmp(o->norm, "none") == 0)
-        cfg.norm = NN_NORM_NONE;
-    else {
-        nn_errf(err, errlen, "--norm '%s': expected evonorm, batchnorm or none", o->norm);
-        return NULL;
-    }
-    if (!lp_precision_known(o->precision)) {
-        nn_errf(err, errlen, "--precision '%s': expected fp32, int8 or fakequant", o->precision);
-        return NULL;
-    }
-    cfg.factory = lp_factory_by_name(o->precision); /* NULL = fp32 */
+    snprintf(cfg.arch, sizeof cfg.arch, "%s", node_arch_name(o->model));
+    cfg.norm = o->norm;
+    cfg.factory = lp_factory_by_name(node_precision_name(o->precision)); /* NULL = fp32 */
     return nn_model_new(&cfg, err, errlen);
 }
 
@@ -137,8 +176,9 @@ int node_model_save(const char *path, nn_model *m, const node_model_opts *o, cha
     for (int k = 0; k < narenas; k++)
         c = nn_safetensors_crc32(c, arenas[k]);
     snprintf(crc, sizeof crc, "%08x", (unsigned)c);
-    const char *meta[] = {"format", "lpgossip-model-1", "model", o->model, "norm", o->norm,
-                          "precision", o->precision, "data", o->data, "input_shape", shape,
+    const char *meta[] = {"format", "lpgossip-model-1", "model", node_arch_name(o->model),
+                          "norm", node_norm_name(o->norm), "precision",
+                          node_precision_name(o->precision), "data", o->data, "input_shape", shape,
                           "classes", classes, "groups", groups, "crc32", crc, NULL};
     return nn_safetensors_save(path, arenas, narenas, meta, err,
                                errlen);
@@ -146,17 +186,22 @@ int node_model_save(const char *path, nn_model *m, const node_model_opts *o, cha
 
 int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, size_t errlen)
 {
-    char fmt[64], groups[16];
+    char fmt[64], groups[16], model[32], norm[32], prec[32], what[600];
     node_model_opts_defaults(o);
     if (nn_safetensors_meta(path, "format", fmt, sizeof fmt, err, errlen) != 0)
         return -1;
     if (strcmp(fmt, "lpgossip-model-1") != 0)
         return nn_errf(err, errlen, "%s: not an lpgossip model file (format '%s')", path, fmt);
-    if (nn_safetensors_meta(path, "model", o->model, sizeof o->model, err, errlen) ||
-        nn_safetensors_meta(path, "norm", o->norm, sizeof o->norm, err, errlen) ||
-        nn_safetensors_meta(path, "precision", o->precision, sizeof o->precision, err, errlen) ||
+    if (nn_safetensors_meta(path, "model", model, sizeof model, err, errlen) ||
+        nn_safetensors_meta(path, "norm", norm, sizeof norm, err, errlen) ||
+        nn_safetensors_meta(path, "precision", prec, sizeof prec, err, errlen) ||
         nn_safetensors_meta(path, "data", o->data, sizeof o->data, err, errlen) ||
         nn_safetensors_meta(path, "groups", groups, sizeof groups, err, errlen))
+        return -1;
+    snprintf(what, sizeof what, "%s: metadata", path);
+    if (node_arch_parse(what, model, &o->model, err, errlen) ||
+        node_norm_parse(what, norm, &o->norm, err, errlen) ||
+        node_precision_parse(what, prec, &o->precision, err, errlen))
         return -1;
     o->groups = atoi(groups);
     if (o->groups <= 0)
@@ -181,6 +226,46 @@ int node_model_load(const char *path, nn_model *m, char *err, size_t errlen)
         return nn_errf(err, errlen, "%s: checksum mismatch (crc32 %s recorded, %s computed): the "
                        "model file is corrupt or was edited", path, want, have);
     return 0;
+}
+
+void node_avg_init(node_avg *a, nn_model *like)
+{
+    a->np = nn_model_params(like)->numel;
+    a->nb = nn_model_buffers(like)->numel;
+    a->sum = nn_xcalloc(a->np + a->nb, sizeof *a->sum);
+    a->n = 0;
+}
+
+void node_avg_add(node_avg *a, nn_model *m)
+{
+    const nn_arena *p = nn_model_params(m), *b = nn_model_buffers(m);
+    assert(p->numel == a->np && b->numel == a->nb);
+    for (size_t k = 0; k < a->np; k++)
+        a->sum[k] += p->data[k];
+    for (size_t k = 0; k < a->nb; k++)
+        a->sum[a->np + k] += b->data[k];
+    a->n++;
+}
+
+double node_avg_param(const node_avg *a, size_t k)
+{
+    return a->sum[k] / a->n;
+}
+
+void node_avg_write(const node_avg *a, nn_model *dst)
+{
+    nn_arena *p = nn_model_params(dst), *b = nn_model_buffers(dst);
+    assert(a->n > 0 && p->numel == a->np && b->numel == a->nb);
+    for (size_t k = 0; k < a->np; k++)
+        p->data[k] = (float)(a->sum[k] / a->n);
+    for (size_t k = 0; k < a->nb; k++)
+        b->data[k] = (float)(a->sum[a->np + k] / a->n);
+}
+
+void node_avg_free(node_avg *a)
+{
+    free(a->sum);
+    a->sum = NULL;
 }
 
 void node_set_threads(int threads)

@@ -1,10 +1,11 @@
-/* node_common — what every training command shares: model options, building
- * a model for a data set, evaluation, model files with their metadata, the
- * metrics writer and small CLI helpers.
+/* node_common — what every command shares: the model identity and its
+ * names, building a model for a data set, evaluation, model files with
+ * their metadata, model averaging and small CLI helpers.
  *
- * Owns:    node_model_opts (the model/data flags of train, eval, node,
- *          simulate), node_setup (a data set, its normalisation and a model).
- * Callers: node_cmd_*.c.
+ * Owns:    node_model_opts (the typed model/data flags of train, simulate,
+ *          node, and what eval reads back from a model file), node_data (a
+ *          data set, its normalisation and augmentation).
+ * Callers: node_opts.c, node_trainer.c, node_run.c, node_cmd_*.c, tests.
  */
 #ifndef NODE_COMMON_H
 #define NODE_COMMON_H
@@ -15,16 +16,30 @@
 #include "nn/nn_data.h"
 #include "nn/nn_model.h"
 
+typedef enum { NODE_ARCH_CNN = 0, NODE_ARCH_RESNET20, NODE_ARCH_VGG11 } node_arch;
+typedef enum { NODE_PREC_FP32 = 0, NODE_PREC_INT8, NODE_PREC_FAKEQUANT } node_precision;
+
+/* The model identity: what the model flags say and a model file records. */
 typedef struct {
-    char   model[32];       /* cnn | resnet20 | vgg11 */
-    char   data[512];       /* fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR */
-    char   norm[16];        /* evonorm | batchnorm | none */
-    char   precision[8];    /* fp32 | int8 */
-    int    pad_to;          /* 0 = native size; vgg11 pads 28x28 to 32 */
-    int    augment;         /* -1 auto, 0 off, 1 on (random crop 4 + flip) */
-    int    groups;          /* EvoNorm groups */
-    int    zero_init_residual; /* resnet20: 1 = blocks' last norm gamma starts at 0 */
+    node_arch      model;
+    char           data[512];  /* fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR */
+    nn_norm_kind   norm;
+    node_precision precision;
+    int            pad_to;     /* 0 = native size; vgg11 pads 28x28 to 32 */
+    int            augment;    /* -1 auto, 0 off, 1 on (random crop 4 + flip) */
+    int            groups;     /* EvoNorm groups */
+    int            zero_init_residual; /* resnet20: 1 = blocks' last norm gamma starts at 0 */
 } node_model_opts;
+
+/* Names (as on the command line and in model files) and their parsers:
+ * 0, or -1 with a message naming `flag` and the known names. */
+const char *node_arch_name(node_arch a);
+const char *node_norm_name(nn_norm_kind n);
+const char *node_precision_name(node_precision p);
+int node_arch_parse(const char *flag, const char *s, node_arch *out, char *err, size_t errlen);
+int node_norm_parse(const char *flag, const char *s, nn_norm_kind *out, char *err, size_t errlen);
+int node_precision_parse(const char *flag, const char *s, node_precision *out, char *err,
+                         size_t errlen);
 
 void node_model_opts_defaults(node_model_opts *o);
 
@@ -64,6 +79,23 @@ int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, s
  * values do not match is refused (-1, "checksum mismatch").  Files written
  * before checksums carry none and are accepted. */
 int node_model_load(const char *path, nn_model *m, char *err, size_t errlen);
+
+/* The element-wise mean of models of one architecture, parameters and
+ * buffers (BatchNorm statistics, 8-bit activation ranges): sums in double,
+ * models added one at a time (eval loads them one after another). */
+typedef struct {
+    double *sum;     /* params then buffers */
+    size_t  np, nb;
+    int     n;       /* models added */
+} node_avg;
+
+void node_avg_init(node_avg *a, nn_model *like);
+void node_avg_add(node_avg *a, nn_model *m);
+/* The mean of parameter k (double). */
+double node_avg_param(const node_avg *a, size_t k);
+/* Writes the mean into dst's parameters and buffers. */
+void node_avg_write(const node_avg *a, nn_model *dst);
+void node_avg_free(node_avg *a);
 
 /* Sets the BLAS thread count (OpenBLAS). */
 void node_set_threads(int threads);

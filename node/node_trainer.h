@@ -1,48 +1,21 @@
-/* node_trainer — the training flags every training command shares, and one
- * node's local training state.
+/* node_trainer — one rank's local training state and its local step.
  *
- * Owns:    node_train_opts (model, data, optimiser and run flags of `train`,
- *          `simulate` and `node`, with one parser and one --help block), and
- *          node_trainer: one rank's model, optimiser, data shard, sampler and
- *          augmentation RNG.
- * Exposes: the flag table and parser; node_trainer_step, which evaluates the
- *          gradient at the model's current parameters (the de-biased
- *          z = x/psi under push-sum) and applies the SGD step to the gossip
- *          variable x.
- * Callers: node_cmd_train.c, node_cmd_simulate.c (and the ZeroMQ node).
+ * Owns:    node_trainer: one rank's model, optimiser, data shard, sampler
+ *          and augmentation RNG.
+ * Exposes: node_trainer_step, which evaluates the gradient at the model's
+ *          current parameters (the de-biased z = x/psi under push-sum) and
+ *          applies the SGD step to the gossip variable x; the data shards
+ *          and the learning rate of an iteration, the same in every command.
+ * Callers: node_run.c and the commands (node_cmd_*.c).
  */
 #ifndef NODE_TRAINER_H
 #define NODE_TRAINER_H
 
-#include <getopt.h>
 #include <stdio.h>
 
 #include "gossip/gossip_node.h"
 #include "nn/nn_optim.h"
-#include "node/node_common.h"
-
-typedef struct {
-    node_model_opts mo;
-    nn_sgd_config   sgd;
-    nn_lr_schedule  sched;
-    long            epochs, batch, seed, threads, subset;
-    int             have_milestones;
-    char            metrics[512];
-    char            save[512];
-} node_train_opts;
-
-void node_train_opts_defaults(node_train_opts *o);
-/* getopt_long table of the shared flags (terminated by a zero entry), and
- * a joined copy with a command's own table (free() it). */
-extern const struct option node_train_options[];
-struct option *node_options_join(const struct option *own);
-/* Handles one getopt_long result: 1 if it was a shared flag (stored),
- * 0 if not a shared flag, -1 on a bad value (message in err). */
-int  node_train_opt(node_train_opts *o, int code, const char *arg, char *err, size_t errlen);
-/* Default milestones (50% and 75% of --epochs) when none were given. */
-void node_train_opts_finish(node_train_opts *o);
-/* The shared part of --help. */
-void node_train_usage(FILE *f);
+#include "node/node_opts.h"
 
 typedef struct {
     nn_model  *model;
@@ -74,34 +47,9 @@ float node_trainer_step(node_trainer *t, const node_data *d, float *x, float lr)
 void node_trainer_reset_stats(node_trainer *t);
 void node_trainer_free(node_trainer *t);
 
-/* ---- shared by `simulate` and `node` (the gossip runs) ----------------- */
-
-/* The gossip flags of `simulate` and `node`: --algo --compress --eta
- * --no-push-sum --skew --eval-every --gossip-every --out.  With
- * --gossip-every H, iteration t is always one local step (learning rate,
- * evaluation, checkpoints and epochs count local steps) and gossip round r
- * follows iteration (r+1)H - 1: the gossip node counts rounds. */
-typedef struct {
-    gossip_config gc;          /* algo, compressor, push-sum; eta and seed by finish */
-    double        eta;         /* -1: default (1, or 0.01 with topk/randk) */
-    double        skew;        /* non-IID skew of the partition, 0 = IID */
-    long          eval_every;  /* 0: once per epoch */
-    long          gossip_every; /* H: a gossip round after every H local steps [1] */
-    char          out[512];    /* output directory or "" */
-} node_gossip_opts;
-
-extern const struct option node_gossip_options[];
-void node_gossip_opts_defaults(node_gossip_opts *g);
-/* Like node_train_opt for the gossip flags: 1 stored, 0 not ours, -1 bad. */
-int  node_gossip_opt(node_gossip_opts *g, int code, const char *arg, char *err, size_t errlen);
-/* Fills gc.eta (default rule of DESIGN §3) and gc.seed from o. */
-void node_gossip_opts_finish(node_gossip_opts *g, const node_train_opts *o);
-void node_gossip_usage(FILE *f);
-/* a + b joined into one getopt_long table (free() it). */
-struct option *node_options_concat(const struct option *a, const struct option *b);
-
 /* The skew partition of the (possibly --train-subset) training set over
  * `nodes` ranks, seeded by --seed: every process computes the same shards.
+ * One node holds the whole set in its order (what `train` always did).
  * shard[0..nodes) are owned by the caller (nn_partition_free). */
 int node_shards_make(const node_train_opts *o, const node_data *d, int nodes, double skew,
                      uint32_t **shard, size_t *count, char *err, size_t errlen);
@@ -109,11 +57,31 @@ int node_shards_make(const node_train_opts *o, const node_data *d, int nodes, do
 /* Learning rate of iteration `iter` with `steps` iterations per epoch. */
 float node_lr_at_iter(const node_train_opts *o, uint64_t iter, long steps);
 
-/* The local step of a gossip run: applies g's momentum-factor masking to
+/* The local step of every command: applies g's momentum-factor masking to
  * the SGD momentum (dgc: zero where g's last message carried values,
  * gossip_node_mask_sent), de-biases x into the model's parameters
- * (z = x/psi of g) and applies node_trainer_step to x.  Returns the loss. */
-float node_gossip_local_step(node_trainer *t, const node_data *d, const gossip_node *g, float *x,
-                             float lr);
+ * (z = x/psi of g) and applies node_trainer_step to x.  g NULL (no gossip
+ * node): x is copied into the model's parameters.  Returns the loss. */
+float node_local_step(node_trainer *t, const node_data *d, const gossip_node *g, float *x,
+                      float lr);
+
+/* The ranks one process trains: the data set, the partition of an n-rank
+ * run and the trainers and gossip vectors of ranks first .. first+k-1. */
+typedef struct {
+    node_data     d;
+    int           nodes;     /* ranks of the run */
+    uint32_t    **shard;     /* [nodes] */
+    size_t       *count;     /* [nodes] */
+    int           first, k;  /* the ranks trained here */
+    node_trainer *tr;        /* [k] */
+    float       **x;         /* [k] gossip variables, initialised to the models' weights */
+    long          steps;     /* iterations per epoch: from shard 0, the same on every rank */
+} node_ranks;
+
+/* Loads the data, partitions it (skew) and builds the k trainers.  -1 with
+ * a message on error; node_ranks_free in every case. */
+int  node_ranks_init(node_ranks *r, const node_train_opts *o, int nodes, double skew, int first,
+                     int k, char *err, size_t errlen);
+void node_ranks_free(node_ranks *r);
 
 #endif

@@ -437,7 +437,7 @@ static void test_hostile_peer(void **state)
     snprintf(mp, sizeof mp, "%s/layout.safetensors", s_dir);
     node_model_opts mo;
     node_model_opts_defaults(&mo);
-    snprintf(mo.model, sizeof mo.model, "cnn");
+    mo.model = NODE_ARCH_CNN;
     nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
     if (!m)
         fail_msg("%s", err);

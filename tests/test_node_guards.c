@@ -262,7 +262,7 @@ static nn_model *s_cnn(node_model_opts *mo)
 {
     char err[512];
     node_model_opts_defaults(mo);
-    snprintf(mo->model, sizeof mo->model, "cnn");
+    mo->model = NODE_ARCH_CNN;
     nn_model *m = node_model_build(mo, 1, 28, 28, 10, err, sizeof err);
     if (!m)
         fail_msg("%s", err);
@@ -294,8 +294,9 @@ static void test_nonfinite_models(void **state)
     assert_int_equal(access(never, F_OK), -1);
     /* a NaN model as another writer (or an older lpgossip, without
      * checksum) would leave it */
-    const char *meta[] = {"format", "lpgossip-model-1", "model", mo.model, "norm", mo.norm,
-                          "precision", mo.precision, "data", mo.data, "input_shape", "1,28,28",
+    const char *meta[] = {"format", "lpgossip-model-1", "model", node_arch_name(mo.model),
+                          "norm", node_norm_name(mo.norm), "precision",
+                          node_precision_name(mo.precision), "data", mo.data, "input_shape", "1,28,28",
                           "classes", "10", "groups", "8", NULL};
     char groups[16];
     snprintf(groups, sizeof groups, "%d", mo.groups);

@@ -1,7 +1,10 @@
 /* test_node_simulate — `lpgossip simulate` end to end on a tiny run: the
  * averaged model must score like the nodes when they agree (consensus
  * distance ~0), in FP32 and in int8, whose evaluation depends on averaged
- * activation ranges (model buffers) as well as parameters. */
+ * activation ranges (model buffers) as well as parameters.  The one run
+ * loop: `train`, `node --no-gossip` and a one-node `simulate` end with the
+ * same model file, byte for byte.  The command line: typed options and
+ * their exit codes. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -99,12 +103,123 @@ static void test_average_model_int8(void **state)
     s_run("int8");
 }
 
+/* Runs `lpgossip ARGS` (output to dir/log); returns the exit status. */
+static int s_cli(const char *dir, const char *args)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=1 timeout 300 %s %s >%s/log 2>&1", tk_bin(),
+             args, dir);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void s_same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    assert_non_null(fa);
+    assert_non_null(fb);
+    int ca, cb;
+    size_t n = 0;
+    do {
+        ca = fgetc(fa);
+        cb = fgetc(fb);
+        n++;
+    } while (ca == cb && ca != EOF);
+    fclose(fa);
+    fclose(fb);
+    if (ca != cb)
+        fail_msg("%s and %s differ at byte %zu", a, b, n);
+}
+
+/* train = node --no-gossip = simulate on one node: one loop, QGM and the
+ * non-finite step policy included (iteration 3 gets a NaN and is skipped
+ * by all three). */
+static void test_one_loop(void **state)
+{
+    (void)state;
+    char dir[256], args[2048], topo[300], a[300], b[300], c[300];
+    assert_int_equal(tk_mkdtemp(dir, sizeof dir, "loop"), 0);
+    snprintf(topo, sizeof topo, "%s/one.yaml", dir);
+    FILE *f = fopen(topo, "w");
+    assert_non_null(f);
+    fputs("nodes: 1\ngraph:\n  generator: complete\n", f);
+    fclose(f);
+    const char *flags = "--model cnn --epochs 2 --train-subset 160 --batch 16 --qgm --seed 3 "
+                        "--eval-every 7 --debug-nan-at 3";
+    snprintf(a, sizeof a, "%s/train.safetensors", dir);
+    snprintf(b, sizeof b, "%s/node.safetensors", dir);
+    snprintf(c, sizeof c, "%s/sim.safetensors", dir);
+    char metrics[300];
+    snprintf(metrics, sizeof metrics, "%s/train.jsonl", dir);
+    snprintf(args, sizeof args, "train %s --save %s --metrics %s", flags, a, metrics);
+    assert_int_equal(s_cli(dir, args), 0);
+    char *m = tk_slurp(metrics);
+    assert_non_null(strstr(m, "\"command\":\"train\""));
+    assert_non_null(strstr(m, "\"skipped_steps\":1"));
+    free(m);
+    snprintf(args, sizeof args, "node --topology %s --rank 0 --no-gossip %s --save %s", topo,
+             flags, b);
+    assert_int_equal(s_cli(dir, args), 0);
+    snprintf(args, sizeof args, "simulate --topology %s --algo dpsgd %s --save %s", topo, flags,
+             c);
+    assert_int_equal(s_cli(dir, args), 0);
+    s_same_file(a, b);
+    s_same_file(a, c);
+    assert_int_equal(tk_rmtree(dir), 0);
+}
+
+/* Options are typed and checked when parsed: 2 for a usage error. */
+static void test_options(void **state)
+{
+    (void)state;
+    char dir[256], log[300];
+    assert_int_equal(tk_mkdtemp(dir, sizeof dir, "cli"), 0);
+    snprintf(log, sizeof log, "%s/log", dir);
+    static const struct { const char *args, *says; } bad[] = {
+        {"train --model resnet99", "--model 'resnet99': expected cnn, resnet20 or vgg11"},
+        {"train --precision int4", "expected fp32, int8 or fakequant"},
+        {"simulate --topology topologies/ring8.yaml --compress top:0.1", "--compress"},
+        {"simulate --epochs 1", "--topology FILE is required"},
+        {"node --topology topologies/ring8.yaml --rank 0 --bind localhost", "--bind"},
+        {"node --topology topologies/ring8.yaml --rank 0 --peer n1=foo", "--peer"},
+        {"train --bogus", "see --help"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = s_cli(dir, bad[i].args);
+        char *out = tk_slurp(log);
+        if (rc != 2 || !strstr(out, bad[i].says))
+            fail_msg("lpgossip %s: status %d, output:\n%s", bad[i].args, rc, out);
+        free(out);
+    }
+    /* fakequant fits; --gamma still works, with a note */
+    assert_int_equal(s_cli(dir, "train --precision fakequant --epochs 1 --train-subset 32 "
+                                "--batch 16 --no-eval --gamma 0.5"), 0);
+    char *out = tk_slurp(log);
+    assert_non_null(strstr(out, "--gamma is deprecated"));
+    assert_non_null(strstr(out, "fakequant"));
+    free(out);
+    /* the fault-injection flags are listed by --help-debug only */
+    assert_int_equal(s_cli(dir, "node --help"), 0);
+    out = tk_slurp(log);
+    assert_null(strstr(out, "--debug-drop"));
+    assert_non_null(strstr(out, "--lr-decay"));
+    free(out);
+    assert_int_equal(s_cli(dir, "node --help-debug"), 0);
+    out = tk_slurp(log);
+    assert_non_null(strstr(out, "--debug-drop"));
+    assert_non_null(strstr(out, "--debug-nan-at"));
+    free(out);
+    assert_int_equal(tk_rmtree(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_average_model_fp32),
         cmocka_unit_test(test_average_model_int8),
         cmocka_unit_test(test_local_steps),
+        cmocka_unit_test(test_one_loop),
+        cmocka_unit_test(test_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,6 +92,9 @@ int topo_is_doubly_stochastic(const topo *t);
 
 /* Index of the node with this id, or -1. */
 int topo_find_node(const topo *t, const char *id);
+/* 0 when endpoint is tcp://HOST:PORT (HOST a name, an IPv4 address,
+ * [IPv6] or *), as a topology's `endpoint:`; else -1 with the reason. */
+int topo_check_endpoint(const char *endpoint, char *why, size_t whylen);
 
 /* In-neighbours of node i at iteration iter (nodes j != i with
  * w[i][j] > 0), ascending, written to out (room for n ints); returns how

@@ -213,6 +213,20 @@ static void s_reach(const topo *t, int from, int forward, unsigned char *seen, i
     }
 }
 
+int topo__bad_column(int n, const double *w, double *sum)
+{
+    for (int j = 0; j < n; j++) {
+        double s = 0;
+        for (int i = 0; i < n; i++)
+            s += w[(size_t)i * n + j];
+        if (fabs(s - 1.0) > TOPO_SUM_TOL) {
+            *sum = s;
+            return j;
+        }
+    }
+    return -1;
+}
+
 int topo__check_matrix(const topo *t, const double *w, char *err, size_t errlen)
 {
     int n = t->n;
@@ -227,15 +241,12 @@ int topo__check_matrix(const topo *t, const double *w, char *err, size_t errlen)
         if (!(w[(size_t)i * n + i] > 0.0))
             return nn_errf(err, errlen, "missing self weight: node %s keeps nothing of its own mass (self weight must be positive)",
                            t->nodes[i].id);
-    for (int j = 0; j < n; j++) {
-        double sum = 0;
-        for (int i = 0; i < n; i++)
-            sum += w[(size_t)i * n + j];
-        if (fabs(sum - 1.0) > TOPO_SUM_TOL)
-            return nn_errf(err, errlen,
-                           "column sum %.9g at node %s: the weights node %s sends (self included) must sum to 1",
-                           sum, t->nodes[j].id, t->nodes[j].id);
-    }
+    double sum;
+    int j = topo__bad_column(n, w, &sum);
+    if (j >= 0)
+        return nn_errf(err, errlen,
+                       "column sum %.9g at node %s: the weights node %s sends (self included) must sum to 1",
+                       sum, t->nodes[j].id, t->nodes[j].id);
     return 0;
 }
 

@@ -36,6 +36,10 @@ topo *topo__new(int n, int nsched);
 int   topo__gen_kind(const char *name);
 /* Overwrites w (n*n) with the generator's matrix. 0, or -1 + message. */
 int   topo__fill_generator(double *w, int n, const topo_gen *g, char *err, size_t errlen);
+/* The first column of w (n*n) whose sum is not 1 within TOPO_SUM_TOL (the
+ * weights sender j gives out, self included), its sum in *sum; -1 when all
+ * are fine. */
+int   topo__bad_column(int n, const double *w, double *sum);
 /* One matrix: weights in [0,1], positive self weights, columns sum to 1. */
 int   topo__check_matrix(const topo *t, const double *w, char *err, size_t errlen);
 /* Union of the schedule strongly connected. */

@@ -553,16 +553,12 @@ static int s_generator(s_ctx *c, yaml_node_t **v, const char *where, double *w)
 /* Column sums of w, failing at the line where sender j's weights are given. */
 static int s_column_sums(s_ctx *c, const double *w, const int *sender_line, const char *where)
 {
-    int n = c->n;
-    for (int j = 0; j < n; j++) {
-        double sum = 0;
-        for (int i = 0; i < n; i++)
-            sum += w[(size_t)i * n + j];
-        if (fabs(sum - 1.0) > TOPO_SUM_TOL)
-            return s_fail_line(c, sender_line[j],
-                               "%s: column sum %.9g at node %s: the weights node %s sends (self included) must sum to 1",
-                               where, sum, c->t->nodes[j].id, c->t->nodes[j].id);
-    }
+    double sum;
+    int j = topo__bad_column(c->n, w, &sum);
+    if (j >= 0)
+        return s_fail_line(c, sender_line[j],
+                           "%s: column sum %.9g at node %s: the weights node %s sends (self included) must sum to 1",
+                           where, sum, c->t->nodes[j].id, c->t->nodes[j].id);
     return 0;
 }
 
@@ -1024,4 +1020,9 @@ topo *topo_load(const char *path, char *err, size_t errlen)
     topo *t = topo_parse(buf, len, path, err, errlen);
     free(buf);
     return t;
+}
+
+int topo_check_endpoint(const char *endpoint, char *why, size_t whylen)
+{
+    return s_check_endpoint(endpoint, why, whylen);
 }

@@ -1,0 +1,49 @@
+/* gossip_peer — what one node knows about one other node of the topology:
+ * one record per rank, in one table.
+ *
+ * Owns:    nothing; the table belongs to gossip_node (gossip_node_peers),
+ *          which fills the identity and roles and keeps the algorithm
+ *          state; the transport's link (gossip_link) borrows the same table
+ *          and keeps the protocol state in it.  A peer's identity, roles,
+ *          membership and liveness thus live in one place, with one writer
+ *          per section.
+ * Callers: gossip_node.c (identity, algorithm), gossip_link.c (protocol).
+ */
+#ifndef GOSSIP_PEER_H
+#define GOSSIP_PEER_H
+
+#include <stdint.h>
+
+typedef struct {
+    /* ---- identity and roles: gossip_node_new (union over the schedule) */
+    int      rank;
+    int      in_pos;       /* index among the in-neighbours, or -1 */
+    uint8_t  is_in, is_out;
+    /* ---- algorithm state: gossip_node ("Membership" in gossip_node.h) */
+    uint8_t  in_down;      /* in-neighbour declared down by the caller */
+    uint8_t  out_down;     /* out-neighbour declared down */
+    uint8_t  copy_bad;     /* choco: copy unknown (restart): absent until RESYNC */
+    uint8_t  copy_gap;     /* choco: an update was lost: wait for RESYNC */
+    uint64_t in_from;      /* takes part in mixing from this iteration on */
+    uint64_t sent_thru;    /* proved to have sent every message below this */
+    uint64_t copy_thru;    /* choco: our copy holds its updates of iterations below this */
+    double   psi_last;     /* its latest psi (message or RESYNC) */
+    /* ---- protocol state: gossip_link ("Liveness", "Start" in gossip_link.h) */
+    uint8_t  hello, ack;       /* start: it said HELLO / answered ours */
+    uint8_t  bye_in, bye_ack;  /* end: it said BYE / acknowledged ours */
+    uint8_t  down;             /* declared down by the link and not back yet */
+    uint8_t  hello_seen;       /* hello_iter is valid */
+    uint64_t hello_iter;       /* the iteration of its first HELLO */
+    uint64_t bye_iter;         /* iterations announced in its BYE */
+    uint64_t got;              /* 1 + the last GOSSIP iteration it delivered */
+    uint64_t reported;         /* iteration it last reported (HELLO*, PING) */
+    double   heard;            /* clock of its last valid message */
+    double   sent_dealer;      /* clock of our last message to it, DEALER */
+    double   sent_router;      /* ... ROUTER */
+    double   last_gossip;      /* clock of its last GOSSIP */
+    double   period;           /* EWMA of the gaps between its GOSSIPs */
+    double   resync_asked;     /* clock of our last RESYNC_REQ to it */
+    uint64_t resync_iter;      /* 1 + iteration of our last RESYNC to it (0: none) */
+} gossip_peer;
+
+#endif

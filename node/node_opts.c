@@ -1,0 +1,494 @@
+/* node_opts — see node_opts.h. */
+#include "node/node_opts.h"
+
+#include <assert.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "topology/topo.h"
+
+/* ---- the flag table ------------------------------------------------------ */
+
+enum {
+    G_MODEL = 1, G_OPTIM = 2, G_RUN = 4, G_DEBUG_RUN = 8, G_GOSSIP = 16, G_SIM = 32,
+    G_NODE = 64, G_DEBUG_LINK = 128,
+};
+
+static const unsigned s_groups[] = {
+    [NODE_CMD_TRAIN] = G_MODEL | G_OPTIM | G_RUN | G_DEBUG_RUN,
+    [NODE_CMD_SIMULATE] = G_MODEL | G_OPTIM | G_RUN | G_DEBUG_RUN | G_GOSSIP | G_SIM,
+    [NODE_CMD_NODE] = G_MODEL | G_OPTIM | G_RUN | G_DEBUG_RUN | G_GOSSIP | G_NODE | G_DEBUG_LINK,
+};
+
+static const char *const s_names[] = {"train", "simulate", "node"};
+
+enum {
+    F_HELP = 'h', F_HELP_DEBUG = 256,
+    F_MODEL, F_DATA, F_NORM, F_PREC, F_GROUPS, F_PADTO, F_AUG, F_ZIR, F_SUBSET,
+    F_EPOCHS, F_BATCH, F_LR, F_MOM, F_WD, F_NONEST, F_WARMUP, F_MILE, F_LR_DECAY, F_GAMMA, F_QGM,
+    F_SEED, F_THREADS, F_METRICS, F_SAVE, F_EVAL_EVERY, F_NO_EVAL, F_NAN_AT,
+    F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
+    F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
+    F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP,
+};
+
+typedef struct {
+    const char *name;
+    int         arg;   /* required_argument | no_argument */
+    int         code;
+    unsigned    group;
+} s_flag;
+
+static const s_flag s_flags[] = {
+    {"model", 1, F_MODEL, G_MODEL},          {"data", 1, F_DATA, G_MODEL},
+    {"norm", 1, F_NORM, G_MODEL},            {"precision", 1, F_PREC, G_MODEL},
+    {"groups", 1, F_GROUPS, G_MODEL},        {"pad-to", 1, F_PADTO, G_MODEL},
+    {"augment", 1, F_AUG, G_MODEL},          {"zero-init-residual", 1, F_ZIR, G_MODEL},
+    {"train-subset", 1, F_SUBSET, G_MODEL},
+    {"epochs", 1, F_EPOCHS, G_OPTIM},        {"batch", 1, F_BATCH, G_OPTIM},
+    {"lr", 1, F_LR, G_OPTIM},                {"momentum", 1, F_MOM, G_OPTIM},
+    {"wd", 1, F_WD, G_OPTIM},                {"no-nesterov", 0, F_NONEST, G_OPTIM},
+    {"warmup", 1, F_WARMUP, G_OPTIM},        {"milestones", 1, F_MILE, G_OPTIM},
+    {"lr-decay", 1, F_LR_DECAY, G_OPTIM},    {"gamma", 1, F_GAMMA, G_OPTIM},
+    {"qgm", 0, F_QGM, G_OPTIM},
+    {"seed", 1, F_SEED, G_RUN},              {"threads", 1, F_THREADS, G_RUN},
+    {"metrics", 1, F_METRICS, G_RUN},        {"save", 1, F_SAVE, G_RUN},
+    {"eval-every", 1, F_EVAL_EVERY, G_RUN},  {"no-eval", 0, F_NO_EVAL, G_RUN},
+    {"debug-nan-at", 1, F_NAN_AT, G_DEBUG_RUN},
+    {"topology", 1, F_TOPO, G_GOSSIP},       {"algo", 1, F_ALGO, G_GOSSIP},
+    {"compress", 1, F_COMP, G_GOSSIP},       {"eta", 1, F_ETA, G_GOSSIP},
+    {"no-push-sum", 0, F_NOPS, G_GOSSIP},    {"skew", 1, F_SKEW, G_GOSSIP},
+    {"gossip-every", 1, F_GOSSIP_EVERY, G_GOSSIP}, {"out", 1, F_OUT, G_GOSSIP},
+    {"eval-nodes", 1, F_EVAL_NODES, G_SIM},
+    {"rank", 1, F_RANK, G_NODE},             {"bind", 1, F_BIND, G_NODE},
+    {"peer", 1, F_PEER, G_NODE},             {"timeout", 1, F_TIMEOUT, G_NODE},
+    {"no-gossip", 0, F_NOGOSSIP, G_NODE},    {"checkpoint-every", 1, F_CKPT_EVERY, G_NODE},
+    {"resume", 0, F_RESUME, G_NODE},         {"peer-timeout", 1, F_PEER_FLOOR, G_NODE},
+    {"peer-timeout-factor", 1, F_PEER_FACTOR, G_NODE},
+    {"fail-on-peer-loss", 0, F_FAIL_LOSS, G_NODE}, {"cert", 1, F_CERT, G_NODE},
+    {"debug-drop", 1, F_DROP, G_DEBUG_LINK},
+};
+
+#define S_NFLAGS (sizeof s_flags / sizeof s_flags[0])
+
+/* The getopt_long table of the flags of `groups` (free() it). */
+static struct option *s_table(unsigned groups)
+{
+    struct option *t = nn_xcalloc(S_NFLAGS + 3, sizeof *t), *p = t;
+    for (size_t i = 0; i < S_NFLAGS; i++)
+        if (s_flags[i].group & groups)
+            *p++ = (struct option){s_flags[i].name, s_flags[i].arg, 0, s_flags[i].code};
+    *p++ = (struct option){"help", no_argument, 0, F_HELP};
+    *p++ = (struct option){"help-debug", no_argument, 0, F_HELP_DEBUG};
+    return t;
+}
+
+/* ---- help texts --------------------------------------------------------- */
+
+static const char *const s_heads[] = {
+    [NODE_CMD_TRAIN] =
+"usage: lpgossip train [options]\nTrains one model on one machine (no gossip).\n",
+    [NODE_CMD_SIMULATE] =
+"usage: lpgossip simulate --topology FILE [options]\n"
+"Runs every node of a topology in this one process (deterministic), with the\n"
+"same gossip code and wire format as `lpgossip node`.\n",
+    [NODE_CMD_NODE] =
+"usage: lpgossip node --topology FILE [--rank R] [options]\n"
+"Runs one node (rank R) of a decentralized run as this process, gossiping\n"
+"with its neighbours over ZeroMQ.  Start one process per node of the\n"
+"topology; all must get the same flags except --rank/--bind/--peer.\n",
+};
+
+static const char s_help_model[] =
+"model and data:\n"
+"  --model NAME        cnn | resnet20 | vgg11                  [cnn]\n"
+"  --data SPEC         fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR [fashion-mnist]\n"
+"  --norm KIND         evonorm (EvoNorm-S0) | batchnorm | none [evonorm]\n"
+"  --precision P       fp32 | int8 (real 8-bit training, Range EvoNorm)\n"
+"                      | fakequant (the reference's float simulation) [fp32]\n"
+"  --groups G          EvoNorm groups                          [8]\n"
+"  --pad-to S          zero-pad images to SxS (vgg11: 32 automatically)\n"
+"  --augment MODE      on (random crop + flip) | off | auto (on except cnn) [auto]\n"
+"  --zero-init-residual on|off  resnet20: each block's last norm starts with\n"
+"                      gamma 0 (the reference's 8-bit ResNet) [off]\n"
+"  --train-subset N    use only the first N training samples (quick runs)\n";
+
+static const char s_help_optim[] =
+"optimisation (SGD, DESIGN §3):\n"
+"  --epochs E          [5]        --batch B    [32]       --lr LR   [0.05]\n"
+"  --momentum M        [0.9]      --wd WD      [1e-4]     --no-nesterov\n"
+"  --warmup E          linear warm-up epochs from lr/10    [1]\n"
+"  --milestones A,B    epochs where lr *= --lr-decay  [50%,75% of --epochs]\n"
+"  --lr-decay F        learning-rate factor at each milestone [0.1]\n"
+"                      (--gamma F: the old spelling, deprecated)\n"
+"  --qgm               quasi-global momentum\n";
+
+static const char s_help_run[] =
+"run:\n"
+"  --seed S            initial weights and data order          [1]\n"
+"  --threads T         BLAS threads                            [1]\n"
+"  --eval-every N      evaluate every N iterations          [once per epoch]\n"
+"  --no-eval           no test-set evaluation; one metrics line at the end\n"
+"  --metrics FILE      append one JSON object per evaluation (docs/node.md)\n"
+"  --save FILE         write the final model (simulate: the average model)\n";
+
+static const char s_help_gossip[] =
+"gossip:\n"
+"  --topology FILE     topology YAML (docs/topology.md)            (required)\n"
+"  --algo A            dpsgd (SGP) | choco | deepsqueeze            [choco]\n"
+"  --compress SPEC     [SPARSIFIER][+QUANTIZER][+deflate]            [identity]\n"
+"                      sparsifiers: topk:F[,rdecay=B] | randk:F | dgc:D[,warmup=E]\n"
+"                      quantizers: q8 | qsgd:S; e.g. topk:0.01+q8, dgc:0.001,warmup=4+q8+deflate\n"
+"  --eta X             consensus step (choco, deepsqueeze)  [1; 0.01 with a sparsifier]\n"
+"  --no-push-sum       plain gossip (needs a doubly stochastic topology)\n"
+"  --skew S            non-IID skew of the data partition, 0 = IID   [0]\n"
+"  --gossip-every H    H local SGD steps per gossip round (an iteration is one\n"
+"                      local step; rounds after iterations H, 2H, ...)  [1]\n"
+"  --out DIR           output directory (models, metrics)\n";
+
+static const char s_help_sim[] =
+"simulate:\n"
+"  --eval-nodes K      evaluate only the first K node models for the mean\n"
+"                      node accuracy (the average model is always evaluated)\n"
+"  (--out DIR writes DIR/model-RANK.safetensors at the end)\n";
+
+static const char s_help_node[] =
+"node:\n"
+"  --rank R            this node's rank; default from LPGOSSIP_RANK, SLURM_PROCID,\n"
+"                      OMPI_COMM_WORLD_RANK or PMI_RANK\n"
+"  --cert FILE         this node's CURVE certificate (lpgossip keygen), required\n"
+"                      when the topology says `security: curve`\n"
+"  --bind ENDPOINT     bind the receiving socket here (e.g. tcp://*:5555)\n"
+"                      instead of this node's endpoint in the topology\n"
+"  --peer ID=ENDPOINT  endpoint of node ID (overrides the topology; repeatable)\n"
+"  --timeout S         bound on every wait (start, each iteration, end) and on a\n"
+"                      silent neighbour [60]\n"
+"  --no-gossip         local SGD only, no communication (for timing)\n"
+"  --checkpoint-every N  write --out DIR/ckpt-RANK.safetensors every N iterations\n"
+"                      (atomic; default: once per epoch; 0: only on SIGINT/SIGTERM)\n"
+"  --resume            continue from --out DIR/ckpt-RANK.safetensors and rejoin the\n"
+"                      run (at the neighbours' iteration, re-syncing public copies)\n"
+"  --peer-timeout S    a silent neighbour is declared down after at least S s [5]\n"
+"  --peer-timeout-factor F  ... or after F times its observed message period [20]\n"
+"                      (never later than --timeout); it is then left out of the\n"
+"                      mixing and the run goes on; it comes back when it speaks again\n"
+"  --fail-on-peer-loss end the run instead when a neighbour is lost\n"
+"Files in --out DIR: model-RANK.safetensors (the de-biased model z),\n"
+"metrics-RANK.jsonl (one JSON object per evaluation), log-RANK.txt.\n";
+
+static const char s_help_debug_run[] =
+"fault injection (tests):\n"
+"  --debug-nan-at T    a NaN in the input of iteration T's batch (of the first\n"
+"                      rank this process drives): exercises the non-finite step guard\n";
+
+static const char s_help_debug_link[] =
+"  --debug-drop P      drop a fraction P of the outgoing gossip messages\n"
+"                      (exercises the resync protocol)\n";
+
+static void s_usage(FILE *f, node_command cmd, int debug)
+{
+    unsigned g = s_groups[cmd];
+    fprintf(f, "%s\n", s_heads[cmd]);
+    if (debug) {
+        fputs(s_help_debug_run, f);
+        if (g & G_DEBUG_LINK)
+            fputs(s_help_debug_link, f);
+        return;
+    }
+    const struct { unsigned group; const char *text; } parts[] = {
+        {G_NODE, s_help_node},   {G_SIM, s_help_sim},     {G_GOSSIP, s_help_gossip},
+        {G_MODEL, s_help_model}, {G_OPTIM, s_help_optim}, {G_RUN, s_help_run},
+    };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (g & parts[i].group)
+            fputs(parts[i].text, f);
+    fputs("  -h, --help          this text; --help-debug: the fault-injection flags\n", f);
+}
+
+/* ---- the handlers, one per group: 0 stored, -1 bad value, 1 not mine ----- */
+
+static int s_copy(char *dst, size_t len, const char *flag, const char *arg, char *err,
+                  size_t errlen)
+{
+    if (strlen(arg) >= len)
+        return nn_errf(err, errlen, "%s: value too long (at most %zu characters)", flag, len - 1);
+    memcpy(dst, arg, strlen(arg) + 1);
+    return 0;
+}
+
+static int s_on_off(const char *flag, const char *arg, int *out, char *err, size_t errlen)
+{
+    if (strcmp(arg, "on") && strcmp(arg, "off"))
+        return nn_errf(err, errlen, "%s '%s': expected on or off", flag, arg);
+    *out = arg[1] == 'n';
+    return 0;
+}
+
+static int s_int(const char *flag, const char *arg, long lo, long hi, int *out, char *err,
+                 size_t errlen)
+{
+    long v;
+    if (node_parse_int(flag, arg, lo, hi, &v, err, errlen) != 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int s_float(const char *flag, const char *arg, double lo, double hi, float *out,
+                   char *err, size_t errlen)
+{
+    double v;
+    if (node_parse_double(flag, arg, lo, hi, &v, err, errlen) != 0)
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+static int s_model_flag(node_model_opts *m, int code, const char *arg, char *err, size_t errlen)
+{
+    switch (code) {
+    case F_MODEL: return node_arch_parse("--model", arg, &m->model, err, errlen);
+    case F_DATA: return s_copy(m->data, sizeof m->data, "--data", arg, err, errlen);
+    case F_NORM: return node_norm_parse("--norm", arg, &m->norm, err, errlen);
+    case F_PREC: return node_precision_parse("--precision", arg, &m->precision, err, errlen);
+    case F_GROUPS: return s_int("--groups", arg, 1, 1024, &m->groups, err, errlen);
+    case F_PADTO: return s_int("--pad-to", arg, 0, 4096, &m->pad_to, err, errlen);
+    case F_ZIR: return s_on_off("--zero-init-residual", arg, &m->zero_init_residual, err, errlen);
+    case F_AUG:
+        if (!strcmp(arg, "auto")) {
+            m->augment = -1;
+            return 0;
+        }
+        if (s_on_off("--augment", arg, &m->augment, err, errlen) == 0)
+            return 0;
+        return nn_errf(err, errlen, "--augment '%s': expected on, off or auto", arg);
+    default: return 1;
+    }
+}
+
+static int s_optim_flag(node_train_opts *o, int code, const char *arg, char *err, size_t errlen)
+{
+    switch (code) {
+    case F_EPOCHS: return node_parse_int("--epochs", arg, 1, 100000, &o->epochs, err, errlen);
+    case F_BATCH: return node_parse_int("--batch", arg, 1, 65536, &o->batch, err, errlen);
+    case F_LR: return s_float("--lr", arg, 0, 100, &o->sched.base_lr, err, errlen);
+    case F_MOM: return s_float("--momentum", arg, 0, 0.9999, &o->sgd.momentum, err, errlen);
+    case F_WD: return s_float("--wd", arg, 0, 1, &o->sgd.weight_decay, err, errlen);
+    case F_NONEST: o->sgd.nesterov = 0; return 0;
+    case F_QGM: o->sgd.qgm = 1; return 0;
+    case F_WARMUP:
+        return node_parse_double("--warmup", arg, 0, 1000, &o->sched.warmup_epochs, err, errlen);
+    case F_MILE:
+        o->have_milestones = 1; /* "" is a valid list: no milestones */
+        return nn_lr_parse_milestones(&o->sched, arg, err, errlen) ? -1 : 0;
+    case F_GAMMA:
+        fprintf(stderr, "lpgossip: --gamma is deprecated (it is not the EvoNorm gamma): "
+                "use --lr-decay\n");
+        return s_float("--gamma", arg, 0, 1, &o->sched.gamma, err, errlen);
+    case F_LR_DECAY: return s_float("--lr-decay", arg, 0, 1, &o->sched.gamma, err, errlen);
+    case F_SUBSET:
+        return node_parse_int("--train-subset", arg, 1, 1L << 40, &o->subset, err, errlen);
+    default: return 1;
+    }
+}
+
+static int s_run_flag(node_train_opts *o, int code, const char *arg, char *err, size_t errlen)
+{
+    switch (code) {
+    case F_SEED: return node_parse_int("--seed", arg, 0, 1L << 62, &o->seed, err, errlen);
+    case F_THREADS: return node_parse_int("--threads", arg, 1, 256, &o->threads, err, errlen);
+    case F_METRICS: return s_copy(o->metrics, sizeof o->metrics, "--metrics", arg, err, errlen);
+    case F_SAVE: return s_copy(o->save, sizeof o->save, "--save", arg, err, errlen);
+    case F_EVAL_EVERY:
+        return node_parse_int("--eval-every", arg, 1, 1L << 40, &o->eval_every, err, errlen);
+    case F_NO_EVAL: o->no_eval = 1; return 0;
+    case F_NAN_AT:
+        return node_parse_int("--debug-nan-at", arg, 0, 1L << 40, &o->debug_nan_at, err, errlen);
+    default: return 1;
+    }
+}
+
+static int s_gossip_flag(node_gossip_opts *g, int code, const char *arg, char *err,
+                         size_t errlen)
+{
+    char why[512];
+    switch (code) {
+    case F_TOPO: return s_copy(g->topology, sizeof g->topology, "--topology", arg, err, errlen);
+    case F_ALGO: return gossip_algo_parse(arg, &g->gc.algo, err, errlen) ? -1 : 0;
+    case F_COMP:
+        if (gossip_compressor_parse(&g->comp, arg, why, sizeof why) != 0)
+            return nn_errf(err, errlen, "--compress: %s", why);
+        return s_copy(g->gc.compressor, sizeof g->gc.compressor, "--compress", arg, err, errlen);
+    case F_ETA: return node_parse_double("--eta", arg, 0, 1, &g->gc.eta, err, errlen);
+    case F_NOPS: g->gc.push_sum = 0; return 0;
+    case F_SKEW: return node_parse_double("--skew", arg, 0, 1, &g->skew, err, errlen);
+    case F_GOSSIP_EVERY:
+        return node_parse_int("--gossip-every", arg, 1, 1L << 30, &g->gossip_every, err, errlen);
+    case F_OUT: return s_copy(g->out, sizeof g->out, "--out", arg, err, errlen);
+    case F_EVAL_NODES:
+        return node_parse_int("--eval-nodes", arg, 0, 1 << 20, &g->eval_nodes, err, errlen);
+    default: return 1;
+    }
+}
+
+static int s_endpoint(const char *flag, const char *arg, char *err, size_t errlen)
+{
+    char why[128];
+    if (topo_check_endpoint(arg, why, sizeof why) != 0)
+        return nn_errf(err, errlen, "%s '%s': %s (e.g. tcp://*:5555)", flag, arg, why);
+    return 0;
+}
+
+static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, size_t errlen)
+{
+    gossip_link_config *lc = &n->lc;
+    switch (code) {
+    case F_RANK: return node_parse_int("--rank", arg, 0, TOPO_MAX_NODES - 1, &n->rank, err, errlen);
+    case F_BIND:
+        n->bind = arg;
+        return s_endpoint("--bind", arg, err, errlen);
+    case F_CERT: n->cert = arg; return 0;
+    case F_PEER: n->peers[n->npeers++] = arg; return 0;
+    case F_TIMEOUT: return node_parse_double("--timeout", arg, 0.1, 1e6, &lc->timeout, err, errlen);
+    case F_PEER_FLOOR:
+        return node_parse_double("--peer-timeout", arg, 0.1, 1e6, &lc->peer_floor, err, errlen);
+    case F_PEER_FACTOR:
+        return node_parse_double("--peer-timeout-factor", arg, 1, 1e6, &lc->peer_factor, err,
+                                 errlen);
+    case F_FAIL_LOSS: lc->fail_on_loss = 1; return 0;
+    case F_DROP:
+        return node_parse_double("--debug-drop", arg, 0, 1, &lc->drop_gossip, err, errlen);
+    case F_NOGOSSIP: n->no_gossip = 1; return 0;
+    case F_CKPT_EVERY:
+        return node_parse_int("--checkpoint-every", arg, 0, 1000000000L, &n->ckpt_every, err,
+                              errlen);
+    case F_RESUME: n->resume = 1; return 0;
+    default: return 1;
+    }
+}
+
+static int s_store(node_opts *o, int code, const char *arg, char *err, size_t errlen)
+{
+    int r = s_model_flag(&o->t.mo, code, arg, err, errlen);
+    if (r == 1)
+        r = s_optim_flag(&o->t, code, arg, err, errlen);
+    if (r == 1)
+        r = s_run_flag(&o->t, code, arg, err, errlen);
+    if (r == 1)
+        r = s_gossip_flag(&o->g, code, arg, err, errlen);
+    if (r == 1)
+        r = s_node_flag(&o->n, code, arg, err, errlen);
+    assert(r != 1); /* every code of the table has a handler */
+    return r;
+}
+
+/* ---- defaults, parsing --------------------------------------------------- */
+
+static void s_defaults(node_opts *o, node_command cmd, int argc)
+{
+    memset(o, 0, sizeof *o);
+    o->cmd = cmd;
+    node_train_opts *t = &o->t;
+    node_model_opts_defaults(&t->mo);
+    t->sgd = nn_sgd_defaults();
+    t->sched = (nn_lr_schedule){.base_lr = 0.05f, .warmup_epochs = 1, .gamma = 0.1f};
+    t->epochs = 5;
+    t->batch = 32;
+    t->seed = 1;
+    t->threads = 1;
+    t->debug_nan_at = -1;
+    gossip_config_default(&o->g.gc);
+    o->g.gc.algo = GOSSIP_CHOCO;
+    o->g.gc.eta = -1;
+    o->g.gossip_every = 1;
+    o->g.eval_nodes = -1;
+    char err[256];
+    int ok = gossip_compressor_parse(&o->g.comp, o->g.gc.compressor, err, sizeof err);
+    assert(ok == 0); /* the default spec */
+    (void)ok;
+    o->n.rank = -1;
+    o->n.ckpt_every = -1;
+    o->n.peers = nn_xcalloc((size_t)argc + 1, sizeof *o->n.peers);
+    gossip_link_config_default(&o->n.lc);
+}
+
+static int s_rank_from_env(long *rank, char *err, size_t errlen)
+{
+    static const char *const vars[] = {"LPGOSSIP_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK",
+                                       "PMI_RANK"};
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
+        const char *v = getenv(vars[k]);
+        if (v && v[0])
+            return node_parse_int(vars[k], v, 0, TOPO_MAX_NODES - 1, rank, err, errlen);
+    }
+    return nn_errf(err, errlen, "no --rank and none of LPGOSSIP_RANK, SLURM_PROCID, "
+                   "OMPI_COMM_WORLD_RANK, PMI_RANK is set");
+}
+
+/* Checks across flags and the defaults derived from the typed values. */
+static int s_finish(node_opts *o, char *err, size_t errlen)
+{
+    node_train_opts *t = &o->t;
+    if (!t->have_milestones) {
+        t->sched.nmilestones = 2;
+        t->sched.milestones[0] = 0.5 * (double)t->epochs;
+        t->sched.milestones[1] = 0.75 * (double)t->epochs;
+    }
+    if (o->g.gc.eta < 0) /* DESIGN §3: 1 without compression, 0.01 with 99% top-k */
+        o->g.gc.eta = o->g.comp.sparse != GOSSIP_SPARSE_NONE ? 0.01 : 1.0;
+    o->g.gc.seed = (uint64_t)t->seed;
+    if (o->cmd == NODE_CMD_TRAIN)
+        return 0;
+    if (!o->g.topology[0])
+        return nn_errf(err, errlen, "--topology FILE is required");
+    if (o->cmd == NODE_CMD_NODE && o->n.rank < 0)
+        return s_rank_from_env(&o->n.rank, err, errlen);
+    return 0;
+}
+
+int node_opts_parse(node_opts *o, node_command cmd, int argc, char **argv)
+{
+    s_defaults(o, cmd, argc);
+    struct option *table = s_table(s_groups[cmd]);
+    char err[1024] = "";
+    int c, rc = -1;
+    optind = 1;
+    while (rc < 0 && (c = getopt_long(argc, argv, "h", table, NULL)) != -1) {
+        if (c == F_HELP || c == F_HELP_DEBUG) {
+            s_usage(stdout, cmd, c == F_HELP_DEBUG);
+            rc = 0;
+        } else if (c == '?' || c == ':') {
+            fprintf(stderr, "lpgossip %s: see --help\n", s_names[cmd]);
+            rc = 2;
+        } else if (s_store(o, c, optarg, err, sizeof err) != 0) {
+            rc = 2;
+        }
+    }
+    free(table);
+    if (rc < 0 && optind < argc) {
+        nn_errf(err, sizeof err, "unexpected argument '%s' (see --help)", argv[optind]);
+        rc = 2;
+    }
+    if (rc < 0 && s_finish(o, err, sizeof err) != 0)
+        rc = 2;
+    if (rc == 2 && err[0])
+        fprintf(stderr, "lpgossip %s: %s\n", s_names[cmd], err);
+    return rc;
+}
+
+void node_opts_free(node_opts *o)
+{
+    free(o->n.peers);
+    o->n.peers = NULL;
+}
+
+int node_opts_main(node_command cmd, int argc, char **argv, int (*run)(const node_opts *o))
+{
+    node_opts o;
+    int rc = node_opts_parse(&o, cmd, argc, argv);
+    if (rc < 0)
+        rc = run(&o);
+    node_opts_free(&o);
+    return rc;
+}

@@ -1,0 +1,301 @@
+/* node_run — see node_run.h. */
+#include "node/node_run.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the metrics writer ------------------------------------------------- */
+
+static void s_num(FILE *f, const char *key, const char *fmt, double v)
+{
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(v))
+        fprintf(f, fmt, v);
+    else
+        fputs("null", f);
+}
+
+static void s_u64(FILE *f, const char *key, uint64_t v)
+{
+    fprintf(f, ",\"%s\":%" PRIu64, key, v);
+}
+
+static void s_str(FILE *f, const char *key, const char *v)
+{
+    fprintf(f, ",\"%s\":\"%s\"", key, v ? v : "");
+}
+
+typedef struct {
+    const char *key, *fmt;
+    double      v;     /* NaN: null */
+} s_real;
+
+static void s_reals(FILE *f, const s_real *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        s_num(f, r[i].key, r[i].fmt, r[i].v);
+}
+
+typedef struct {
+    const char *key;
+    uint64_t    v;
+} s_count;
+
+static void s_counts(FILE *f, const s_count *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        s_u64(f, c[i].key, c[i].v);
+}
+
+/* The algorithm's and the link's counters (node). */
+static void s_write_node(FILE *f, const node_metrics *m)
+{
+    const gossip_stats *gs = m->gs;
+    const gossip_net_stats *ns = m->ns;
+    const gossip_link_stats *ls = m->ls;
+    const s_count c[] = {
+        {"gossip_bytes_recv", gs->bytes_recv}, {"gossip_msgs_sent", gs->msgs_sent},
+        {"resyncs_sent", gs->resyncs_sent},    {"resyncs_recv", gs->resyncs_recv},
+        {"bytes_sent", ns->bytes_sent},        {"bytes_recv", ns->bytes_recv},
+        {"msgs_sent", ns->msgs_sent},          {"msgs_recv", ns->msgs_recv},
+        {"rejected", ns->rejected_identity + ns->rejected_frames + ns->rejected_size +
+                     ns->rejected_auth + ls->refused},
+        {"peers_down", ls->peers_down},        {"down_events", ls->down_events},
+        {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
+    };
+    s_counts(f, c, sizeof c / sizeof c[0]);
+    const s_real t[] = {
+        {"seconds_compress", "%.3f", m->tm.compress}, {"seconds_wait", "%.3f", m->tm.wait},
+        {"seconds_mix", "%.3f", m->tm.mix},
+    };
+    s_reals(f, t, sizeof t / sizeof t[0]);
+}
+
+void node_metrics_write(FILE *f, const node_metrics *m)
+{
+    double acc = m->evaluated ? m->test_acc : NAN, loss = m->evaluated ? m->test_loss : NAN;
+    fprintf(f, "{\"command\":\"%s\"", m->command);
+    if (m->rank >= 0)
+        fprintf(f, ",\"rank\":%d", m->rank);
+    fprintf(f, ",\"nodes\":%d", m->nodes);
+    s_u64(f, "iter", m->iter);
+    const s_real core[] = {
+        {"epoch", "%.4f", m->epoch},           {"lr", "%.6g", m->lr},
+        {"loss", "%.6f", m->loss},             {"train_acc", "%.6f", m->train_acc},
+        {"test_acc", "%.6f", acc},             {"test_loss", "%.6f", loss},
+        {"skipped_steps", "%.0f", (double)m->skipped_steps},
+        {"samples_per_s", "%.1f", m->samples_per_s}, {"seconds", "%.3f", m->seconds},
+        {"seconds_compute", "%.3f", m->tm.compute},  {"seconds_gossip", "%.3f", m->tm.gossip},
+    };
+    s_reals(f, core, sizeof core / sizeof core[0]);
+    s_str(f, "model", m->model);
+    s_str(f, "precision", m->precision);
+    if (m->gossip) {
+        s_str(f, "algo", m->algo);
+        s_str(f, "compress", m->compress);
+        const s_real g[] = {
+            {"eta", "%g", m->eta}, {"skew", "%g", m->skew}, {"psi", "%.17g", m->psi},
+            {"gossip_bytes_sent", "%.0f", m->gossip_bytes_sent},
+        };
+        s_reals(f, g, sizeof g / sizeof g[0]);
+    }
+    if (m->sim) {
+        const s_real sim[] = {
+            {"avg_model_acc", "%.6f", acc},        {"avg_model_loss", "%.6f", loss},
+            {"mean_node_acc", "%.6f", m->mean_node_acc}, {"consensus", "%.6g", m->consensus},
+            {"bytes_sent_per_node", "%.0f", m->gossip_bytes_sent},
+        };
+        s_reals(f, sim, sizeof sim / sizeof sim[0]);
+    }
+    if (m->gs && m->ns && m->ls)
+        s_write_node(f, m);
+    fputs("}\n", f);
+    fflush(f);
+}
+
+/* ---- evaluation ------------------------------------------------------- */
+
+/* Mean of the ranks' de-biased models (parameters and buffers) into avg;
+ * returns the consensus distance mean_i ||z_i - zbar||^2 / d. */
+static double s_average(nn_model *avg, node_trainer *tr, int n)
+{
+    node_avg a;
+    node_avg_init(&a, avg);
+    for (int i = 0; i < n; i++)
+        node_avg_add(&a, tr[i].model);
+    node_avg_write(&a, avg);
+    double dist = 0;
+    for (size_t k = 0; k < a.np; k++) {
+        double mean = node_avg_param(&a, k);
+        for (int i = 0; i < n; i++) {
+            double z = nn_model_params(tr[i].model)->data[k];
+            dist += (z - mean) * (z - mean);
+        }
+    }
+    node_avg_free(&a);
+    return dist / (double)n / (double)a.np;
+}
+
+static void s_pump(void *arg)
+{
+    const node_round *rd = arg;
+    rd->pump(rd->arg);
+}
+
+static double s_eval_model(node_run *r, nn_model *m, double *loss)
+{
+    int batch = (int)r->o->batch;
+    void (*tick)(void *) = r->round.pump ? s_pump : NULL;
+    return node_evaluate_tick(m, r->d, &r->d->test, batch, loss, tick, &r->round);
+}
+
+/* Training statistics since the last line, over the driven ranks (reset). */
+static void s_train_stats(node_run *r, node_metrics *m)
+{
+    double loss = 0;
+    size_t seen = 0, correct = 0;
+    for (int i = 0; i < r->n; i++) {
+        loss += r->tr[i].loss_sum;
+        seen += r->tr[i].seen;
+        correct += r->tr[i].correct;
+        node_trainer_reset_stats(&r->tr[i]);
+    }
+    double now = nn_now(), compute = r->tm.compute - r->compute_line;
+    m->loss = seen ? loss / (double)seen : 0.0;
+    m->train_acc = seen ? (double)correct / (double)seen : 0.0;
+    m->samples_per_s = compute > 0 ? (double)seen / compute : 0.0;
+    r->t_line = now;
+    r->compute_line = r->tm.compute;
+}
+
+void node_run_debias(node_run *r, int i)
+{
+    nn_arena *p = nn_model_params(r->tr[i].model);
+    if (r->g && r->g[i])
+        gossip_node_debias(r->g[i], r->x[i], p->data);
+    else if (r->x[i] != p->data)
+        memcpy(p->data, r->x[i], p->numel * sizeof *p->data);
+}
+
+void node_run_eval(node_run *r, node_metrics *m)
+{
+    *m = r->meta;
+    for (int i = 0; i < r->n; i++)
+        node_run_debias(r, i);
+    m->evaluated = !r->o->no_eval;
+    m->consensus = r->avg ? s_average(r->avg, r->tr, r->n) : 0.0;
+    if (m->evaluated && r->avg)
+        m->test_acc = s_eval_model(r, r->avg, &m->test_loss);
+    s_train_stats(r, m);
+    double acc = 0;
+    long k = m->evaluated ? r->eval_nodes : 0;
+    for (long i = 0; i < k; i++) {
+        double l, a = s_eval_model(r, r->tr[i].model, &l);
+        if (!r->avg && i == 0) {
+            m->test_acc = a;
+            m->test_loss = l;
+        }
+        acc += a;
+    }
+    m->mean_node_acc = k ? acc / (double)k : NAN;
+    m->iter = r->it + 1;
+    m->epoch = (double)(r->it + 1) / (double)r->steps;
+    m->lr = r->lr;
+    m->skipped_steps = r->skipped;
+    m->seconds = nn_now() - r->t0;
+    m->tm = r->tm;
+    m->psi = r->g && r->g[0] ? gossip_node_psi(r->g[0]) : 1.0;
+}
+
+/* ---- the loop ----------------------------------------------------------- */
+
+/* The local steps of iteration r->it on every rank, with the non-finite
+ * policy; -1 with a message when one rank diverged. */
+static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
+{
+    double a = nn_now();
+    for (int i = 0; i < r->n; i++) {
+        const gossip_node *g = r->g ? r->g[i] : NULL;
+        float loss = node_local_step(&r->tr[i], r->d, g, r->x[i], r->lr);
+        if (isfinite(loss)) {
+            run[i] = 0;
+            continue;
+        }
+        r->skipped++;
+        if ((++run[i] <= 3 || run[i] == NODE_RUN_MAX_SKIPPED) && r->log) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "iteration %llu: the loss or a gradient is not finite "
+                     "(loss %g, lr %g): step skipped, the model is unchanged and nothing "
+                     "non-finite is sent", (unsigned long long)r->it, loss, r->lr);
+            r->log(r->hook_arg, r->rank0 + i, msg);
+        }
+        if (run[i] >= NODE_RUN_MAX_SKIPPED) {
+            r->tm.compute += nn_now() - a;
+            return nn_errf(err, errlen, "%d steps in a row were not finite: training diverged; "
+                           "try a smaller --lr or --eta", NODE_RUN_MAX_SKIPPED);
+        }
+    }
+    r->tm.compute += nn_now() - a;
+    return 0;
+}
+
+/* The gossip round after iteration r->it, if one is due. */
+static int s_gossip(node_run *r, char *err, size_t errlen)
+{
+    if (!r->round.round)
+        return 0;
+    if ((r->it + 1) % r->H != 0) {
+        if (r->round.pump)
+            r->round.pump(r->round.arg); /* between rounds: answer, PING */
+        return 0;
+    }
+    double b = nn_now();
+    int rc = r->round.round(r->round.arg, r->x, (r->it + 1) / r->H - 1, &r->tm, err, errlen);
+    r->tm.gossip += nn_now() - b;
+    return rc;
+}
+
+static int s_eval_due(const node_run *r)
+{
+    int last = r->it + 1 == r->iters;
+    long every = r->o->eval_every > 0 ? r->o->eval_every : r->steps;
+    if (r->o->no_eval)
+        return last;
+    return last || (r->it + 1) % (uint64_t)every == 0;
+}
+
+int node_run_loop(node_run *r, char *err, size_t errlen)
+{
+    uint32_t *run = nn_xcalloc((size_t)r->n, sizeof *run);
+    int rc = 0;
+    r->t0 = r->t_line = nn_now();
+    for (; r->it < r->iters; r->it++) {
+        if (r->stop && *r->stop) {
+            r->interrupted = 1;
+            break;
+        }
+        r->lr = node_lr_at_iter(r->o, r->it, r->steps);
+        if (r->o->debug_nan_at >= 0 && r->it == (uint64_t)r->o->debug_nan_at)
+            r->tr[0].poison_next = 1;
+        if (s_local_steps(r, run, err, errlen) != 0 || s_gossip(r, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+        for (int i = 0; i < r->n; i++)
+            nn_sgd_after_mix(&r->tr[i].sgd, r->x[i]);
+        if (r->after_iter)
+            r->after_iter(r->hook_arg, r->it + 1);
+        if (!s_eval_due(r))
+            continue;
+        node_metrics m;
+        node_run_eval(r, &m);
+        if (r->report)
+            r->report(r->hook_arg, r, &m);
+        if (r->metrics)
+            node_metrics_write(r->metrics, &m);
+    }
+    free(run);
+    return rc;
+}

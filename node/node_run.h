@@ -1,0 +1,139 @@
+/* node_run — the one iteration loop of `train`, `simulate` and `node`, and
+ * the one metrics writer.
+ *
+ * Owns:    nothing: a node_run borrows the trainers, gossip vectors and
+ *          gossip nodes of the ranks one process drives (train and node:
+ *          one; simulate: all of the topology).
+ * Exposes: node_run_loop.  For t = it .. iters-1: the local step of every
+ *          rank on its de-biased z = x/psi (node_local_step); after
+ *          every H steps a gossip round, done by a node_round (none, the
+ *          in-process gossip_sim or the ZeroMQ gossip_link); then
+ *          nn_sgd_after_mix on every rank (quasi-global momentum, with or
+ *          without gossip); a step whose loss or gradient is not finite is
+ *          skipped (x unchanged, nothing non-finite is sent) and
+ *          NODE_RUN_MAX_SKIPPED in a row on one rank end the run; at every
+ *          eval_every iterations and at the end: evaluation (node_run_eval)
+ *          and one metrics line (node_metrics_write, keys in docs/node.md).
+ * Callers: node_cmd_train.c, node_cmd_simulate.c, node_cmd_node.c.
+ */
+#ifndef NODE_RUN_H
+#define NODE_RUN_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gossip/gossip_link.h"
+#include "gossip/gossip_net.h"
+#include "gossip/gossip_node.h"
+#include "node/node_trainer.h"
+
+#define NODE_RUN_MAX_SKIPPED 20 /* non-finite steps in a row that end the run */
+
+/* Cumulative wall-clock seconds of a run's phases. */
+typedef struct {
+    double compute;  /* local steps */
+    double gossip;   /* gossip rounds, all of it */
+    double compress; /* of which gossip_node_prepare (ZeroMQ link only) */
+    double wait;     /* of which sending and waiting (ZeroMQ link only) */
+    double mix;      /* of which mixing (ZeroMQ link only) */
+} node_times;
+
+/* How a gossip round happens.  round == NULL: no gossip (train,
+ * node --no-gossip).  round(arg, x, r, tm, ...) runs gossip round r on the
+ * driven ranks' x[0..n) (prepare, deliver, mix: x and psi overwritten) and
+ * may add to tm->compress/wait/mix; 0, or -1 with a message.  pump(arg)
+ * (may be NULL) keeps the neighbours served between rounds and during
+ * evaluation. */
+typedef struct {
+    int  (*round)(void *arg, float **x, uint64_t r, node_times *tm, char *err, size_t errlen);
+    void (*pump)(void *arg);
+    void *arg;
+} node_round;
+
+/* One metrics line.  Groups: the core keys (every command), the gossip
+ * keys (simulate and node: gossip set), the simulate keys (sim set) and
+ * the link keys (node: ns/ls set, NULL without sockets). */
+typedef struct {
+    const char *command;          /* "train" | "simulate" | "node" */
+    int         rank;             /* -1: all ranks (simulate) */
+    int         nodes;
+    uint64_t    iter;             /* iterations done */
+    double      epoch, lr;        /* lr of the last iteration */
+    double      loss, train_acc;  /* training batches since the last line */
+    double      samples_per_s;    /* of the local steps since the last line */
+    int         evaluated;        /* 0: test_acc/test_loss are null */
+    double      test_acc, test_loss; /* the model (simulate: the average model) */
+    uint64_t    skipped_steps;
+    double      seconds;          /* since the run started */
+    node_times  tm;
+    const char *model, *precision;
+    /* gossip (simulate, node) */
+    int         gossip;
+    const char *algo, *compress;
+    double      eta, skew, psi;   /* psi: this node's (simulate: rank 0's) */
+    double      gossip_bytes_sent; /* encoded messages (simulate: mean per node) */
+    /* simulate */
+    int         sim;
+    double      mean_node_acc;    /* NaN: not evaluated (null) */
+    double      consensus;
+    /* node */
+    const gossip_stats      *gs;
+    const gossip_net_stats  *ns;
+    const gossip_link_stats *ls;
+} node_metrics;
+
+/* Appends m as one JSON object on one line to f and flushes. */
+void node_metrics_write(FILE *f, const node_metrics *m);
+
+typedef struct node_run node_run;
+
+struct node_run {
+    /* ---- set by the caller ---- */
+    int                    n;          /* ranks driven by this process */
+    int                    rank0;      /* rank of tr[0] */
+    node_trainer          *tr;         /* [n] */
+    float                **x;          /* [n] gossip variables (may be the models' params) */
+    gossip_node          **g;          /* [n] gossip nodes, or NULL (no gossip node at all) */
+    const node_data       *d;
+    const node_train_opts *o;
+    long                   steps;      /* iterations per epoch */
+    uint64_t               H;          /* local steps per gossip round (>= 1) */
+    uint64_t               it, iters;  /* first iteration, end */
+    long                   eval_nodes; /* ranks whose own model is evaluated */
+    nn_model              *avg;        /* n > 1: the average model, evaluated */
+    node_round             round;
+    volatile sig_atomic_t *stop;       /* nonzero: stop before the next iteration */
+    FILE                  *metrics;    /* may be NULL */
+    node_metrics           meta;       /* command, rank, nodes, gossip identity */
+    /* log(arg, rank, line); after_iter(arg, done): checkpoints (may be NULL);
+     * report(arg, r, m): adds the command's own keys to m and prints the
+     * console line of an evaluation, before m is written */
+    void (*log)(void *arg, int rank, const char *msg);
+    void (*after_iter)(void *arg, uint64_t done);
+    void (*report)(void *arg, const node_run *r, node_metrics *m);
+    void  *hook_arg;
+    /* ---- state ---- */
+    node_times tm;
+    uint64_t   skipped;      /* non-finite steps, all ranks */
+    int        interrupted;  /* stopped by *stop */
+    double     t0, t_line, compute_line;
+    float      lr;
+};
+
+/* Runs iterations r->it .. r->iters-1 (r->it is then the number done).
+ * 0: done or interrupted (r->interrupted); -1 with a message: diverged or
+ * a gossip round failed. */
+int node_run_loop(node_run *r, char *err, size_t errlen);
+
+/* Writes rank i's de-biased model z = x/psi into its model's parameters
+ * (z = x without a gossip node). */
+void node_run_debias(node_run *r, int i);
+
+/* Evaluation at iteration r->it: de-biases every rank's x into its model,
+ * evaluates (unless o->no_eval) the average model (n > 1) and the first
+ * eval_nodes models, fills m with the training statistics since the last
+ * call (then reset) and the results. */
+void node_run_eval(node_run *r, node_metrics *m);
+
+#endif
