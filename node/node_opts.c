@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lowprec/lp_bf16.h"
+#include "nn/nn_cpu.h"
 #include "topology/topo.h"
 
 /* ---- the flag table ------------------------------------------------------ */
@@ -27,7 +29,7 @@ enum {
     F_HELP = 'h', F_HELP_DEBUG = 256,
     F_MODEL, F_DATA, F_NORM, F_PREC, F_GROUPS, F_PADTO, F_AUG, F_ZIR, F_SUBSET,
     F_EPOCHS, F_BATCH, F_LR, F_MOM, F_WD, F_NONEST, F_WARMUP, F_MILE, F_LR_DECAY, F_GAMMA, F_QGM,
-    F_SEED, F_THREADS, F_METRICS, F_SAVE, F_EVAL_EVERY, F_NO_EVAL, F_NAN_AT,
+    F_SEED, F_THREADS, F_WGRAD, F_METRICS, F_SAVE, F_EVAL_EVERY, F_NO_EVAL, F_NAN_AT,
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP,
@@ -53,6 +55,7 @@ static const s_flag s_flags[] = {
     {"lr-decay", 1, F_LR_DECAY, G_OPTIM},    {"gamma", 1, F_GAMMA, G_OPTIM},
     {"qgm", 0, F_QGM, G_OPTIM},
     {"seed", 1, F_SEED, G_RUN},              {"threads", 1, F_THREADS, G_RUN},
+    {"wgrad", 1, F_WGRAD, G_RUN},
     {"metrics", 1, F_METRICS, G_RUN},        {"save", 1, F_SAVE, G_RUN},
     {"eval-every", 1, F_EVAL_EVERY, G_RUN},  {"no-eval", 0, F_NO_EVAL, G_RUN},
     {"debug-nan-at", 1, F_NAN_AT, G_DEBUG_RUN},
@@ -128,6 +131,8 @@ static const char s_help_run[] =
 "run:\n"
 "  --seed S            initial weights and data order          [1]\n"
 "  --threads T         BLAS threads                            [1]\n"
+"  --wgrad W           int8 weight gradients: bf16 (where the CPU has AVX-512\n"
+"                      BF16) | fp32 | auto (bf16 if the CPU has it) [auto]\n"
 "  --eval-every N      evaluate every N iterations          [once per epoch]\n"
 "  --no-eval           no test-set evaluation; one metrics line at the end\n"
 "  --metrics FILE      append one JSON object per evaluation (docs/node.md)\n"
@@ -293,11 +298,24 @@ static int s_optim_flag(node_train_opts *o, int code, const char *arg, char *err
     }
 }
 
+/* --wgrad: the process-wide weight-gradient arithmetic of the int8 ops
+ * (lp_bf16.h), set here so that a CPU without bf16 is a usage error. */
+static int s_wgrad(const char *arg, char *err, size_t errlen)
+{
+    lp_wgrad_t w;
+    if (lp_wgrad_parse(arg, &w) != 0) {
+        snprintf(err, errlen, "--wgrad: unknown value '%s' (auto, fp32, bf16)", arg);
+        return -1;
+    }
+    return lp_wgrad_set(w, err, errlen);
+}
+
 static int s_run_flag(node_train_opts *o, int code, const char *arg, char *err, size_t errlen)
 {
     switch (code) {
     case F_SEED: return node_parse_int("--seed", arg, 0, 1L << 62, &o->seed, err, errlen);
     case F_THREADS: return node_parse_int("--threads", arg, 1, 256, &o->threads, err, errlen);
+    case F_WGRAD: return s_wgrad(arg, err, errlen);
     case F_METRICS: return s_copy(o->metrics, sizeof o->metrics, "--metrics", arg, err, errlen);
     case F_SAVE: return s_copy(o->save, sizeof o->save, "--save", arg, err, errlen);
     case F_EVAL_EVERY:
@@ -487,8 +505,11 @@ int node_opts_main(node_command cmd, int argc, char **argv, int (*run)(const nod
 {
     node_opts o;
     int rc = node_opts_parse(&o, cmd, argc, argv);
-    if (rc < 0)
+    if (rc < 0) {
+        printf("kernels: CPU level %s (LPGOSSIP_CPU caps it), int8 weight gradients %s\n",
+               nn_cpu_name(nn_cpu_level()), lp_wgrad_name());
         rc = run(&o);
+    }
     node_opts_free(&o);
     return rc;
 }

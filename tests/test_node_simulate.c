@@ -183,6 +183,7 @@ static void test_options(void **state)
         {"node --topology topologies/ring8.yaml --rank 0 --bind localhost", "--bind"},
         {"node --topology topologies/ring8.yaml --rank 0 --peer n1=foo", "--peer"},
         {"train --bogus", "see --help"},
+        {"train --wgrad fp16", "--wgrad: unknown value 'fp16'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = s_cli(dir, bad[i].args);
@@ -197,6 +198,20 @@ static void test_options(void **state)
     char *out = tk_slurp(log);
     assert_non_null(strstr(out, "--gamma is deprecated"));
     assert_non_null(strstr(out, "fakequant"));
+    free(out);
+    /* --wgrad: bf16 where the CPU has it, else a usage error naming the
+     * level; the banner says what the kernels use */
+    setenv("LPGOSSIP_CPU", "avx2", 1);
+    int rc = s_cli(dir, "train --wgrad bf16 --epochs 1");
+    unsetenv("LPGOSSIP_CPU");
+    out = tk_slurp(log);
+    if (rc != 2 || !strstr(out, "has no AVX-512 BF16"))
+        fail_msg("--wgrad bf16 at avx2: status %d, output:\n%s", rc, out);
+    free(out);
+    assert_int_equal(s_cli(dir, "train --wgrad fp32 --precision int8 --epochs 1 "
+                                "--train-subset 32 --batch 16 --no-eval"), 0);
+    out = tk_slurp(log);
+    assert_non_null(strstr(out, "int8 weight gradients fp32"));
     free(out);
     /* the fault-injection flags are listed by --help-debug only */
     assert_int_equal(s_cli(dir, "node --help"), 0);
