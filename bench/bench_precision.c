@@ -9,7 +9,8 @@
  * ratios (issue goals, resnet20, 1 thread: <= 0.7 at avx512vnni, <= 0.85 at
  * avx2); once per model the saved-activation and prepared-byte ratios.
  * Also prints the OpenBLAS core that ran.  BENCH_ONLY=int8|fp32 runs only
- * that model's steps (2*steps of them, nothing timed), for profilers.
+ * that model's steps (2*steps of them, nothing timed), for profilers, with
+ * the default weight-gradient arithmetic only.
  * Usage: bench_precision [steps (default 10)] [threads (default 1)]
  *                        [model: resnet20 | vgg11 (default both)] [level]. */
 #include <cblas.h>
@@ -149,6 +150,8 @@ int main(int argc, char **argv)
             for (int wg = LP_WGRAD_BF16; wg >= LP_WGRAD_FP32; wg--) {
                 if (lp_wgrad_set((lp_wgrad_t)wg, err, sizeof err) != 0)
                     continue;
+                if (getenv("BENCH_ONLY") && wg == LP_WGRAD_FP32 && lp_bf16_supported())
+                    continue; /* profiling: the default arithmetic only */
                 s_config(archs[a], lv, lp_wgrad_name(), batch, steps, first);
                 first = 0;
             }
