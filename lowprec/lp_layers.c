@@ -20,9 +20,9 @@
 #include <string.h>
 
 #include "lowprec/lp_bf16.h"
-#include "nn/nn_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_simd.h"
+#include "nn/nn_cpu.h"
 
 #define ALIGN64(n) (((n) + 63) & ~(size_t)63)
 
@@ -220,10 +220,11 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     dc.N = s_wgrad_nb(d);
     size_t bw = ALIGN64((size_t)dc.N * d->C * d->H * d->W * sizeof(float)) +
                 ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
-    /* backward, input gradient: gradient codes, then either path */
+    /* ... or the weight gradients built from the codes (bf16, FP32) */
     size_t bb = s_wgrad_bf16_bytes(d), bf = s_wgrad_f32_bytes(d);
     bw = bw > bb ? bw : bb;
     bw = bw > bf ? bw : bf;
+    /* backward, input gradient: gradient codes, then either path */
     size_t b = ALIGN64((size_t)d->N * d->OC * P), bi = 0;
     bi += ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
     bi += ALIGN64((size_t)CK * 4);
@@ -454,15 +455,12 @@ static void s_shift_pack_a(uint32_t *Ap, const uint8_t *a, int M, int nch, const
         for (int p = 0; p < g->np; p++)
             for (int t = 0; t < T; t++) {
                 const uint8_t *am = a + (size_t)m * nch * T;
-                uint8_t c[4] = {0, 0, 0, 0};
+                uint8_t c[4] = {0, 0, 0, 0}; /* padding channels meet b codes of 0 */
                 for (int l = 0; l < g->L; l++)
                     if (g->L * p + l < nch)
                         c[l] = am[(size_t)(g->L * p + l) * T + t];
-                uint32_t lane = g->L == 4 ? (uint32_t)0 : lp_pair(c[0], c[1]);
-                if (g->L == 4) /* padding channels: signed 0 (their b codes are 0) */
-                    for (int l = 0; l < 4; l++)
-                        lane |= (uint32_t)(uint8_t)(g->L * p + l < nch ? c[l] ^ 0x80 : 0) << 8 * l;
-                Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] = lane;
+                Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] =
+                    g->L == 4 ? lp_quad_s8(c[0], c[1], c[2], c[3]) : lp_pair(c[0], c[1]);
             }
 }
 

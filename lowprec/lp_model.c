@@ -823,12 +823,6 @@ const nn_factory lp_factory_fakequant = {
     .add = s_add_b,
 };
 
-int lp_precision_known(const char *precision)
-{
-    return precision && (strcmp(precision, "fp32") == 0 || strcmp(precision, "int8") == 0 ||
-                         strcmp(precision, "fakequant") == 0);
-}
-
 const nn_factory *lp_factory_by_name(const char *precision)
 {
     if (!precision)

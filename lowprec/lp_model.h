@@ -68,10 +68,8 @@ float lp_model_check_error(const nn_model *m, lp_check_what what);
 
 /* The factory for a --precision value: NULL for "fp32" (nn_model_new's
  * default), &lp_factory_int8 for "int8", &lp_factory_fakequant for
- * "fakequant".  Unknown names also give NULL: check lp_precision_known()
- * first when the name comes from the outside. */
+ * "fakequant".  Unknown names also give NULL (the CLI parses the name into
+ * node_precision before it gets here). */
 const nn_factory *lp_factory_by_name(const char *precision);
-/* 1 when precision is one of "fp32", "int8", "fakequant", else 0. */
-int lp_precision_known(const char *precision);
 
 #endif

@@ -12,13 +12,20 @@
 static void s_usage(FILE *f)
 {
     fprintf(f,
-"usage: lpgossip eval MODEL.safetensors [--data SPEC] [--batch B] [--threads T]\n"
-"       lpgossip eval --average A.safetensors B.safetensors ... [--data SPEC]\n"
+"usage: lpgossip eval MODEL.safetensors [options]\n"
+"       lpgossip eval --average A.safetensors B.safetensors ... [options]\n"
 "Prints the test accuracy of a model written by `lpgossip train --save` or by\n"
 "a node; with --average, of the element-wise mean of all the models' parameters\n"
-"(and buffers). --data defaults to the data set recorded in the model file.\n"
-"A model file that is invalid or holds a non-finite value is refused (exit 2).\n"
-"  --json   print one JSON object instead of text\n");
+"(and buffers). A model file that is invalid or holds a non-finite value is\n"
+"refused (exit 2).\n"
+"  --average           evaluate the mean of the models given\n"
+"  --data SPEC         fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR\n"
+"                      [the data set recorded in the model file]\n"
+"  --batch B           evaluation batch, as the training commands' --batch (int8\n"
+"                      Range EvoNorm quantizes its scale over a batch)  [32]\n"
+"  --threads T         BLAS threads                            [1]\n"
+"  --json              print one JSON object instead of text\n"
+"  -h, --help\n");
 }
 
 /* Loads the models one after another into m, accumulating their mean.  A
@@ -56,7 +63,7 @@ int node_cmd_eval(int argc, char **argv)
         {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
     const char *data = NULL;
-    long batch = 100, threads = 1;
+    long batch = 32, threads = 1; /* the training commands' defaults */
     int average = 0, json = 0, c;
     char err[1024];
     optind = 1;
