@@ -295,12 +295,22 @@ static void s_check_peers(gossip_link *l, int64_t iter, double wait_start)
 
 /* ---- receiving ------------------------------------------------------------------- */
 
+/* A refusal of gossip_node_receive for a non-finite number (the codec's
+ * messages: "value 3 is NaN", "... is Inf", "psi ... is not a finite ..."). */
+static void s_refuse_payload(gossip_link *l, int from, const char *err)
+{
+    if (strstr(err, " is NaN") || strstr(err, " is Inf") || strstr(err, "not finite") ||
+        strstr(err, "not a finite"))
+        l->st.refused_nonfinite++;
+    s_refuse(l, "from %s (rank %d): %s", s_id(l, from), from, err);
+}
+
 static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
 {
     char err[1024];
     int rc = gossip_node_receive(l->g, msg, len, err, sizeof err);
     if (rc < 0) {
-        s_refuse(l, "%s", err);
+        s_refuse_payload(l, from, err);
         return;
     }
     gossip_peer *p = &l->p[from];
@@ -463,7 +473,7 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
     case GOSSIP_MSG_RESYNC: {
         int rc = gossip_node_receive(l->g, msg, len, err, sizeof err);
         if (rc < 0) {
-            s_refuse(l, "%s", err);
+            s_refuse_payload(l, from, err);
             break;
         }
         s_drop_stash_of(l, from); /* older than the RESYNC (FIFO): inside it */

@@ -89,6 +89,7 @@ typedef struct {
 
 typedef struct {
     uint64_t refused;          /* messages refused by the link or gossip_node */
+    uint64_t refused_nonfinite; /* of which: a NaN/Inf value, scale or psi */
     uint64_t peers_down;       /* neighbours down right now */
     uint64_t down_events;      /* times a neighbour was declared down */
     uint64_t back_events;      /* times one came back */

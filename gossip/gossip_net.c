@@ -34,7 +34,7 @@ struct gossip_net {
     int         have_cur;
     size_t      max_msg;
     FILE       *log;
-    unsigned    logged[4];
+    unsigned    logged[5];
     char        endpoint[TOPO_ENDPOINT_MAX];
     gossip_net_stats st;
 };
@@ -75,8 +75,18 @@ static int s_setopt_int(void *sock, int opt, int value)
     return zmq_setsockopt(sock, opt, &value, sizeof value);
 }
 
-/* Options common to ROUTER and DEALERs. */
-static int s_common_opts(void *sock, const gossip_net_config *cfg, size_t max_msg)
+/* Options common to ROUTER and DEALERs.  No receive high-water mark
+ * (RCVHWM 0): with one, libzmq 4.3 stops reading a connection whose pipe
+ * is full, and a peer that then hangs up leaves an engine in the I/O-error
+ * state that aborts at its next write (`!_io_error`,
+ * stream_engine_base.cpp, libzmq issue 4364): a heartbeat PING timer, or a
+ * PONG answering a ZMTP PING buffered behind the full pipe.  Every pipe we
+ * receive on is read by us (gossip_net_recv), so memory is bounded by what
+ * peers send between two reads.  The ROUTER sends no heartbeats of its own
+ * (no timer that writes on a dead engine); the DEALERs' PINGs carry a TTL,
+ * so the ROUTER still drops a peer that went silent without closing its
+ * connection after heartbeat_timeout_ms. */
+static int s_common_opts(void *sock, const gossip_net_config *cfg, size_t max_msg, int router)
 {
     int64_t maxsize = (int64_t)(max_msg + S_SIZE_MARGIN);
     int ttl = cfg->heartbeat_timeout_ms;
@@ -84,9 +94,9 @@ static int s_common_opts(void *sock, const gossip_net_config *cfg, size_t max_ms
         ttl = 6553599;
     if (s_setopt_int(sock, ZMQ_LINGER, cfg->linger_ms) != 0 ||
         s_setopt_int(sock, ZMQ_SNDHWM, cfg->hwm) != 0 ||
-        s_setopt_int(sock, ZMQ_RCVHWM, cfg->hwm) != 0 ||
+        s_setopt_int(sock, ZMQ_RCVHWM, 0) != 0 ||
         zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize) != 0 ||
-        s_setopt_int(sock, ZMQ_HEARTBEAT_IVL, cfg->heartbeat_ivl_ms) != 0 ||
+        s_setopt_int(sock, ZMQ_HEARTBEAT_IVL, router ? 0 : cfg->heartbeat_ivl_ms) != 0 ||
         s_setopt_int(sock, ZMQ_HEARTBEAT_TIMEOUT, cfg->heartbeat_timeout_ms) != 0 ||
         s_setopt_int(sock, ZMQ_HEARTBEAT_TTL, ttl) != 0)
         return -1;
@@ -99,7 +109,8 @@ static void s_reject(gossip_net *net, int reason, const char *fmt, ...)
     uint64_t *counter = reason == 0   ? &net->st.rejected_identity
                         : reason == 1 ? &net->st.rejected_frames
                         : reason == 2 ? &net->st.rejected_size
-                                      : &net->st.rejected_auth;
+                        : reason == 3 ? &net->st.rejected_auth
+                                      : &net->st.rejected_contested;
     (*counter)++;
     if (!net->log || net->logged[reason] >= S_LOG_FIRST)
         return;
@@ -321,9 +332,9 @@ static int s_router(gossip_net *net, const gossip_net_config *cfg, const char *b
 {
     const char *myid = net->t->nodes[net->rank].id;
     net->router = zmq_socket(net->ctx, ZMQ_ROUTER);
-    if (!net->router || s_common_opts(net->router, cfg, net->max_msg) != 0 ||
+    if (!net->router || s_common_opts(net->router, cfg, net->max_msg, 1) != 0 ||
         s_setopt_int(net->router, ZMQ_ROUTER_MANDATORY, 1) != 0 ||
-        s_setopt_int(net->router, ZMQ_ROUTER_HANDOVER, 1) != 0 ||
+        s_setopt_int(net->router, ZMQ_ROUTER_HANDOVER, 0) != 0 ||
         (net->curve && (s_setopt_int(net->router, ZMQ_CURVE_SERVER, 1) != 0 ||
                         zmq_setsockopt(net->router, ZMQ_CURVE_SECRETKEY, cfg->curve_secret, 32) != 0)))
         return s_zerr(err, errlen, "cannot set up the ROUTER of", myid);
@@ -355,7 +366,7 @@ static int s_dealer(gossip_net *net, const gossip_net_config *cfg, int k, char *
                        t->nodes[j].id, j, myid, t->name, t->nodes[j].id);
     void *d = zmq_socket(net->ctx, ZMQ_DEALER);
     net->dealers[k] = d;
-    if (!d || s_common_opts(d, cfg, net->max_msg) != 0 ||
+    if (!d || s_common_opts(d, cfg, net->max_msg, 0) != 0 ||
         zmq_setsockopt(d, ZMQ_ROUTING_ID, myid, strlen(myid)) != 0 ||
         s_setopt_int(d, ZMQ_SNDTIMEO, cfg->send_timeout_ms) != 0)
         return s_zerr(err, errlen, "cannot set up the DEALER to", t->nodes[j].id);
@@ -506,6 +517,21 @@ int gossip_net_reply(gossip_net *net, int to_rank, const uint8_t *msg, size_t le
 
 /* ---- receiving ---------------------------------------------------------- */
 
+/* A routing id that is an lpgossip header: the ROUTER refused the
+ * connection's routing id because a live connection holds it (no
+ * ZMQ_ROUTER_HANDOVER), and then took its first message for its id.  The
+ * rank that header claims (an in-neighbour's), or -1. */
+static int s_contested(const gossip_net *net, const uint8_t *id, size_t len)
+{
+    if (len < GOSSIP_HEADER_BYTES || memcmp(id, "LPGS", 4) != 0)
+        return -1;
+    uint32_t sender = (uint32_t)id[8] | (uint32_t)id[9] << 8 | (uint32_t)id[10] << 16 |
+                      (uint32_t)id[11] << 24;
+    if (sender >= (uint32_t)net->n || !net->is_in[sender])
+        return -1;
+    return (int)sender;
+}
+
 /* Reads one message from the ROUTER: 1 accepted (in net->cur), 0 rejected
  * or nothing there, -1 transport error. */
 static int s_recv_router(gossip_net *net, int *from_rank, char *err, size_t errlen)
@@ -545,9 +571,19 @@ static int s_recv_router(gossip_net *net, int *from_rank, char *err, size_t errl
     }
     int extra = s_drain(net->router);
     size_t len = zmq_msg_size(&net->cur);
+    int claimed = rank < 0 ? s_contested(net, idb, idlen) : -1;
     zmq_msg_close(&id);
+    const char *addr = zmq_msg_gets(&net->cur, "Peer-Address");
+    if (claimed >= 0) {
+        s_reject(net, 4, "%zu bytes from a second connection (peer address %s) that claims "
+                 "the id of in-neighbour %s (rank %d) while %s is connected: contested id, "
+                 "refused", len, addr ? addr : "unknown", net->t->nodes[claimed].id, claimed,
+                 net->t->nodes[claimed].id);
+        return 0;
+    }
     if (rank < 0) {
-        s_reject(net, 0, "%zu bytes from unknown or non-neighbour routing id '%s'", len, pid);
+        s_reject(net, 0, "%zu bytes from unknown or non-neighbour routing id '%s' (peer address "
+                 "%s)", len, pid, addr ? addr : "unknown");
         return 0;
     }
     if (extra) {

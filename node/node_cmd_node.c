@@ -384,7 +384,7 @@ static void s_goodbye(s_node *s, uint64_t done, int failed, int saved, uint64_t 
           (unsigned long long)ns.msgs_sent, (unsigned long long)ns.bytes_recv,
           (unsigned long long)ns.msgs_recv, (unsigned long long)ls.refused,
           (unsigned long long)(ns.rejected_identity + ns.rejected_frames + ns.rejected_size +
-                               ns.rejected_auth),
+                               ns.rejected_auth + ns.rejected_contested),
           (unsigned long long)ls.down_events, (unsigned long long)ls.back_events,
           (unsigned long long)ls.peers_down, (unsigned long long)ls.resyncs_sent,
           (unsigned long long)ls.resync_bytes, (unsigned long long)skipped,
