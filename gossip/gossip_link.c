@@ -886,6 +886,10 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
     s_feed_stash(l);
     if (gossip_node_iter(l->g) % l->progress_every == 0)
         s_ping(l, 1);
+    int alone = l->nnb > 0;
+    for (int a = 0; a < l->nnb && alone; a++)
+        alone = s_all_down(l, l->nb[a]);
+    l->st.isolated_rounds = alone ? l->st.isolated_rounds + 1 : 0;
     double t4 = nn_now();
     tm->mix += t4 - t3;
     double round = t4 - l->round_start;
@@ -954,4 +958,10 @@ void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out)
     for (int a = 0; a < l->nnb; a++)
         down += l->p[l->nb[a]].down;
     out->peers_down = down;
+    out->neighbours = (uint64_t)l->nnb;
+}
+
+int gossip_link_cut_off(const gossip_link_stats *st)
+{
+    return st->neighbours > 0 && st->peers_down == st->neighbours && st->isolated_rounds > 0;
 }

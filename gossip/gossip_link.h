@@ -99,7 +99,13 @@ typedef struct {
     uint64_t dropped_full;     /* GOSSIP not sent: the peer's queue was full */
     uint64_t dropped_test;     /* GOSSIP dropped by drop_gossip */
     uint64_t flow_waits;       /* rounds that waited for a slow out-neighbour */
+    uint64_t neighbours;       /* neighbours in the topology (in or out) */
+    uint64_t isolated_rounds;  /* the last rounds in a row with every neighbour down */
 } gossip_link_stats;
+
+/* Cut off: the node has neighbours, every one of them is down now, and it
+ * did at least one round alone since (its model is not the run's). */
+int gossip_link_cut_off(const gossip_link_stats *st);
 
 /* Seconds of one round, accumulated by gossip_link_round. */
 typedef struct {

@@ -66,6 +66,7 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"rejected_auth", ns->rejected_auth},   {"refused_nonfinite", ls->refused_nonfinite},
         {"peers_down", ls->peers_down},        {"down_events", ls->down_events},
         {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
+        {"isolated_rounds", ls->isolated_rounds},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
     const s_real t[] = {

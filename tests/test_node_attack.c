@@ -270,9 +270,50 @@ static void test_contested_id(void **state)
     assert_false(s_log_has(logs[1], "(re)starts"));
 }
 
+/* ---- cut off: frozen past the neighbours' end ------------------------------------- */
+
+static void test_cut_off(void **state)
+{
+    (void)state;
+    const int n = 3, batch = 8, iters = 150;
+    int ports[3];
+    char topo[512], out[512], subset[32], bs[16], logs[3][600];
+    snprintf(topo, sizeof topo, "%s/ring3.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    s_topo(topo, n, "graph:\n  generator: undirected_ring\n", ports);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "choco", "--compress", "identity", "--model", "cnn",
+                      "--train-subset", subset, "--batch", bs, "--epochs", "1", "--lr", "0.05",
+                      "--no-eval", "--peer-timeout", "1", "--timeout", "30", "--out", out, NULL};
+    pid_t pid[3];
+    for (int i = 0; i < n; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+        pid[i] = s_node(topo, i, common, logs[i]);
+    }
+    double t0 = nn_now();
+    while (!s_log_has(logs[2], "start barrier passed") && nn_now() - t0 < 60)
+        usleep(20000);
+    usleep(300000);
+    kill(pid[2], SIGSTOP); /* frozen: the others declare it down and finish */
+    int st0 = tk_wait(pid[0], 180), st1 = tk_wait(pid[1], 180);
+    kill(pid[2], SIGCONT);
+    int st2 = tk_wait(pid[2], 180);
+    if (st0 != 0 || st1 != 0 || st2 != 3) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        fail_msg("expected exit 0, 0, 3 (n2 cut off), got %d %d %d", st0, st1, st2);
+    }
+    assert_true(s_log_has(logs[2], "cut off: all 2 neighbours were down"));
+    char met[700];
+    snprintf(met, sizeof met, "%s/metrics-2.jsonl", out);
+    assert_true(s_metric(met, "isolated_rounds") > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_cut_off, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_contested_id, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
