@@ -422,9 +422,9 @@ static int s_finish(s_node *s, const node_run *r, int failed)
     if (ok && s->link) {
         gossip_link_stats_get(s->link, &ls);
         if (gossip_link_cut_off(&ls)) {
-            s_log(s, "cut off: all %llu neighbours were down for the last %llu iterations; this "
-                  "model trained alone and is not the run's (exit status 3: leave it out of the "
-                  "average)", (unsigned long long)ls.neighbours,
+            s_log(s, "cut off: nothing of any of its %llu neighbours was mixed in the last %llu "
+                  "iterations; this model trained alone and is not the run's (exit status 3: "
+                  "leave it out of the average)", (unsigned long long)ls.neighbours,
                   (unsigned long long)ls.isolated_rounds);
             return NODE_EXIT_CUT_OFF;
         }

@@ -22,6 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <czmq.h>
 
 #include <cmocka.h>
 #include <zmq.h>
@@ -103,7 +109,12 @@ static void s_hdr(uint8_t *b, unsigned kind, uint32_t sender, uint64_t iter, uin
         b[28 + i] = (uint8_t)(fp >> (8 * i));
 }
 
-static void *s_dealer(void *ctx, const char *id, int port)
+/* CURVE keys of a member (the attacker's own) and of the target. */
+typedef struct {
+    uint8_t pub[32], sec[32], server[32];
+} s_keys;
+
+static void *s_dealer_k(void *ctx, const char *id, int port, const s_keys *k)
 {
     void *d = zmq_socket(ctx, ZMQ_DEALER);
     char ep[64];
@@ -112,6 +123,11 @@ static void *s_dealer(void *ctx, const char *id, int port)
     zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(d, ZMQ_ROUTING_ID, id, strlen(id));
+    if (k) {
+        zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, k->server, 32);
+        zmq_setsockopt(d, ZMQ_CURVE_PUBLICKEY, k->pub, 32);
+        zmq_setsockopt(d, ZMQ_CURVE_SECRETKEY, k->sec, 32);
+    }
     snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
     assert_int_equal(zmq_connect(d, ep), 0);
     return d;
@@ -172,6 +188,77 @@ static long s_metric(const char *path, const char *key)
     return v;
 }
 
+/* The hostile peer: DEALERs under the routing id "n0" (a live neighbour of
+ * the target) at the target's port; with k, CURVE clients with a member's
+ * own keys.  A silent impostor that only connects; a valid HELLO and 20000
+ * malformed 40-byte control messages; 400 well-framed GOSSIP messages full
+ * of NaN; 20 spoofed HELLOs for iteration 0 and one for another model;
+ * raw junk on the port. */
+static void s_attack(int port, const s_keys *k)
+{
+    uint32_t fp;
+    size_t nanlen;
+    uint8_t *nan = s_nan_gossip(0, 0, &fp, &nanlen);
+    void *ctx = zmq_ctx_new();
+    uint8_t b[GOSSIP_HEADER_BYTES];
+
+    /* 1: a silent impostor as n0 */
+    void *silent = s_dealer_k(ctx, "n0", port, k);
+    usleep(1500000);
+    /* 2: HELLO, then malformed control messages, as n0 */
+    void *d = s_dealer_k(ctx, "n0", port, k);
+    s_hdr(b, GOSSIP_MSG_HELLO, 0, 0, fp);
+    zmq_send(d, b, sizeof b, 0);
+    for (int i = 0; i < 20000; i++) {
+        s_hdr(b, (unsigned)(i % 9), 0, (uint64_t)i, fp);
+        b[6] = (uint8_t)i;
+        b[36] = (uint8_t)(i * 7);
+        zmq_send(d, b, sizeof b, ZMQ_DONTWAIT);
+        if (i % 2000 == 0)
+            usleep(100000);
+    }
+    usleep(500000);
+    zmq_close(d);
+    /* 3: a flood of NaN GOSSIP as n0 */
+    d = s_dealer_k(ctx, "n0", port, k);
+    for (int i = 0; i < 400; i++) {
+        uint64_t it = (uint64_t)i / 4;
+        memcpy(nan + 12, &it, 8);
+        zmq_send(d, nan, nanlen, ZMQ_DONTWAIT);
+        if (i % 50 == 0)
+            usleep(100000);
+    }
+    usleep(500000);
+    zmq_close(d);
+    /* 4: spoofed HELLOs for iteration 0 as n0, then a foreign layout */
+    d = s_dealer_k(ctx, "n0", port, k);
+    for (int i = 0; i < 20; i++) {
+        s_hdr(b, GOSSIP_MSG_HELLO, 0, 0, fp);
+        zmq_send(d, b, sizeof b, ZMQ_DONTWAIT);
+        usleep(20000);
+    }
+    s_hdr(b, GOSSIP_MSG_HELLO, 0, 0, fp ^ 1);
+    zmq_send(d, b, sizeof b, ZMQ_DONTWAIT);
+    usleep(500000);
+    zmq_close(d);
+    zmq_close(silent);
+    zmq_ctx_term(ctx);
+    free(nan);
+    /* 5: bytes that are not ZMTP */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        char junk[4096];
+        memset(junk, 0xff, sizeof junk);
+        ssize_t w = write(fd, junk, sizeof junk);
+        (void)w;
+        usleep(200000);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
 /* ---- a hostile peer under a live neighbour's id ------------------------------------ */
 
 static void test_contested_id(void **state)
@@ -196,54 +283,7 @@ static void test_contested_id(void **state)
     double t0 = nn_now();
     while (!s_log_has(logs[1], "start barrier passed") && nn_now() - t0 < 60)
         usleep(50000);
-    uint32_t fp;
-    size_t nanlen;
-    uint8_t *nan = s_nan_gossip(0, 0, &fp, &nanlen);
-    void *ctx = zmq_ctx_new();
-    uint8_t b[GOSSIP_HEADER_BYTES];
-
-    /* 1: a silent impostor as n0 */
-    void *silent = s_dealer(ctx, "n0", ports[1]);
-    usleep(1500000);
-    /* 2: HELLO, then malformed control messages, as n0 */
-    void *d = s_dealer(ctx, "n0", ports[1]);
-    s_hdr(b, GOSSIP_MSG_HELLO, 0, 0, fp);
-    zmq_send(d, b, sizeof b, 0);
-    for (int k = 0; k < 20000; k++) {
-        s_hdr(b, (unsigned)(k % 9), 0, (uint64_t)k, fp);
-        b[6] = (uint8_t)k;
-        b[36] = (uint8_t)(k * 7);
-        zmq_send(d, b, sizeof b, ZMQ_DONTWAIT);
-        if (k % 2000 == 0)
-            usleep(100000);
-    }
-    usleep(500000);
-    zmq_close(d);
-    /* 3: a flood of NaN GOSSIP as n0 */
-    d = s_dealer(ctx, "n0", ports[1]);
-    for (int k = 0; k < 400; k++) {
-        uint64_t it = (uint64_t)k / 4;
-        memcpy(nan + 12, &it, 8);
-        zmq_send(d, nan, nanlen, ZMQ_DONTWAIT);
-        if (k % 50 == 0)
-            usleep(100000);
-    }
-    usleep(500000);
-    zmq_close(d);
-    /* 4: spoofed HELLOs for iteration 0 as n0, then a foreign layout */
-    d = s_dealer(ctx, "n0", ports[1]);
-    for (int k = 0; k < 20; k++) {
-        s_hdr(b, GOSSIP_MSG_HELLO, 0, 0, fp);
-        zmq_send(d, b, sizeof b, ZMQ_DONTWAIT);
-        usleep(20000);
-    }
-    s_hdr(b, GOSSIP_MSG_HELLO, 0, 0, fp ^ 1);
-    zmq_send(d, b, sizeof b, ZMQ_DONTWAIT);
-    usleep(500000);
-    zmq_close(d);
-    zmq_close(silent);
-    zmq_ctx_term(ctx);
-    free(nan);
+    s_attack(ports[1], NULL);
     int status[TK_MAXPROC];
     int rc = tk_wait_all(240, status);
     int ok = rc == 0;
@@ -304,10 +344,146 @@ static void test_cut_off(void **state)
             tk_dump(logs[i]);
         fail_msg("expected exit 0, 0, 3 (n2 cut off), got %d %d %d", st0, st1, st2);
     }
-    assert_true(s_log_has(logs[2], "cut off: all 2 neighbours were down"));
+    assert_true(s_log_has(logs[2], "cut off: nothing of any of its 2 neighbours"));
     char met[700];
     snprintf(met, sizeof met, "%s/metrics-2.jsonl", out);
     assert_true(s_metric(met, "isolated_rounds") > 0);
+}
+
+/* ---- the drill: a live 4-node run under attack, with and without CURVE -------------- */
+
+/* One 4-node run (undirected ring, choco, cnn) in dir; with curve, keys
+ * from `lpgossip keygen`.  attacked: s_attack against n1 as n0 (with CURVE
+ * as member n2, a neighbour of n1, with its own keys).  Fills the exit
+ * statuses, n1's counters and the averaged model's accuracy. */
+typedef struct {
+    int    status[4];
+    long   rejected, contested, auth, nonfinite, down;
+    double acc;
+} s_drill_run;
+
+static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
+{
+    const int n = 4;
+    char topo[600], key[4][600], sec[4][620], pub[4][41], logs[4][620];
+    int ports[4];
+    assert_int_equal(mkdir(dir, 0700), 0);
+    for (int i = 0; i < n && curve; i++) {
+        char log[700];
+        snprintf(key[i], sizeof key[i], "%s/k%d", dir, i);
+        assert_true(snprintf(sec[i], sizeof sec[i], "%s_secret", key[i]) < (int)sizeof sec[i]);
+        snprintf(log, sizeof log, "%s/keygen%d.txt", dir, i);
+        char *args[] = {"lpgossip", "keygen", key[i], NULL};
+        assert_int_equal(tk_wait(tk_spawn(NULL, args, log, -1), 30), 0);
+        char *txt = tk_slurp(key[i]), *q = strstr(txt, "public-key = \"");
+        assert_non_null(q);
+        memcpy(pub[i], q + strlen("public-key = \""), 40);
+        pub[i][40] = '\0';
+        free(txt);
+    }
+    snprintf(topo, sizeof topo, "%s/ring4.yaml", dir);
+    FILE *f = fopen(topo, "w");
+    assert_non_null(f);
+    fprintf(f, "%snodes:\n", curve ? "security: curve\n" : "");
+    for (int i = 0; i < n; i++) {
+        ports[i] = tk_free_port();
+        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"", i, ports[i]);
+        if (curve)
+            fprintf(f, ", key: '%s'", pub[i]);
+        fprintf(f, "}\n");
+    }
+    fprintf(f, "graph:\n  generator: undirected_ring\n");
+    fclose(f);
+    char out[620];
+    snprintf(out, sizeof out, "%s/run", dir);
+    for (int i = 0; i < n; i++) {
+        char rk[16], *args[40];
+        int a = 0;
+        snprintf(rk, sizeof rk, "%d", i);
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", dir, i);
+        char *base[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--algo", "choco",
+                        "--compress", "topk:0.1+q8", "--eta", "0.5", "--model", "cnn",
+                        "--train-subset", "12800", "--batch", "16", "--epochs", "1", "--lr",
+                        "0.05", "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout",
+                        "60", "--out", out, NULL};
+        for (int k = 0; base[k]; k++)
+            args[a++] = base[k];
+        if (curve) {
+            args[a++] = "--cert";
+            args[a++] = sec[i];
+        }
+        args[a] = NULL;
+        assert_true(tk_spawn(NULL, args, logs[i], -1) > 0);
+    }
+    if (attacked) {
+        double t0 = nn_now();
+        while (!s_log_has(logs[1], "start barrier passed") && nn_now() - t0 < 60)
+            usleep(50000);
+        s_keys k;
+        if (curve) {
+            char path[700];
+            snprintf(path, sizeof path, "%s", sec[2]);
+            zcert_t *c = zcert_load(path);
+            assert_non_null(c);
+            memcpy(k.pub, zcert_public_key(c), 32);
+            memcpy(k.sec, zcert_secret_key(c), 32);
+            zcert_destroy(&c);
+            assert_non_null(zmq_z85_decode(k.server, pub[1]));
+        }
+        s_attack(ports[1], curve ? &k : NULL);
+    }
+    int st[TK_MAXPROC];
+    assert_int_equal(tk_wait_all(600, st), 0);
+    char met[700];
+    snprintf(met, sizeof met, "%s/metrics-1.jsonl", out);
+    res->rejected = s_metric(met, "rejected");
+    res->contested = s_metric(met, "rejected_contested");
+    res->auth = s_metric(met, "rejected_auth");
+    res->nonfinite = s_metric(met, "refused_nonfinite");
+    res->down = s_metric(met, "down_events");
+    char m[4][700], elog[700];
+    char *ev[12] = {"lpgossip", "eval", "--average", m[0], m[1], m[2], m[3], "--json", NULL};
+    for (int i = 0; i < n; i++) {
+        res->status[i] = st[i + (curve ? n : 0)];
+        snprintf(m[i], sizeof m[i], "%s/model-%d.safetensors", out, i);
+    }
+    snprintf(elog, sizeof elog, "%s/eval.txt", dir);
+    int est = tk_wait(tk_spawn(NULL, ev, elog, -1), 120);
+    char *e = tk_slurp(elog), *q = strstr(e, "\"test_acc\":");
+    res->acc = est == 0 && q ? strtod(q + strlen("\"test_acc\":"), NULL) : -1;
+    free(e);
+    tk_kill_all();
+}
+
+static void test_drill(void **state)
+{
+    (void)state;
+    if (!getenv("LPGOSSIP_DRILL"))
+        skip(); /* minutes: scripts/attack runs it */
+    const char *mode[2] = {"plain", "curve"};
+    int ok = 1;
+    printf("| security | run | exit statuses | n1 rejected | contested | auth | non-finite | "
+           "down events | averaged accuracy |\n| --- | --- | --- | --- | --- | --- | --- | --- "
+           "| --- |\n");
+    for (int c = 0; c < 2; c++) {
+        s_drill_run r[2];
+        for (int a = 0; a < 2; a++) {
+            char dir[600];
+            snprintf(dir, sizeof dir, "%s/drill-%s-%d", s_dir, mode[c], a);
+            s_drill(dir, c, a, &r[a]);
+            printf("| %s | %s | %d %d %d %d | %ld | %ld | %ld | %ld | %ld | %.2f%% |\n", mode[c],
+                   a ? "attacked" : "undisturbed", r[a].status[0], r[a].status[1],
+                   r[a].status[2], r[a].status[3], r[a].rejected, r[a].contested, r[a].auth,
+                   r[a].nonfinite, r[a].down, 100 * r[a].acc);
+            for (int i = 0; i < 4; i++)
+                ok = ok && r[a].status[i] == 0;
+        }
+        double d = 100 * (r[1].acc - r[0].acc);
+        printf("| %s | difference | | | | | | | %+.2f points (goal: within 1.5) |\n", mode[c], d);
+        ok = ok && r[0].acc > 0 && r[1].acc > 0 && fabs(d) <= 1.5;
+    }
+    fflush(stdout);
+    assert_true(ok);
 }
 
 int main(void)
@@ -315,6 +491,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cut_off, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_contested_id, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_drill, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
