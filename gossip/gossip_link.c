@@ -412,7 +412,9 @@ static void s_foreign_layout(gossip_link *l, int from, int in, const gossip_head
         s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
     s_fatal(l, "peer %s (rank %d, %s) runs a different model (layout fingerprint %08x, "
             "ours %08x): every node needs the same --model, --norm, --groups, --data and "
-            "--pad-to", s_id(l, from), from, l->t->nodes[from].endpoint, h->fingerprint, l->fp);
+            "--pad-to (if it does, another process spoke under its id first: without "
+            "`security: curve` ids are not authenticated)", s_id(l, from), from,
+            l->t->nodes[from].endpoint, h->fingerprint, l->fp);
 }
 
 /* Which kinds may come on which channel: 1 yes, 0 misdirected, -1 unknown. */

@@ -513,6 +513,10 @@ static void test_hostile_peer(void **state)
     char *met = tk_slurp(mp), *q = strstr(met, "\"rejected\":");
     assert_non_null(q);
     long rejected = strtol(q + strlen("\"rejected\":"), NULL, 10);
+    /* the NaN GOSSIP of the id's holder is refused as non-finite, counted */
+    char *nf = strstr(met, "\"refused_nonfinite\":");
+    assert_non_null(nf);
+    assert_true(strtol(nf + strlen("\"refused_nonfinite\":"), NULL, 10) >= 1);
     /* nothing of n2 was mixed in, and no push-sum mass drained into it */
     q = strstr(met, "\"psi\":");
     assert_non_null(q);
