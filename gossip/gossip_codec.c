@@ -239,6 +239,18 @@ size_t gossip_msg_encode_control(uint8_t kind, uint32_t sender, uint64_t iter,
     return gossip_msg_encode(&h, NULL, 0, out);
 }
 
+size_t gossip_msg_encode_hello(uint8_t kind, uint32_t sender, uint64_t iter,
+                               uint32_t fingerprint, uint64_t nonce, gossip_buf *out)
+{
+    assert(kind == GOSSIP_MSG_HELLO || kind == GOSSIP_MSG_HELLO_ACK);
+    gossip_msg_encode_control(kind, sender, iter, fingerprint, out);
+    uint8_t *p = s_grow(out, GOSSIP_NONCE_BYTES);
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(nonce >> (8 * i));
+    out->data[36] = GOSSIP_NONCE_BYTES;
+    return out->len;
+}
+
 /* ---- the lossless pass ------------------------------------------------- */
 
 size_t gossip_payload_max_bytes(const nn_arena *layout)
@@ -653,9 +665,21 @@ int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *lay
     if ((uint64_t)h->payload_len != (uint64_t)(len - GOSSIP_HEADER_BYTES))
         return S_BAD("payload length field says %u bytes but %zu follow the header",
                      h->payload_len, len - GOSSIP_HEADER_BYTES);
-    if (!has_blocks && h->payload_len != 0)
+    int nonce = h->kind == GOSSIP_MSG_HELLO || h->kind == GOSSIP_MSG_HELLO_ACK;
+    if (!has_blocks && h->payload_len != 0 &&
+        !(nonce && h->payload_len == GOSSIP_NONCE_BYTES))
         return S_BAD("%zu trailing bytes after the last block", (size_t)h->payload_len);
     return 0;
+}
+
+uint64_t gossip_msg_hello_nonce(const uint8_t *buf, size_t len)
+{
+    if (!buf || len != GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES)
+        return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)buf[GOSSIP_HEADER_BYTES + i] << (8 * i);
+    return v;
 }
 
 int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,

@@ -27,7 +27,8 @@
  *           (RESYNC: dense f32, the sender's whole public copy), 0 for the
  *           control kinds
  *   36   4  payload length in bytes (everything after the header, as sent)
- *   40  ..  blocks, in view order:
+ *   40  ..  HELLO, HELLO_ACK: optionally the sender's instance nonce (u64,
+ *           payload length 8); GOSSIP, RESYNC: blocks, in view order:
  *        u8 type, varint numel (must equal the view's numel), then
  *        1 DENSE_F32   numel x f32
  *        2 DENSE_Q8    ceil(numel/512) x f32 scales, numel x i8 codes
@@ -131,6 +132,15 @@ size_t gossip_msg_encode(const gossip_header *h, const gossip_cblock *blocks, si
 /* Control message without blocks (every kind but GOSSIP and RESYNC). */
 size_t gossip_msg_encode_control(uint8_t kind, uint32_t sender, uint64_t iter,
                                  uint32_t fingerprint, gossip_buf *out);
+
+/* HELLO or HELLO_ACK with the sender's instance nonce as payload (8 bytes,
+ * u64 little-endian, random per process start; 0 is never used). */
+#define GOSSIP_NONCE_BYTES 8
+size_t gossip_msg_encode_hello(uint8_t kind, uint32_t sender, uint64_t iter,
+                               uint32_t fingerprint, uint64_t nonce, gossip_buf *out);
+/* The instance nonce of a HELLO/HELLO_ACK whose header decoded, or 0 when
+ * it carries none (an older peer, or a hand-made message). */
+uint64_t gossip_msg_hello_nonce(const uint8_t *buf, size_t len);
 
 /* Largest payload a valid plain message can have for `layout` (a bound
  * on every block with every Rice parameter): the cap on inflated sizes. */

@@ -5,11 +5,13 @@
  */
 #include "gossip/gossip_link.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gossip/gossip_codec.h"
 
@@ -34,6 +36,7 @@ struct gossip_link {
     const nn_arena    *layout;
     int                rank, n, choco;
     uint32_t           fp;
+    uint64_t           nonce;      /* this process's instance nonce (HELLO, HELLO_ACK) */
     gossip_peer       *p;          /* n: gossip_node's table (gossip_peer.h), borrowed */
     int               *nb, nnb;    /* neighbour ranks */
     s_early           *stash;
@@ -108,7 +111,13 @@ static int s_signals(const gossip_link *l)
 static void s_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
 {
     char err[512];
-    gossip_msg_encode_control((uint8_t)kind, (uint32_t)l->rank, iter, l->fp, &l->ctl);
+    if (!l->net)
+        return; /* a harness's link (gossip_link_handle) */
+    if (kind == GOSSIP_MSG_HELLO || kind == GOSSIP_MSG_HELLO_ACK)
+        gossip_msg_encode_hello((uint8_t)kind, (uint32_t)l->rank, iter, l->fp, l->nonce,
+                                &l->ctl);
+    else
+        gossip_msg_encode_control((uint8_t)kind, (uint32_t)l->rank, iter, l->fp, &l->ctl);
     int rc = router ? gossip_net_reply(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err)
                     : gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err);
     if (rc >= 0) {
@@ -238,6 +247,8 @@ static void s_answer_resync(gossip_link *l, int o)
     const uint8_t *m;
     size_t len = gossip_node_resync_msg(l->g, &m);
     char err[512];
+    if (!l->net)
+        return;
     int rc = gossip_net_try_send(l->net, o, m, len, err, sizeof err);
     if (rc < 0) {
         s_log(l, "RESYNC to %s: %s", s_id(l, o), err);
@@ -295,12 +306,22 @@ static void s_check_peers(gossip_link *l, int64_t iter, double wait_start)
 
 /* ---- receiving ------------------------------------------------------------------- */
 
+/* A refusal of gossip_node_receive for a non-finite number (the codec's
+ * messages: "value 3 is NaN", "... is Inf", "psi ... is not a finite ..."). */
+static void s_refuse_payload(gossip_link *l, int from, const char *err)
+{
+    if (strstr(err, " is NaN") || strstr(err, " is Inf") || strstr(err, "not finite") ||
+        strstr(err, "not a finite"))
+        l->st.refused_nonfinite++;
+    s_refuse(l, "from %s (rank %d): %s", s_id(l, from), from, err);
+}
+
 static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
 {
     char err[1024];
     int rc = gossip_node_receive(l->g, msg, len, err, sizeof err);
     if (rc < 0) {
-        s_refuse(l, "%s", err);
+        s_refuse_payload(l, from, err);
         return;
     }
     gossip_peer *p = &l->p[from];
@@ -391,7 +412,9 @@ static void s_foreign_layout(gossip_link *l, int from, int in, const gossip_head
         s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
     s_fatal(l, "peer %s (rank %d, %s) runs a different model (layout fingerprint %08x, "
             "ours %08x): every node needs the same --model, --norm, --groups, --data and "
-            "--pad-to", s_id(l, from), from, l->t->nodes[from].endpoint, h->fingerprint, l->fp);
+            "--pad-to (if it does, another process spoke under its id first: without "
+            "`security: curve` ids are not authenticated)", s_id(l, from), from,
+            l->t->nodes[from].endpoint, h->fingerprint, l->fp);
 }
 
 /* Which kinds may come on which channel: 1 yes, 0 misdirected, -1 unknown. */
@@ -444,6 +467,64 @@ static int s_check_header(gossip_link *l, int from, int in, const uint8_t *msg, 
     return 0;
 }
 
+/* Is a HELLO from `from` (nonce: its instance nonce, 0 none) a restart of
+ * that neighbour?  1 restart, 0 not, -1 refused (done here).  With nonces:
+ * a restart is a new instance; the same instance with another start
+ * iteration is a replay or a spoof, and never resets anything.  A HELLO
+ * without a nonce (a hand-made one) is judged as before nonces: a restart
+ * when it comes after the peer was down, after its GOSSIP, or for another
+ * start. */
+static int s_hello_restart(gossip_link *l, int from, uint64_t iter, uint64_t nonce)
+{
+    gossip_peer *p = &l->p[from];
+    if (nonce && p->nonce && nonce == p->nonce) {
+        if (p->hello_seen && p->hello_iter != iter && !p->down) {
+            s_refuse(l, "HELLO from %s (rank %d) for iteration %llu repeats the instance nonce "
+                     "%016llx of its HELLO for iteration %llu: a replay or a spoof, ignored",
+                     s_id(l, from), from, (unsigned long long)iter, (unsigned long long)nonce,
+                     (unsigned long long)p->hello_iter);
+            return -1;
+        }
+        return l->running && p->down;
+    }
+    if (nonce && p->nonce)
+        return l->running; /* a new instance: the old one's connection is gone */
+    return l->running && (p->down || p->got > 0 || !p->hello_seen || p->hello_iter != iter);
+}
+
+/* HELLO from `from`: noted, answered; a restart voids what we hold of it. */
+static void s_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t nonce)
+{
+    gossip_peer *p = &l->p[from];
+    int restart = s_hello_restart(l, from, iter, nonce);
+    if (restart < 0)
+        return;
+    if (!p->hello_seen) {
+        p->hello_seen = 1;
+        p->hello_iter = iter;
+    }
+    if (nonce)
+        p->nonce = nonce;
+    p->reported = iter;
+    if (in) {
+        p->hello = 1;
+        s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
+    } else {
+        p->ack = 1; /* a (re)starting out-neighbour announces itself */
+        s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 0, gossip_node_sent_thru(l->g));
+    }
+    if (!restart)
+        return;
+    p->hello_iter = iter; /* whatever we hold of it is void */
+    if (in && p->is_in) {
+        gossip_node_peer_reset(l->g, from);
+        s_drop_stash_of(l, from);
+        p->got = 0;
+    }
+    s_log(l, "neighbour %s (rank %d) (re)starts at iteration %llu (instance %016llx)",
+          s_id(l, from), from, (unsigned long long)iter, (unsigned long long)nonce);
+}
+
 /* One message from the transport. */
 static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg, size_t len)
 {
@@ -463,7 +544,7 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
     case GOSSIP_MSG_RESYNC: {
         int rc = gossip_node_receive(l->g, msg, len, err, sizeof err);
         if (rc < 0) {
-            s_refuse(l, "%s", err);
+            s_refuse_payload(l, from, err);
             break;
         }
         s_drop_stash_of(l, from); /* older than the RESYNC (FIFO): inside it */
@@ -485,43 +566,20 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         }
         p->reported = iter;
         break;
-    case GOSSIP_MSG_HELLO: {
-        /* A HELLO repeated before our answer reached it is not a restart;
-         * one after its GOSSIP, after it was down, or for another start is. */
-        int restart = l->running && (p->down || p->got > 0 || !p->hello_seen ||
-                                     p->hello_iter != iter);
-        if (!p->hello_seen) {
-            p->hello_seen = 1;
-            p->hello_iter = iter;
-        }
-        p->reported = iter;
-        if (in) {
-            p->hello = 1;
-            s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
-        } else {
-            p->ack = 1; /* a (re)starting out-neighbour announces itself */
-            s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 0, gossip_node_sent_thru(l->g));
-        }
-        if (restart) {
-            /* whatever we hold of it is void */
-            p->hello_iter = iter;
-            if (in && p->is_in) {
-                gossip_node_peer_reset(l->g, from);
-                s_drop_stash_of(l, from);
-                p->got = 0;
-            }
-            s_log(l, "neighbour %s (rank %d) (re)starts at iteration %llu", s_id(l, from), from,
-                  (unsigned long long)iter);
-        }
+    case GOSSIP_MSG_HELLO:
+        s_hello(l, from, in, iter, gossip_msg_hello_nonce(msg, len));
         break;
-    }
-    case GOSSIP_MSG_HELLO_ACK:
+    case GOSSIP_MSG_HELLO_ACK: {
+        uint64_t nonce = gossip_msg_hello_nonce(msg, len);
+        if (nonce)
+            p->nonce = nonce; /* its current instance (it may have restarted) */
         p->reported = iter;
         if (in)
             p->hello = 1;
         else
             p->ack = 1;
         break;
+    }
     case GOSSIP_MSG_BYE:
         p->bye_in = 1;
         p->bye_iter = iter;
@@ -563,6 +621,26 @@ static int s_pump(gossip_link *l, double seconds)
 
 /* ---- public ------------------------------------------------------------------------- */
 
+/* A random 64-bit instance nonce, never 0: /dev/urandom, or (failing that)
+ * the clock, the pid and the rank mixed. */
+static uint64_t s_new_nonce(int rank)
+{
+    uint64_t v = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(&v, sizeof v, 1, f) != 1)
+            v = 0;
+        fclose(f);
+    }
+    if (!v) {
+        nn_rng r;
+        nn_rng_seed(&r, (uint64_t)(nn_now() * 1e9) ^ ((uint64_t)getpid() << 32) ^
+                            (uint64_t)rank);
+        v = nn_rng_next(&r);
+    }
+    return v ? v : 1;
+}
+
 void gossip_link_config_default(gossip_link_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -598,6 +676,7 @@ gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int
     l->stash_max = (size_t)l->lag + GOSSIP_WINDOW;
     l->round_period = 0;
     nn_rng_seed(&l->rng, cfg->seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(rank + 1)));
+    l->nonce = s_new_nonce(rank);
     return l;
 }
 
@@ -807,6 +886,18 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
     return 0;
 }
 
+/* The mix of iteration iter used nothing of any in-neighbour (the node
+ * trained alone): every in-neighbour of that iteration was left out. */
+static int s_mixed_alone(const gossip_link *l, uint64_t iter)
+{
+    int *in = nn_xcalloc((size_t)l->n, sizeof *in);
+    int nin = topo_in_neighbors(l->t, iter, l->rank, in);
+    free(in);
+    gossip_stats gs;
+    gossip_node_stats(l->g, &gs);
+    return nin > 0 && gs.iter_absent >= (uint64_t)nin;
+}
+
 /* Flow control: a live out-neighbour is too far behind iteration iter. */
 static int s_flow_blocked(const gossip_link *l, uint64_t iter)
 {
@@ -876,6 +967,7 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
     s_feed_stash(l);
     if (gossip_node_iter(l->g) % l->progress_every == 0)
         s_ping(l, 1);
+    l->st.isolated_rounds = s_mixed_alone(l, iter) ? l->st.isolated_rounds + 1 : 0;
     double t4 = nn_now();
     tm->mix += t4 - t3;
     double round = t4 - l->round_start;
@@ -937,6 +1029,18 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s)
     }
 }
 
+void gossip_link_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg,
+                        size_t len)
+{
+    assert(from >= 0 && from < l->n && from != l->rank); /* the caller's (transport's) */
+    s_handle(l, from, dir, msg, len);
+}
+
+void gossip_link_set_running(gossip_link *l, int running)
+{
+    l->running = running != 0;
+}
+
 void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out)
 {
     *out = l->st;
@@ -944,4 +1048,10 @@ void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out)
     for (int a = 0; a < l->nnb; a++)
         down += l->p[l->nb[a]].down;
     out->peers_down = down;
+    out->neighbours = (uint64_t)l->nnb;
+}
+
+int gossip_link_cut_off(const gossip_link_stats *st)
+{
+    return st->neighbours > 0 && st->isolated_rounds > 0;
 }

@@ -89,6 +89,7 @@ typedef struct {
 
 typedef struct {
     uint64_t refused;          /* messages refused by the link or gossip_node */
+    uint64_t refused_nonfinite; /* of which: a NaN/Inf value, scale or psi */
     uint64_t peers_down;       /* neighbours down right now */
     uint64_t down_events;      /* times a neighbour was declared down */
     uint64_t back_events;      /* times one came back */
@@ -98,7 +99,16 @@ typedef struct {
     uint64_t dropped_full;     /* GOSSIP not sent: the peer's queue was full */
     uint64_t dropped_test;     /* GOSSIP dropped by drop_gossip */
     uint64_t flow_waits;       /* rounds that waited for a slow out-neighbour */
+    uint64_t neighbours;       /* neighbours in the topology (in or out) */
+    uint64_t isolated_rounds;  /* the last rounds in a row that mixed nothing of any
+                                  in-neighbour (all of them left out) */
 } gossip_link_stats;
+
+/* Cut off: the node has neighbours, and its last round(s), up to the end
+ * of the run, mixed nothing of any of them: it trained alone for the rest
+ * of the run (e.g. everyone else had finished while it was frozen), so its
+ * model is not the run's. */
+int gossip_link_cut_off(const gossip_link_stats *st);
 
 /* Seconds of one round, accumulated by gossip_link_round. */
 typedef struct {
@@ -108,7 +118,7 @@ typedef struct {
 void gossip_link_config_default(gossip_link_config *cfg);
 
 /* The link of node `rank` over net and g (borrowed; they and t must outlive
- * it). */
+ * it).  net may be NULL only for gossip_link_handle (harnesses). */
 gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int rank,
                              const gossip_link_config *cfg);
 void gossip_link_destroy(gossip_link **self_p);
@@ -138,5 +148,15 @@ void gossip_link_pump(gossip_link *l, double seconds);
 void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s);
 
 void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out);
+
+/* The receive path without sockets (fuzz targets, tests): handles one
+ * message as if the transport had delivered it from neighbour rank `from`
+ * (0 <= from < n, not this node) on channel dir: header checks, the
+ * protocol state, gossip_node_receive, refusals.  A link made with
+ * net == NULL sends nothing (answers are dropped).  gossip_link_set_running
+ * marks the start barrier as passed (running 1) or not, as a harness needs. */
+void gossip_link_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg,
+                        size_t len);
+void gossip_link_set_running(gossip_link *l, int running);
 
 #endif

@@ -5,6 +5,9 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <czmq.h>
 #include <zmq.h>
@@ -12,6 +15,8 @@
 #include "gossip/gossip_codec.h"
 
 #define S_LOG_FIRST   5            /* log the first few rejections per reason */
+#define S_FD_MAX      4096         /* connections tracked by fd below this (see s_reap) */
+#define S_REAP_S      2.0          /* s: a connection that delivered nothing is closed */
 #define S_SIZE_MARGIN (64u << 10)  /* MAXMSGSIZE = max_msg + margin */
 
 struct gossip_net {
@@ -34,7 +39,12 @@ struct gossip_net {
     int         have_cur;
     size_t      max_msg;
     FILE       *log;
-    unsigned    logged[4];
+    unsigned    logged[5];
+    /* ROUTER connections (s_reap): per fd below S_FD_MAX, when we learnt it
+     * was accepted (0: not open), when it last delivered a message and
+     * when it was closed */
+    double     *fd_open, *fd_delivered, *fd_closed;
+    double      next_reap;
     char        endpoint[TOPO_ENDPOINT_MAX];
     gossip_net_stats st;
 };
@@ -75,8 +85,18 @@ static int s_setopt_int(void *sock, int opt, int value)
     return zmq_setsockopt(sock, opt, &value, sizeof value);
 }
 
-/* Options common to ROUTER and DEALERs. */
-static int s_common_opts(void *sock, const gossip_net_config *cfg, size_t max_msg)
+/* Options common to ROUTER and DEALERs.  No receive high-water mark
+ * (RCVHWM 0): with one, libzmq 4.3 stops reading a connection whose pipe
+ * is full, and a peer that then hangs up leaves an engine in the I/O-error
+ * state that aborts at its next write (`!_io_error`,
+ * stream_engine_base.cpp, libzmq issue 4364): a heartbeat PING timer, or a
+ * PONG answering a ZMTP PING buffered behind the full pipe.  Every pipe we
+ * receive on is read by us (gossip_net_recv), so memory is bounded by what
+ * peers send between two reads.  The ROUTER sends no heartbeats of its own
+ * (no timer that writes on a dead engine); the DEALERs' PINGs carry a TTL,
+ * so the ROUTER still drops a peer that went silent without closing its
+ * connection after heartbeat_timeout_ms. */
+static int s_common_opts(void *sock, const gossip_net_config *cfg, size_t max_msg, int router)
 {
     int64_t maxsize = (int64_t)(max_msg + S_SIZE_MARGIN);
     int ttl = cfg->heartbeat_timeout_ms;
@@ -84,9 +104,9 @@ static int s_common_opts(void *sock, const gossip_net_config *cfg, size_t max_ms
         ttl = 6553599;
     if (s_setopt_int(sock, ZMQ_LINGER, cfg->linger_ms) != 0 ||
         s_setopt_int(sock, ZMQ_SNDHWM, cfg->hwm) != 0 ||
-        s_setopt_int(sock, ZMQ_RCVHWM, cfg->hwm) != 0 ||
+        s_setopt_int(sock, ZMQ_RCVHWM, 0) != 0 ||
         zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxsize, sizeof maxsize) != 0 ||
-        s_setopt_int(sock, ZMQ_HEARTBEAT_IVL, cfg->heartbeat_ivl_ms) != 0 ||
+        s_setopt_int(sock, ZMQ_HEARTBEAT_IVL, router ? 0 : cfg->heartbeat_ivl_ms) != 0 ||
         s_setopt_int(sock, ZMQ_HEARTBEAT_TIMEOUT, cfg->heartbeat_timeout_ms) != 0 ||
         s_setopt_int(sock, ZMQ_HEARTBEAT_TTL, ttl) != 0)
         return -1;
@@ -99,7 +119,8 @@ static void s_reject(gossip_net *net, int reason, const char *fmt, ...)
     uint64_t *counter = reason == 0   ? &net->st.rejected_identity
                         : reason == 1 ? &net->st.rejected_frames
                         : reason == 2 ? &net->st.rejected_size
-                                      : &net->st.rejected_auth;
+                        : reason == 3 ? &net->st.rejected_auth
+                                      : &net->st.rejected_contested;
     (*counter)++;
     if (!net->log || net->logged[reason] >= S_LOG_FIRST)
         return;
@@ -201,7 +222,9 @@ static int s_start_monitor(gossip_net *net, char *err, size_t errlen)
     snprintf(ep, sizeof ep, "inproc://lpgossip-monitor-%p", (void *)net);
     if (zmq_socket_monitor(net->router, ep, ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                                ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0)
+                                                ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                                ZMQ_EVENT_ACCEPTED |
+                                                ZMQ_EVENT_DISCONNECTED) != 0)
         return s_zerr(err, errlen, "cannot monitor the ROUTER of", net->t->nodes[net->rank].id);
     net->monitor = zmq_socket(net->ctx, ZMQ_PAIR);
     int zero = 0;
@@ -230,6 +253,14 @@ static void s_monitor_event(gossip_net *net)
     }
     zmq_msg_close(&m);
     s_drain(net->monitor);
+    if (ev == ZMQ_EVENT_ACCEPTED || ev == ZMQ_EVENT_DISCONNECTED) {
+        if (val < S_FD_MAX) {
+            net->fd_open[val] = ev == ZMQ_EVENT_ACCEPTED ? nn_now() : 0;
+            if (ev == ZMQ_EVENT_DISCONNECTED)
+                net->fd_closed[val] = nn_now();
+        }
+        return;
+    }
     const char *what = ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
                            ? "its key is not one of this node's in-neighbours (CURVE)"
                        : ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -239,6 +270,66 @@ static void s_monitor_event(gossip_net *net)
     s_reject(net, 3, "a connection on %s: %s (event 0x%x, code %u)", net->endpoint, what, ev, val);
 }
 
+
+/* Connections to the ROUTER that delivered no message S_REAP_S seconds
+ * after they were accepted are shut down (libzmq then closes them as if
+ * the peer had): a second connection under a live in-neighbour's routing id
+ * (libzmq never identifies it, so its frames would pile up unread), or a
+ * client that connects and says nothing.  A real neighbour's DEALER sends
+ * its HELLO or PING at once; one that was shut down reconnects by itself.
+ * Counted in rejected_contested.  An fd is only touched while it is still
+ * the accepted TCP connection to our port (getsockname); a delivery seen
+ * after its last close counts for the connection now open on it
+ * (fail-open: the event order between the monitor and the data may
+ * differ). */
+static void s_reap(gossip_net *net)
+{
+    double now = nn_now();
+    if (now < net->next_reap)
+        return;
+    net->next_reap = now + 0.25;
+    for (int fd = 0; fd < S_FD_MAX; fd++) {
+        double open = net->fd_open[fd];
+        if (open <= 0 || now - open < S_REAP_S || net->fd_delivered[fd] > net->fd_closed[fd])
+            continue;
+        net->fd_open[fd] = 0;
+        struct sockaddr_storage la, pa;
+        socklen_t ll = sizeof la, pl = sizeof pa;
+        if (getsockname(fd, (struct sockaddr *)&la, &ll) != 0 ||
+            getpeername(fd, (struct sockaddr *)&pa, &pl) != 0 ||
+            (la.ss_family != AF_INET && la.ss_family != AF_INET6))
+            continue;
+        const char *colon = strrchr(net->endpoint, ':');
+        int ours = colon ? atoi(colon + 1) : -1;
+        int lport = la.ss_family == AF_INET ? ntohs(((const struct sockaddr_in *)&la)->sin_port)
+                                            : ntohs(((const struct sockaddr_in6 *)&la)->sin6_port);
+        if (lport != ours)
+            continue; /* not a connection to our ROUTER (any more) */
+        char host[INET6_ADDRSTRLEN] = "?";
+        int port = 0;
+        if (pa.ss_family == AF_INET) {
+            const struct sockaddr_in *a = (const struct sockaddr_in *)&pa;
+            inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+            port = ntohs(a->sin_port);
+        } else {
+            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&pa;
+            inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+            port = ntohs(a->sin6_port);
+        }
+        shutdown(fd, SHUT_RDWR);
+        s_reject(net, 4, "the connection from %s:%d: no message %.0f s after it was accepted (a "
+                 "second connection under the routing id of a connected in-neighbour: "
+                 "contested id; or a silent client): closed", host, port, S_REAP_S);
+    }
+}
+
+/* Notes a message delivered by the ROUTER (its connection is not stuck). */
+static void s_delivered(gossip_net *net, zmq_msg_t *m)
+{
+    int fd = zmq_msg_get(m, ZMQ_SRCFD);
+    if (fd >= 0 && fd < S_FD_MAX)
+        net->fd_delivered[fd] = nn_now();
+}
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
@@ -321,9 +412,9 @@ static int s_router(gossip_net *net, const gossip_net_config *cfg, const char *b
 {
     const char *myid = net->t->nodes[net->rank].id;
     net->router = zmq_socket(net->ctx, ZMQ_ROUTER);
-    if (!net->router || s_common_opts(net->router, cfg, net->max_msg) != 0 ||
+    if (!net->router || s_common_opts(net->router, cfg, net->max_msg, 1) != 0 ||
         s_setopt_int(net->router, ZMQ_ROUTER_MANDATORY, 1) != 0 ||
-        s_setopt_int(net->router, ZMQ_ROUTER_HANDOVER, 1) != 0 ||
+        s_setopt_int(net->router, ZMQ_ROUTER_HANDOVER, 0) != 0 ||
         (net->curve && (s_setopt_int(net->router, ZMQ_CURVE_SERVER, 1) != 0 ||
                         zmq_setsockopt(net->router, ZMQ_CURVE_SECRETKEY, cfg->curve_secret, 32) != 0)))
         return s_zerr(err, errlen, "cannot set up the ROUTER of", myid);
@@ -355,7 +446,7 @@ static int s_dealer(gossip_net *net, const gossip_net_config *cfg, int k, char *
                        t->nodes[j].id, j, myid, t->name, t->nodes[j].id);
     void *d = zmq_socket(net->ctx, ZMQ_DEALER);
     net->dealers[k] = d;
-    if (!d || s_common_opts(d, cfg, net->max_msg) != 0 ||
+    if (!d || s_common_opts(d, cfg, net->max_msg, 0) != 0 ||
         zmq_setsockopt(d, ZMQ_ROUTING_ID, myid, strlen(myid)) != 0 ||
         s_setopt_int(d, ZMQ_SNDTIMEO, cfg->send_timeout_ms) != 0)
         return s_zerr(err, errlen, "cannot set up the DEALER to", t->nodes[j].id);
@@ -398,6 +489,9 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
     net->items = nn_xcalloc((size_t)net->nout + 2, sizeof(zmq_pollitem_t));
     zmq_msg_init(&net->cur);
     net->have_cur = 1;
+    net->fd_open = nn_xcalloc(S_FD_MAX, sizeof(double));
+    net->fd_delivered = nn_xcalloc(S_FD_MAX, sizeof(double));
+    net->fd_closed = nn_xcalloc(S_FD_MAX, sizeof(double));
     if (s_context(net, err, errlen) != 0 || s_router(net, &cfg, bind, err, errlen) != 0)
         goto fail;
     for (int k = 0; k < net->nout; k++)
@@ -438,6 +532,9 @@ void gossip_net_destroy(gossip_net **self_p)
     free(net->out_ranks);
     free(net->out_pos);
     free(net->is_in);
+    free(net->fd_open);
+    free(net->fd_delivered);
+    free(net->fd_closed);
     free(net);
     *self_p = NULL;
 }
@@ -506,6 +603,21 @@ int gossip_net_reply(gossip_net *net, int to_rank, const uint8_t *msg, size_t le
 
 /* ---- receiving ---------------------------------------------------------- */
 
+/* A routing id that is an lpgossip header: the ROUTER refused the
+ * connection's routing id because a live connection holds it (no
+ * ZMQ_ROUTER_HANDOVER), and then took its first message for its id.  The
+ * rank that header claims (an in-neighbour's), or -1. */
+static int s_contested(const gossip_net *net, const uint8_t *id, size_t len)
+{
+    if (len < GOSSIP_HEADER_BYTES || memcmp(id, "LPGS", 4) != 0)
+        return -1;
+    uint32_t sender = (uint32_t)id[8] | (uint32_t)id[9] << 8 | (uint32_t)id[10] << 16 |
+                      (uint32_t)id[11] << 24;
+    if (sender >= (uint32_t)net->n || !net->is_in[sender])
+        return -1;
+    return (int)sender;
+}
+
 /* Reads one message from the ROUTER: 1 accepted (in net->cur), 0 rejected
  * or nothing there, -1 transport error. */
 static int s_recv_router(gossip_net *net, int *from_rank, char *err, size_t errlen)
@@ -545,9 +657,20 @@ static int s_recv_router(gossip_net *net, int *from_rank, char *err, size_t errl
     }
     int extra = s_drain(net->router);
     size_t len = zmq_msg_size(&net->cur);
+    s_delivered(net, &net->cur);
+    int claimed = rank < 0 ? s_contested(net, idb, idlen) : -1;
     zmq_msg_close(&id);
+    const char *addr = zmq_msg_gets(&net->cur, "Peer-Address");
+    if (claimed >= 0) {
+        s_reject(net, 4, "%zu bytes from a second connection (peer address %s) that claims "
+                 "the id of in-neighbour %s (rank %d) while %s is connected: contested id, "
+                 "refused", len, addr ? addr : "unknown", net->t->nodes[claimed].id, claimed,
+                 net->t->nodes[claimed].id);
+        return 0;
+    }
     if (rank < 0) {
-        s_reject(net, 0, "%zu bytes from unknown or non-neighbour routing id '%s'", len, pid);
+        s_reject(net, 0, "%zu bytes from unknown or non-neighbour routing id '%s' (peer address "
+                 "%s)", len, pid, addr ? addr : "unknown");
         return 0;
     }
     if (extra) {
@@ -621,6 +744,7 @@ int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_
             s_monitor_event(net);
             rc--;
         }
+        s_reap(net);
         for (int s = 0; s < nitems && rc > 0; s++) {
             int k = (net->rr + s) % nitems;
             if (!(net->items[k].revents & ZMQ_POLLIN))

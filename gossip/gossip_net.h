@@ -22,8 +22,20 @@
  * (larger frames make libzmq drop the connection; frames in the margin
  * are delivered and rejected here, counted), SNDHWM/RCVHWM, ZMTP
  * heartbeats, ROUTER_MANDATORY (a reply to a peer that is not connected is
- * an error, not a silent drop) and ROUTER_HANDOVER (a restarted peer takes
- * its id back).  The DEALERs do NOT use ZMQ_IMMEDIATE: with it, libzmq
+ * an error, not a silent drop) and NO ROUTER_HANDOVER: a connection that
+ * claims the routing id of a live one never takes it over (an impostor
+ * cannot cut a neighbour off, and libzmq's handover path, which could be
+ * driven from the network into the `!_io_error` assertion, is never
+ * taken).  libzmq then takes the newcomer's first message for its routing
+ * id; what follows arrives under that id, which is an lpgossip header
+ * naming the contested neighbour: refused, counted in rejected_contested
+ * and logged with the peer's address.  A restarted peer gets its id back
+ * as soon as the old connection is gone (closed by the kernel when the old
+ * process died, or after the heartbeat TTL).  A ROUTER connection that
+ * delivered no message 2 s after it was accepted (a newcomer under a live
+ * id whose frames libzmq never identifies, or a silent client) is shut
+ * down, logged with its address and counted in rejected_contested; a real
+ * peer's DEALER reconnects by itself.  The DEALERs do NOT use ZMQ_IMMEDIATE: with it, libzmq
  * terminates a DEALER's pipe when its peer disconnects, dropping replies
  * that arrived but were not read yet (a peer's last ack before it exits).
  * Without it, a message sent before the peer is up waits in the DEALER's
@@ -84,6 +96,7 @@ typedef struct {
     uint64_t rejected_size;            /* empty or larger than max_msg */
     uint64_t reply_failed;             /* replies to a peer that is not connected */
     uint64_t rejected_auth;            /* handshakes refused (key, mechanism, junk) */
+    uint64_t rejected_contested;       /* from a 2nd connection under a live in-neighbour's id */
 } gossip_net_stats;
 
 /* Defaults as listed above (bind NULL, log NULL). */

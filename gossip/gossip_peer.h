@@ -34,6 +34,7 @@ typedef struct {
     uint8_t  down;             /* declared down by the link and not back yet */
     uint8_t  hello_seen;       /* hello_iter is valid */
     uint64_t hello_iter;       /* the iteration of its first HELLO */
+    uint64_t nonce;            /* instance nonce of its HELLO/HELLO_ACK (0: none seen) */
     uint64_t bye_iter;         /* iterations announced in its BYE */
     uint64_t got;              /* 1 + the last GOSSIP iteration it delivered */
     uint64_t reported;         /* iteration it last reported (HELLO*, PING) */

@@ -31,6 +31,10 @@
 #include "node/node_run.h"
 #include "topology/topo.h"
 
+/* Exit status of a node that finished cut off from all its neighbours
+ * (scripts/run-local: ISOLATED). */
+#define NODE_EXIT_CUT_OFF 3
+
 static volatile sig_atomic_t s_signals = 0;
 static volatile sig_atomic_t s_last_signal = 0;
 
@@ -384,7 +388,7 @@ static void s_goodbye(s_node *s, uint64_t done, int failed, int saved, uint64_t 
           (unsigned long long)ns.msgs_sent, (unsigned long long)ns.bytes_recv,
           (unsigned long long)ns.msgs_recv, (unsigned long long)ls.refused,
           (unsigned long long)(ns.rejected_identity + ns.rejected_frames + ns.rejected_size +
-                               ns.rejected_auth),
+                               ns.rejected_auth + ns.rejected_contested),
           (unsigned long long)ls.down_events, (unsigned long long)ls.back_events,
           (unsigned long long)ls.peers_down, (unsigned long long)ls.resyncs_sent,
           (unsigned long long)ls.resync_bytes, (unsigned long long)skipped,
@@ -413,7 +417,19 @@ static int s_finish(s_node *s, const node_run *r, int failed)
               saved ? " (model saved)" : "");
         return 1;
     }
-    return !failed && (saved || !(o->g.out[0] || o->t.save[0])) ? 0 : 1;
+    int ok = !failed && (saved || !(o->g.out[0] || o->t.save[0]));
+    gossip_link_stats ls;
+    if (ok && s->link) {
+        gossip_link_stats_get(s->link, &ls);
+        if (gossip_link_cut_off(&ls)) {
+            s_log(s, "cut off: nothing of any of its %llu neighbours was mixed in the last %llu "
+                  "iterations; this model trained alone and is not the run's (exit status 3: "
+                  "leave it out of the average)", (unsigned long long)ls.neighbours,
+                  (unsigned long long)ls.isolated_rounds);
+            return NODE_EXIT_CUT_OFF;
+        }
+    }
+    return ok ? 0 : 1;
 }
 
 static int s_run(s_node *s)

@@ -61,9 +61,12 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"bytes_sent", ns->bytes_sent},        {"bytes_recv", ns->bytes_recv},
         {"msgs_sent", ns->msgs_sent},          {"msgs_recv", ns->msgs_recv},
         {"rejected", ns->rejected_identity + ns->rejected_frames + ns->rejected_size +
-                     ns->rejected_auth + ls->refused},
+                     ns->rejected_auth + ns->rejected_contested + ls->refused},
+        {"rejected_contested", ns->rejected_contested},
+        {"rejected_auth", ns->rejected_auth},   {"refused_nonfinite", ls->refused_nonfinite},
         {"peers_down", ls->peers_down},        {"down_events", ls->down_events},
         {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
+        {"isolated_rounds", ls->isolated_rounds},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
     const s_real t[] = {

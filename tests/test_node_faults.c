@@ -398,7 +398,8 @@ static void test_hostile_peer(void **state)
     uint8_t id[16], msg[256], b[GOSSIP_HEADER_BYTES];
     int idlen = zmq_recv(router, id, sizeof id, 0);
     int len = zmq_recv(router, msg, sizeof msg, 0);
-    if (idlen != 2 || len != GOSSIP_HEADER_BYTES || msg[5] != GOSSIP_MSG_HELLO) {
+    if (idlen != 2 || len != GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES ||
+        msg[5] != GOSSIP_MSG_HELLO) {
         tk_dump(logs[0]);
         fail_msg("expected n0's HELLO, got %d/%d bytes", idlen, len);
     }
@@ -432,6 +433,14 @@ static void test_hostile_peer(void **state)
     s_send(dealer, b, sizeof b), expect++;                        /* another model */
     s_hdr(b, GOSSIP_MSG_BYE_ACK, 2, 0, fp, 0, 0);
     s_send(dealer, b, sizeof b), expect++;                        /* wrong channel */
+    /* an instance nonce, then the same instance "restarting" elsewhere: a
+     * replayed or spoofed HELLO, which must not reset n0's copy of n2 */
+    uint8_t hn[GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES];
+    s_hdr(hn, GOSSIP_MSG_HELLO, 2, 0, fp, 0, GOSSIP_NONCE_BYTES);
+    memcpy(hn + GOSSIP_HEADER_BYTES, "\x11\x22\x33\x44\x55\x66\x77\x88", 8);
+    s_send(dealer, hn, sizeof hn);
+    s_hdr(hn, GOSSIP_MSG_HELLO, 2, 5, fp, 0, GOSSIP_NONCE_BYTES);
+    s_send(dealer, hn, sizeof hn), expect++;                      /* same nonce, other start */
     /* a GOSSIP of the right layout with zeros, and a NaN copy of it */
     char mp[700], err[512];
     snprintf(mp, sizeof mp, "%s/layout.safetensors", s_dir);
@@ -504,6 +513,10 @@ static void test_hostile_peer(void **state)
     char *met = tk_slurp(mp), *q = strstr(met, "\"rejected\":");
     assert_non_null(q);
     long rejected = strtol(q + strlen("\"rejected\":"), NULL, 10);
+    /* the NaN GOSSIP of the id's holder is refused as non-finite, counted */
+    char *nf = strstr(met, "\"refused_nonfinite\":");
+    assert_non_null(nf);
+    assert_true(strtol(nf + strlen("\"refused_nonfinite\":"), NULL, 10) >= 1);
     /* nothing of n2 was mixed in, and no push-sum mass drained into it */
     q = strstr(met, "\"psi\":");
     assert_non_null(q);
@@ -517,6 +530,8 @@ static void test_hostile_peer(void **state)
     assert_non_null(strstr(l0, "claims to come from rank 1"));
     assert_non_null(strstr(l0, "too far ahead"));
     assert_non_null(strstr(l0, "replayed or duplicate"));
+    assert_non_null(strstr(l0, "repeats the instance nonce"));
+    assert_null(strstr(l0, "(re)starts at iteration 5"));
     assert_non_null(strstr(l0, "neighbour n2 (rank 2) is down"));
     snprintf(mp, sizeof mp, "%s/model-0.safetensors", out);
     nn_model *fin = s_model(mp);

@@ -1,0 +1,501 @@
+/* test_node_attack — a hostile peer on 127.0.0.1 speaking under a live
+ * neighbour's routing id (issue 12, the link half).
+ *
+ *   contested id: three real `lpgossip node` processes on an undirected
+ *     ring; the test connects DEALERs to n1's ROUTER with the routing id
+ *     "n0" (n0 is alive) and sends a valid HELLO followed by 40-byte
+ *     malformed control messages, a flood of well-framed GOSSIP messages
+ *     with NaN values, spoofed HELLOs, and a silent impostor that only
+ *     connects.  Before: n1 aborted inside libzmq (`!_io_error`, exit 134)
+ *     or the spoofed HELLOs reset its copy of n0 and the run diverged.
+ *     Every node must finish with exit status 0, n1 must never declare the
+ *     real n0 down nor take a spoofed HELLO for a restart; the impostors'
+ *     connections, which never deliver under n0's id, are closed, logged
+ *     and counted (rejected_contested).
+ * Every wait is bounded; children are killed and temp files removed in the
+ * teardown.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <czmq.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "tests/tk.h"
+
+#include "gossip/gossip_codec.h"
+#include "nn/nn_core.h"
+#include "nn/nn_model.h"
+#include "node/node_common.h"
+
+static char s_dir[256];
+
+static int s_setup(void **state)
+{
+    (void)state;
+    return tk_bin() && tk_mkdtemp(s_dir, sizeof s_dir, "attack") == 0 ? 0 : -1;
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    tk_kill_all();
+    tk_rmtree(s_dir);
+    s_dir[0] = '\0';
+    return 0;
+}
+
+/* A topology file of n nodes n0.. on free loopback ports, then `graph`. */
+static void s_topo(const char *path, int n, const char *graph, int *ports)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "description: test topology\nnodes:\n");
+    for (int i = 0; i < n; i++) {
+        int p = tk_free_port();
+        assert_true(p > 0);
+        ports[i] = p;
+        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"}\n", i, p);
+    }
+    fprintf(f, "%s", graph);
+    fclose(f);
+}
+
+static pid_t s_node(const char *topo, int rank, char *const *common, const char *log)
+{
+    char *args[64], rk[16];
+    int a = 0;
+    snprintf(rk, sizeof rk, "%d", rank);
+    args[a++] = "lpgossip";
+    args[a++] = "node";
+    args[a++] = "--topology";
+    args[a++] = (char *)topo;
+    args[a++] = "--rank";
+    args[a++] = rk;
+    for (int k = 0; common[k]; k++)
+        args[a++] = common[k];
+    args[a] = NULL;
+    pid_t pid = tk_spawn(NULL, args, log, -1);
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* A 40-byte header (gossip_codec.h layout), little-endian hosts. */
+static void s_hdr(uint8_t *b, unsigned kind, uint32_t sender, uint64_t iter, uint32_t fp)
+{
+    memset(b, 0, GOSSIP_HEADER_BYTES);
+    memcpy(b, "LPGS", 4);
+    b[4] = GOSSIP_VERSION;
+    b[5] = (uint8_t)kind;
+    b[6] = 1; /* push-sum */
+    for (int i = 0; i < 4; i++)
+        b[8 + i] = (uint8_t)(sender >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[12 + i] = (uint8_t)(iter >> (8 * i));
+    double one = 1.0;
+    memcpy(b + 20, &one, 8);
+    for (int i = 0; i < 4; i++)
+        b[28 + i] = (uint8_t)(fp >> (8 * i));
+}
+
+/* CURVE keys of a member (the attacker's own) and of the target. */
+typedef struct {
+    uint8_t pub[32], sec[32], server[32];
+} s_keys;
+
+static void *s_dealer_k(void *ctx, const char *id, int port, const s_keys *k)
+{
+    void *d = zmq_socket(ctx, ZMQ_DEALER);
+    char ep[64];
+    int zero = 0, hwm = 100000;
+    assert_non_null(d);
+    zmq_setsockopt(d, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(d, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(d, ZMQ_ROUTING_ID, id, strlen(id));
+    if (k) {
+        zmq_setsockopt(d, ZMQ_CURVE_SERVERKEY, k->server, 32);
+        zmq_setsockopt(d, ZMQ_CURVE_PUBLICKEY, k->pub, 32);
+        zmq_setsockopt(d, ZMQ_CURVE_SECRETKEY, k->sec, 32);
+    }
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    assert_int_equal(zmq_connect(d, ep), 0);
+    return d;
+}
+
+/* A GOSSIP message of the cnn layout for iteration iter whose first value
+ * is NaN (owned). */
+static uint8_t *s_nan_gossip(uint32_t sender, uint64_t iter, uint32_t *fp, size_t *len)
+{
+    char err[512];
+    node_model_opts mo;
+    node_model_opts_defaults(&mo);
+    mo.model = NODE_ARCH_CNN;
+    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
+    if (!m)
+        fail_msg("%s", err);
+    const nn_arena *L = nn_model_params(m);
+    *fp = gossip_layout_fingerprint(L);
+    gossip_cblock *blk = nn_xcalloc(L->nviews, sizeof *blk);
+    float *vals = nn_xcalloc(L->numel, sizeof(float));
+    for (size_t k = 0; k < L->numel; k++)
+        vals[k] = NAN;
+    for (size_t v = 0; v < L->nviews; v++)
+        blk[v] = (gossip_cblock){GOSSIP_BLK_DENSE_F32, (uint32_t)L->views[v].numel,
+                                 (uint32_t)L->views[v].numel, NULL, vals + L->views[v].offset,
+                                 NULL, NULL};
+    gossip_header h = {GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, GOSSIP_FLAG_PUSH_SUM, sender, iter,
+                       1.0, *fp, 0, 0};
+    gossip_buf gb = {0};
+    gossip_msg_encode(&h, blk, L->nviews, &gb);
+    uint8_t *out = nn_xmalloc(gb.len);
+    memcpy(out, gb.data, gb.len);
+    *len = gb.len;
+    gossip_buf_free(&gb);
+    free(vals);
+    free(blk);
+    nn_model_destroy(&m);
+    return out;
+}
+
+static int s_log_has(const char *path, const char *what)
+{
+    char *s = tk_slurp(path);
+    int has = strstr(s, what) != NULL;
+    free(s);
+    return has;
+}
+
+/* The last value of "key": in a metrics file, or -1. */
+static long s_metric(const char *path, const char *key)
+{
+    char *met = tk_slurp(path), *q = NULL, pat[128];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    for (char *p = strstr(met, pat); p; p = strstr(p + 1, pat))
+        q = p;
+    long v = q ? strtol(q + strlen(pat), NULL, 10) : -1;
+    free(met);
+    return v;
+}
+
+/* The hostile peer: DEALERs under the routing id "n0" (a live neighbour of
+ * the target) at the target's port; with k, CURVE clients with a member's
+ * own keys.  A silent impostor that only connects; a valid HELLO and 20000
+ * malformed 40-byte control messages; 400 well-framed GOSSIP messages full
+ * of NaN; 20 spoofed HELLOs for iteration 0 and one for another model;
+ * raw junk on the port. */
+static void s_attack(int port, const s_keys *k)
+{
+    uint32_t fp;
+    size_t nanlen;
+    uint8_t *nan = s_nan_gossip(0, 0, &fp, &nanlen);
+    void *ctx = zmq_ctx_new();
+    uint8_t b[GOSSIP_HEADER_BYTES];
+
+    /* 1: a silent impostor as n0 */
+    void *silent = s_dealer_k(ctx, "n0", port, k);
+    usleep(1500000);
+    /* 2: HELLO, then malformed control messages, as n0 */
+    void *d = s_dealer_k(ctx, "n0", port, k);
+    s_hdr(b, GOSSIP_MSG_HELLO, 0, 0, fp);
+    zmq_send(d, b, sizeof b, 0);
+    for (int i = 0; i < 20000; i++) {
+        s_hdr(b, (unsigned)(i % 9), 0, (uint64_t)i, fp);
+        b[6] = (uint8_t)i;
+        b[36] = (uint8_t)(i * 7);
+        zmq_send(d, b, sizeof b, ZMQ_DONTWAIT);
+        if (i % 2000 == 0)
+            usleep(100000);
+    }
+    usleep(500000);
+    zmq_close(d);
+    /* 3: a flood of NaN GOSSIP as n0 */
+    d = s_dealer_k(ctx, "n0", port, k);
+    for (int i = 0; i < 400; i++) {
+        uint64_t it = (uint64_t)i / 4;
+        memcpy(nan + 12, &it, 8);
+        zmq_send(d, nan, nanlen, ZMQ_DONTWAIT);
+        if (i % 50 == 0)
+            usleep(100000);
+    }
+    usleep(500000);
+    zmq_close(d);
+    /* 4: spoofed HELLOs for iteration 0 as n0, then a foreign layout */
+    d = s_dealer_k(ctx, "n0", port, k);
+    for (int i = 0; i < 20; i++) {
+        s_hdr(b, GOSSIP_MSG_HELLO, 0, 0, fp);
+        zmq_send(d, b, sizeof b, ZMQ_DONTWAIT);
+        usleep(20000);
+    }
+    s_hdr(b, GOSSIP_MSG_HELLO, 0, 0, fp ^ 1);
+    zmq_send(d, b, sizeof b, ZMQ_DONTWAIT);
+    usleep(500000);
+    zmq_close(d);
+    zmq_close(silent);
+    zmq_ctx_term(ctx);
+    free(nan);
+    /* 5: bytes that are not ZMTP */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        char junk[4096];
+        memset(junk, 0xff, sizeof junk);
+        ssize_t w = write(fd, junk, sizeof junk);
+        (void)w;
+        usleep(200000);
+    }
+    if (fd >= 0)
+        close(fd);
+}
+
+/* ---- a hostile peer under a live neighbour's id ------------------------------------ */
+
+static void test_contested_id(void **state)
+{
+    (void)state;
+    const int n = 3, batch = 8, iters = 400;
+    int ports[3];
+    char topo[512], out[512], subset[32], bs[16], logs[3][600];
+    snprintf(topo, sizeof topo, "%s/ring3.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    s_topo(topo, n, "graph:\n  generator: undirected_ring\n", ports);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "choco", "--compress", "identity", "--model", "cnn",
+                      "--train-subset", subset, "--batch", bs, "--epochs", "1", "--lr", "0.05",
+                      "--no-eval", "--peer-timeout", "3", "--timeout", "60", "--out", out, NULL};
+    pid_t pid[3];
+    for (int i = 0; i < n; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+        pid[i] = s_node(topo, i, common, logs[i]);
+    }
+    double t0 = nn_now();
+    while (!s_log_has(logs[1], "start barrier passed") && nn_now() - t0 < 60)
+        usleep(50000);
+    s_attack(ports[1], NULL);
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(240, status);
+    int ok = rc == 0;
+    for (int i = 0; i < n; i++)
+        ok = ok && status[i] == 0;
+    if (!ok) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        fail_msg("not every node finished cleanly: %d %d %d", status[0], status[1], status[2]);
+    }
+    (void)pid;
+    char met[700];
+    snprintf(met, sizeof met, "%s/metrics-1.jsonl", out);
+    long rejected = s_metric(met, "rejected"), contested = s_metric(met, "rejected_contested");
+    long down = s_metric(met, "down_events");
+    printf("n1: rejected %ld, of which contested %ld; down_events %ld\n", rejected, contested,
+           down);
+    /* the impostors' connections never carried n0's id (no handover):
+     * nothing of theirs was handled as n0's, n0 was never cut off, no
+     * spoofed HELLO was taken for a restart, and nothing crashed */
+    assert_int_equal(down, 0);
+    assert_true(contested >= 1 && rejected >= contested);
+    char lf[700];
+    snprintf(lf, sizeof lf, "%s/log-1.txt", out); /* gossip_net logs there */
+    assert_true(s_log_has(lf, "contested id"));
+    assert_false(s_log_has(logs[1], "(re)starts"));
+}
+
+/* ---- cut off: frozen past the neighbours' end ------------------------------------- */
+
+static void test_cut_off(void **state)
+{
+    (void)state;
+    const int n = 3, batch = 8, iters = 150;
+    int ports[3];
+    char topo[512], out[512], subset[32], bs[16], logs[3][600];
+    snprintf(topo, sizeof topo, "%s/ring3.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    s_topo(topo, n, "graph:\n  generator: undirected_ring\n", ports);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "choco", "--compress", "identity", "--model", "cnn",
+                      "--train-subset", subset, "--batch", bs, "--epochs", "1", "--lr", "0.05",
+                      "--no-eval", "--peer-timeout", "1", "--timeout", "30", "--out", out, NULL};
+    pid_t pid[3];
+    for (int i = 0; i < n; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+        pid[i] = s_node(topo, i, common, logs[i]);
+    }
+    double t0 = nn_now();
+    while (!s_log_has(logs[2], "start barrier passed") && nn_now() - t0 < 60)
+        usleep(20000);
+    usleep(300000);
+    kill(pid[2], SIGSTOP); /* frozen: the others declare it down and finish */
+    int st0 = tk_wait(pid[0], 180), st1 = tk_wait(pid[1], 180);
+    kill(pid[2], SIGCONT);
+    int st2 = tk_wait(pid[2], 180);
+    if (st0 != 0 || st1 != 0 || st2 != 3) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        fail_msg("expected exit 0, 0, 3 (n2 cut off), got %d %d %d", st0, st1, st2);
+    }
+    assert_true(s_log_has(logs[2], "cut off: nothing of any of its 2 neighbours"));
+    char met[700];
+    snprintf(met, sizeof met, "%s/metrics-2.jsonl", out);
+    assert_true(s_metric(met, "isolated_rounds") > 0);
+}
+
+/* ---- the drill: a live 4-node run under attack, with and without CURVE -------------- */
+
+/* One 4-node run (undirected ring, choco, cnn) in dir; with curve, keys
+ * from `lpgossip keygen`.  attacked: s_attack against n1 as n0 (with CURVE
+ * as member n2, a neighbour of n1, with its own keys).  Fills the exit
+ * statuses, n1's counters and the averaged model's accuracy. */
+typedef struct {
+    int    status[4];
+    long   rejected, contested, auth, nonfinite, down;
+    double acc;
+} s_drill_run;
+
+static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
+{
+    const int n = 4;
+    char topo[600], key[4][600], sec[4][620], pub[4][41], logs[4][620];
+    int ports[4];
+    assert_int_equal(mkdir(dir, 0700), 0);
+    for (int i = 0; i < n && curve; i++) {
+        char log[700];
+        snprintf(key[i], sizeof key[i], "%s/k%d", dir, i);
+        assert_true(snprintf(sec[i], sizeof sec[i], "%s_secret", key[i]) < (int)sizeof sec[i]);
+        snprintf(log, sizeof log, "%s/keygen%d.txt", dir, i);
+        char *args[] = {"lpgossip", "keygen", key[i], NULL};
+        assert_int_equal(tk_wait(tk_spawn(NULL, args, log, -1), 30), 0);
+        char *txt = tk_slurp(key[i]), *q = strstr(txt, "public-key = \"");
+        assert_non_null(q);
+        memcpy(pub[i], q + strlen("public-key = \""), 40);
+        pub[i][40] = '\0';
+        free(txt);
+    }
+    snprintf(topo, sizeof topo, "%s/ring4.yaml", dir);
+    FILE *f = fopen(topo, "w");
+    assert_non_null(f);
+    fprintf(f, "%snodes:\n", curve ? "security: curve\n" : "");
+    for (int i = 0; i < n; i++) {
+        ports[i] = tk_free_port();
+        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"", i, ports[i]);
+        if (curve)
+            fprintf(f, ", key: '%s'", pub[i]);
+        fprintf(f, "}\n");
+    }
+    fprintf(f, "graph:\n  generator: undirected_ring\n");
+    fclose(f);
+    char out[620];
+    snprintf(out, sizeof out, "%s/run", dir);
+    for (int i = 0; i < n; i++) {
+        char rk[16], *args[40];
+        int a = 0;
+        snprintf(rk, sizeof rk, "%d", i);
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", dir, i);
+        char *base[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--algo", "choco",
+                        "--compress", "topk:0.1+q8", "--eta", "0.5", "--model", "cnn",
+                        "--train-subset", "12800", "--batch", "16", "--epochs", "1", "--lr",
+                        "0.05", "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout",
+                        "60", "--out", out, NULL};
+        for (int k = 0; base[k]; k++)
+            args[a++] = base[k];
+        if (curve) {
+            args[a++] = "--cert";
+            args[a++] = sec[i];
+        }
+        args[a] = NULL;
+        assert_true(tk_spawn(NULL, args, logs[i], -1) > 0);
+    }
+    if (attacked) {
+        double t0 = nn_now();
+        while (!s_log_has(logs[1], "start barrier passed") && nn_now() - t0 < 60)
+            usleep(50000);
+        s_keys k;
+        if (curve) {
+            char path[700];
+            snprintf(path, sizeof path, "%s", sec[2]);
+            zcert_t *c = zcert_load(path);
+            assert_non_null(c);
+            memcpy(k.pub, zcert_public_key(c), 32);
+            memcpy(k.sec, zcert_secret_key(c), 32);
+            zcert_destroy(&c);
+            assert_non_null(zmq_z85_decode(k.server, pub[1]));
+        }
+        s_attack(ports[1], curve ? &k : NULL);
+    }
+    int st[TK_MAXPROC];
+    assert_int_equal(tk_wait_all(600, st), 0);
+    char met[700];
+    snprintf(met, sizeof met, "%s/metrics-1.jsonl", out);
+    res->rejected = s_metric(met, "rejected");
+    res->contested = s_metric(met, "rejected_contested");
+    res->auth = s_metric(met, "rejected_auth");
+    res->nonfinite = s_metric(met, "refused_nonfinite");
+    res->down = s_metric(met, "down_events");
+    char m[4][700], elog[700];
+    char *ev[12] = {"lpgossip", "eval", "--average", m[0], m[1], m[2], m[3], "--json", NULL};
+    for (int i = 0; i < n; i++) {
+        res->status[i] = st[i + (curve ? n : 0)];
+        snprintf(m[i], sizeof m[i], "%s/model-%d.safetensors", out, i);
+    }
+    snprintf(elog, sizeof elog, "%s/eval.txt", dir);
+    int est = tk_wait(tk_spawn(NULL, ev, elog, -1), 120);
+    char *e = tk_slurp(elog), *q = strstr(e, "\"test_acc\":");
+    res->acc = est == 0 && q ? strtod(q + strlen("\"test_acc\":"), NULL) : -1;
+    free(e);
+    tk_kill_all();
+}
+
+static void test_drill(void **state)
+{
+    (void)state;
+    if (!getenv("LPGOSSIP_DRILL"))
+        skip(); /* minutes: scripts/attack runs it */
+    const char *mode[2] = {"plain", "curve"};
+    int ok = 1;
+    printf("| security | run | exit statuses | n1 rejected | contested | auth | non-finite | "
+           "down events | averaged accuracy |\n| --- | --- | --- | --- | --- | --- | --- | --- "
+           "| --- |\n");
+    for (int c = 0; c < 2; c++) {
+        s_drill_run r[2];
+        for (int a = 0; a < 2; a++) {
+            char dir[600];
+            snprintf(dir, sizeof dir, "%s/drill-%s-%d", s_dir, mode[c], a);
+            s_drill(dir, c, a, &r[a]);
+            printf("| %s | %s | %d %d %d %d | %ld | %ld | %ld | %ld | %ld | %.2f%% |\n", mode[c],
+                   a ? "attacked" : "undisturbed", r[a].status[0], r[a].status[1],
+                   r[a].status[2], r[a].status[3], r[a].rejected, r[a].contested, r[a].auth,
+                   r[a].nonfinite, r[a].down, 100 * r[a].acc);
+            for (int i = 0; i < 4; i++)
+                ok = ok && r[a].status[i] == 0;
+        }
+        double d = 100 * (r[1].acc - r[0].acc);
+        printf("| %s | difference | | | | | | | %+.2f points (goal: within 1.5) |\n", mode[c], d);
+        ok = ok && r[0].acc > 0 && r[1].acc > 0 && fabs(d) <= 1.5;
+    }
+    fflush(stdout);
+    assert_true(ok);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_cut_off, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_contested_id, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_drill, s_setup, s_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
