@@ -233,6 +233,7 @@ static void test_shipped_files(void **state)
         { "topologies/exp8.yaml", 8, 1, 0, -1 },
         { "topologies/onepeer-exp8.yaml", 8, 3, 1, -2 },
         { "topologies/example-lan.yaml", 4, 1, 1, 1 - (1.0 / 3 + 2.0 / 3 * cos(2 * PI / 4)) },
+        { "topologies/lab4-lan.yaml", 4, 1, 1, 1 - (1.0 / 3 + 2.0 / 3 * cos(2 * PI / 4)) },
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         topo *t = s_load(cases[k].file);
@@ -447,6 +448,20 @@ static void test_parse_strings(void **state)
         { "nodes: 2\ngraph: {matrix: [[1/2, 1/2], [1/2]]}\n", "1 entries, expected 2" },
         { "nodes: 2\ngraph: {matrix: [[0.6, 1/2], [0.3, 1/2]]}\n", "inline.yaml:2: graph: column sum 0.9 at node n0" },
         { "nodes: 2\nsecurity: maybe\ngraph: {generator: complete}\n", "inline.yaml:2: security: expected" },
+        { "nodes: 2\ndiscovery: wifi\ngraph: {generator: complete}\n",
+          "inline.yaml:2: discovery: expected 'none' or 'lan'" },
+        { "nodes: 2\ndiscovery: [lan]\ngraph: {generator: complete}\n", "inline.yaml:2: discovery: expected a string" },
+        { "nodes: 2\ndiscovery_port: 4000\ngraph: {generator: complete}\n",
+          "inline.yaml:2: discovery_port is only used with 'discovery: lan'" },
+        { "nodes: 2\ndiscovery: none\ndiscovery_port: 4000\ngraph: {generator: complete}\n",
+          "inline.yaml:3: discovery_port is only used" },
+        { "nodes: 2\ndiscovery: lan\ndiscovery_port: 0\ngraph: {generator: complete}\n",
+          "inline.yaml:3: discovery_port: 0 is out of range 1..65535" },
+        { "nodes: 2\ndiscovery: lan\ndiscovery_port: 65536\ngraph: {generator: complete}\n",
+          "discovery_port: 65536 is out of range" },
+        { "nodes: 2\ndiscovery: lan\ndiscovery_port: udp\ngraph: {generator: complete}\n",
+          "inline.yaml:3: discovery_port: 'udp' is not an integer" },
+        { "nodes: 2\ndiscovery: lan\ndiscovery: lan\ngraph: {generator: complete}\n", "duplicate key 'discovery'" },
         { "nodes: [a, {id: b, host: h}]\ngraph: {generator: complete}\n", "host and port go together" },
         { "nodes: [{id: a, endpoint: 'tcp://x:1', port: 3}]\ngraph: {generator: complete}\n", "not both" },
         { "nodes: [{id: a, endpoint: 'tcp://x:70000'}]\ngraph: {generator: complete}\n", "port must be" },
@@ -493,6 +508,24 @@ static void test_parse_strings(void **state)
     s_close(t->sched[0].w[1 * 3 + 0], 0.25, 0, "n0 -> n1");
     s_close(t->sched[0].w[0 * 3 + 1], 0.5, 0, "n1 -> n0");
     topo_destroy(&t);
+    /* discovery: default none; lan with the default or a given port; nodes
+     * without endpoints are fine either way (the node, not the parser,
+     * needs them when discovery is none) */
+    const char *const disc[] = {"nodes: 2\ngraph: {generator: complete}\n",
+                                "nodes: 2\ndiscovery: lan\ngraph: {generator: complete}\n",
+                                "nodes: [a, {id: b, endpoint: 'tcp://h:7'}]\ndiscovery: lan\n"
+                                "discovery_port: 40001\ngraph: {generator: complete}\n",
+                                "nodes: 2\ndiscovery: none\ngraph: {generator: complete}\n"};
+    const int disc_kind[] = {TOPO_DISCOVERY_NONE, TOPO_DISCOVERY_LAN, TOPO_DISCOVERY_LAN,
+                             TOPO_DISCOVERY_NONE};
+    const int disc_port[] = {0, TOPO_DISCOVERY_PORT_DEFAULT, 40001, 0};
+    for (int k = 0; k < 4; k++) {
+        t = topo_parse(disc[k], strlen(disc[k]), "d.yaml", err, sizeof err);
+        assert_non_null(t);
+        assert_int_equal(t->discovery, disc_kind[k]);
+        assert_int_equal(t->discovery_port, disc_port[k]);
+        topo_destroy(&t);
+    }
     topo_destroy(&t);   /* safe on NULL */
     topo_destroy(NULL);
 }

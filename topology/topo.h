@@ -37,6 +37,11 @@
 /* Tolerance on column (and, for "doubly stochastic", row) sums. */
 #define TOPO_SUM_TOL      1e-6
 
+/* `discovery:` (docs/topology.md): how nodes find each other's endpoints. */
+#define TOPO_DISCOVERY_NONE 0    /* endpoints from the file or --peer only */
+#define TOPO_DISCOVERY_LAN  1    /* UDP broadcast beacons (gossip_discovery) */
+#define TOPO_DISCOVERY_PORT_DEFAULT 47820
+
 typedef struct {
     char id[TOPO_ID_MAX];             /* unique name, e.g. "n0" */
     char endpoint[TOPO_ENDPOINT_MAX]; /* "tcp://host:port" or "" */
@@ -55,6 +60,8 @@ typedef struct topo {
     topo_matrix *sched;
     int         security_curve; /* 1 when `security: curve` */
     char        description[256]; /* the file's `description:` or "" */
+    int         discovery;      /* TOPO_DISCOVERY_*; NONE unless the file says `discovery: lan` */
+    int         discovery_port; /* UDP port of the beacons (`discovery_port:`, lan only) */
 } topo;
 
 /* Weights in force at iteration t (borrowed, n*n). */

@@ -9,6 +9,10 @@
  * Schema in brief (top-level mapping):
  *   description: free text                       (optional)
  *   security:    none | curve                    (optional, default none)
+ *   discovery:   none | lan                      (optional, default none;
+ *                lan: endpoints may be left out, nodes find each other by
+ *                UDP broadcast, see gossip/gossip_discovery.h)
+ *   discovery_port: 1..65535                     (lan only, default 47820)
  *   nodes:       COUNT | [ID | {id, endpoint | host+port, key}]
  *   graph:       GRAPH          -- exactly one of graph / schedule
  *   schedule:    [GRAPH, ...]   -- used in turn, iteration t uses t % len
@@ -805,17 +809,41 @@ done:
 
 /* ---- the document ------------------------------------------------------ */
 
+/* `discovery: none | lan` and `discovery_port: P` (only with lan: a port
+ * that nothing reads is a mistake worth naming). */
+static int s_discovery(s_ctx *c, yaml_node_t *disc, yaml_node_t *port, int *discovery, long *out)
+{
+    const char *s = NULL;
+    if (disc) {
+        if (s_want_string(c, disc, "discovery", &s) != 0)
+            return -1;
+        if (!strcmp(s, "lan"))
+            *discovery = TOPO_DISCOVERY_LAN;
+        else if (strcmp(s, "none") != 0)
+            return s_fail(c, disc, "discovery: expected 'none' or 'lan'");
+    }
+    if (!port)
+        return 0;
+    if (*discovery != TOPO_DISCOVERY_LAN)
+        return s_fail(c, port, "discovery_port is only used with 'discovery: lan'");
+    return s_want_int(c, port, "discovery_port", 1, 65535, out);
+}
+
 static int s_document(s_ctx *c, yaml_node_t *root)
 {
-    static const char *const keys[] = { "description", "security", "nodes", "graph", "schedule" };
-    enum { K_DESC, K_SECURITY, K_NODES, K_GRAPH, K_SCHEDULE, K_N };
+    static const char *const keys[] = { "description", "security", "nodes", "graph", "schedule",
+                                        "discovery", "discovery_port" };
+    enum { K_DESC, K_SECURITY, K_NODES, K_GRAPH, K_SCHEDULE, K_DISC, K_DISC_PORT, K_N };
     yaml_node_t *v[K_N], *kv[K_N];
     const char *s = NULL;
     topo_node *nodes = NULL;
-    int rc = -1, security = 0;
+    int rc = -1, security = 0, discovery = TOPO_DISCOVERY_NONE;
+    long disc_port = TOPO_DISCOVERY_PORT_DEFAULT;
     if (s_keys2(c, root, "topology", keys, K_N, v, kv) != 0)
         return -1;
     if (v[K_DESC] && s_want_string(c, v[K_DESC], "description", &s) != 0)
+        return -1;
+    if (s_discovery(c, v[K_DISC], v[K_DISC_PORT], &discovery, &disc_port) != 0)
         return -1;
     if (v[K_SECURITY]) {
         if (s_want_string(c, v[K_SECURITY], "security", &s) != 0)
@@ -858,6 +886,8 @@ static int s_document(s_ctx *c, yaml_node_t *root)
     c->t = topo__new(c->n, nsched);
     memcpy(c->t->nodes, nodes, (size_t)c->n * sizeof *nodes);
     c->t->security_curve = security;
+    c->t->discovery = discovery;
+    c->t->discovery_port = discovery == TOPO_DISCOVERY_LAN ? (int)disc_port : 0;
     snprintf(c->t->name, sizeof c->t->name, "%s", c->name);
     if (v[K_DESC])
         snprintf(c->t->description, sizeof c->t->description, "%s", s_scalar(v[K_DESC]));

@@ -166,9 +166,13 @@ int topo_report(const topo *t, FILE *f, int json)
         if (with_ep || with_key)
             for (int i = 0; i < n; i++)
                 fprintf(f, "            %-12s %s%s%s\n", t->nodes[i].id,
-                        t->nodes[i].endpoint[0] ? t->nodes[i].endpoint : "(endpoint from launcher)",
+                        t->nodes[i].endpoint[0]                  ? t->nodes[i].endpoint
+                        : t->discovery == TOPO_DISCOVERY_LAN ? "(found by discovery)"
+                                                             : "(endpoint from launcher)",
                         t->nodes[i].pubkey[0] ? "  key " : "", t->nodes[i].pubkey);
         fprintf(f, "security    %s\n", t->security_curve ? "curve (CURVE keys of every node)" : "none");
+        if (t->discovery == TOPO_DISCOVERY_LAN)
+            fprintf(f, "discovery   lan (UDP broadcast beacons on port %d)\n", t->discovery_port);
         if (p == 1)
             fprintf(f, "schedule    static (one graph)\n");
         else
