@@ -33,7 +33,9 @@ struct gossip_net {
     void      **dealers;    /* nout, DEALER to out_ranks[k] */
     int        *out_pos;    /* n: index into out_ranks or -1 */
     char       *is_in;      /* n: 1 for in-neighbours (union over the schedule) */
-    zmq_pollitem_t *items;  /* 2 + nout: router, dealers, monitor last */
+    zmq_pollitem_t *items;  /* 3 + nout: router, dealers, monitor, discovery's beacon */
+    gossip_disc *disc;      /* `discovery: lan`, else NULL */
+    char      (*dealer_ep)[TOPO_ENDPOINT_MAX]; /* nout: where DEALER k is connected, or "" */
     int         rr;         /* round-robin start among ready sockets */
     zmq_msg_t   cur;        /* payload handed out by the last recv */
     int         have_cur;
@@ -57,6 +59,7 @@ void gossip_net_config_default(gossip_net_config *cfg)
     cfg->hwm = 256;
     cfg->heartbeat_ivl_ms = 1000;
     cfg->heartbeat_timeout_ms = 10000;
+    cfg->discovery_interval_ms = 1000;
 }
 
 size_t gossip_net_max_msg_size(const nn_arena *layout)
@@ -361,6 +364,8 @@ static const char *s_check_config(const topo *t, int rank, const gossip_net_conf
         }
     }
     const char *bind = cfg->bind ? cfg->bind : t->nodes[rank].endpoint;
+    if (!bind[0] && t->discovery == TOPO_DISCOVERY_LAN)
+        return "tcp://*:0"; /* a free port, announced by the beacon */
     if (!bind[0]) {
         nn_errf(err, errlen, "gossip_net: node %s (rank %d) has no endpoint in %s: give one "
                 "there or with --bind tcp://*:PORT", t->nodes[rank].id, rank, t->name);
@@ -431,8 +436,24 @@ static int s_router(gossip_net *net, const gossip_net_config *cfg, const char *b
     return 0;
 }
 
+/* Connects DEALER k to ep (first disconnecting it from where it was). */
+static int s_dealer_connect(gossip_net *net, int k, const char *ep, char *err, size_t errlen)
+{
+    int j = net->out_ranks[k];
+    if (net->dealer_ep[k][0])
+        zmq_disconnect(net->dealers[k], net->dealer_ep[k]);
+    net->dealer_ep[k][0] = '\0';
+    if (zmq_connect(net->dealers[k], ep) != 0)
+        return nn_errf(err, errlen, "gossip_net: node %s cannot connect to out-neighbour %s "
+                       "(rank %d) at %s: %s", net->t->nodes[net->rank].id, net->t->nodes[j].id,
+                       j, ep, zmq_strerror(zmq_errno()));
+    snprintf(net->dealer_ep[k], sizeof net->dealer_ep[k], "%s", ep);
+    return 0;
+}
+
 /* DEALER k, connected to out-neighbour out_ranks[k] with our id as its
- * routing id. */
+ * routing id (later, when found, for a neighbour without endpoint under
+ * `discovery: lan`). */
 static int s_dealer(gossip_net *net, const gossip_net_config *cfg, int k, char *err,
                     size_t errlen)
 {
@@ -440,9 +461,10 @@ static int s_dealer(gossip_net *net, const gossip_net_config *cfg, int k, char *
     const char *myid = t->nodes[net->rank].id;
     int j = net->out_ranks[k];
     const char *ep = t->nodes[j].endpoint;
-    if (!ep[0])
+    if (!ep[0] && t->discovery != TOPO_DISCOVERY_LAN)
         return nn_errf(err, errlen, "gossip_net: out-neighbour %s (rank %d) of node %s has no "
-                       "endpoint in %s: give one there or with --peer %s=tcp://HOST:PORT",
+                       "endpoint in %s: give one there or with --peer %s=tcp://HOST:PORT, or "
+                       "let the nodes find each other with `discovery: lan` in the topology",
                        t->nodes[j].id, j, myid, t->name, t->nodes[j].id);
     void *d = zmq_socket(net->ctx, ZMQ_DEALER);
     net->dealers[k] = d;
@@ -459,12 +481,56 @@ static int s_dealer(gossip_net *net, const gossip_net_config *cfg, int k, char *
             return s_zerr(err, errlen, "cannot set the CURVE keys of the DEALER to",
                           t->nodes[j].id);
     }
-    if (zmq_connect(d, ep) != 0)
-        return nn_errf(err, errlen, "gossip_net: node %s cannot connect to out-neighbour %s "
-                       "(rank %d) at %s: %s", myid, t->nodes[j].id, j, ep,
-                       zmq_strerror(zmq_errno()));
     net->items[1 + k] = (zmq_pollitem_t){.socket = d, .events = ZMQ_POLLIN};
+    return ep[0] ? s_dealer_connect(net, k, ep, err, errlen) : 0; /* else: when discovered */
+}
+
+/* The beacon announcing the port the ROUTER got (`discovery: lan`). */
+static int s_discovery(gossip_net *net, const gossip_net_config *cfg, char *err, size_t errlen)
+{
+    const char *colon = strrchr(net->endpoint, ':');
+    int port = colon ? atoi(colon + 1) : 0;
+    if (port < 1 || port > 65535)
+        return nn_errf(err, errlen, "gossip_net: node %s: `discovery: lan` needs a TCP endpoint "
+                       "to announce, the ROUTER is bound to %s", net->t->nodes[net->rank].id,
+                       net->endpoint);
+    gossip_disc_config dc;
+    gossip_disc_config_default(&dc);
+    dc.tcp_port = port;
+    dc.run_id = cfg->run_id;
+    dc.curve_public = cfg->curve_public;
+    dc.iface = cfg->discovery_interface;
+    if (cfg->discovery_interval_ms > 0)
+        dc.interval_ms = cfg->discovery_interval_ms;
+    dc.log = cfg->log;
+    if (!(net->disc = gossip_disc_new(net->t, net->rank, &dc, err, errlen)))
+        return -1;
+    net->items[2 + net->nout] =
+        (zmq_pollitem_t){.socket = gossip_disc_socket(net->disc), .events = ZMQ_POLLIN};
     return 0;
+}
+
+/* One beacon: an out-neighbour without a fixed endpoint that was found
+ * (or moved) gets its DEALER connected there. */
+static void s_discovered(gossip_net *net)
+{
+    int j = -1;
+    if (gossip_disc_recv(net->disc, &j) == GOSSIP_DISC_NOTHING || net->out_pos[j] < 0 ||
+        net->t->nodes[j].endpoint[0])
+        return;
+    int k = net->out_pos[j];
+    const char *ep = gossip_disc_endpoint(net->disc, j);
+    char err[512];
+    if (s_dealer_connect(net, k, ep, err, sizeof err) != 0) {
+        if (net->log)
+            fprintf(net->log, "%s\n", err);
+    } else if (net->log) {
+        fprintf(net->log, "gossip_net: node %s (rank %d): DEALER to out-neighbour %s (rank %d) "
+                "connected to %s (discovered)\n", net->t->nodes[net->rank].id, net->rank,
+                net->t->nodes[j].id, j, ep);
+    }
+    if (net->log)
+        fflush(net->log);
 }
 
 gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg_in, char *err,
@@ -486,7 +552,8 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
     net->log = cfg.log;
     s_neighbours(net, t, rank);
     net->dealers = nn_xcalloc((size_t)net->nout + 1, sizeof(void *));
-    net->items = nn_xcalloc((size_t)net->nout + 2, sizeof(zmq_pollitem_t));
+    net->items = nn_xcalloc((size_t)net->nout + 3, sizeof(zmq_pollitem_t));
+    net->dealer_ep = nn_xcalloc((size_t)net->nout + 1, sizeof *net->dealer_ep);
     zmq_msg_init(&net->cur);
     net->have_cur = 1;
     net->fd_open = nn_xcalloc(S_FD_MAX, sizeof(double));
@@ -498,6 +565,8 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
         if (s_dealer(net, &cfg, k, err, errlen) != 0)
             goto fail;
     net->items[1 + net->nout] = (zmq_pollitem_t){.socket = net->monitor, .events = ZMQ_POLLIN};
+    if (t->discovery == TOPO_DISCOVERY_LAN && s_discovery(net, &cfg, err, errlen) != 0)
+        goto fail;
     return net;
 fail:
     gossip_net_destroy(&net);
@@ -520,6 +589,7 @@ void gossip_net_destroy(gossip_net **self_p)
     }
     if (net->monitor)
         zmq_close(net->monitor);
+    gossip_disc_destroy(&net->disc);
     if (net->auth) {
         zactor_destroy(&net->auth);
         s_curve_nets--;
@@ -528,6 +598,7 @@ void gossip_net_destroy(gossip_net **self_p)
         while (zmq_ctx_term(net->ctx) != 0 && zmq_errno() == EINTR)
             ;
     free(net->dealers);
+    free(net->dealer_ep);
     free(net->items);
     free(net->out_ranks);
     free(net->out_pos);
@@ -560,7 +631,9 @@ static int s_send(gossip_net *net, int to_rank, const uint8_t *msg, size_t len, 
             return nn_errf(err, errlen, "gossip_net: node %s: send to out-neighbour %s "
                            "(rank %d, %s) timed out: the peer is not connected or does not read",
                            net->t->nodes[net->rank].id, net->t->nodes[to_rank].id, to_rank,
-                           net->t->nodes[to_rank].endpoint);
+                           net->dealer_ep[net->out_pos[to_rank]][0]
+                               ? net->dealer_ep[net->out_pos[to_rank]]
+                               : "not found yet");
         }
         return nn_errf(err, errlen, "gossip_net: node %s: send to %s (rank %d): %s",
                        net->t->nodes[net->rank].id, net->t->nodes[to_rank].id, to_rank,
@@ -730,11 +803,11 @@ int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_
     if (timeout_ms < 0)
         timeout_ms = 0;
     double deadline = nn_now() + timeout_ms / 1000.0;
-    int nitems = 1 + net->nout; /* the monitor (last item) is polled but not a source */
+    int nitems = 1 + net->nout; /* the monitor and the beacon (last) are polled but not sources */
     for (;;) {
         double left = deadline - nn_now();
         long wait = left > 0 ? (long)(left * 1000.0 + 0.999) : 0;
-        int rc = zmq_poll(net->items, nitems + 1, wait);
+        int rc = zmq_poll(net->items, nitems + 1 + !!net->disc, wait);
         if (rc < 0) {
             if (zmq_errno() == EINTR)
                 return 0;
@@ -742,6 +815,10 @@ int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_
         }
         if (net->items[nitems].revents & ZMQ_POLLIN) {
             s_monitor_event(net);
+            rc--;
+        }
+        if (net->disc && (net->items[nitems + 1].revents & ZMQ_POLLIN)) {
+            s_discovered(net);
             rc--;
         }
         s_reap(net);
@@ -776,5 +853,17 @@ void gossip_net_stats_get(const gossip_net *net, gossip_net_stats *out)
 const char *gossip_net_endpoint(const gossip_net *net)
 {
     return net->endpoint;
+}
+
+const char *gossip_net_peer_endpoint(const gossip_net *net, int rank)
+{
+    if (rank < 0 || rank >= net->n || net->out_pos[rank] < 0)
+        return "";
+    return net->dealer_ep[net->out_pos[rank]];
+}
+
+const gossip_disc *gossip_net_discovery(const gossip_net *net)
+{
+    return net->disc;
 }
 

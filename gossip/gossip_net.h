@@ -55,6 +55,17 @@
  * logged and counted in rejected_auth by a socket monitor, in both modes.
  * Without `security: curve` traffic is neither encrypted nor
  * authenticated.
+ *
+ * LAN discovery (topology `discovery: lan`, gossip_discovery.h).  The
+ * ROUTER binds cfg->bind, else the node's endpoint in the topology, else
+ * a free port on every interface (host '*', port 0); this net owns a
+ * gossip_disc that announces that port and polls its beacon socket inside
+ * gossip_net_recv, with the ZeroMQ sockets.  A DEALER whose out-neighbour has no endpoint in the
+ * topology (nor from --peer) is created unconnected and connected when the
+ * neighbour's announcement is believed (reconnected if the neighbour moves
+ * to another endpoint after its old one went silent).  Until then sends
+ * to it do not go out (gossip_net_try_send returns 0, as for a full
+ * queue): the neighbour is simply not heard from yet.
  */
 #ifndef GOSSIP_NET_H
 #define GOSSIP_NET_H
@@ -63,6 +74,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gossip/gossip_discovery.h"
 #include "nn/nn_core.h"
 #include "topology/topo.h"
 
@@ -80,6 +92,12 @@ typedef struct {
     /* CURVE key pair of this node, 32 bytes each (binary), e.g. from its
      * zcert; required when the topology says `security: curve`. */
     const uint8_t *curve_public, *curve_secret;
+    /* `discovery: lan` only: the run's identity announced and required of
+     * others (gossip_discovery.h), the interface to broadcast on (NULL:
+     * ZSYS_INTERFACE, else the first that can) and the interval [1000]. */
+    uint64_t       run_id;
+    const char    *discovery_interface;
+    int            discovery_interval_ms;
 } gossip_net_config;
 
 /* Where a received message came from. */
@@ -150,5 +168,12 @@ int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_
 void gossip_net_stats_get(const gossip_net *net, gossip_net_stats *out);
 /* The endpoint the ROUTER is bound to (ZMQ_LAST_ENDPOINT; borrowed). */
 const char *gossip_net_endpoint(const gossip_net *net);
+/* The endpoint the DEALER to out-neighbour rank is connected to: the
+ * topology's (or --peer's), the one discovered, or "" (not found yet, or
+ * not an out-neighbour).  Borrowed. */
+const char *gossip_net_peer_endpoint(const gossip_net *net, int rank);
+/* The LAN discovery of this net (NULL without `discovery: lan`): for its
+ * stats and the neighbours not found yet.  Borrowed. */
+const gossip_disc *gossip_net_discovery(const gossip_net *net);
 
 #endif

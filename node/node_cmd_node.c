@@ -197,6 +197,51 @@ static int s_ckpt_setup(s_node *s, char *err, size_t errlen)
     return 0;
 }
 
+/* The run id of LAN discovery (gossip_discovery.h): FNV-1a 64 over the
+ * checkpoint identity pairs (the topology file's digest, model, data set,
+ * algorithm, compressor, eta, push-sum, skew, subset, seed, batch, ...)
+ * except what differs between the machines of one run: the rank, the
+ * topology file's path and the data set's directory (`cifar10:DIR`). */
+static uint64_t s_run_id(const s_node *s)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    const char *const *kv = s->ident.kv;
+    const char domain[] = "lpgossip discovery v1";
+    for (size_t b = 0; b < sizeof domain; b++)
+        h = (h ^ (uint8_t)domain[b]) * 0x100000001b3ULL;
+    for (int k = 0; kv[k] && kv[k + 1]; k += 2) {
+        if (!strcmp(kv[k], "rank") || !strcmp(kv[k], "topology"))
+            continue;
+        size_t vlen = strlen(kv[k + 1]);
+        if (!strcmp(kv[k], "data") && strchr(kv[k + 1], ':'))
+            vlen = (size_t)(strchr(kv[k + 1], ':') - kv[k + 1]);
+        for (size_t b = 0; b <= strlen(kv[k]); b++)
+            h = (h ^ (uint8_t)kv[k][b]) * 0x100000001b3ULL;
+        for (size_t b = 0; b < vlen; b++)
+            h = (h ^ (uint8_t)kv[k + 1][b]) * 0x100000001b3ULL;
+        h = (h ^ 0) * 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* A failed start under `discovery: lan`: which neighbours were never
+ * heard of, on which UDP port, appended to err. */
+static void s_discovery_hint(const s_node *s, char *err, size_t errlen)
+{
+    const gossip_disc *d = s->net ? gossip_net_discovery(s->net) : NULL;
+    char missing[768];
+    if (!d || gossip_disc_missing(d, missing, sizeof missing) == 0)
+        return;
+    gossip_disc_stats st;
+    gossip_disc_stats_get(d, &st);
+    size_t used = strlen(err);
+    snprintf(err + used, errlen - used, "; discovery: never found %s (no announcement of this "
+             "run on UDP port %d; %llu announcements of other runs ignored): are they started with the same "
+             "topology file and flags, on this LAN? A firewall must let UDP port %d "
+             "(broadcast) and the nodes' TCP ports through", missing, s->t->discovery_port,
+             (unsigned long long)st.foreign, s->t->discovery_port);
+}
+
 /* ---- the gossip round over the link ------------------------------------- */
 
 static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, size_t errlen)
@@ -225,6 +270,8 @@ static int s_connect(s_node *s, char *err, size_t errlen)
     double timeout = o->n.lc.timeout;
     nc.send_timeout_ms = (int)(timeout * 1000 > 2e9 ? 2e9 : timeout * 1000);
     nc.log = s->logf ? s->logf : stderr;
+    nc.run_id = s_run_id(s);
+    nc.discovery_interface = o->n.discovery_interface;
     if (s->t->security_curve) {
         nc.curve_public = s->curve_pub;
         nc.curve_secret = s->curve_sec;
@@ -323,6 +370,21 @@ static void s_banner(s_node *s)
           s->k.count[s->me], o->t.epochs, s->k.steps, o->t.no_eval ? ", no evaluation" : "");
 }
 
+/* After the start under `discovery: lan`: where each out-neighbour was
+ * found. */
+static void s_log_peers(s_node *s)
+{
+    char line[1024] = "";
+    size_t used = 0;
+    for (int j = 0; j < s->t->n && used < sizeof line; j++) {
+        const char *ep = gossip_net_peer_endpoint(s->net, j);
+        if (j != s->me && ep[0])
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s at %s",
+                                     used ? ", " : "", s->t->nodes[j].id, ep);
+    }
+    s_log(s, "out-neighbours: %s", line[0] ? line : "none found");
+}
+
 /* The run loop from iteration it; fills r. */
 static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
 {
@@ -342,8 +404,12 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
                              .compress = o->g.gc.compressor, .eta = o->g.gc.eta,
                              .skew = o->g.skew};
     uint64_t round = it / H; /* gossip rounds done */
-    if (s->link && gossip_link_start(s->link, o->n.resume, &round, err, errlen) != 0)
+    if (s->link && gossip_link_start(s->link, o->n.resume, &round, err, errlen) != 0) {
+        s_discovery_hint(s, err, errlen);
         return -1;
+    }
+    if (s->link && s->t->discovery == TOPO_DISCOVERY_LAN)
+        s_log_peers(s);
     if (round * H > r->it)
         r->it = round * H; /* rejoined further along: start that round's local steps */
     return node_run_loop(r, err, errlen);

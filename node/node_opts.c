@@ -32,7 +32,7 @@ enum {
     F_SEED, F_THREADS, F_WGRAD, F_METRICS, F_SAVE, F_EVAL_EVERY, F_NO_EVAL, F_NAN_AT,
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
-    F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP,
+    F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
 };
 
 typedef struct {
@@ -71,6 +71,7 @@ static const s_flag s_flags[] = {
     {"peer-timeout-factor", 1, F_PEER_FACTOR, G_NODE},
     {"fail-on-peer-loss", 0, F_FAIL_LOSS, G_NODE}, {"cert", 1, F_CERT, G_NODE},
     {"debug-drop", 1, F_DROP, G_DEBUG_LINK},
+    {"discovery-interface", 1, F_DISC_IFACE, G_NODE},
 };
 
 #define S_NFLAGS (sizeof s_flags / sizeof s_flags[0])
@@ -179,6 +180,8 @@ static const char s_help_node[] =
 "                      (never later than --timeout); it is then left out of the\n"
 "                      mixing and the run goes on; it comes back when it speaks again\n"
 "  --fail-on-peer-loss end the run instead when a neighbour is lost\n"
+"  --discovery-interface IFACE  with `discovery: lan`: broadcast on this network\n"
+"                      interface (e.g. eth0) [ZSYS_INTERFACE, else the first that can]\n"
 "Files in --out DIR: model-RANK.safetensors (the de-biased model z),\n"
 "metrics-RANK.jsonl (one JSON object per evaluation), log-RANK.txt.\n";
 
@@ -367,6 +370,7 @@ static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, s
         n->bind = arg;
         return s_endpoint("--bind", arg, err, errlen);
     case F_CERT: n->cert = arg; return 0;
+    case F_DISC_IFACE: n->discovery_interface = arg; return 0;
     case F_PEER: n->peers[n->npeers++] = arg; return 0;
     case F_TIMEOUT: return node_parse_double("--timeout", arg, 0.1, 1e6, &lc->timeout, err, errlen);
     case F_PEER_FLOOR:

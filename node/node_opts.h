@@ -68,6 +68,7 @@ typedef struct {
     int                no_gossip;
     long               ckpt_every; /* -1: once per epoch */
     int                resume;
+    const char        *discovery_interface; /* --discovery-interface, borrowed, or NULL */
 } node_net_opts;
 
 typedef struct {
