@@ -323,8 +323,8 @@ gossip_disc_event gossip_disc_offer(gossip_disc *d, const char *ip, const uint8_
         return GOSSIP_DISC_NOTHING;
     }
     s_rank *r = &d->r[j];
-    d->st.accepted++;
     if (!strcmp(r->ep, ep)) {
+        d->st.accepted++;
         r->last = now;
         return GOSSIP_DISC_NOTHING;
     }
@@ -336,6 +336,7 @@ gossip_disc_event gossip_disc_offer(gossip_disc *d, const char *ip, const uint8_
                   d->t->nodes[j].id, r->ep, ep, r->ep, d->cfg.silent_s);
         return GOSSIP_DISC_NOTHING;
     }
+    d->st.accepted++;
     gossip_disc_event ev = r->ep[0] ? GOSSIP_DISC_MOVED : GOSSIP_DISC_FOUND;
     if (ev == GOSSIP_DISC_MOVED) {
         d->st.moved++;
