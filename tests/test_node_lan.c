@@ -1,0 +1,213 @@
+/* test_node_lan — `discovery: lan`: 4 `lpgossip node` processes on 4 hosts
+ * (network namespaces on one wire, tests/tk_netns.h) with a topology that
+ * names no address at all, and a fifth host on the same LAN running a node
+ * of another run (another --seed: another run id).
+ *
+ * Checks: the run finishes on every host and the final models agree; every
+ * node found its neighbours by their UDP beacons and logged where; every
+ * node of the run logged the other run's node as ignored; the other run's
+ * node, which never finds a neighbour of its own run, fails its start
+ * within its --timeout naming the ranks never found and the UDP port.
+ * Prints the wall time and the time until every node had found all its
+ * neighbours.
+ *
+ * Needs root, /dev/net/tun and `ip netns` (skipped with a message saying
+ * what is missing otherwise).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/tk.h"
+#include "tests/tk_netns.h"
+
+#include "nn/nn_core.h"
+#include "nn/nn_model.h"
+#include "node/node_common.h"
+
+#define S_N        4           /* hosts of the run; host S_N runs the other run's node */
+#define S_DELAY_NS 2000000ull  /* one way */
+
+static char s_dir[256];
+
+static int s_setup(void **state)
+{
+    (void)state;
+    if (tk_netns_why_not())
+        return 0; /* the test skips */
+    if (!tk_bin() || tk_mkdtemp(s_dir, sizeof s_dir, "lan") != 0)
+        return -1;
+    return tk_netns_up(S_N + 1, 78, S_DELAY_NS, 0);
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    tk_kill_all();
+    tk_netns_down();
+    tk_rmtree(s_dir);
+    s_dir[0] = '\0';
+    return 0;
+}
+
+/* Starts `lpgossip node` for rank in namespace host with --seed seed. */
+static pid_t s_start(const char *topo, int host, int rank, const char *seed, const char *timeout,
+                    const char *out, const char *log, const char *subset)
+{
+    char r[16];
+    snprintf(r, sizeof r, "%d", rank);
+    char *args[] = {"ip", "netns", "exec", (char *)tk_netns_name(host), (char *)tk_bin(), "node",
+                    "--topology", (char *)topo, "--rank", r, "--model", "cnn", "--train-subset",
+                    (char *)subset, "--batch", "8", "--epochs", "1", "--lr", "0.05", "--no-eval",
+                    "--seed", (char *)seed, "--timeout", (char *)timeout, "--out", (char *)out,
+                    NULL};
+    pid_t pid = tk_spawn(tk_netns_ip(), args, log, -1);
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* max_k ||z_k - avg|| / ||avg|| over the final models in out. */
+static double s_disagreement(const char *out)
+{
+    nn_model *m[S_N];
+    char err[512];
+    for (int k = 0; k < S_N; k++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/model-%d.safetensors", out, k);
+        node_model_opts mo;
+        assert_int_equal(node_model_opts_from_file(p, &mo, err, sizeof err), 0);
+        m[k] = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
+        assert_non_null(m[k]);
+        assert_int_equal(node_model_load(p, m[k], err, sizeof err), 0);
+    }
+    size_t d = nn_model_params(m[0])->numel;
+    double *avg = nn_xcalloc(d, sizeof(double)), norm = 0, worst = 0;
+    for (int k = 0; k < S_N; k++)
+        for (size_t e = 0; e < d; e++)
+            avg[e] += nn_model_params(m[k])->data[e] / S_N;
+    for (size_t e = 0; e < d; e++)
+        norm += avg[e] * avg[e];
+    for (int k = 0; k < S_N; k++) {
+        double s = 0;
+        for (size_t e = 0; e < d; e++) {
+            double x = nn_model_params(m[k])->data[e] - avg[e];
+            s += x * x;
+        }
+        worst = fmax(worst, sqrt(s / norm));
+        nn_model_destroy(&m[k]);
+    }
+    free(avg);
+    return worst;
+}
+
+/* Seconds after its start at which node k had found all its neighbours
+ * (from its log), or -1. */
+static double s_found_after(const char *log)
+{
+    char *text = tk_slurp(log);
+    double secs = -1;
+    const char *p = strstr(text, "; all neighbours found");
+    if (p) {
+        const char *a = p;
+        while (a > text && strncmp(a, " after ", 7) != 0)
+            a--;
+        if (a > text)
+            secs = atof(a + 7);
+    }
+    free(text);
+    return secs;
+}
+
+static void test_lan_discovery(void **state)
+{
+    (void)state;
+    const char *why = tk_netns_why_not();
+    if (why) {
+        print_message("skipped: %s\n", why);
+        skip();
+    }
+    char topo[512], out[512], other[512], logs[S_N + 1][600];
+    snprintf(topo, sizeof topo, "%s/lab.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    snprintf(other, sizeof other, "%s/other", s_dir);
+    FILE *f = fopen(topo, "w");
+    assert_non_null(f);
+    fprintf(f, "description: 4 hosts, no addresses\ndiscovery: lan\nnodes: %d\n"
+            "graph: {generator: undirected_ring}\n", S_N);
+    fclose(f);
+    const int iters = tk_quick() ? 20 : 40;
+    char subset[32];
+    snprintf(subset, sizeof subset, "%d", S_N * 8 * iters);
+    for (int k = 0; k <= S_N; k++)
+        snprintf(logs[k], sizeof logs[k], "%s/%s%d.txt", s_dir, k < S_N ? "node" : "other", k);
+    double t0 = nn_now();
+    /* the other run's rank 1 first, so that it is heard during the whole start */
+    pid_t pid[S_N + 1];
+    pid[S_N] = s_start(topo, S_N, 1, "99", "8", other, logs[S_N], subset);
+    for (int k = 0; k < S_N; k++)
+        pid[k] = s_start(topo, k, k, "1", "60", out, logs[k], subset);
+    int status[S_N + 1];
+    for (int k = 0; k < S_N; k++)
+        status[k] = tk_wait(pid[k], fmax(1, 300 - (nn_now() - t0)));
+    double secs = nn_now() - t0; /* the run's wall time */
+    status[S_N] = tk_wait(pid[S_N], 30);
+    for (int k = 0; k < S_N; k++)
+        if (status[k] != 0) {
+            for (int j = 0; j <= S_N; j++)
+                tk_dump(logs[j]);
+            fail_msg("node %d: status %d after %.0f s", k, status[k], secs);
+        }
+    /* each node: found its neighbours, said where, ignored the other run */
+    double found = 0;
+    for (int k = 0; k < S_N; k++) {
+        char p[700], want[64];
+        snprintf(p, sizeof p, "%s/log-%d.txt", out, k);
+        char *text = tk_slurp(p);
+        snprintf(want, sizeof want, "ignored tcp://10.78.0.%d:", S_N + 1);
+        const char *ign = strstr(text, want);
+        int ok = ign && strstr(ign, "another run") && strstr(text, "out-neighbours: n");
+        int left = (k + S_N - 1) % S_N, right = (k + 1) % S_N;
+        char l[64], r[64];
+        snprintf(l, sizeof l, "n%d at tcp://10.78.0.%d:", left, left + 1);
+        snprintf(r, sizeof r, "n%d at tcp://10.78.0.%d:", right, right + 1);
+        ok = ok && strstr(text, l) && strstr(text, r);
+        free(text);
+        double at = s_found_after(p);
+        if (!ok || at < 0) {
+            tk_dump(p);
+            fail_msg("node %d: discovery lines missing in %s", k, p);
+        }
+        found = fmax(found, at);
+    }
+    /* the other run's node found nobody of its run and says so */
+    char *text = tk_slurp(logs[S_N]);
+    int named = strstr(text, "discovery: never found n0 (rank 0), n2 (rank 2)") &&
+                strstr(text, "UDP port 47820") && strstr(text, "firewall");
+    free(text);
+    if (status[S_N] <= 0 || !named) {
+        tk_dump(logs[S_N]);
+        fail_msg("the other run's node: status %d, expected a failed start naming the ranks "
+                 "never found", status[S_N]);
+    }
+    double worst = s_disagreement(out);
+    print_message("discovery: lan, 4 hosts (+1 of another run), %d iterations in %.1f s wall "
+                  "(start to last exit); "
+                  "every node had all its neighbours after %.2f s; max ||z - avg|| / ||avg|| = "
+                  "%.4f\n", iters, secs, found, worst);
+    assert_true(worst < 0.05);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_lan_discovery, s_setup, s_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
