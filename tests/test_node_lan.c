@@ -3,6 +3,10 @@
  * names no address at all, and a fifth host on the same LAN running a node
  * of another run (another --seed: another run id).
  *
+ * Twice: plain, and with `security: curve` (keys from `lpgossip keygen`;
+ * the other node is then mallory with her own key, listed as n1's in her
+ * copy of the file).
+ *
  * Checks: the run finishes on every host and the final models agree; every
  * node found its neighbours by their UDP beacons and logged where; every
  * node of the run logged the other run's node as ignored; the other run's
@@ -57,9 +61,10 @@ static int s_teardown(void **state)
     return 0;
 }
 
-/* Starts `lpgossip node` for rank in namespace host with --seed seed. */
+/* Starts `lpgossip node` for rank in namespace host with --seed seed (and
+ * --cert cert unless NULL). */
 static pid_t s_start(const char *topo, int host, int rank, const char *seed, const char *timeout,
-                    const char *out, const char *log, const char *subset)
+                     const char *out, const char *log, const char *subset, const char *cert)
 {
     char r[16];
     snprintf(r, sizeof r, "%d", rank);
@@ -67,7 +72,7 @@ static pid_t s_start(const char *topo, int host, int rank, const char *seed, con
                     "--topology", (char *)topo, "--rank", r, "--model", "cnn", "--train-subset",
                     (char *)subset, "--batch", "8", "--epochs", "1", "--lr", "0.05", "--no-eval",
                     "--seed", (char *)seed, "--timeout", (char *)timeout, "--out", (char *)out,
-                    NULL};
+                    cert ? "--cert" : NULL, (char *)cert, NULL};
     pid_t pid = tk_spawn(tk_netns_ip(), args, log, -1);
     assert_true(pid > 0);
     return pid;
@@ -125,34 +130,75 @@ static double s_found_after(const char *log)
     return secs;
 }
 
-static void test_lan_discovery(void **state)
+/* Public key (Z85) of a keygen certificate file. */
+static void s_pubkey(const char *path, char out[41])
 {
-    (void)state;
+    char *txt = tk_slurp(path), *p = strstr(txt, "public-key = \"");
+    assert_non_null(p);
+    p += strlen("public-key = \"");
+    memcpy(out, p, 40);
+    out[40] = '\0';
+    free(txt);
+}
+
+/* The run's topology file, and with `curve` key pairs n0..n3 and mallory
+ * in DIR/NAME_secret; the other run's file is then mallory's view, her
+ * key as n1's (another file: another run id). */
+static void s_files(int curve, const char *topo, const char *fake)
+{
+    char pub[S_N + 1][41];
+    for (int i = 0; curve && i <= S_N; i++) {
+        char key[400], log[700];
+        snprintf(key, sizeof key, "%s/%s%d", s_dir, i < S_N ? "n" : "mallory", i);
+        snprintf(log, sizeof log, "%s/keygen%d.txt", s_dir, i);
+        char *args[] = {"lpgossip", "keygen", key, NULL};
+        assert_int_equal(tk_wait(tk_spawn(NULL, args, log, -1), 30), 0);
+        s_pubkey(key, pub[i]);
+    }
+    for (int v = 0; v < 2; v++) {
+        FILE *f = fopen(v ? fake : topo, "w");
+        assert_non_null(f);
+        fprintf(f, "description: 4 hosts, no addresses\ndiscovery: lan\n");
+        if (!curve) {
+            fprintf(f, "nodes: %d\n", S_N);
+        } else {
+            fprintf(f, "security: curve\nnodes:\n");
+            for (int i = 0; i < S_N; i++)
+                fprintf(f, "  - {id: n%d, key: '%s'}\n", i, pub[v && i == 1 ? S_N : i]);
+        }
+        fprintf(f, "graph: {generator: undirected_ring}\n");
+        fclose(f);
+    }
+}
+
+static void s_lan_run(int curve)
+{
     const char *why = tk_netns_why_not();
     if (why) {
         print_message("skipped: %s\n", why);
         skip();
     }
-    char topo[512], out[512], other[512], logs[S_N + 1][600];
+    char topo[512], fake[512], out[512], other[512], logs[S_N + 1][600], cert[S_N + 1][420];
     snprintf(topo, sizeof topo, "%s/lab.yaml", s_dir);
+    snprintf(fake, sizeof fake, "%s/other.yaml", s_dir);
     snprintf(out, sizeof out, "%s/run", s_dir);
     snprintf(other, sizeof other, "%s/other", s_dir);
-    FILE *f = fopen(topo, "w");
-    assert_non_null(f);
-    fprintf(f, "description: 4 hosts, no addresses\ndiscovery: lan\nnodes: %d\n"
-            "graph: {generator: undirected_ring}\n", S_N);
-    fclose(f);
+    s_files(curve, topo, fake);
+    for (int i = 0; i <= S_N; i++)
+        snprintf(cert[i], sizeof cert[i], "%s/%s%d_secret", s_dir, i < S_N ? "n" : "mallory", i);
     const int iters = tk_quick() ? 20 : 40;
     char subset[32];
     snprintf(subset, sizeof subset, "%d", S_N * 8 * iters);
     for (int k = 0; k <= S_N; k++)
         snprintf(logs[k], sizeof logs[k], "%s/%s%d.txt", s_dir, k < S_N ? "node" : "other", k);
     double t0 = nn_now();
-    /* the other run's rank 1 first, so that it is heard during the whole start */
+    /* the other run's rank 1 first, so that it is heard during the whole
+     * start: another seed, or (CURVE) mallory's file and key */
     pid_t pid[S_N + 1];
-    pid[S_N] = s_start(topo, S_N, 1, "99", "8", other, logs[S_N], subset);
+    pid[S_N] = s_start(curve ? fake : topo, S_N, 1, curve ? "1" : "99", "8", other, logs[S_N],
+                       subset, curve ? cert[S_N] : NULL);
     for (int k = 0; k < S_N; k++)
-        pid[k] = s_start(topo, k, k, "1", "60", out, logs[k], subset);
+        pid[k] = s_start(topo, k, k, "1", "60", out, logs[k], subset, curve ? cert[k] : NULL);
     int status[S_N + 1];
     for (int k = 0; k < S_N; k++)
         status[k] = tk_wait(pid[k], fmax(1, 300 - (nn_now() - t0)));
@@ -197,17 +243,30 @@ static void test_lan_discovery(void **state)
                  "never found", status[S_N]);
     }
     double worst = s_disagreement(out);
-    print_message("discovery: lan, 4 hosts (+1 of another run), %d iterations in %.1f s wall "
+    print_message("discovery: lan%s, 4 hosts (+1 of another run), %d iterations in %.1f s wall "
                   "(start to last exit); "
                   "every node had all its neighbours after %.2f s; max ||z - avg|| / ||avg|| = "
-                  "%.4f\n", iters, secs, found, worst);
+                  "%.4f\n", curve ? " + CURVE" : "", iters, secs, found, worst);
     assert_true(worst < 0.05);
+}
+
+static void test_lan_discovery(void **state)
+{
+    (void)state;
+    s_lan_run(0);
+}
+
+static void test_lan_discovery_curve(void **state)
+{
+    (void)state;
+    s_lan_run(1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lan_discovery, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_lan_discovery_curve, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
