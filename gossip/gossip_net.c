@@ -485,6 +485,20 @@ static int s_dealer(gossip_net *net, const gossip_net_config *cfg, int k, char *
     return ep[0] ? s_dealer_connect(net, k, ep, err, errlen) : 0; /* else: when discovered */
 }
 
+/* `discovery: lan` and some node's endpoint unknown (neither in the file
+ * nor from --peer): then this node announces itself and listens; when
+ * every endpoint is known (scripts/run-local passes them all) there is
+ * nothing to discover and no beacon. */
+static int s_discovery_needed(const topo *t)
+{
+    if (t->discovery != TOPO_DISCOVERY_LAN)
+        return 0;
+    for (int j = 0; j < t->n; j++)
+        if (!t->nodes[j].endpoint[0])
+            return 1;
+    return 0;
+}
+
 /* The beacon announcing the port the ROUTER got (`discovery: lan`). */
 static int s_discovery(gossip_net *net, const gossip_net_config *cfg, char *err, size_t errlen)
 {
@@ -565,7 +579,7 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
         if (s_dealer(net, &cfg, k, err, errlen) != 0)
             goto fail;
     net->items[1 + net->nout] = (zmq_pollitem_t){.socket = net->monitor, .events = ZMQ_POLLIN};
-    if (t->discovery == TOPO_DISCOVERY_LAN && s_discovery(net, &cfg, err, errlen) != 0)
+    if (s_discovery_needed(t) && s_discovery(net, &cfg, err, errlen) != 0)
         goto fail;
     return net;
 fail:

@@ -65,7 +65,9 @@
  * neighbour's announcement is believed (reconnected if the neighbour moves
  * to another endpoint after its old one went silent).  Until then sends
  * to it do not go out (gossip_net_try_send returns 0, as for a full
- * queue): the neighbour is simply not heard from yet.
+ * queue): the neighbour is simply not heard from yet.  When every node of
+ * t has an endpoint (the file, or --peer as scripts/run-local passes)
+ * there is nothing to discover: no beacon.
  */
 #ifndef GOSSIP_NET_H
 #define GOSSIP_NET_H

@@ -7,6 +7,8 @@
  * the other node is then mallory with her own key, listed as n1's in her
  * copy of the file).
  *
+ * A third run restarts a node (SIGKILL, then --resume) on a new port.
+ *
  * Checks: the run finishes on every host and the final models agree; every
  * node found its neighbours by their UDP beacons and logged where; every
  * node of the run logged the other run's node as ignored; the other run's
@@ -20,12 +22,14 @@
  */
 #include <math.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -62,17 +66,25 @@ static int s_teardown(void **state)
 }
 
 /* Starts `lpgossip node` for rank in namespace host with --seed seed (and
- * --cert cert unless NULL). */
+ * --cert cert unless NULL, then the flags of `more` unless NULL). */
 static pid_t s_start(const char *topo, int host, int rank, const char *seed, const char *timeout,
-                     const char *out, const char *log, const char *subset, const char *cert)
+                     const char *out, const char *log, const char *subset, const char *cert,
+                     char *const *more)
 {
     char r[16];
     snprintf(r, sizeof r, "%d", rank);
-    char *args[] = {"ip", "netns", "exec", (char *)tk_netns_name(host), (char *)tk_bin(), "node",
-                    "--topology", (char *)topo, "--rank", r, "--model", "cnn", "--train-subset",
-                    (char *)subset, "--batch", "8", "--epochs", "1", "--lr", "0.05", "--no-eval",
-                    "--seed", (char *)seed, "--timeout", (char *)timeout, "--out", (char *)out,
-                    cert ? "--cert" : NULL, (char *)cert, NULL};
+    char *args[48] = {"ip", "netns", "exec", (char *)tk_netns_name(host), (char *)tk_bin(), "node",
+                      "--topology", (char *)topo, "--rank", r, "--model", "cnn", "--train-subset",
+                      (char *)subset, "--batch", "8", "--epochs", "1", "--lr", "0.05", "--no-eval",
+                      "--seed", (char *)seed, "--timeout", (char *)timeout, "--out", (char *)out};
+    int a = 27;
+    if (cert) {
+        args[a++] = "--cert";
+        args[a++] = (char *)cert;
+    }
+    for (int k = 0; more && more[k] && a < 47; k++)
+        args[a++] = more[k];
+    args[a] = NULL;
     pid_t pid = tk_spawn(tk_netns_ip(), args, log, -1);
     assert_true(pid > 0);
     return pid;
@@ -195,10 +207,11 @@ static void s_lan_run(int curve)
     /* the other run's rank 1 first, so that it is heard during the whole
      * start: another seed, or (CURVE) mallory's file and key */
     pid_t pid[S_N + 1];
-    pid[S_N] = s_start(curve ? fake : topo, S_N, 1, curve ? "1" : "99", "8", other, logs[S_N],
-                       subset, curve ? cert[S_N] : NULL);
+    pid[S_N] = s_start(curve ? fake : topo, S_N, 1, curve ? "1" : "99", "5", other, logs[S_N],
+                       subset, curve ? cert[S_N] : NULL, NULL);
     for (int k = 0; k < S_N; k++)
-        pid[k] = s_start(topo, k, k, "1", "60", out, logs[k], subset, curve ? cert[k] : NULL);
+        pid[k] = s_start(topo, k, k, "1", "60", out, logs[k], subset, curve ? cert[k] : NULL,
+                         NULL);
     int status[S_N + 1];
     for (int k = 0; k < S_N; k++)
         status[k] = tk_wait(pid[k], fmax(1, 300 - (nn_now() - t0)));
@@ -262,11 +275,76 @@ static void test_lan_discovery_curve(void **state)
     s_lan_run(1);
 }
 
+/* Node 2 is killed (SIGKILL) once it wrote a checkpoint and restarted with
+ * --resume: it binds another port, and its neighbours, which keep its old
+ * endpoint while it announces, take the new one once the old has been
+ * silent for 5 s (`moved`) and reconnect; the run finishes everywhere. */
+static void test_lan_restart(void **state)
+{
+    (void)state;
+    const char *why = tk_netns_why_not();
+    if (why) {
+        print_message("skipped: %s\n", why);
+        skip();
+    }
+    char topo[512], fake[512], out[512], logs[S_N + 1][600], ckpt[700];
+    snprintf(topo, sizeof topo, "%s/lab.yaml", s_dir);
+    snprintf(fake, sizeof fake, "%s/unused.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt-2.safetensors", out);
+    s_files(0, topo, fake);
+    for (int k = 0; k <= S_N; k++)
+        snprintf(logs[k], sizeof logs[k], "%s/%s%d.txt", s_dir, k < S_N ? "node" : "again", k);
+    const int iters = tk_quick() ? 80 : 160;
+    char subset[32];
+    snprintf(subset, sizeof subset, "%d", S_N * 8 * iters);
+    char *more[] = {"--compress", "topk:0.1+q8", "--checkpoint-every", "10", NULL};
+    char *resume[] = {"--compress", "topk:0.1+q8", "--checkpoint-every", "10", "--resume", NULL};
+    pid_t pid[S_N + 1];
+    for (int k = 0; k < S_N; k++)
+        pid[k] = s_start(topo, k, k, "1", "60", out, logs[k], subset, NULL, more);
+    double t0 = nn_now();
+    while (access(ckpt, R_OK) != 0 && nn_now() - t0 < 120)
+        usleep(50000);
+    assert_int_equal(access(ckpt, R_OK), 0);
+    tk_kill(pid[2], SIGKILL);
+    double killed = nn_now();
+    pid[S_N] = s_start(topo, 2, 2, "1", "60", out, logs[S_N], subset, NULL, resume);
+    int status[S_N + 1];
+    for (int k = 0; k <= S_N; k++)
+        status[k] = k == 2 ? 0 : tk_wait(pid[k], fmax(1, 300 - (nn_now() - t0)));
+    for (int k = 0; k <= S_N; k++)
+        if (status[k] != 0) {
+            for (int j = 0; j <= S_N; j++)
+                tk_dump(logs[j]);
+            fail_msg("%s %d: status %d", k < S_N ? "node" : "restarted node", k % S_N,
+                     status[k]);
+        }
+    /* n1 and n3 (n2's neighbours on the ring) moved their DEALER to n2 */
+    for (int k = 1; k < S_N; k += 2) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/log-%d.txt", out, k);
+        char *text = tk_slurp(p);
+        const char *mv = strstr(text, "rank 2 (n2) moved from tcp://10.78.0.3:");
+        int ok = mv && strstr(mv, "DEALER to out-neighbour n2 (rank 2) connected to");
+        free(text);
+        if (!ok) {
+            tk_dump(p);
+            fail_msg("node %d: no move of n2's endpoint in %s", k, p);
+        }
+    }
+    double worst = s_disagreement(out);
+    print_message("restart on a new port: killed %.1f s after the start, the neighbours moved "
+                  "to the new port, all done %.1f s later; max ||z - avg|| / ||avg|| = %.4f\n",
+                  killed - t0, nn_now() - killed, worst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lan_discovery, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_lan_discovery_curve, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_lan_restart, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
