@@ -324,6 +324,7 @@ static void test_timeouts_and_errors(void **state)
     assert_null(gossip_net_new(t, 0, NULL, err, sizeof err));
     assert_non_null(strstr(err, "has no endpoint"));
     assert_non_null(strstr(err, "--peer n1="));
+    assert_non_null(strstr(err, "`discovery: lan`"));
     assert_null(gossip_net_new(t, 1, NULL, err, sizeof err));
     assert_non_null(strstr(err, "--bind"));
     assert_null(gossip_net_new(t, 5, NULL, err, sizeof err));
@@ -468,6 +469,36 @@ static void test_curve(void **state)
     topo_destroy(&t);
 }
 
+/* `discovery: lan` with every endpoint known (as scripts/run-local passes
+ * them): nothing to discover, no beacon (no broadcast from a unit test),
+ * the DEALERs connect to the given endpoints as usual. */
+static void test_discovery_endpoints_known(void **state)
+{
+    (void)state;
+    topo *t = s_ring(3);
+    t->discovery = TOPO_DISCOVERY_LAN;
+    t->discovery_port = TOPO_DISCOVERY_PORT_DEFAULT;
+    gossip_net *net[3];
+    for (int i = 0; i < 3; i++) {
+        net[i] = s_net(t, i, 1u << 20);
+        assert_null(gossip_net_discovery(net[i]));
+    }
+    assert_string_equal(gossip_net_peer_endpoint(net[0], 1), t->nodes[1].endpoint);
+    assert_string_equal(gossip_net_peer_endpoint(net[0], 2), ""); /* not an out-neighbour */
+    assert_string_equal(gossip_net_peer_endpoint(net[0], 7), "");
+    s_send_when_up(net[0], 1, (const uint8_t *)"hi", 2);
+    int from;
+    gossip_net_dir dir;
+    const uint8_t *msg;
+    size_t len;
+    s_recv(net[1], &from, &dir, &msg, &len);
+    assert_int_equal(from, 0);
+    assert_int_equal(len, 2);
+    for (int i = 0; i < 3; i++)
+        gossip_net_destroy(&net[i]);
+    topo_destroy(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_timeouts_and_errors),
         cmocka_unit_test(test_max_msg_size),
+        cmocka_unit_test(test_discovery_endpoints_known),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
