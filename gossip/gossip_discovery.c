@@ -172,11 +172,12 @@ static int s_beacon(gossip_disc *d, char *err, size_t errlen)
     if (!host || !host[0]) {
         free(host);
         const char *iface = zsys_interface();
-        return nn_errf(err, errlen, "discovery: no network interface%s%s%s can broadcast on UDP "
-                       "port %d (is the interface up, with an IPv4 address? choose one with "
-                       "--discovery-interface IFACE)", iface && iface[0] ? " '" : "",
-                       iface && iface[0] ? iface : "", iface && iface[0] ? "'" : "",
-                       t->discovery_port);
+        return nn_errf(err, errlen, "discovery (`discovery: lan` in %s): cannot broadcast on UDP "
+                       "port %d%s%s%s: no network interface is up with an IPv4 broadcast "
+                       "address (choose one with --discovery-interface IFACE), or another "
+                       "program holds the port without sharing it", t->name,
+                       t->discovery_port, iface && iface[0] ? " (interface '" : "",
+                       iface && iface[0] ? iface : "", iface && iface[0] ? "')" : "");
     }
     gossip_disc_msg m = {d->cfg.run_id, (uint32_t)d->rank, (uint16_t)d->cfg.tcp_port, 0, {0}};
     if (t->security_curve && d->cfg.curve_public) {

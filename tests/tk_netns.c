@@ -129,7 +129,7 @@ static int s_host(int k, int subnet)
 {
     char tap[IFNAMSIZ];
     snprintf(s_ns[k], sizeof s_ns[k], "lpg-%d-%d", (int)getpid() % 100000, k);
-    snprintf(tap, sizeof tap, "lpgt%d-%d", (int)getpid() % 100000, k);
+    snprintf(tap, sizeof tap, "lpgt%u-%u", (unsigned)getpid() % 100000u, (unsigned)k % 10u);
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
     ifr.ifr_flags = IFF_TAP | IFF_NO_PI;
