@@ -7,7 +7,8 @@
  * the other node is then mallory with her own key, listed as n1's in her
  * copy of the file).
  *
- * A third run restarts a node (SIGKILL, then --resume) on a new port.
+ * A third run restarts a node (SIGKILL, then --resume) on a new port; a
+ * node on a host without a broadcast interface stops at once, saying so.
  *
  * Checks: the run finishes on every host and the final models agree; every
  * node found its neighbours by their UDP beacons and logged where; every
@@ -339,12 +340,47 @@ static void test_lan_restart(void **state)
                   killed - t0, nn_now() - killed, worst);
 }
 
+/* A host whose only interface is lo (`unshare --net`): the node cannot
+ * broadcast and stops at once, exit status 1, naming the UDP port and what
+ * to do. */
+static void test_lan_no_interface(void **state)
+{
+    (void)state;
+    const char *why = tk_netns_why_not();
+    if (!why && access("/usr/bin/unshare", X_OK) != 0)
+        why = "no /usr/bin/unshare (util-linux)";
+    if (why) {
+        print_message("skipped: %s\n", why);
+        skip();
+    }
+    char topo[512], fake[512], log[600];
+    snprintf(topo, sizeof topo, "%s/lab.yaml", s_dir);
+    snprintf(fake, sizeof fake, "%s/unused.yaml", s_dir);
+    snprintf(log, sizeof log, "%s/alone.txt", s_dir);
+    s_files(0, topo, fake);
+    char *args[] = {"unshare", "--net", (char *)tk_bin(), "node", "--topology", topo, "--rank",
+                    "0", "--model", "cnn", "--train-subset", "64", "--no-eval", "--timeout", "30",
+                    "--discovery-interface", "eth9", NULL};
+    double t0 = nn_now();
+    int rc = tk_wait(tk_spawn("/usr/bin/unshare", args, log, -1), 60);
+    char *text = tk_slurp(log);
+    int named = strstr(text, "cannot broadcast on UDP port 47820 (interface 'eth9')") &&
+                strstr(text, "--discovery-interface IFACE");
+    free(text);
+    if (rc != 1 || !named) {
+        tk_dump(log);
+        fail_msg("a host without broadcast: status %d, expected 1 and the port named", rc);
+    }
+    assert_true(nn_now() - t0 < 30); /* at once, not after --timeout */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_lan_discovery, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_lan_discovery_curve, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_lan_restart, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_lan_no_interface, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
