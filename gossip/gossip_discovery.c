@@ -170,7 +170,7 @@ static int s_beacon(gossip_disc *d, char *err, size_t errlen)
     char *host = zstr_recv(d->beacon);
     zsock_set_rcvtimeo(d->beacon, -1);
     if (!host || !host[0]) {
-        free(host);
+        zstr_free(&host);
         const char *iface = zsys_interface();
         return nn_errf(err, errlen, "discovery (`discovery: lan` in %s): cannot broadcast on UDP "
                        "port %d%s%s%s: no network interface is up with an IPv4 broadcast "
@@ -191,7 +191,7 @@ static int s_beacon(gossip_disc *d, char *err, size_t errlen)
     s_log(d, "announcing tcp://%s:%d (run %016llx) by UDP broadcast on port %d every %d ms",
           host, d->cfg.tcp_port, (unsigned long long)d->cfg.run_id, t->discovery_port,
           d->cfg.interval_ms);
-    free(host);
+    zstr_free(&host);
     return 0;
 }
 
