@@ -279,7 +279,10 @@ static void test_lan_discovery_curve(void **state)
 /* Node 2 is killed (SIGKILL) once it wrote a checkpoint and restarted with
  * --resume: it binds another port, and its neighbours, which keep its old
  * endpoint while it announces, take the new one once the old has been
- * silent for 5 s (`moved`) and reconnect; the run finishes everywhere. */
+ * silent for 5 s (`moved`) and reconnect; the run finishes everywhere.
+ * The models' spread is printed, not asserted: choco with topk:0.1+q8
+ * (eta 0.01) leaves about 0.10 after 160 iterations with or without the
+ * restart (measured); the agreement checks are the two runs above. */
 static void test_lan_restart(void **state)
 {
     (void)state;
