@@ -36,7 +36,8 @@
  * silent_s seconds (a restarted node on a new port, or a duplicate: then
  * the newer one is taken and reported as moved).  An announcement of our
  * own rank from another endpoint (two processes with one --rank) is logged
- * once per sender.  The beacon itself is not authenticated: with CURVE the
+ * once per sender.  ("Once per sender": the first 64 senders are
+ * remembered; beyond them, ignored beacons are only counted.)  The beacon itself is not authenticated: with CURVE the
  * DEALER authenticates the server it reaches by the topology's key, so a
  * forged endpoint can delay a connection but never impersonate a node.
  */
