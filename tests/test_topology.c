@@ -676,7 +676,20 @@ static void test_report(void **state)
     assert_non_null(pp);
     assert_true(fabs(strtod(pp + strlen("\"period_product\":{\"lambda2\":"), NULL)) < 1e-7);
     assert_non_null(strstr(json, "\"period\":3"));
+    assert_non_null(strstr(json, "\"discovery\":\"none\",\"discovery_port\":0"));
     free(json);
+    topo_destroy(&t);
+    /* discovery: a line in the text, two keys in the JSON */
+    t = s_load("topologies/lab4-lan.yaml");
+    for (int as_json = 0; as_json < 2; as_json++) {
+        f = tmpfile();
+        assert_int_equal(topo_report(t, f, as_json), 0);
+        text = s_slurp(f);
+        fclose(f);
+        assert_non_null(strstr(text, as_json ? "\"discovery\":\"lan\",\"discovery_port\":47820"
+                                              : "discovery   lan (UDP broadcast beacons on port 47820)"));
+        free(text);
+    }
     topo_destroy(&t);
 }
 

@@ -125,7 +125,9 @@ int topo_report(const topo *t, FILE *f, int json)
         s_json_str(f, t->name);
         fprintf(f, ",\"description\":");
         s_json_str(f, t->description);
-        fprintf(f, ",\"n\":%d,\"security\":\"%s\",\"nodes\":[", n, t->security_curve ? "curve" : "none");
+        fprintf(f, ",\"n\":%d,\"security\":\"%s\",\"discovery\":\"%s\",\"discovery_port\":%d,"
+                "\"nodes\":[", n, t->security_curve ? "curve" : "none",
+                t->discovery == TOPO_DISCOVERY_LAN ? "lan" : "none", t->discovery_port);
         for (int i = 0; i < n; i++) {
             fprintf(f, "%s{\"id\":", i ? "," : "");
             s_json_str(f, t->nodes[i].id);
