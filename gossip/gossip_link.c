@@ -1097,11 +1097,9 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
     if (T > start && gossip_node_set_iter(l->g, T, err, errlen) != 0)
         return -1;
     if (mode == S_JOIN) { /* at T already: messages for T on are kept meanwhile */
-        uint64_t Ts = T;
-        if (s_join_state(l, &Ts, err, errlen) != 0 ||
-            (Ts > T && gossip_node_set_iter(l->g, Ts, err, errlen) != 0))
+        if (s_join_state(l, &T, err, errlen) != 0 ||
+            gossip_node_join(l->g, l->x, T, err, errlen) != 0)
             return -1;
-        T = Ts;
     }
     for (int a = 0; a < l->nnb; a++)
         l->p[l->nb[a]].heard = nn_now();

@@ -153,7 +153,7 @@ int gossip_sim_join(gossip_sim *s, int rank, float **x, uint64_t iter, size_t ch
     if (h < 0)
         return nn_errf(err, errlen, "join: rank %d has no present in-neighbour", rank);
     if (s_transfer(s, h, rank, x, chunk, err, errlen) != 0 ||
-        gossip_node_set_iter(s->nodes[rank], iter, err, errlen) != 0)
+        gossip_node_join(s->nodes[rank], x[rank], iter, err, errlen) != 0)
         return -1;
     s->absent[rank] = 0;
     for (int j = 0; j < s->n; j++) {
