@@ -46,11 +46,10 @@ void gossip_sim_absent(gossip_sim *s, int rank);
  * one of the others: the state of its lowest present in-neighbour, z =
  * x/psi, travels as STATE chunks of `chunk` bytes through the encoder and
  * the checking assembler (gossip_state.h) and becomes x[rank]; its psi
- * stays 1, its iteration becomes iter (gossip_node_join: choco xhat_i = z);
- * choco public copies are exchanged
- * by RESYNC both ways; its neighbours take it back as out-neighbour (as
- * in-neighbour by its next message).  *holder: that in-neighbour.  -1 with
- * a message. */
+ * stays 1, its iteration becomes iter (gossip_node_join: choco xhat_i =
+ * z); choco public copies are exchanged by RESYNC both ways; its
+ * neighbours take it back as out-neighbour (as in-neighbour by its next
+ * message).  *holder: that in-neighbour.  -1 with a message. */
 int gossip_sim_join(gossip_sim *s, int rank, float **x, uint64_t iter, size_t chunk,
                     int *holder, char *err, size_t errlen);
 

@@ -349,7 +349,10 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
     if (s->link && gossip_link_start(s->link, o->n.resume, &round, err, errlen) != 0)
         return -1;
     gossip_link_stats ls;
-    if (s->link && (gossip_link_stats_get(s->link, &ls), ls.joined))
+    nn_sgd *sgd = &s->k.tr[0].sgd;
+    if (s->link && (gossip_link_stats_get(s->link, &ls), ls.joined) && sgd->prev.data)
+        memcpy(sgd->prev.data, s->k.x[0], sizeof(float) * sgd->prev.numel); /* --qgm: x_T */
+    if (s->link && ls.joined)
         s_log(s, "joined at iteration %llu in %.2f s (model of rank %d; from the process "
               "start to the first local step)", (unsigned long long)(round * H),
               nn_now() - s_t_start, ls.join_from);

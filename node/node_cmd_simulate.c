@@ -55,9 +55,11 @@ static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, 
         if (gossip_sim_join(sr->sim, (int)sr->rank, x, r, GOSSIP_STATE_CHUNK_MAX, &h, err,
                             errlen) != 0)
             return -1;
-        nn_arena *mom = &sr->k->tr[sr->rank].sgd.mom;
-        if (mom->data)
-            memset(mom->data, 0, sizeof *mom->data * mom->numel);
+        nn_sgd *sgd = &sr->k->tr[sr->rank].sgd;
+        if (sgd->mom.data)
+            memset(sgd->mom.data, 0, sizeof *sgd->mom.data * sgd->mom.numel);
+        if (sgd->prev.data) /* --qgm: x_T */
+            memcpy(sgd->prev.data, x[sr->rank], sizeof *sgd->prev.data * sgd->prev.numel);
         sr->state = 2;
         fprintf(stderr, "lpgossip simulate: node %ld joined at round %llu with the model of "
                 "node %d\n", sr->rank, (unsigned long long)r, h);
