@@ -540,7 +540,7 @@ static void s_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t no
         p->hello = 1;
     else
         p->ack = 1; /* a (re)starting out-neighbour announces itself */
-    s_hello_ack(l, from, !in ? 0 : 1, restart ? GOSSIP_HELLO_JOIN : 0);
+    s_hello_ack(l, from, in, restart ? GOSSIP_HELLO_JOIN : 0);
     if (!restart)
         return;
     p->hello_iter = iter; /* whatever we hold of it is void */
