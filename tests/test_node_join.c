@@ -13,7 +13,10 @@
  *     then answers STATE_REQ with a state whose CRC is wrong, then with a
  *     NaN in it (valid CRC), and a stranger's connection sends a STATE
  *     too.  The joiner refuses and counts each, asks again, and gives up
- *     after --timeout with an error naming the fault (exit 1).
+ *     after --timeout with an error naming the fault (exit 1);
+ *   no quorum: with --min-nodes 4 and one node missing, the others wait
+ *     past their start window and fail at --timeout naming it and the
+ *     quorum; so does a lone node with the default quorum of 2.
  * Every wait is bounded; children are killed and temp files removed in the
  * teardown.
  */
@@ -210,8 +213,8 @@ static void test_latecomer_joins(void **state)
         if (i != late && dist[i] > others)
             others = dist[i];
     }
-    printf("the latecomer joined at iteration %ld of %d, %.2f s after its start (%.1f s after "
-           "the others passed their start window)\n", T, iters, secs, nn_now() - t_late);
+    printf("the latecomer joined at iteration %ld of %d, %.2f s after its start (the run "
+           "ended %.1f s after its start)\n", T, iters, secs, nn_now() - t_late);
     assert_true(isfinite(dist[late]));
     assert_true(dist[late] <= fmax(2.0 * others, 0.02));
     free(l0);
@@ -343,11 +346,51 @@ static void test_joiner_refuses_bad_state(void **state)
     free(l);
 }
 
+/* ---- no quorum -------------------------------------------------------------------- */
+
+/* --min-nodes 4 on a complete graph of 4 with node 3 missing: the three
+ * wait past their window and fail at --timeout naming n3 and the quorum;
+ * a lone node fails the same way with the default quorum of 2. */
+static void test_no_quorum(void **state)
+{
+    (void)state;
+    char topo[512], logs[4][600];
+    snprintf(topo, sizeof topo, "%s/q4.yaml", s_dir);
+    s_topo(topo, 4, "graph:\n  generator: complete\n", NULL);
+    char *common[] = {"--model", "cnn", "--train-subset", "320", "--batch", "8", "--epochs",
+                      "1", "--no-eval", "--start-window", "1", "--timeout", "4",
+                      "--min-nodes", "4", NULL};
+    for (int i = 0; i < 3; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/q%d.txt", s_dir, i);
+        s_node(topo, i, common, logs[i]);
+    }
+    int status[TK_MAXPROC];
+    assert_int_equal(tk_wait_all(60, status), 0);
+    for (int i = 0; i < 3; i++) {
+        char *l = tk_slurp(logs[i]);
+        if (status[i] != 1 || !strstr(l, "never said hello: n3 (rank 3") ||
+            !strstr(l, "the quorum of 4 node(s) (--min-nodes, this one included) never "
+                       "formed: 2 answered"))
+            fail_msg("node %d: status %d, log:\n%s", i, status[i], l);
+        free(l);
+    }
+    tk_kill_all();
+    char *lone[] = {"--model", "cnn", "--train-subset", "320", "--no-eval", "--start-window",
+                    "0.5", "--timeout", "2", NULL};
+    snprintf(logs[3], sizeof logs[3], "%s/lone.txt", s_dir);
+    int st = tk_wait(s_node(topo, 2, lone, logs[3]), 30);
+    char *l = tk_slurp(logs[3]);
+    if (st != 1 || !strstr(l, "the quorum of 2 node(s)") || !strstr(l, "0 answered"))
+        fail_msg("lone node: status %d, log:\n%s", st, l);
+    free(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_latecomer_joins, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_joiner_refuses_bad_state, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_no_quorum, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
