@@ -49,12 +49,9 @@ void gossip_sim_destroy(gossip_sim **self_p)
 int gossip_sim_step(gossip_sim *s, float **x, uint64_t iter, char *err, size_t errlen)
 {
     for (int i = 0; i < s->n; i++)
-        if (!(s->absent && s->absent[i]) &&
-            gossip_node_prepare(s->nodes[i], x[i], iter, err, errlen) < 0)
+        if (gossip_node_prepare(s->nodes[i], x[i], iter, err, errlen) < 0)
             return -1;
     for (int i = 0; i < s->n; i++) {
-        if (s->absent && s->absent[i])
-            continue;
         int to;
         const uint8_t *msg;
         size_t len;
@@ -63,8 +60,7 @@ int gossip_sim_step(gossip_sim *s, float **x, uint64_t iter, char *err, size_t e
                 return -1;
     }
     for (int i = 0; i < s->n; i++)
-        if (!(s->absent && s->absent[i]) &&
-            gossip_node_mix(s->nodes[i], x[i], iter, err, errlen) < 0)
+        if (gossip_node_mix(s->nodes[i], x[i], iter, err, errlen) < 0)
             return -1;
     return 0;
 }
@@ -98,8 +94,10 @@ void gossip_sim_absent(gossip_sim *s, int rank)
         s->absent = nn_xcalloc((size_t)s->n, 1);
     s->absent[rank] = 1;
     for (int j = 0; j < s->n; j++)
-        if (j != rank)
+        if (j != rank) { /* cut off both ways: it mixes alone, sends and gets nothing */
             gossip_node_peer_down(s->nodes[j], rank);
+            gossip_node_peer_down(s->nodes[rank], j);
+        }
 }
 
 /* RESYNC of `from` (choco; nothing otherwise) into `to`. */
@@ -165,8 +163,11 @@ int gossip_sim_join(gossip_sim *s, int rank, float **x, uint64_t iter, size_t ch
                 return -1;
             gossip_node_peer_up(s->nodes[j], rank);
         }
-        if (pj[rank].is_in && s_resync(s, rank, j, err, errlen) != 0)
-            return -1;
+        if (pj[rank].is_in) {
+            if (s_resync(s, rank, j, err, errlen) != 0)
+                return -1;
+            gossip_node_peer_up(s->nodes[rank], j);
+        }
     }
     *holder = h;
     return 0;

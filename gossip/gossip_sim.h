@@ -38,15 +38,16 @@ uint64_t     gossip_sim_bytes_sent(const gossip_sim *s);
 
 /* ---- membership drills (simulate --join; docs/gossip.md "Joining") ---- */
 
-/* rank is absent from now on: it neither prepares nor mixes, and every
- * other node has it down (gossip_node_peer_down), as a node that was not
- * there at the start. */
+/* rank is absent from now on, as a node that was not there at the start:
+ * every other node has it down and it has every other node down
+ * (gossip_node_peer_down both ways), so it sends and gets nothing and
+ * mixes alone; gossip_sim_step is unchanged. */
 void gossip_sim_absent(gossip_sim *s, int rank);
-/* Absent rank (never prepared) joins before iteration iter, the current
- * one of the others: the state of its lowest present in-neighbour, z =
+/* Absent rank joins before iteration iter, the current one of all (call
+ * it between two steps): the state of its lowest present in-neighbour, z =
  * x/psi, travels as STATE chunks of `chunk` bytes through the encoder and
  * the checking assembler (gossip_state.h) and becomes x[rank]; its psi
- * stays 1, its iteration becomes iter (gossip_node_join: choco xhat_i =
+ * becomes 1, its iteration iter (gossip_node_join: choco xhat_i =
  * z); choco public copies are exchanged by RESYNC both ways; its
  * neighbours take it back as out-neighbour (as in-neighbour by its next
  * message).  *holder: that in-neighbour.  -1 with a message. */
