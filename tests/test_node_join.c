@@ -206,6 +206,22 @@ static void test_latecomer_joins(void **state)
         free(s);
     }
     assert_int_equal(sent, 1);
+    /* the metrics say it too */
+    char mp[700], want[64];
+    snprintf(mp, sizeof mp, "%s/metrics-%d.jsonl", out, late);
+    char *met = tk_slurp(mp);
+    snprintf(want, sizeof want, "\"join_iter\":%ld", T);
+    if (!strstr(met, "\"joined\":1") || !strstr(met, want))
+        fail_msg("metrics of the latecomer lack joined/join_iter %ld:\n%s", T, met);
+    free(met);
+    int states = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(mp, sizeof mp, "%s/metrics-%d.jsonl", out, i);
+        met = tk_slurp(mp);
+        states += strstr(met, "\"states_sent\":1") != NULL;
+        free(met);
+    }
+    assert_int_equal(states, 1);
     double dist[4], others = 0;
     s_distances(out, n, dist);
     for (int i = 0; i < n; i++) {
