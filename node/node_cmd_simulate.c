@@ -10,7 +10,8 @@
  * consensus distance and bytes sent per node.  --out DIR: every rank's
  * model; --save FILE: the average model.  --join R@T: rank R is absent
  * (gossip_sim_absent) for the rounds before iteration T, then joins with
- * an in-neighbour's model (gossip_sim_join) and zero momentum; while
+ * an in-neighbour's model (gossip_sim_join) and model buffers (the
+ * 8-bit activation ranges, as `node` transfers them) and zero momentum; while
  * absent it still takes its local steps (discarded at the join), and its
  * model is in the reported averages.
  */
@@ -60,6 +61,10 @@ static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, 
             memset(sgd->mom.data, 0, sizeof *sgd->mom.data * sgd->mom.numel);
         if (sgd->prev.data) /* --qgm: x_T */
             memcpy(sgd->prev.data, x[sr->rank], sizeof *sgd->prev.data * sgd->prev.numel);
+        nn_arena *bh = nn_model_buffers(sr->k->tr[h].model);
+        nn_arena *br = nn_model_buffers(sr->k->tr[sr->rank].model);
+        if (bh && br && bh->nviews && br->data) /* the 8-bit activation ranges, as `node` */
+            memcpy(br->data, bh->data, sizeof *br->data * br->numel);
         sr->state = 2;
         fprintf(stderr, "lpgossip simulate: node %ld joined at round %llu with the model of "
                 "node %d\n", sr->rank, (unsigned long long)r, h);
