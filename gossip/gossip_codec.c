@@ -251,6 +251,51 @@ size_t gossip_msg_encode_hello(uint8_t kind, uint32_t sender, uint64_t iter,
     return out->len;
 }
 
+size_t gossip_msg_encode_hello_ack(uint32_t sender, uint64_t iter, uint32_t fingerprint,
+                                   uint64_t nonce, uint64_t status, gossip_buf *out)
+{
+    gossip_msg_encode_hello(GOSSIP_MSG_HELLO_ACK, sender, iter, fingerprint, nonce, out);
+    if (!status)
+        return out->len;
+    uint8_t *p = s_grow(out, GOSSIP_STATUS_BYTES);
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(status >> (8 * i));
+    out->data[36] = GOSSIP_NONCE_BYTES + GOSSIP_STATUS_BYTES;
+    return out->len;
+}
+
+uint64_t gossip_msg_hello_status(const uint8_t *buf, size_t len)
+{
+    if (!buf || len != GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES + GOSSIP_STATUS_BYTES)
+        return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)buf[GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES + i] << (8 * i);
+    return v;
+}
+
+size_t gossip_msg_encode_state(uint32_t sender, uint64_t iter, uint32_t fingerprint,
+                               const gossip_state_chunk *c, gossip_buf *out)
+{
+    assert(c->len > 0 && c->len <= GOSSIP_STATE_CHUNK_MAX && c->offset <= c->total &&
+           c->len <= c->total - c->offset && (c->offset | c->total | c->len) % 4 == 0);
+    gossip_msg_encode_control(GOSSIP_MSG_STATE, sender, iter, fingerprint, out);
+    uint8_t *p = s_grow(out, GOSSIP_STATE_HDR_BYTES + c->len);
+    for (int i = 0; i < 8; i++) {
+        p[i] = (uint8_t)(c->offset >> (8 * i));
+        p[8 + i] = (uint8_t)(c->total >> (8 * i));
+    }
+    for (int i = 0; i < 4; i++) {
+        p[16 + i] = (uint8_t)(c->crc >> (8 * i));
+        p[20 + i] = 0;
+    }
+    memcpy(p + GOSSIP_STATE_HDR_BYTES, c->data, c->len);
+    uint32_t pl = (uint32_t)(GOSSIP_STATE_HDR_BYTES + c->len);
+    for (int i = 0; i < 4; i++)
+        out->data[36 + i] = (uint8_t)(pl >> (8 * i));
+    return out->len;
+}
+
 /* ---- the lossless pass ------------------------------------------------- */
 
 size_t gossip_payload_max_bytes(const nn_arena *layout)
@@ -382,7 +427,8 @@ static int s_varint(s_rd *r, uint32_t *out)
 static const char *s_kind_name(unsigned kind)
 {
     static const char *names[] = { "?",   "HELLO",     "GOSSIP",  "RESYNC_REQ", "RESYNC",
-                                   "BYE", "HELLO_ACK", "BYE_ACK", "PING" };
+                                   "BYE", "HELLO_ACK", "BYE_ACK", "PING", "STATE_REQ",
+                                   "STATE" };
     return kind <= GOSSIP_MSG_LAST ? names[kind] : "?";
 }
 
@@ -620,6 +666,36 @@ static int s_inflate(const uint8_t *buf, size_t len, size_t max_plain, gossip_bu
     return 0;
 }
 
+/* The chunk rules of a STATE whose header decoded (gossip_codec.h). */
+static int s_check_state(const uint8_t *buf, const gossip_header *h, char *err, size_t errlen)
+{
+    if (h->flags != 0 || h->psi != 1.0)
+        return S_BAD("STATE from rank %u has flags 0x%04x or psi %g (must be 0 and 1)", h->sender,
+                     h->flags, h->psi);
+    if (h->payload_len < GOSSIP_STATE_HDR_BYTES)
+        return S_BAD("STATE from rank %u: %u payload bytes, the chunk header needs %d", h->sender,
+                     h->payload_len, GOSSIP_STATE_HDR_BYTES);
+    s_rd r = { buf, GOSSIP_HEADER_BYTES + (size_t)h->payload_len, GOSSIP_HEADER_BYTES };
+    uint64_t off = s_le(&r, 8), total = s_le(&r, 8);
+    (void)s_le(&r, 4);
+    uint32_t reserved = (uint32_t)s_le(&r, 4);
+    uint64_t n = h->payload_len - GOSSIP_STATE_HDR_BYTES;
+    if (reserved != 0)
+        return S_BAD("STATE from rank %u: reserved field 0x%08x is not 0", h->sender, reserved);
+    if (n == 0 || n > GOSSIP_STATE_CHUNK_MAX)
+        return S_BAD("STATE from rank %u: chunk of %llu bytes (1..%u allowed)", h->sender,
+                     (unsigned long long)n, GOSSIP_STATE_CHUNK_MAX);
+    if ((off | total | n) % 4 != 0)
+        return S_BAD("STATE from rank %u: offset %llu, length %llu or total %llu is not a "
+                     "multiple of 4 (f32 values)", h->sender, (unsigned long long)off,
+                     (unsigned long long)n, (unsigned long long)total);
+    if (off > total || n > total - off)
+        return S_BAD("STATE from rank %u: chunk [%llu, %llu) outside the total of %llu bytes",
+                     h->sender, (unsigned long long)off, (unsigned long long)(off + n),
+                     (unsigned long long)total);
+    return 0;
+}
+
 int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *layout,
                              gossip_header *h, char *err, size_t errlen)
 {
@@ -666,15 +742,40 @@ int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *lay
         return S_BAD("payload length field says %u bytes but %zu follow the header",
                      h->payload_len, len - GOSSIP_HEADER_BYTES);
     int nonce = h->kind == GOSSIP_MSG_HELLO || h->kind == GOSSIP_MSG_HELLO_ACK;
-    if (!has_blocks && h->payload_len != 0 &&
+    int status = h->kind == GOSSIP_MSG_HELLO_ACK &&
+                 h->payload_len == GOSSIP_NONCE_BYTES + GOSSIP_STATUS_BYTES;
+    if (h->kind == GOSSIP_MSG_STATE)
+        return s_check_state(buf, h, err, errlen);
+    if (!has_blocks && h->payload_len != 0 && !status &&
         !(nonce && h->payload_len == GOSSIP_NONCE_BYTES))
         return S_BAD("%zu trailing bytes after the last block", (size_t)h->payload_len);
+    if (status && (gossip_msg_hello_status(buf, len) & ~(uint64_t)GOSSIP_HELLO_JOIN))
+        return S_BAD("HELLO_ACK from rank %u has unknown status bits 0x%016llx", h->sender,
+                     (unsigned long long)gossip_msg_hello_status(buf, len));
+    return 0;
+}
+
+int gossip_msg_decode_state(const uint8_t *buf, size_t len, gossip_header *h,
+                            gossip_state_chunk *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    if (gossip_msg_decode_header(buf, len, NULL, h, err, errlen) != 0)
+        return -1;
+    if (h->kind != GOSSIP_MSG_STATE)
+        return S_BAD("a %s message where a STATE was expected", s_kind_name(h->kind));
+    s_rd r = { buf, len, GOSSIP_HEADER_BYTES };
+    c->offset = s_le(&r, 8);
+    c->total = s_le(&r, 8);
+    c->crc = (uint32_t)s_le(&r, 4);
+    c->data = buf + GOSSIP_HEADER_BYTES + GOSSIP_STATE_HDR_BYTES;
+    c->len = len - GOSSIP_HEADER_BYTES - GOSSIP_STATE_HDR_BYTES;
     return 0;
 }
 
 uint64_t gossip_msg_hello_nonce(const uint8_t *buf, size_t len)
 {
-    if (!buf || len != GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES)
+    if (!buf || (len != GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES &&
+                 len != GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES + GOSSIP_STATUS_BYTES))
         return 0;
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)

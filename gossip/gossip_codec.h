@@ -15,7 +15,8 @@
  *    0   4  magic "LPGS"
  *    4   1  version = 1
  *    5   1  kind: 1 HELLO, 2 GOSSIP, 3 RESYNC_REQ, 4 RESYNC, 5 BYE,
- *           6 HELLO_ACK, 7 BYE_ACK, 8 PING (meanings: gossip_link.h)
+ *           6 HELLO_ACK, 7 BYE_ACK, 8 PING, 9 STATE_REQ, 10 STATE
+ *           (meanings: gossip_link.h)
  *    6   2  flags: bit 0 push-sum on; bit 1 payload deflated (GOSSIP and
  *           RESYNC only, see below); other bits must be 0
  *    8   4  sender rank (u32)
@@ -28,7 +29,16 @@
  *           control kinds
  *   36   4  payload length in bytes (everything after the header, as sent)
  *   40  ..  HELLO, HELLO_ACK: optionally the sender's instance nonce (u64,
- *           payload length 8); GOSSIP, RESYNC: blocks, in view order:
+ *           payload length 8); HELLO_ACK may add a status word (u64,
+ *           payload length 16): bit 0 GOSSIP_HELLO_JOIN "this run is in
+ *           progress without you: join it" (other bits must be 0);
+ *           STATE: u64 offset, u64 total, u32 crc, u32 reserved (0), then
+ *           the chunk: bytes [offset, offset + len) of the sender's state
+ *           (gossip_state.h: little-endian f32 values), total bytes in
+ *           all, CRC-32 (zlib) of all of them; offset, len and total are
+ *           multiples of 4, 0 < len <= GOSSIP_STATE_CHUNK_MAX,
+ *           offset + len <= total, psi 1 and flags 0;
+ *           GOSSIP, RESYNC: blocks, in view order:
  *        u8 type, varint numel (must equal the view's numel), then
  *        1 DENSE_F32   numel x f32
  *        2 DENSE_Q8    ceil(numel/512) x f32 scales, numel x i8 codes
@@ -67,7 +77,9 @@ enum {
     GOSSIP_MSG_HELLO_ACK  = 6,
     GOSSIP_MSG_BYE_ACK    = 7,
     GOSSIP_MSG_PING       = 8,
-    GOSSIP_MSG_LAST       = GOSSIP_MSG_PING
+    GOSSIP_MSG_STATE_REQ  = 9,
+    GOSSIP_MSG_STATE      = 10,
+    GOSSIP_MSG_LAST       = GOSSIP_MSG_STATE
 };
 
 #define GOSSIP_FLAG_PUSH_SUM 0x0001u
@@ -141,6 +153,33 @@ size_t gossip_msg_encode_hello(uint8_t kind, uint32_t sender, uint64_t iter,
 /* The instance nonce of a HELLO/HELLO_ACK whose header decoded, or 0 when
  * it carries none (an older peer, or a hand-made message). */
 uint64_t gossip_msg_hello_nonce(const uint8_t *buf, size_t len);
+
+/* HELLO_ACK with a status word (GOSSIP_HELLO_* bits; 0 encodes the plain
+ * 8-byte-nonce HELLO_ACK of gossip_msg_encode_hello), and the status word
+ * of a HELLO/HELLO_ACK whose header decoded (0 when it carries none). */
+#define GOSSIP_HELLO_JOIN   0x1u
+#define GOSSIP_STATUS_BYTES 8
+size_t gossip_msg_encode_hello_ack(uint32_t sender, uint64_t iter, uint32_t fingerprint,
+                                   uint64_t nonce, uint64_t status, gossip_buf *out);
+uint64_t gossip_msg_hello_status(const uint8_t *buf, size_t len);
+
+/* STATE: one chunk of a joining node's state transfer (layout above). */
+#define GOSSIP_STATE_HDR_BYTES 24
+#define GOSSIP_STATE_CHUNK_MAX (256u * 1024u)
+typedef struct {
+    uint64_t       offset, total;
+    uint32_t       crc;
+    const uint8_t *data; /* into the message */
+    size_t         len;
+} gossip_state_chunk;
+/* Encodes STATE with c->len bytes of c->data at c->offset (our own data:
+ * the rules above are asserted).  Returns the message size. */
+size_t gossip_msg_encode_state(uint32_t sender, uint64_t iter, uint32_t fingerprint,
+                               const gossip_state_chunk *c, gossip_buf *out);
+/* The chunk fields of a STATE message (header included: checked here, as
+ * by gossip_msg_decode_header with layout NULL).  0, or -1 with a message. */
+int gossip_msg_decode_state(const uint8_t *buf, size_t len, gossip_header *h,
+                            gossip_state_chunk *c, char *err, size_t errlen);
 
 /* Largest payload a valid plain message can have for `layout` (a bound
  * on every block with every Rice parameter): the cap on inflated sizes. */

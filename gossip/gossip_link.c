@@ -14,12 +14,15 @@
 #include <unistd.h>
 
 #include "gossip/gossip_codec.h"
+#include "gossip/gossip_state.h"
 
 #define S_SLICE        0.2   /* s: longest single wait (signals, checks) */
 #define S_HELLO_FIRST  0.2   /* s before the first HELLO repeat, doubling ... */
 #define S_HELLO_MAX    2.0   /* ... up to this */
 #define S_RESYNC_RETRY 1.0   /* s between two RESYNC_REQ to the same peer */
 #define S_LOG_REFUSED  20    /* refusals logged before they are only counted */
+#define S_STATE_EVERY  1.0   /* s between two STATE answers to the same peer */
+#define S_STATE_WAIT   5.0   /* s a joiner waits for a holder's next chunk */
 
 typedef struct {
     uint8_t *bytes;
@@ -50,6 +53,13 @@ struct gossip_link {
     double             round_period; /* EWMA of our own round time */
     double             round_start;
     gossip_link_stats  st;
+    /* state transfer (gossip_link_set_model; docs/gossip.md "Joining") */
+    float             *x, *extra;
+    size_t             nextra;
+    float             *zbuf;       /* holder: z and extra, packed from here */
+    gossip_buf         sbytes, smsg;
+    gossip_state_rx    rx;         /* joiner */
+    int                joining, state_ready;
 };
 
 /* ---- small helpers --------------------------------------------------------- */
@@ -354,6 +364,8 @@ static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, u
         return;
     }
     if (iter >= cur + GOSSIP_WINDOW) {
+        if (l->joining && !l->running)
+            return; /* joining: we are not at the run's iteration yet */
         if (iter > cur + l->lag + GOSSIP_WINDOW ||
             s_stashed_of(l, from, NULL) >= l->stash_max) {
             s_refuse(l, "message from %s (rank %d) for iteration %llu is too far ahead (we are "
@@ -424,6 +436,7 @@ static int s_kind_ok(unsigned kind, int in)
     case GOSSIP_MSG_GOSSIP: case GOSSIP_MSG_RESYNC: case GOSSIP_MSG_BYE: return in;
     case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: return !in;
     case GOSSIP_MSG_HELLO: case GOSSIP_MSG_HELLO_ACK: case GOSSIP_MSG_PING: return 1;
+    case GOSSIP_MSG_STATE_REQ: case GOSSIP_MSG_STATE: return 1;
     default: return -1;
     }
 }
@@ -492,6 +505,23 @@ static int s_hello_restart(gossip_link *l, int from, uint64_t iter, uint64_t non
     return l->running && (p->down || p->got > 0 || !p->hello_seen || p->hello_iter != iter);
 }
 
+/* HELLO_ACK to j (over our ROUTER with `router`); status GOSSIP_HELLO_JOIN
+ * when we run without it (it restarted or was down): it must join. */
+static void s_hello_ack(gossip_link *l, int j, int router, uint64_t status)
+{
+    if (!status || !l->net) {
+        s_ctl(l, GOSSIP_MSG_HELLO_ACK, j, router, gossip_node_sent_thru(l->g));
+        return;
+    }
+    char err[512];
+    gossip_msg_encode_hello_ack((uint32_t)l->rank, gossip_node_sent_thru(l->g), l->fp, l->nonce,
+                                status, &l->ctl);
+    int rc = router ? gossip_net_reply(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err)
+                    : gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err);
+    if (rc >= 0)
+        *(router ? &l->p[j].sent_router : &l->p[j].sent_dealer) = nn_now();
+}
+
 /* HELLO from `from`: noted, answered; a restart voids what we hold of it. */
 static void s_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t nonce)
 {
@@ -506,13 +536,11 @@ static void s_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t no
     if (nonce)
         p->nonce = nonce;
     p->reported = iter;
-    if (in) {
+    if (in)
         p->hello = 1;
-        s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 1, gossip_node_sent_thru(l->g));
-    } else {
+    else
         p->ack = 1; /* a (re)starting out-neighbour announces itself */
-        s_ctl(l, GOSSIP_MSG_HELLO_ACK, from, 0, gossip_node_sent_thru(l->g));
-    }
+    s_hello_ack(l, from, in, restart ? GOSSIP_HELLO_JOIN : 0);
     if (!restart)
         return;
     p->hello_iter = iter; /* whatever we hold of it is void */
@@ -523,6 +551,59 @@ static void s_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t no
     }
     s_log(l, "neighbour %s (rank %d) (re)starts at iteration %llu (instance %016llx)",
           s_id(l, from), from, (unsigned long long)iter, (unsigned long long)nonce);
+}
+
+/* STATE_REQ from neighbour j (on our ROUTER with `in`): our current model
+ * z = x/psi and the extra floats, in chunks, on the channel it asked on.
+ * Only while running, with a model, at most once per S_STATE_EVERY. */
+static void s_answer_state(gossip_link *l, int j, int in)
+{
+    gossip_peer *p = &l->p[j];
+    double now = nn_now();
+    if (!l->running || !l->x || !l->net || now - p->state_sent < S_STATE_EVERY)
+        return; /* the asker retries, or asks another neighbour */
+    size_t numel = l->layout->numel, n = numel + l->nextra;
+    if (!l->zbuf)
+        l->zbuf = nn_xmalloc(sizeof *l->zbuf * n + 1);
+    gossip_node_debias(l->g, l->x, l->zbuf);
+    if (l->nextra)
+        memcpy(l->zbuf + numel, l->extra, sizeof *l->zbuf * l->nextra);
+    uint32_t crc = gossip_state_pack(l->zbuf, n, &l->sbytes);
+    size_t chunk = 4 * numel < GOSSIP_STATE_CHUNK_MAX ? 4 * numel : GOSSIP_STATE_CHUNK_MAX;
+    uint64_t iter = gossip_node_iter(l->g);
+    char err[512];
+    p->state_sent = now;
+    for (size_t k = 0; gossip_state_chunk_msg((uint32_t)l->rank, iter, l->fp, &l->sbytes, crc,
+                                              chunk, k, &l->smsg) > 0; k++) {
+        int rc = in ? gossip_net_reply(l->net, j, l->smsg.data, l->smsg.len, err, sizeof err)
+                    : gossip_net_try_send(l->net, j, l->smsg.data, l->smsg.len, err, sizeof err);
+        if (rc < 0 || (!in && rc == 0)) {
+            s_log(l, "STATE to %s (rank %d): %s", s_id(l, j), j, rc < 0 ? err : "queue full");
+            return;
+        }
+    }
+    l->st.states_sent++;
+    l->st.state_bytes += l->sbytes.len;
+    s_log(l, "sent our model (iteration %llu, %zu bytes) to the joining %s (rank %d)",
+          (unsigned long long)iter, l->sbytes.len, s_id(l, j), j);
+}
+
+/* STATE chunk from neighbour j: only the one a joiner asked is taken. */
+static void s_state(gossip_link *l, int j, const uint8_t *msg, size_t len)
+{
+    char err[1024];
+    if (!l->joining) {
+        l->st.state_refused++;
+        s_refuse(l, "STATE from %s (rank %d): this node did not ask for a state", s_id(l, j), j);
+        return;
+    }
+    int rc = gossip_state_rx_add(&l->rx, j, msg, len, err, sizeof err);
+    if (rc < 0) {
+        l->st.state_refused++;
+        s_refuse_payload(l, j, err);
+    } else if (rc == 1) {
+        l->state_ready = 1;
+    }
 }
 
 /* One message from the transport. */
@@ -569,8 +650,16 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
     case GOSSIP_MSG_HELLO:
         s_hello(l, from, in, iter, gossip_msg_hello_nonce(msg, len));
         break;
+    case GOSSIP_MSG_STATE_REQ:
+        s_answer_state(l, from, in);
+        break;
+    case GOSSIP_MSG_STATE:
+        s_state(l, from, msg, len);
+        break;
     case GOSSIP_MSG_HELLO_ACK: {
         uint64_t nonce = gossip_msg_hello_nonce(msg, len);
+        if (gossip_msg_hello_status(msg, len) & GOSSIP_HELLO_JOIN)
+            p->join_told = 1;
         if (nonce)
             p->nonce = nonce; /* its current instance (it may have restarted) */
         p->reported = iter;
@@ -649,6 +738,8 @@ void gossip_link_config_default(gossip_link_config *cfg)
     cfg->peer_factor = 20;
     cfg->ping_every = 0.5;
     cfg->seed = 1;
+    cfg->min_nodes = 2;
+    cfg->start_window = 5;
 }
 
 gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int rank,
@@ -690,6 +781,11 @@ void gossip_link_destroy(gossip_link **self_p)
     free(l->stash);
     free(l->nb);
     gossip_buf_free(&l->ctl);
+    free(l->zbuf);
+    gossip_buf_free(&l->sbytes);
+    gossip_buf_free(&l->smsg);
+    if (l->rx.bytes)
+        gossip_state_rx_free(&l->rx);
     free(l);
     *self_p = NULL;
 }
@@ -740,6 +836,34 @@ static int s_barrier_done(const gossip_link *l, int rejoin)
     return done;
 }
 
+/* How a node starts (gossip_link_start). */
+enum { S_FRESH, S_RESUME, S_JOIN };
+
+/* Neighbours that answered (said HELLO or acknowledged ours). */
+static int s_answered(const gossip_link *l)
+{
+    int c = 0;
+    for (int a = 0; a < l->nnb; a++)
+        c += l->p[l->nb[a]].hello || l->p[l->nb[a]].ack;
+    return c;
+}
+
+/* Nodes a fresh start needs: min(min_nodes, 1 + neighbours). */
+static int s_quorum_need(const gossip_link *l)
+{
+    return l->cfg.min_nodes < 1 + l->nnb ? l->cfg.min_nodes : 1 + l->nnb;
+}
+
+/* The start goes on without the neighbours that did not answer: down. */
+static void s_down_silent(gossip_link *l, const char *why, double s)
+{
+    for (int k = 0; k < l->nnb; k++) {
+        int j = l->nb[k];
+        if (!l->p[j].hello && !l->p[j].ack)
+            s_down(l, j, "%s %.0f s", why, s);
+    }
+}
+
 /* The barrier's deadline passed: a fresh start fails naming who is missing;
  * a rejoin goes on with whoever answered (the others are down). */
 static int s_barrier_timeout(gossip_link *l, int rejoin, char *err, size_t errlen)
@@ -751,21 +875,16 @@ static int s_barrier_timeout(gossip_link *l, int rejoin, char *err, size_t errle
         return nn_errf(err, errlen, "start barrier: no answer after %.0f s; "
                        "in-neighbours that never said hello: %s; out-neighbours that "
                        "never acknowledged ours: %s (are they started, with the same "
-                       "topology and endpoints?)", l->cfg.timeout, a[0] ? a : "none",
-                       b[0] ? b : "none");
+                       "topology and endpoints?); the quorum of %d node(s) (--min-nodes, "
+                       "this one included) never formed: %d answered", l->cfg.timeout,
+                       a[0] ? a : "none", b[0] ? b : "none", s_quorum_need(l),
+                       s_answered(l));
     }
-    int any = 0;
-    for (int k = 0; k < l->nnb; k++)
-        any |= l->p[l->nb[k]].hello || l->p[l->nb[k]].ack;
     s_missing(l, 3, 2, a, sizeof a);
-    if (!any && l->nnb > 0)
+    if (!s_answered(l) && l->nnb > 0)
         return nn_errf(err, errlen, "rejoin: no neighbour answered within %.0f s: %s",
                        l->cfg.timeout, a);
-    for (int k = 0; k < l->nnb; k++) {
-        int j = l->nb[k];
-        if (!l->p[j].hello && !l->p[j].ack)
-            s_down(l, j, "no answer to our HELLO within %.0f s", l->cfg.timeout);
-    }
+    s_down_silent(l, "no answer to our HELLO within", l->cfg.timeout);
     return 0;
 }
 
@@ -783,25 +902,52 @@ static void s_hellos(gossip_link *l, int rejoin, uint64_t start)
     }
 }
 
-/* HELLO, repeated with back-off, until the barrier passes or times out. */
-static int s_barrier(gossip_link *l, int rejoin, uint64_t start, char *err, size_t errlen)
+/* A fresh node finds the run in progress: a neighbour said so (JOIN), or
+ * reports an iteration far beyond ours. */
+static int s_in_progress(const gossip_link *l, uint64_t start)
 {
-    double deadline = nn_now() + l->cfg.timeout, next = 0, every = S_HELLO_FIRST;
+    for (int a = 0; a < l->nnb; a++)
+        if (l->p[l->nb[a]].join_told)
+            return 1;
+    return s_far(l, start) > start + l->lag;
+}
+
+/* The window passed (fresh, join): may the start go on without the silent? */
+static int s_window_ok(const gossip_link *l, int mode)
+{
+    if (mode == S_FRESH)
+        return 1 + s_answered(l) >= s_quorum_need(l);
+    return mode == S_JOIN && (s_answered(l) > 0 || l->nnb == 0);
+}
+
+/* HELLO, repeated with back-off, until the barrier passes (0), times out,
+ * or (fresh) finds the run in progress: 1, the caller joins. */
+static int s_barrier(gossip_link *l, int mode, uint64_t start, char *err, size_t errlen)
+{
+    int rejoin = mode != S_FRESH;
+    double t0 = nn_now(), deadline = t0 + l->cfg.timeout, next = 0, every = S_HELLO_FIRST;
+    double window = mode == S_RESUME ? l->cfg.timeout : l->cfg.start_window;
     for (;;) {
         /* In a fresh start the neighbours that passed their barrier first
          * may be an iteration or two along already (they need our messages
-         * to go further); far beyond is a run in progress, which this node
-         * joins only from its checkpoint. */
-        uint64_t far = s_far(l, start);
-        if (!rejoin && far > start + l->lag)
-            return nn_errf(err, errlen, "the neighbours are at iteration %llu: this run is in "
-                           "progress; restart this node with --resume to rejoin it from its "
-                           "checkpoint", (unsigned long long)far);
+         * to go further); a neighbour that runs without us, or far beyond,
+         * is a run in progress, which this node joins. */
+        if (mode == S_FRESH && s_in_progress(l, start)) {
+            if (!l->x)
+                return nn_errf(err, errlen, "the neighbours are at iteration %llu: this run is "
+                               "in progress; restart this node with --resume to rejoin it from "
+                               "its checkpoint", (unsigned long long)s_far(l, start));
+            return 1;
+        }
         if (s_barrier_done(l, rejoin))
             return 0;
         double now = nn_now();
         if (s_signals(l))
             return nn_errf(err, errlen, "interrupted (signal) while waiting for the neighbours");
+        if (now - t0 >= window && now < deadline && s_window_ok(l, mode)) {
+            s_down_silent(l, "no answer within the start window of", window);
+            return l->fatal ? nn_errf(err, errlen, "%s", l->fatal_msg) : 0;
+        }
         if (now >= deadline)
             return s_barrier_timeout(l, rejoin, err, errlen);
         if (now >= next) {
@@ -810,9 +956,81 @@ static int s_barrier(gossip_link *l, int rejoin, uint64_t start, char *err, size
             every = every * 2 < S_HELLO_MAX ? every * 2 : S_HELLO_MAX;
         }
         double until = next < deadline ? next : deadline;
+        if (until > t0 + window && now < t0 + window)
+            until = t0 + window;
         if (s_pump(l, until - now) != 0)
             return nn_errf(err, errlen, "%s", l->fatal_msg);
     }
+}
+
+/* The next holder to ask for the state after `after` (-1: the first):
+ * answering in-neighbours first, then the other answering neighbours. */
+static int s_next_holder(const gossip_link *l, int after)
+{
+    int seen = after < 0, c[2] = {-1, -1};
+    for (int pass = 0; pass < 2; pass++)
+        for (int a = 0; a < l->nnb; a++) {
+            int j = l->nb[a];
+            const gossip_peer *p = &l->p[j];
+            if (p->down || !(p->hello || p->ack) || (pass == 0) != (p->is_in != 0))
+                continue;
+            if (c[0] < 0)
+                c[0] = j;
+            if (seen && c[1] < 0)
+                c[1] = j;
+            if (j == after)
+                seen = 1;
+        }
+    return c[1] >= 0 ? c[1] : c[0];
+}
+
+/* Joining: asks answering neighbours in turn for their state (STATE_REQ)
+ * until one delivers it whole and checked, within `timeout`; then x = z,
+ * the extra floats, and *T = max(*T, the state's iteration). */
+static int s_join_state(gossip_link *l, uint64_t *T, char *err, size_t errlen)
+{
+    if (!l->rx.bytes)
+        gossip_state_rx_init(&l->rx, l->layout->numel + l->nextra, l->fp);
+    double deadline = nn_now() + l->cfg.timeout;
+    int j = -1;
+    l->state_ready = 0;
+    while (!l->state_ready) {
+        if ((j = s_next_holder(l, j)) < 0)
+            return nn_errf(err, errlen, "join: no neighbour left to ask for its state");
+        gossip_state_rx_begin(&l->rx, j);
+        s_ctl(l, GOSSIP_MSG_STATE_REQ, j, !l->p[j].is_out, *T);
+        s_log(l, "asking %s (rank %d) for its model", s_id(l, j), j);
+        double until = nn_now() + S_STATE_WAIT;
+        uint64_t got = 0;
+        while (!l->state_ready && l->rx.from == j && nn_now() < until) {
+            if (nn_now() >= deadline || s_signals(l)) {
+                l->joining = 0;
+                return nn_errf(err, errlen, "join: no neighbour delivered its state within "
+                               "%.0f s%s", l->cfg.timeout, s_signals(l) ? " (signal)" : "");
+            }
+            if (s_pump(l, until - nn_now()) != 0) {
+                l->joining = 0;
+                return nn_errf(err, errlen, "%s", l->fatal_msg);
+            }
+            if (l->rx.got > got) { /* progress: give the holder more time */
+                got = l->rx.got;
+                until = nn_now() + S_STATE_WAIT;
+            }
+        }
+    }
+    l->joining = 0;
+    size_t numel = l->layout->numel;
+    memcpy(l->x, l->rx.vals, sizeof *l->x * numel);
+    if (l->nextra)
+        memcpy(l->extra, l->rx.vals + numel, sizeof *l->extra * l->nextra);
+    if (l->rx.iter > *T)
+        *T = l->rx.iter;
+    l->st.joined = 1;
+    l->st.join_from = j;
+    l->st.join_iter = *T;
+    s_log(l, "took the model of %s (rank %d) at its iteration %llu (%llu bytes, CRC checked)",
+          s_id(l, j), j, (unsigned long long)l->rx.iter, (unsigned long long)l->rx.got);
+    return 0;
 }
 
 /* Live in-neighbours whose RESYNC we still wait for (choco, rejoining);
@@ -860,15 +1078,29 @@ static int s_rejoin_resyncs(gossip_link *l, char *err, size_t errlen)
 int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, size_t errlen)
 {
     const uint64_t start = *iter;
-    int rejoin = resumed || start > 0;
+    int mode = resumed || start > 0 ? S_RESUME : S_FRESH;
     double t0 = nn_now();
     for (int a = 0; a < l->nnb; a++)
         l->p[l->nb[a]].heard = t0;
-    if (s_barrier(l, rejoin, start, err, errlen) != 0)
+    int rc = s_barrier(l, mode, start, err, errlen);
+    if (rc == 1) {
+        s_log(l, "the run is in progress (neighbours at iteration %llu): joining it",
+              (unsigned long long)s_far(l, start));
+        mode = S_JOIN;
+        l->joining = 1; /* until the state is in: far-ahead GOSSIP is dropped, not refused */
+        rc = s_barrier(l, mode, start, err, errlen);
+    }
+    if (rc != 0)
         return -1;
+    int rejoin = mode != S_FRESH;
     uint64_t T = rejoin ? s_far(l, start) : start;
     if (T > start && gossip_node_set_iter(l->g, T, err, errlen) != 0)
         return -1;
+    if (mode == S_JOIN) { /* at T already: messages for T on are kept meanwhile */
+        if (s_join_state(l, &T, err, errlen) != 0 ||
+            gossip_node_join(l->g, l->x, T, err, errlen) != 0)
+            return -1;
+    }
     for (int a = 0; a < l->nnb; a++)
         l->p[l->nb[a]].heard = nn_now();
     l->running = 1;
@@ -881,7 +1113,7 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
     for (int a = 0; a < l->nnb; a++)
         up += !l->p[l->nb[a]].down;
     s_log(l, "%s passed in %.2f s at iteration %llu (%d of %d neighbours)",
-          rejoin ? "rejoin" : "start barrier", nn_now() - t0, (unsigned long long)T, up, l->nnb);
+          mode == S_JOIN ? "join" : rejoin ? "rejoin" : "start barrier", nn_now() - t0, (unsigned long long)T, up, l->nnb);
     l->round_start = nn_now();
     return 0;
 }
@@ -1034,6 +1266,29 @@ void gossip_link_handle(gossip_link *l, int from, gossip_net_dir dir, const uint
 {
     assert(from >= 0 && from < l->n && from != l->rank); /* the caller's (transport's) */
     s_handle(l, from, dir, msg, len);
+}
+
+void gossip_link_set_model(gossip_link *l, float *x, float *extra, size_t nextra)
+{
+    l->x = x;
+    l->extra = nextra ? extra : NULL;
+    l->nextra = nextra;
+    if (l->rx.bytes)
+        gossip_state_rx_free(&l->rx);
+}
+
+void gossip_link_expect_state(gossip_link *l, int from)
+{
+    if (!l->rx.bytes)
+        gossip_state_rx_init(&l->rx, l->layout->numel + l->nextra, l->fp);
+    l->joining = from >= 0;
+    l->state_ready = 0;
+    gossip_state_rx_begin(&l->rx, from);
+}
+
+int gossip_link_state_ready(const gossip_link *l)
+{
+    return l->state_ready;
 }
 
 void gossip_link_set_running(gossip_link *l, int running)

@@ -26,6 +26,8 @@
  *              behind our GOSSIP messages, so it proves which ones were lost.
  *   RESYNC_REQ "send me your public copy": a choco holder whose copy is bad.
  *   RESYNC     the owner's whole public copy (gossip_node_resync_msg).
+ *   STATE_REQ  "send me your model": a node joining a run in progress.
+ *   STATE      one chunk of the answer (gossip_state.h), to the asker only.
  *   BYE / BYE_ACK  "I stop after iter iterations" / "noted".
  *
  * Liveness.  ZMTP heartbeats (gossip_net) keep the TCP connections honest;
@@ -45,13 +47,25 @@
  * stay bounded even when a failure turns a ring into a path; anything
  * further ahead is refused as hostile.
  *
- * Start.  A fresh run waits until every in-neighbour said HELLO and every
- * out-neighbour acknowledged ours (bounded by `timeout`, naming who is
- * missing); neighbours far along (a run in progress) are an error that
- * points to --resume.  A node that resumes from a checkpoint rejoins: it
- * waits for whoever answers within `timeout`, continues at T = max(its own
- * iteration, theirs), and (choco) exchanges RESYNCs with every answering
- * neighbour before iteration T.
+ * Start.  A fresh node starts as soon as every in-neighbour said HELLO and
+ * every out-neighbour acknowledged ours; or, once `start_window` seconds
+ * have passed, as soon as the quorum holds: 1 + the neighbours that
+ * answered (HELLO or HELLO_ACK) >= min(min_nodes, 1 + its neighbours).
+ * Neighbours that did not answer are then declared down (as a dead peer)
+ * and come back by joining.  With no quorum by `timeout` the start fails
+ * naming who is missing.  A fresh node whose neighbours run without it (a
+ * HELLO_ACK with GOSSIP_HELLO_JOIN: we had it down, or it restarted, while
+ * we were running; or a neighbour far along) joins the run in progress:
+ * it says HELLO to every neighbour, waits until all answered or
+ * `start_window` passed with one answer, sends STATE_REQ to an answering
+ * neighbour (in-neighbours first) and assembles its STATE (gossip_state.h:
+ * every chunk checked; a refused or silent holder -> the next one, within
+ * `timeout`); then x = the holder's z, psi = 1, iteration T = max(what the
+ * neighbours reported, the state's), and it goes on as a rejoining node.
+ * A node that resumes from a checkpoint rejoins: it waits for whoever
+ * answers within `timeout`, continues at T = max(its own iteration,
+ * theirs), and (choco) exchanges RESYNCs with every answering neighbour
+ * before iteration T.  A joined node does the same RESYNC exchange.
  *
  * Refused input (counted, the first 20 logged, never asserted): bytes that
  * are not an lpgossip message, a sender field that is not the connection's
@@ -85,6 +99,9 @@ typedef struct {
     /* signal counter of the caller, or NULL: waits give up at 1 during the
      * start, at 2 later (the first signal lets the iteration finish) */
     const volatile sig_atomic_t *signals;
+    /* quorum start ("Start" above) */
+    int      min_nodes;    /* quorum: this node + answering neighbours, at least [2] */
+    double   start_window; /* s after which a quorum suffices to start          [5] */
 } gossip_link_config;
 
 typedef struct {
@@ -102,6 +119,12 @@ typedef struct {
     uint64_t neighbours;       /* neighbours in the topology (in or out) */
     uint64_t isolated_rounds;  /* the last rounds in a row that mixed nothing of any
                                   in-neighbour (all of them left out) */
+    uint64_t state_refused;    /* STATE messages refused (of `refused`) */
+    uint64_t states_sent;      /* whole states sent to joining neighbours */
+    uint64_t state_bytes;      /* bytes of those */
+    int      joined;           /* this node joined a run in progress (state transfer) */
+    int      join_from;        /* the rank whose state it took (joined) */
+    uint64_t join_iter;        /* the iteration it joined at (joined) */
 } gossip_link_stats;
 
 /* Cut off: the node has neighbours, and its last round(s), up to the end
@@ -149,6 +172,13 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s);
 
 void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out);
 
+/* The node's model, for the state transfer (borrowed; NULL: this node
+ * neither answers STATE_REQ nor joins): x the gossip variable (layout
+ * numel floats: the holder sends z = x/psi, a joiner receives into it);
+ * extra, nextra further floats of the model that travel with it (the 8-bit
+ * activation ranges), or NULL, 0.  Both sides must give the same nextra. */
+void gossip_link_set_model(gossip_link *l, float *x, float *extra, size_t nextra);
+
 /* The receive path without sockets (fuzz targets, tests): handles one
  * message as if the transport had delivered it from neighbour rank `from`
  * (0 <= from < n, not this node) on channel dir: header checks, the
@@ -158,5 +188,10 @@ void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out);
 void gossip_link_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg,
                         size_t len);
 void gossip_link_set_running(gossip_link *l, int running);
+/* Harnesses: the link expects a state transfer from rank `from` (as a
+ * joiner that sent STATE_REQ; -1: none), and whether it has arrived whole
+ * and checked (the values are not applied: that is gossip_link_start's). */
+void gossip_link_expect_state(gossip_link *l, int from);
+int  gossip_link_state_ready(const gossip_link *l);
 
 #endif

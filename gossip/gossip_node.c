@@ -992,6 +992,28 @@ int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen
     return 0;
 }
 
+int gossip_node_join(gossip_node *g, const float *z, uint64_t iter, char *err, size_t errlen)
+{
+    size_t d = g->layout->numel;
+    for (size_t e = 0; e < d; e++)
+        if (!isfinite(z[e]))
+            return nn_errf(err, errlen, "gossip: node %d: the model to join with holds %g at "
+                           "index %zu", g->rank, (double)z[e], e);
+    if (gossip_node_set_iter(g, iter, err, errlen) != 0)
+        return -1;
+    g->psi = 1.0;
+    if (g->xhat_self)
+        memcpy(g->xhat_self, z, d * sizeof *z);
+    if (g->ebuf)
+        memset(g->ebuf, 0, d * sizeof *g->ebuf);
+    if (g->sent)
+        memset(g->sent, 0, d * sizeof *g->sent);
+    if (g->cfg.algo == GOSSIP_CHOCO)
+        for (int k = 0; k < g->nin; k++)
+            s_in(g, k)->copy_bad = 1; /* void until its RESYNC */
+    return 0;
+}
+
 /* ---- momentum-factor masking --------------------------------------------- */
 
 int gossip_node_masks_momentum(const gossip_node *g)

@@ -222,6 +222,16 @@ size_t gossip_node_resync_msg(gossip_node *g, const uint8_t **msg);
  * message when prepared or iter is behind. */
 int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen);
 
+/* A node that is not prepared joins a run in progress at iteration iter
+ * (>= its own) with model z, which the caller also makes its x: psi = 1;
+ * choco: its own public copy xhat_i = z (its out-neighbours get it by
+ * RESYNC, so the consensus term starts at 0 instead of pulling everybody
+ * towards 0) and its copies of in-neighbours void until their RESYNC;
+ * deepsqueeze: e_i = 0; dgc: no momentum mask pending.  -1 with a message
+ * (nothing changed) when z holds NaN/Inf, the node is prepared or iter is
+ * behind.  docs/gossip.md "Joining". */
+int gossip_node_join(gossip_node *g, const float *z, uint64_t iter, char *err, size_t errlen);
+
 /* Layout fingerprint carried by every message (for HELLO). */
 uint32_t gossip_node_fingerprint(const gossip_node *g);
 

@@ -45,6 +45,8 @@ typedef struct {
     double   period;           /* EWMA of the gaps between its GOSSIPs */
     double   resync_asked;     /* clock of our last RESYNC_REQ to it */
     uint64_t resync_iter;      /* 1 + iteration of our last RESYNC to it (0: none) */
+    uint8_t  join_told;        /* its HELLO_ACK said GOSSIP_HELLO_JOIN (a run in progress) */
+    double   state_sent;       /* clock of our last STATE answer to it (rate limit) */
 } gossip_peer;
 
 #endif

@@ -36,4 +36,22 @@ gossip_node *gossip_sim_node(gossip_sim *s, int rank);
 /* Sum over nodes of bytes sent (totals). */
 uint64_t     gossip_sim_bytes_sent(const gossip_sim *s);
 
+/* ---- membership drills (simulate --join; docs/gossip.md "Joining") ---- */
+
+/* rank is absent from now on, as a node that was not there at the start:
+ * every other node has it down and it has every other node down
+ * (gossip_node_peer_down both ways), so it sends and gets nothing and
+ * mixes alone; gossip_sim_step is unchanged. */
+void gossip_sim_absent(gossip_sim *s, int rank);
+/* Absent rank joins before iteration iter, the current one of all (call
+ * it between two steps): the state of its lowest present in-neighbour, z =
+ * x/psi, travels as STATE chunks of `chunk` bytes through the encoder and
+ * the checking assembler (gossip_state.h) and becomes x[rank]; its psi
+ * becomes 1, its iteration iter (gossip_node_join: choco xhat_i =
+ * z); choco public copies are exchanged by RESYNC both ways; its
+ * neighbours take it back as out-neighbour (as in-neighbour by its next
+ * message).  *holder: that in-neighbour.  -1 with a message. */
+int gossip_sim_join(gossip_sim *s, int rank, float **x, uint64_t iter, size_t chunk,
+                    int *holder, char *err, size_t errlen);
+
 #endif

@@ -36,6 +36,7 @@
 #define NODE_EXIT_CUT_OFF 3
 
 static volatile sig_atomic_t s_signals = 0;
+static double s_t_start; /* clock at the command's start ("joined ... in X s") */
 static volatile sig_atomic_t s_last_signal = 0;
 
 static void s_on_signal(int sig)
@@ -284,6 +285,9 @@ static int s_connect(s_node *s, char *err, size_t errlen)
     lc.log_arg = s;
     lc.signals = &s_signals;
     s->link = gossip_link_new(s->net, s->g, s->t, s->me, &lc);
+    nn_arena *buf = nn_model_buffers(s->k.tr[0].model); /* 8-bit activation ranges */
+    gossip_link_set_model(s->link, s->k.x[0], buf && buf->nviews ? buf->data : NULL,
+                          buf && buf->nviews ? buf->numel : 0);
     return 0;
 }
 
@@ -410,6 +414,14 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
     }
     if (s->link && s->t->discovery == TOPO_DISCOVERY_LAN)
         s_log_peers(s);
+    gossip_link_stats ls;
+    nn_sgd *sgd = &s->k.tr[0].sgd;
+    if (s->link && (gossip_link_stats_get(s->link, &ls), ls.joined) && sgd->prev.data)
+        memcpy(sgd->prev.data, s->k.x[0], sizeof(float) * sgd->prev.numel); /* --qgm: x_T */
+    if (s->link && ls.joined)
+        s_log(s, "joined at iteration %llu in %.2f s (model of rank %d; from the process "
+              "start to the first local step)", (unsigned long long)(round * H),
+              nn_now() - s_t_start, ls.join_from);
     if (round * H > r->it)
         r->it = round * H; /* rejoined further along: start that round's local steps */
     return node_run_loop(r, err, errlen);
@@ -564,5 +576,6 @@ static int s_node_cmd(const node_opts *o)
 
 int node_cmd_node(int argc, char **argv)
 {
+    s_t_start = nn_now();
     return node_opts_main(NODE_CMD_NODE, argc, argv, s_node_cmd);
 }

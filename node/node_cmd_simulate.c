@@ -8,7 +8,12 @@
  * Reports, at every evaluation: the test accuracy of the average of all
  * node models (the paper's metric), the mean of per-node accuracies, the
  * consensus distance and bytes sent per node.  --out DIR: every rank's
- * model; --save FILE: the average model.
+ * model; --save FILE: the average model.  --join R@T: rank R is absent
+ * (gossip_sim_absent) for the rounds before iteration T, then joins with
+ * an in-neighbour's model (gossip_sim_join) and model buffers (the
+ * 8-bit activation ranges, as `node` transfers them) and zero momentum; while
+ * absent it still takes its local steps (discarded at the join), and its
+ * model is in the reported averages.
  */
 #include <errno.h>
 #include <math.h>
@@ -18,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "gossip/gossip_sim.h"
+#include "gossip/gossip_state.h"
 #include "node/node_cmds.h"
 #include "node/node_run.h"
 #include "topology/topo.h"
@@ -28,10 +34,42 @@ static void s_log(void *arg, int rank, const char *msg)
     fprintf(stderr, "lpgossip simulate: node %d: %s\n", rank, msg);
 }
 
+/* The round's argument: the sim and the --join drill. */
+typedef struct {
+    gossip_sim *sim;
+    node_ranks *k;
+    long        rank;     /* joining rank, -1: none */
+    uint64_t    at;       /* the round it joins at */
+    int         state;    /* 0 not yet absent, 1 absent, 2 joined */
+} s_sim_round;
+
 static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, size_t errlen)
 {
     (void)tm;
-    return gossip_sim_step(arg, x, r, err, errlen);
+    s_sim_round *sr = arg;
+    if (sr->rank >= 0 && sr->state == 0) {
+        gossip_sim_absent(sr->sim, (int)sr->rank);
+        sr->state = 1;
+    }
+    if (sr->state == 1 && r >= sr->at) {
+        int h;
+        if (gossip_sim_join(sr->sim, (int)sr->rank, x, r, GOSSIP_STATE_CHUNK_MAX, &h, err,
+                            errlen) != 0)
+            return -1;
+        nn_sgd *sgd = &sr->k->tr[sr->rank].sgd;
+        if (sgd->mom.data)
+            memset(sgd->mom.data, 0, sizeof *sgd->mom.data * sgd->mom.numel);
+        if (sgd->prev.data) /* --qgm: x_T */
+            memcpy(sgd->prev.data, x[sr->rank], sizeof *sgd->prev.data * sgd->prev.numel);
+        nn_arena *bh = nn_model_buffers(sr->k->tr[h].model);
+        nn_arena *br = nn_model_buffers(sr->k->tr[sr->rank].model);
+        if (bh && br && bh->nviews && br->data) /* the 8-bit activation ranges, as `node` */
+            memcpy(br->data, bh->data, sizeof *br->data * br->numel);
+        sr->state = 2;
+        fprintf(stderr, "lpgossip simulate: node %ld joined at round %llu with the model of "
+                "node %d\n", sr->rank, (unsigned long long)r, h);
+    }
+    return gossip_sim_step(sr->sim, x, r, err, errlen);
 }
 
 static void s_report(void *arg, const node_run *r, node_metrics *m)
@@ -113,10 +151,20 @@ static int s_run(const node_opts *o, const topo *t, FILE *mf, int *usage, char *
         g[i] = gossip_sim_node(sim, i);
     s_banner(o, &k, &gc);
     long en = o->g.eval_nodes;
+    s_sim_round sr = {sim, &k, o->g.join_rank, 0, 0};
+    uint64_t iters = (uint64_t)k.steps * (uint64_t)to->epochs;
+    if (sr.rank >= t->n || (sr.rank >= 0 && (uint64_t)o->g.join_at >= iters)) {
+        *usage = 1;
+        nn_errf(err, errlen, "--join %ld@%ld: %s has %d nodes and the run %llu iterations",
+                o->g.join_rank, o->g.join_at, o->g.topology, t->n, (unsigned long long)iters);
+        free(g);
+        goto done;
+    }
+    sr.at = ((uint64_t)o->g.join_at + H - 1) / H; /* the first round at or after T */
     node_run r = {.n = t->n, .tr = k.tr, .x = k.x, .g = g, .d = &k.d, .o = to, .steps = k.steps,
                   .H = H, .iters = (uint64_t)k.steps * (uint64_t)to->epochs,
                   .eval_nodes = en < 0 || en > t->n ? t->n : en, .avg = avg,
-                  .round = {s_round, NULL, sim}, .metrics = mf, .log = s_log,
+                  .round = {s_round, NULL, &sr}, .metrics = mf, .log = s_log,
                   .report = s_report, .hook_arg = sim};
     r.meta = (node_metrics){.command = "simulate", .rank = -1, .nodes = t->n,
                             .model = node_arch_name(to->mo.model),

@@ -33,6 +33,7 @@ enum {
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
+    F_MIN_NODES, F_START_WINDOW, F_JOIN,
 };
 
 typedef struct {
@@ -72,6 +73,8 @@ static const s_flag s_flags[] = {
     {"fail-on-peer-loss", 0, F_FAIL_LOSS, G_NODE}, {"cert", 1, F_CERT, G_NODE},
     {"debug-drop", 1, F_DROP, G_DEBUG_LINK},
     {"discovery-interface", 1, F_DISC_IFACE, G_NODE},
+    {"min-nodes", 1, F_MIN_NODES, G_NODE},   {"start-window", 1, F_START_WINDOW, G_NODE},
+    {"join", 1, F_JOIN, G_SIM},
 };
 
 #define S_NFLAGS (sizeof s_flags / sizeof s_flags[0])
@@ -157,6 +160,8 @@ static const char s_help_sim[] =
 "simulate:\n"
 "  --eval-nodes K      evaluate only the first K node models for the mean\n"
 "                      node accuracy (the average model is always evaluated)\n"
+"  --join R@T          node R is absent (down at its neighbours) before iteration\n"
+"                      T, then joins with an in-neighbour's model (docs/gossip.md)\n"
 "  (--out DIR writes DIR/model-RANK.safetensors at the end)\n";
 
 static const char s_help_node[] =
@@ -182,6 +187,12 @@ static const char s_help_node[] =
 "  --fail-on-peer-loss end the run instead when a neighbour is lost\n"
 "  --discovery-interface IFACE  with `discovery: lan`: broadcast on this network\n"
 "                      interface (e.g. eth0) [ZSYS_INTERFACE, else the first that can]\n"
+"  --start-window S    start as soon as every neighbour answered, or after S s\n"
+"                      when the quorum holds (the silent ones are then down and\n"
+"                      join later) [5]\n"
+"  --min-nodes N       quorum: this node + its answering neighbours >= N (at most\n"
+"                      1 + its neighbours) [2]; a node started later with the same\n"
+"                      command line joins the run in progress (docs/node.md)\n"
 "Files in --out DIR: model-RANK.safetensors (the de-biased model z),\n"
 "metrics-RANK.jsonl (one JSON object per evaluation), log-RANK.txt.\n";
 
@@ -330,6 +341,21 @@ static int s_run_flag(node_train_opts *o, int code, const char *arg, char *err, 
     }
 }
 
+/* --join R@T (simulate). */
+static int s_join_spec(node_gossip_opts *g, const char *arg, char *err, size_t errlen)
+{
+    char *end;
+    long r = strtol(arg, &end, 10), t = -1;
+    if (end != arg && *end == '@' && end[1])
+        t = strtol(end + 1, &end, 10);
+    if (r < 0 || r >= TOPO_MAX_NODES || t < 0 || *end)
+        return nn_errf(err, errlen, "--join '%s': expected R@T (rank R joins at iteration T)",
+                       arg);
+    g->join_rank = r;
+    g->join_at = t;
+    return 0;
+}
+
 static int s_gossip_flag(node_gossip_opts *g, int code, const char *arg, char *err,
                          size_t errlen)
 {
@@ -349,6 +375,7 @@ static int s_gossip_flag(node_gossip_opts *g, int code, const char *arg, char *e
     case F_OUT: return s_copy(g->out, sizeof g->out, "--out", arg, err, errlen);
     case F_EVAL_NODES:
         return node_parse_int("--eval-nodes", arg, 0, 1 << 20, &g->eval_nodes, err, errlen);
+    case F_JOIN: return s_join_spec(g, arg, err, errlen);
     default: return 1;
     }
 }
@@ -386,6 +413,15 @@ static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, s
         return node_parse_int("--checkpoint-every", arg, 0, 1000000000L, &n->ckpt_every, err,
                               errlen);
     case F_RESUME: n->resume = 1; return 0;
+    case F_MIN_NODES: {
+        long v;
+        if (node_parse_int("--min-nodes", arg, 1, TOPO_MAX_NODES, &v, err, errlen) != 0)
+            return -1;
+        lc->min_nodes = (int)v;
+        return 0;
+    }
+    case F_START_WINDOW:
+        return node_parse_double("--start-window", arg, 0, 1e6, &lc->start_window, err, errlen);
     default: return 1;
     }
 }
@@ -425,6 +461,7 @@ static void s_defaults(node_opts *o, node_command cmd, int argc)
     o->g.gc.eta = -1;
     o->g.gossip_every = 1;
     o->g.eval_nodes = -1;
+    o->g.join_rank = -1;
     char err[256];
     int ok = gossip_compressor_parse(&o->g.comp, o->g.gc.compressor, err, sizeof err);
     assert(ok == 0); /* the default spec */

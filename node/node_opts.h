@@ -54,6 +54,7 @@ typedef struct {
     long              gossip_every; /* H: a gossip round after every H local steps [1] */
     long              eval_nodes;  /* simulate: models evaluated for the mean [all] */
     char              out[512];    /* output directory or "" */
+    long              join_rank, join_at; /* simulate --join R@T (rank -1: none) */
 } node_gossip_opts;
 
 /* node flags */

@@ -67,6 +67,8 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"peers_down", ls->peers_down},        {"down_events", ls->down_events},
         {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
         {"isolated_rounds", ls->isolated_rounds},
+        {"states_sent", ls->states_sent},      {"state_refused", ls->state_refused},
+        {"joined", (uint64_t)ls->joined},      {"join_iter", ls->join_iter},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
     const s_real t[] = {

@@ -104,6 +104,33 @@ static void test_average_model_int8(void **state)
 }
 
 /* Runs `lpgossip ARGS` (output to dir/log); returns the exit status. */
+static int s_cli(const char *dir, const char *args);
+
+/* --join 3@20: node 3 is absent for 20 of the 25 iterations, then joins
+ * with node 0's model; on the complete graph with D-PSGD everybody agrees
+ * exactly again after the join round.  Bad specs are usage errors. */
+static void test_join(void **state)
+{
+    (void)state;
+    char last[4096], dir[256];
+    s_sim("fp32", "--join 3@20", last);
+    double node = s_field(last, "mean_node_acc"), cons = s_field(last, "consensus");
+    print_message("--join 3@20: mean-node %.4f consensus %.3g\n", node, cons);
+    assert_true(cons < 1e-8);
+    assert_true(node > 0.3);
+    assert_int_equal(tk_mkdtemp(dir, sizeof dir, "join"), 0);
+    const char *bad[] = {"--join 4@5", "--join 3@25", "--join 3", "--join x@1", "--join 3@-1"};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char args[512];
+        snprintf(args, sizeof args, "simulate --topology topologies/complete4.yaml "
+                 "--train-subset 1600 --batch 16 --epochs 1 --no-eval %s", bad[k]);
+        if (s_cli(dir, args) != 2)
+            fail_msg("%s: expected a usage error (2)", bad[k]);
+    }
+    assert_int_equal(tk_rmtree(dir), 0);
+}
+
+/* Runs `lpgossip ARGS` (output to dir/log); returns the exit status. */
 static int s_cli(const char *dir, const char *args)
 {
     char cmd[4096];
@@ -235,6 +262,7 @@ int main(void)
         cmocka_unit_test(test_local_steps),
         cmocka_unit_test(test_one_loop),
         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,13 +51,21 @@ static void s_init(void)
 /* The message a recipe describes, into s_msg. */
 static void s_recipe(int from, const uint8_t *r, size_t n)
 {
-    uint8_t kind = n > 0 ? (uint8_t)(r[0] % 9) : GOSSIP_MSG_PING;
+    uint8_t kind = n > 0 ? (uint8_t)(r[0] % (GOSSIP_MSG_LAST + 1)) : GOSSIP_MSG_PING;
     uint64_t iter = n > 1 ? r[1] : 0, nonce = 0;
     if (n > 9)
         memcpy(&nonce, r + 2, 8);
     uint32_t fp = gossip_layout_fingerprint(&s_layout);
     if (kind == GOSSIP_MSG_HELLO || kind == GOSSIP_MSG_HELLO_ACK) {
         gossip_msg_encode_hello(kind, (uint32_t)from, iter, fp, nonce, &s_msg);
+        return;
+    }
+    if (kind == GOSSIP_MSG_STATE) { /* one chunk of a state of the recipe's bytes */
+        gossip_buf_set(&s_msg, NULL, 0);
+        size_t nb = n > 10 ? (n - 10) & ~(size_t)3 : 0;
+        gossip_state_chunk c = {0, nb ? nb : 4, (uint32_t)nonce, nb ? r + 10 : r, nb ? nb : 4};
+        if (n >= 4)
+            gossip_msg_encode_state((uint32_t)from, iter, fp, &c, &s_msg);
         return;
     }
     if (kind != GOSSIP_MSG_GOSSIP && kind != GOSSIP_MSG_RESYNC) {

@@ -1,0 +1,379 @@
+/* test_gossip_join — joining a run in progress (issue 15), in one process.
+ *
+ *   - the wire: STATE, STATE_REQ and HELLO_ACK with a status word round-trip
+ *     through the codec; malformed ones (short, empty or oversized chunks,
+ *     misaligned or out-of-range offsets, reserved bits, psi, unknown
+ *     status bits, a status on a HELLO) are refused with a message;
+ *   - the assembler (gossip_state): a state split into many chunks comes
+ *     back bit-identical; a chunk from a rank not asked, a wrong CRC, a NaN,
+ *     another total, a gap, a replay, an iteration change are refused;
+ *   - the simulator (gossip_sim_absent / gossip_sim_join), lr = 0: a node
+ *     absent for the first T rounds joins with its in-neighbour's z and
+ *     push-sum averaging then converges to exactly the documented value
+ *     (sum x_i + z_h) / (sum psi_i + 1) over the present nodes at the join;
+ *   - the link's receive path (gossip_link_handle): STATE nobody asked
+ *     for, or from a neighbour that was not asked, or with a bad CRC, is
+ *     refused and counted; the asked neighbour's valid state is taken.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gossip/gossip_codec.h"
+#include "gossip/gossip_link.h"
+#include "gossip/gossip_sim.h"
+#include "gossip/gossip_state.h"
+#include "nn/nn_core.h"
+#include "topology/topo.h"
+
+/* ---- the wire --------------------------------------------------------------- */
+
+static void test_codec_roundtrip(void **state)
+{
+    (void)state;
+    gossip_buf b = {0};
+    char err[512];
+    gossip_header h;
+    uint8_t data[40];
+    for (int i = 0; i < 40; i++)
+        data[i] = (uint8_t)(7 * i + 1);
+    gossip_state_chunk c = {8, 48, 0xa5a5f00du, data, 40}, d;
+    size_t len = gossip_msg_encode_state(3, 77, 0x1234u, &c, &b);
+    assert_int_equal(len, GOSSIP_HEADER_BYTES + GOSSIP_STATE_HDR_BYTES + 40);
+    assert_int_equal(gossip_msg_decode_state(b.data, b.len, &h, &d, err, sizeof err), 0);
+    assert_true(h.kind == GOSSIP_MSG_STATE && h.sender == 3 && h.iter == 77 &&
+                h.fingerprint == 0x1234u);
+    assert_true(d.offset == 8 && d.total == 48 && d.crc == 0xa5a5f00du && d.len == 40);
+    assert_memory_equal(d.data, data, 40);
+    /* STATE_REQ: a plain control message */
+    gossip_msg_encode_control(GOSSIP_MSG_STATE_REQ, 2, 5, 0x1234u, &b);
+    assert_int_equal(gossip_msg_decode_header(b.data, b.len, NULL, &h, err, sizeof err), 0);
+    assert_true(h.kind == GOSSIP_MSG_STATE_REQ && h.sender == 2 && h.iter == 5);
+    /* HELLO_ACK with a status: nonce and status read back; status 0 is the plain one */
+    gossip_msg_encode_hello_ack(1, 9, 0x1234u, 0xfeedULL, GOSSIP_HELLO_JOIN, &b);
+    assert_int_equal(gossip_msg_decode_header(b.data, b.len, NULL, &h, err, sizeof err), 0);
+    assert_true(gossip_msg_hello_nonce(b.data, b.len) == 0xfeedULL);
+    assert_true(gossip_msg_hello_status(b.data, b.len) == GOSSIP_HELLO_JOIN);
+    gossip_msg_encode_hello_ack(1, 9, 0x1234u, 0xfeedULL, 0, &b);
+    assert_int_equal(b.len, GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES);
+    assert_true(gossip_msg_hello_status(b.data, b.len) == 0);
+    gossip_buf_free(&b);
+}
+
+static void s_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A STATE message, then `mutate` applied, must be refused naming `what`. */
+static void s_refused(void (*mutate)(gossip_buf *), const char *what)
+{
+    uint8_t data[16] = {0};
+    gossip_state_chunk c = {0, 32, 1, data, 16};
+    gossip_buf b = {0};
+    gossip_msg_encode_state(1, 3, 0x99u, &c, &b);
+    mutate(&b);
+    char err[512] = "";
+    gossip_header h;
+    gossip_state_chunk d;
+    int rc = gossip_msg_decode_state(b.data, b.len, &h, &d, err, sizeof err);
+    if (rc != -1 || !strstr(err, what))
+        fail_msg("expected a refusal naming '%s', got %d '%s'", what, rc, err);
+    gossip_buf_free(&b);
+}
+
+static void m_short(gossip_buf *b) { b->len = GOSSIP_HEADER_BYTES + 10; s_put32(b->data + 36, 10); }
+static void m_empty(gossip_buf *b) { b->len = GOSSIP_HEADER_BYTES + 24; s_put32(b->data + 36, 24); }
+static void m_offset(gossip_buf *b) { b->data[40] = 2; }
+static void m_range(gossip_buf *b) { b->data[40] = 20; }
+static void m_total(gossip_buf *b) { b->data[48] = 8; }
+static void m_reserved(gossip_buf *b) { b->data[60] = 1; }
+static void m_flags(gossip_buf *b) { b->data[6] = 1; }
+static void m_trunc(gossip_buf *b) { b->len -= 3; }
+
+static void test_codec_malformed(void **state)
+{
+    (void)state;
+    s_refused(m_short, "the chunk header needs");
+    s_refused(m_empty, "chunk of 0 bytes");
+    s_refused(m_offset, "not a multiple of 4");
+    s_refused(m_range, "outside the total");
+    s_refused(m_total, "outside the total");
+    s_refused(m_reserved, "reserved field");
+    s_refused(m_flags, "flags");
+    s_refused(m_trunc, "payload length");
+    /* oversized chunk */
+    size_t big = GOSSIP_STATE_CHUNK_MAX + 4;
+    uint8_t *data = calloc(1, big);
+    gossip_buf b = {0};
+    gossip_state_chunk c = {0, big, 1, data, 4};
+    gossip_msg_encode_state(1, 3, 0x99u, &c, &b);
+    uint8_t *p = realloc(b.data, b.len + big - 4);
+    assert_non_null(p);
+    b.data = p;
+    b.len += big - 4;
+    s_put32(b.data + 36, (uint32_t)(b.len - GOSSIP_HEADER_BYTES));
+    char err[512] = "";
+    gossip_header h;
+    gossip_state_chunk d;
+    assert_int_equal(gossip_msg_decode_state(b.data, b.len, &h, &d, err, sizeof err), -1);
+    assert_non_null(strstr(err, "chunk of"));
+    /* unknown status bits; a status on a HELLO */
+    gossip_msg_encode_hello_ack(1, 9, 0x99u, 5, 2, &b);
+    assert_int_equal(gossip_msg_decode_header(b.data, b.len, NULL, &h, err, sizeof err), -1);
+    assert_non_null(strstr(err, "unknown status bits"));
+    gossip_msg_encode_hello_ack(1, 9, 0x99u, 5, 1, &b);
+    b.data[5] = GOSSIP_MSG_HELLO;
+    assert_int_equal(gossip_msg_decode_header(b.data, b.len, NULL, &h, err, sizeof err), -1);
+    /* a STATE read as another kind's header */
+    gossip_msg_encode_control(GOSSIP_MSG_PING, 1, 0, 0x99u, &b);
+    assert_int_equal(gossip_msg_decode_state(b.data, b.len, &h, &d, err, sizeof err), -1);
+    free(data);
+    gossip_buf_free(&b);
+}
+
+/* ---- the assembler ---------------------------------------------------------- */
+
+#define S_N 1000
+
+/* Feeds the chunks of v (chunk bytes each) from `sender` into rx; the
+ * result of the last add.  skip/dup: a chunk index to leave out / send
+ * twice (-1 none); flip: a byte of the packed state to corrupt (-1 none). */
+static int s_feed(gossip_state_rx *rx, int sender, const float *v, size_t chunk, int skip,
+                  int dup, long flip, char *err, size_t errlen)
+{
+    gossip_buf bytes = {0}, msg = {0};
+    uint32_t crc = gossip_state_pack(v, S_N, &bytes);
+    if (flip >= 0)
+        bytes.data[flip] ^= 0x10;
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && gossip_state_chunk_msg((uint32_t)sender, 42, 0x77u, &bytes,
+                                                         crc, chunk, k, &msg) > 0; k++) {
+        if ((int)k == skip)
+            continue;
+        rc = gossip_state_rx_add(rx, sender, msg.data, msg.len, err, errlen);
+        if (rc == 0 && (int)k == dup)
+            rc = gossip_state_rx_add(rx, sender, msg.data, msg.len, err, errlen);
+    }
+    gossip_buf_free(&bytes);
+    gossip_buf_free(&msg);
+    return rc;
+}
+
+static void test_state_assembly(void **state)
+{
+    (void)state;
+    float v[S_N];
+    for (int i = 0; i < S_N; i++)
+        v[i] = (float)sin(i * 0.37) * 1e3f + (float)i * 1e-7f;
+    gossip_state_rx rx;
+    char err[512];
+    gossip_state_rx_init(&rx, S_N, 0x77u);
+    gossip_state_rx_begin(&rx, 2);
+    assert_int_equal(s_feed(&rx, 2, v, 96, -1, -1, -1, err, sizeof err), 1);
+    assert_memory_equal(rx.vals, v, sizeof v);
+    assert_true(rx.iter == 42);
+    /* nobody asked / another rank than the one asked */
+    assert_int_equal(s_feed(&rx, 2, v, 96, -1, -1, -1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not asked"));
+    gossip_state_rx_begin(&rx, 2);
+    assert_int_equal(s_feed(&rx, 1, v, 96, -1, -1, -1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "rank 1, which was not asked"));
+    assert_int_equal(rx.from, 2); /* the transfer asked for goes on */
+    /* wrong CRC: one byte flipped in transit */
+    gossip_state_rx_begin(&rx, 2);
+    assert_int_equal(s_feed(&rx, 2, v, 96, -1, -1, 777, err, sizeof err), -1);
+    assert_non_null(strstr(err, "CRC-32"));
+    assert_int_equal(rx.from, -1);
+    /* a gap, a replay */
+    gossip_state_rx_begin(&rx, 2);
+    assert_int_equal(s_feed(&rx, 2, v, 96, 3, -1, -1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "a gap"));
+    gossip_state_rx_begin(&rx, 2);
+    assert_int_equal(s_feed(&rx, 2, v, 96, -1, 2, -1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "a replay"));
+    /* NaN (with a valid CRC) */
+    float w[S_N];
+    memcpy(w, v, sizeof w);
+    w[500] = NAN;
+    gossip_state_rx_begin(&rx, 2);
+    assert_int_equal(s_feed(&rx, 2, w, 4096, -1, -1, -1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "value 500 of the state is NaN"));
+    gossip_state_rx_free(&rx);
+    /* another total; another layout */
+    gossip_state_rx_init(&rx, S_N + 1, 0x77u);
+    gossip_state_rx_begin(&rx, 2);
+    assert_int_equal(s_feed(&rx, 2, v, 96, -1, -1, -1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "this run's is"));
+    gossip_state_rx_free(&rx);
+    gossip_state_rx_init(&rx, S_N, 0x78u);
+    gossip_state_rx_begin(&rx, 2);
+    assert_int_equal(s_feed(&rx, 2, v, 96, -1, -1, -1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "fingerprint"));
+    gossip_state_rx_free(&rx);
+}
+
+/* ---- the simulator ----------------------------------------------------------- */
+
+/* n nodes of `kind`, rank R absent for rounds < T, then joins; lr = 0.
+ * Every node's z must converge to (sum x + z_h) / (sum psi + 1) of the
+ * present nodes at the join. */
+static void s_sim_join(const char *kind, int n, gossip_algo algo, int R, uint64_t T,
+                       int rounds, double tol)
+{
+    char err[512];
+    topo *t = topo_generate(kind, n, 0, 0, err, sizeof err);
+    assert_non_null(t);
+    nn_arena L;
+    nn_arena_init(&L);
+    nn_arena_add(&L, "a", 1, (int[]){5});
+    nn_arena_add(&L, "b", 1, (int[]){3});
+    nn_arena_alloc(&L);
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.algo = algo;
+    gossip_sim *sim = gossip_sim_new(&cfg, &L, t, err, sizeof err);
+    assert_non_null(sim);
+    size_t m = L.numel;
+    float **x = calloc((size_t)n, sizeof *x);
+    nn_rng rng;
+    nn_rng_seed(&rng, 7);
+    for (int i = 0; i < n; i++) {
+        x[i] = calloc(m, sizeof **x);
+        for (size_t k = 0; k < m; k++)
+            x[i][k] = (float)(nn_rng_uniform(&rng) * 10 - 5);
+    }
+    gossip_sim_absent(sim, R);
+    for (uint64_t r = 0; r < T; r++)
+        assert_int_equal(gossip_sim_step(sim, x, r, err, sizeof err), 0);
+    /* the expected value, from the state at the join */
+    const gossip_peer *pr = gossip_node_peers(gossip_sim_node(sim, R));
+    int h = -1;
+    for (int j = 0; j < n && h < 0; j++)
+        if (j != R && pr[j].is_in)
+            h = j;
+    double *want = calloc(m, sizeof *want), psum = 1;
+    for (int i = 0; i < n; i++) {
+        if (i == R)
+            continue;
+        psum += gossip_node_psi(gossip_sim_node(sim, i));
+        for (size_t k = 0; k < m; k++)
+            want[k] += x[i][k];
+    }
+    for (size_t k = 0; k < m; k++)
+        want[k] = (want[k] + x[h][k] / gossip_node_psi(gossip_sim_node(sim, h))) / psum;
+    int holder = -2;
+    assert_int_equal(gossip_sim_join(sim, R, x, T, 12, &holder, err, sizeof err), 0);
+    assert_int_equal(holder, h);
+    for (uint64_t r = T; r < T + (uint64_t)rounds; r++)
+        if (gossip_sim_step(sim, x, r, err, sizeof err) != 0)
+            fail_msg("round %llu: %s", (unsigned long long)r, err);
+    float *z = calloc(m, sizeof *z);
+    for (int i = 0; i < n; i++) {
+        gossip_node_debias(gossip_sim_node(sim, i), x[i], z);
+        for (size_t k = 0; k < m; k++)
+            if (fabs(z[k] - want[k]) > tol * (1 + fabs(want[k])))
+                fail_msg("%s %s: node %d coordinate %zu: %.9g, the documented value %.9g", kind,
+                         gossip_algo_name(algo), i, k, z[k], want[k]);
+    }
+    free(z);
+    free(want);
+    for (int i = 0; i < n; i++)
+        free(x[i]);
+    free(x);
+    gossip_sim_destroy(&sim);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
+static void test_sim_join_consensus(void **state)
+{
+    (void)state;
+    s_sim_join("directed_ring", 5, GOSSIP_DPSGD, 2, 7, 800, 1e-5);
+    s_sim_join("undirected_ring", 6, GOSSIP_DPSGD, 0, 3, 600, 1e-5);
+    s_sim_join("exponential", 8, GOSSIP_DPSGD, 5, 10, 300, 1e-5);
+    s_sim_join("complete", 4, GOSSIP_CHOCO, 3, 4, 300, 1e-4);
+}
+
+/* ---- the link's receive path ----------------------------------------------- */
+
+static void test_link_state_refused(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = topo_generate("undirected_ring", 4, 0, 0, err, sizeof err);
+    nn_arena L;
+    nn_arena_init(&L);
+    nn_arena_add(&L, "a", 1, (int[]){300});
+    nn_arena_alloc(&L);
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.algo = GOSSIP_CHOCO;
+    gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
+    assert_non_null(g);
+    gossip_link_config lc;
+    gossip_link_config_default(&lc);
+    gossip_link *l = gossip_link_new(NULL, g, t, 0, &lc);
+    float x[300];
+    gossip_link_set_model(l, x, NULL, 0);
+    float v[300];
+    for (int i = 0; i < 300; i++)
+        v[i] = (float)i;
+    gossip_buf bytes = {0}, msg = {0};
+    uint32_t crc = gossip_state_pack(v, 300, &bytes);
+    uint32_t fp = gossip_node_fingerprint(g);
+    /* nobody asked */
+    gossip_state_chunk_msg(1, 0, fp, &bytes, crc, 1200, 0, &msg);
+    gossip_link_handle(l, 1, GOSSIP_NET_FROM_IN, msg.data, msg.len);
+    gossip_link_stats st;
+    gossip_link_stats_get(l, &st);
+    assert_true(st.state_refused == 1 && st.refused == 1);
+    /* rank 3 asked: rank 1's is refused, 3's with a bad CRC too, then 3's good one taken */
+    gossip_link_expect_state(l, 3);
+    gossip_link_handle(l, 1, GOSSIP_NET_FROM_IN, msg.data, msg.len);
+    gossip_state_chunk_msg(3, 0, fp, &bytes, crc ^ 1u, 400, 0, &msg);
+    gossip_link_handle(l, 3, GOSSIP_NET_FROM_OUT, msg.data, msg.len);
+    gossip_link_stats_get(l, &st);
+    assert_true(st.state_refused == 2);
+    gossip_state_chunk_msg(3, 0, fp, &bytes, crc ^ 1u, 400, 1, &msg);
+    gossip_link_handle(l, 3, GOSSIP_NET_FROM_OUT, msg.data, msg.len);
+    gossip_state_chunk_msg(3, 0, fp, &bytes, crc ^ 1u, 400, 2, &msg);
+    gossip_link_handle(l, 3, GOSSIP_NET_FROM_OUT, msg.data, msg.len);
+    gossip_link_stats_get(l, &st);
+    assert_true(st.state_refused == 3 && !gossip_link_state_ready(l));
+    gossip_link_expect_state(l, 3);
+    for (size_t k = 0; gossip_state_chunk_msg(3, 0, fp, &bytes, crc, 400, k, &msg) > 0; k++)
+        gossip_link_handle(l, 3, GOSSIP_NET_FROM_OUT, msg.data, msg.len);
+    gossip_link_stats_get(l, &st);
+    assert_true(st.state_refused == 3 && gossip_link_state_ready(l));
+    /* a STATE_REQ before the start: ignored, nothing refused */
+    gossip_msg_encode_control(GOSSIP_MSG_STATE_REQ, 1, 0, fp, &msg);
+    gossip_link_handle(l, 1, GOSSIP_NET_FROM_OUT, msg.data, msg.len);
+    gossip_link_stats_get(l, &st);
+    assert_true(st.refused == 3 && st.states_sent == 0);
+    gossip_buf_free(&bytes);
+    gossip_buf_free(&msg);
+    gossip_link_destroy(&l);
+    gossip_node_destroy(&g);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_codec_roundtrip),
+        cmocka_unit_test(test_codec_malformed),
+        cmocka_unit_test(test_state_assembly),
+        cmocka_unit_test(test_sim_join_consensus),
+        cmocka_unit_test(test_link_state_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,412 @@
+/* test_node_join — quorum start and latecomers with `lpgossip node`
+ * processes on 127.0.0.1 (issue 15).
+ *
+ *   a latecomer joins: 3 of the 4 nodes of a complete graph start, pass
+ *     their start window with a quorum (the 4th is declared down), and
+ *     train; the 4th is started later with the very same command line (no
+ *     --resume, no checkpoint), is told that the run is in progress, takes
+ *     a neighbour's model by STATE transfer, jumps to the run's iteration
+ *     and trains to the end.  Every node finishes; the latecomer's final
+ *     model is as close to the average as the others';
+ *   a joiner refuses bad state: the test plays the only neighbour of a
+ *     joining node at the socket level: it says "join" in its HELLO_ACK,
+ *     then answers STATE_REQ with a state whose CRC is wrong, then with a
+ *     NaN in it (valid CRC), and a stranger's connection sends a STATE
+ *     too.  The joiner refuses and counts each, asks again, and gives up
+ *     after --timeout with an error naming the fault (exit 1);
+ *   no quorum: with --min-nodes 4 and one node missing, the others wait
+ *     past their start window and fail at --timeout naming it and the
+ *     quorum; so does a lone node with the default quorum of 2.
+ * Every wait is bounded; children are killed and temp files removed in the
+ * teardown.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "tests/tk.h"
+
+#include "gossip/gossip_codec.h"
+#include "gossip/gossip_state.h"
+#include "nn/nn_core.h"
+#include "nn/nn_model.h"
+#include "node/node_common.h"
+
+static char s_dir[256];
+
+static int s_setup(void **state)
+{
+    (void)state;
+    return tk_bin() && tk_mkdtemp(s_dir, sizeof s_dir, "join") == 0 ? 0 : -1;
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    tk_kill_all();
+    tk_rmtree(s_dir);
+    s_dir[0] = '\0';
+    return 0;
+}
+
+/* A topology file of n nodes n0.. on free loopback ports, then `graph`. */
+static void s_topo(const char *path, int n, const char *graph, int *ports)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "description: test topology\nnodes:\n");
+    for (int i = 0; i < n; i++) {
+        int p = tk_free_port();
+        assert_true(p > 0);
+        if (ports)
+            ports[i] = p;
+        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"}\n", i, p);
+    }
+    fprintf(f, "%s", graph);
+    fclose(f);
+}
+
+static pid_t s_node(const char *topo, int rank, char *const *common, const char *log)
+{
+    char *args[64], rk[16];
+    int a = 0;
+    snprintf(rk, sizeof rk, "%d", rank);
+    args[a++] = "lpgossip";
+    args[a++] = "node";
+    args[a++] = "--topology";
+    args[a++] = (char *)topo;
+    args[a++] = "--rank";
+    args[a++] = rk;
+    for (int k = 0; common[k]; k++)
+        args[a++] = common[k];
+    args[a] = NULL;
+    pid_t pid = tk_spawn(NULL, args, log, -1);
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* Waits (bounded) until `log` contains `what`; 1 found, 0 not. */
+static int s_wait_log(const char *log, const char *what, double seconds)
+{
+    double t0 = nn_now();
+    for (;;) {
+        char *s = tk_slurp(log);
+        int found = strstr(s, what) != NULL;
+        free(s);
+        if (found)
+            return 1;
+        if (nn_now() - t0 > seconds)
+            return 0;
+        usleep(50000);
+    }
+}
+
+static nn_model *s_model(const char *path)
+{
+    char err[512];
+    node_model_opts mo;
+    if (node_model_opts_from_file(path, &mo, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
+    assert_non_null(m);
+    if (node_model_load(path, m, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    return m;
+}
+
+/* ||z_i - avg|| / ||avg|| of the n final models in out. */
+static void s_distances(const char *out, int n, double *dist)
+{
+    nn_model *m[8];
+    for (int i = 0; i < n; i++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/model-%d.safetensors", out, i);
+        m[i] = s_model(p);
+    }
+    size_t d = nn_model_params(m[0])->numel;
+    double *avg = nn_xcalloc(d, sizeof(double)), norm = 0;
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < d; k++)
+            avg[k] += nn_model_params(m[i])->data[k] / n;
+    for (size_t k = 0; k < d; k++)
+        norm += avg[k] * avg[k];
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (size_t k = 0; k < d; k++) {
+            double e = nn_model_params(m[i])->data[k] - avg[k];
+            s += e * e;
+        }
+        dist[i] = sqrt(s / norm);
+        nn_model_destroy(&m[i]);
+    }
+    free(avg);
+}
+
+/* ---- a latecomer joins ------------------------------------------------------- */
+
+static void test_latecomer_joins(void **state)
+{
+    (void)state;
+    const int n = 4, late = 3, batch = 8, iters = tk_quick() ? 150 : 200;
+    char topo[512], out[512], subset[32], bs[16], logs[4][600];
+    snprintf(topo, sizeof topo, "%s/complete4.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    s_topo(topo, n, "graph:\n  generator: complete\n", NULL);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.3",
+                      "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
+                      "--lr", "0.05", "--seed", "3", "--no-eval", "--start-window", "2",
+                      "--timeout", "60", "--out", out, NULL};
+    for (int i = 0; i < n; i++)
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+    for (int i = 0; i < n; i++)
+        if (i != late)
+            s_node(topo, i, common, logs[i]);
+    if (!s_wait_log(logs[0], "start barrier passed", 60)) {
+        tk_dump(logs[0]);
+        fail_msg("the quorum of 3 never started");
+    }
+    usleep(1500000); /* let them train a little */
+    double t_late = nn_now();
+    s_node(topo, late, common, logs[late]);
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(tk_quick() ? 400 : 240, status);
+    if (rc != 0 || status[0] || status[1] || status[2] || status[3]) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        fail_msg("not every node finished (rc %d: %d %d %d %d)", rc, status[0], status[1],
+                 status[2], status[3]);
+    }
+    char *l0 = tk_slurp(logs[0]), *ll = tk_slurp(logs[late]);
+    assert_non_null(strstr(l0, "neighbour n3 (rank 3) is down: no answer within the start "
+                               "window"));
+    assert_non_null(strstr(l0, "start barrier passed"));
+    assert_non_null(strstr(l0, "(2 of 3 neighbours)"));
+    assert_non_null(strstr(ll, "the run is in progress"));
+    const char *j = strstr(ll, "joined at iteration ");
+    if (!j)
+        fail_msg("the latecomer did not join:\n%s", ll);
+    long T = strtol(j + strlen("joined at iteration "), NULL, 10);
+    double secs = strtod(strstr(j, " in ") + 4, NULL);
+    assert_true(T > 0 && T < iters);
+    int sent = 0;
+    for (int i = 0; i < n; i++) {
+        char *s = tk_slurp(logs[i]);
+        sent += strstr(s, "sent our model") != NULL;
+        free(s);
+    }
+    assert_int_equal(sent, 1);
+    /* the metrics say it too */
+    char mp[700], want[64];
+    snprintf(mp, sizeof mp, "%s/metrics-%d.jsonl", out, late);
+    char *met = tk_slurp(mp);
+    snprintf(want, sizeof want, "\"join_iter\":%ld", T);
+    if (!strstr(met, "\"joined\":1") || !strstr(met, want))
+        fail_msg("metrics of the latecomer lack joined/join_iter %ld:\n%s", T, met);
+    free(met);
+    int states = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(mp, sizeof mp, "%s/metrics-%d.jsonl", out, i);
+        met = tk_slurp(mp);
+        states += strstr(met, "\"states_sent\":1") != NULL;
+        free(met);
+    }
+    assert_int_equal(states, 1);
+    double dist[4], others = 0;
+    s_distances(out, n, dist);
+    for (int i = 0; i < n; i++) {
+        printf("node %d: ||z - avg|| / ||avg|| = %.4f\n", i, dist[i]);
+        if (i != late && dist[i] > others)
+            others = dist[i];
+    }
+    printf("the latecomer joined at iteration %ld of %d, %.2f s after its start (the run "
+           "ended %.1f s after its start)\n", T, iters, secs, nn_now() - t_late);
+    assert_true(isfinite(dist[late]));
+    assert_true(dist[late] <= fmax(2.0 * others, 0.02));
+    free(l0);
+    free(ll);
+}
+
+/* ---- a joiner refuses bad state ------------------------------------------------ */
+
+static void s_send(void *sock, const void *b, size_t len, int more)
+{
+    assert_true(zmq_send(sock, b, len, more ? ZMQ_SNDMORE : 0) == (int)len);
+}
+
+/* The state, n floats of 0.5 (one NaN with `nan`), as STATE messages from
+ * rank 1 with the CRC flipped with `bad_crc`, over the router to id. */
+static void s_send_state(void *router, const uint8_t *id, int idlen, size_t n, uint32_t fp,
+                         int bad_crc, int nan)
+{
+    float *v = nn_xmalloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = 0.5f;
+    if (nan)
+        v[n / 2] = NAN;
+    gossip_buf bytes = {0}, msg = {0};
+    uint32_t crc = gossip_state_pack(v, n, &bytes) ^ (bad_crc ? 1u : 0u);
+    for (size_t k = 0; gossip_state_chunk_msg(1, 40, fp, &bytes, crc, GOSSIP_STATE_CHUNK_MAX, k,
+                                              &msg) > 0; k++) {
+        s_send(router, id, (size_t)idlen, 1);
+        s_send(router, msg.data, msg.len, 0);
+    }
+    gossip_buf_free(&bytes);
+    gossip_buf_free(&msg);
+    free(v);
+}
+
+static void test_joiner_refuses_bad_state(void **state)
+{
+    (void)state;
+    int ports[2];
+    char topo[512], out[512], log[600], err[512];
+    snprintf(topo, sizeof topo, "%s/two.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/bad", s_dir);
+    snprintf(log, sizeof log, "%s/joiner.txt", s_dir);
+    s_topo(topo, 2, "graph:\n  generator: complete\n", ports);
+    void *ctx = zmq_ctx_new();
+    void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
+    void *stranger = zmq_socket(ctx, ZMQ_DEALER);
+    char ep[64];
+    int zero = 0, tmo = 200;
+    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(stranger, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(router, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[1]);
+    assert_int_equal(zmq_bind(router, ep), 0);
+    zmq_setsockopt(dealer, ZMQ_ROUTING_ID, "n1", 2);
+    zmq_setsockopt(stranger, ZMQ_ROUTING_ID, "mallory", 7);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[0]);
+    assert_int_equal(zmq_connect(dealer, ep), 0);
+    assert_int_equal(zmq_connect(stranger, ep), 0);
+    /* the joiner's state: the cnn's parameters (fp32: no extra floats) */
+    node_model_opts mo;
+    node_model_opts_defaults(&mo);
+    mo.model = NODE_ARCH_CNN;
+    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
+    if (!m)
+        fail_msg("%s", err);
+    nn_arena *buf = nn_model_buffers(m);
+    size_t nstate = nn_model_params(m)->numel + (buf && buf->nviews ? buf->numel : 0);
+    nn_model_destroy(&m);
+    char *common[] = {"--model", "cnn", "--train-subset", "320", "--batch", "8", "--epochs",
+                      "1", "--no-eval", "--start-window", "1", "--timeout", "6", "--out", out,
+                      NULL};
+    pid_t pid = s_node(topo, 0, common, log);
+    uint8_t id[16], msg[512];
+    int reqs = 0, acks = 0, ended = -1;
+    uint32_t fp = 0;
+    gossip_buf b = {0}, small = {0};
+    float two[2] = {1, 2};
+    uint32_t crc2 = gossip_state_pack(two, 2, &small);
+    double t0 = nn_now();
+    while (nn_now() - t0 < 30 && (ended = tk_wait(pid, 0)) < 0) {
+        int idlen = zmq_recv(router, id, sizeof id, 0);
+        if (idlen < 0)
+            continue;
+        int len = zmq_recv(router, msg, sizeof msg, 0);
+        if (len < GOSSIP_HEADER_BYTES)
+            continue;
+        fp = (uint32_t)msg[28] | (uint32_t)msg[29] << 8 | (uint32_t)msg[30] << 16 |
+             (uint32_t)msg[31] << 24;
+        if (msg[5] == GOSSIP_MSG_HELLO) { /* "the run is at 40 without you: join" */
+            gossip_msg_encode_hello_ack(1, 40, fp, 0x5eedULL, GOSSIP_HELLO_JOIN, &b);
+            s_send(router, id, (size_t)idlen, 1);
+            s_send(router, b.data, b.len, 0);
+            acks++;
+        } else if (msg[5] == GOSSIP_MSG_STATE_REQ) {
+            reqs++;
+            if (reqs == 1) { /* a STATE from a stranger's connection first */
+                gossip_state_chunk_msg(1, 40, fp, &small, crc2, 8, 0, &b);
+                s_send(stranger, b.data, b.len, 0);
+            }
+            if (reqs <= 2)
+                s_send_state(router, id, idlen, nstate, fp, reqs == 1, reqs == 2);
+        }
+    }
+    gossip_buf_free(&b);
+    gossip_buf_free(&small);
+    if (ended < 0)
+        ended = tk_wait(pid, 10);
+    zmq_close(router);
+    zmq_close(dealer);
+    zmq_close(stranger);
+    zmq_ctx_term(ctx);
+    char *l = tk_slurp(log);
+    if (ended != 1 || acks < 1 || reqs < 2 || !strstr(l, "the run is in progress") ||
+        !strstr(l, "CRC-32 of the whole state") || !strstr(l, "of the state is NaN") ||
+        !strstr(l, "join: no neighbour delivered its state within 6 s")) {
+        tk_dump(log);
+        fail_msg("status %d, %d HELLO_ACKs, %d STATE_REQs", ended, acks, reqs);
+    }
+    /* both refusals counted by the link, the stranger by the transport */
+    const char *r = strstr(l, "; refused ");
+    assert_non_null(r);
+    long refused = strtol(r + strlen("; refused "), NULL, 10);
+    long transport = strtol(strstr(r, "(transport ") + strlen("(transport "), NULL, 10);
+    printf("the joiner refused %ld messages (%ld by the transport)\n", refused, transport);
+    assert_true(refused >= 2);
+    assert_true(transport >= 1);
+    free(l);
+}
+
+/* ---- no quorum -------------------------------------------------------------------- */
+
+/* --min-nodes 4 on a complete graph of 4 with node 3 missing: the three
+ * wait past their window and fail at --timeout naming n3 and the quorum;
+ * a lone node fails the same way with the default quorum of 2. */
+static void test_no_quorum(void **state)
+{
+    (void)state;
+    char topo[512], logs[4][600];
+    snprintf(topo, sizeof topo, "%s/q4.yaml", s_dir);
+    s_topo(topo, 4, "graph:\n  generator: complete\n", NULL);
+    char *common[] = {"--model", "cnn", "--train-subset", "320", "--batch", "8", "--epochs",
+                      "1", "--no-eval", "--start-window", "1", "--timeout", "4",
+                      "--min-nodes", "4", NULL};
+    for (int i = 0; i < 3; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/q%d.txt", s_dir, i);
+        s_node(topo, i, common, logs[i]);
+    }
+    int status[TK_MAXPROC];
+    assert_int_equal(tk_wait_all(60, status), 0);
+    for (int i = 0; i < 3; i++) {
+        char *l = tk_slurp(logs[i]);
+        if (status[i] != 1 || !strstr(l, "never said hello: n3 (rank 3") ||
+            !strstr(l, "the quorum of 4 node(s) (--min-nodes, this one included) never "
+                       "formed: 2 answered"))
+            fail_msg("node %d: status %d, log:\n%s", i, status[i], l);
+        free(l);
+    }
+    tk_kill_all();
+    char *lone[] = {"--model", "cnn", "--train-subset", "320", "--no-eval", "--start-window",
+                    "0.5", "--timeout", "2", NULL};
+    snprintf(logs[3], sizeof logs[3], "%s/lone.txt", s_dir);
+    int st = tk_wait(s_node(topo, 2, lone, logs[3]), 30);
+    char *l = tk_slurp(logs[3]);
+    if (st != 1 || !strstr(l, "the quorum of 2 node(s)") || !strstr(l, "0 answered"))
+        fail_msg("lone node: status %d, log:\n%s", st, l);
+    free(l);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_latecomer_joins, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_joiner_refuses_bad_state, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_no_quorum, s_setup, s_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
