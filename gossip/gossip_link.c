@@ -212,6 +212,8 @@ static void s_down(gossip_link *l, int j, const char *fmt, ...)
 static void s_revive(gossip_link *l, int j, gossip_net_dir dir)
 {
     gossip_peer *p = &l->p[j];
+    if (p->bye_in)
+        return; /* it left: only a new instance (HELLO) brings it back */
     if (p->is_out && dir == GOSSIP_NET_FROM_OUT &&
         (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
         gossip_node_peer_up(l->g, j);
@@ -543,7 +545,9 @@ static void s_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t no
     s_hello_ack(l, from, in, restart ? GOSSIP_HELLO_JOIN : 0);
     if (!restart)
         return;
-    p->hello_iter = iter; /* whatever we hold of it is void */
+    p->hello_iter = iter; /* whatever we hold of it is void, its BYE too */
+    p->bye_in = p->bye_ack = 0;
+    p->bye_iter = 0;
     if (in && p->is_in) {
         gossip_node_peer_reset(l->g, from);
         s_drop_stash_of(l, from);
@@ -618,6 +622,8 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
     uint64_t iter = h.iter;
     gossip_peer *p = &l->p[from];
     uint64_t refused_before = l->st.refused;
+    if ((kind == GOSSIP_MSG_GOSSIP || kind == GOSSIP_MSG_RESYNC) && p->bye_in && p->down)
+        return; /* a late one of an instance that left and is out: nothing to use */
     switch (kind) {
     case GOSSIP_MSG_GOSSIP:
         s_gossip(l, from, msg, len, iter);

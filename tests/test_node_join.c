@@ -14,6 +14,11 @@
  *     NaN in it (valid CRC), and a stranger's connection sends a STATE
  *     too.  The joiner refuses and counts each, asks again, and gives up
  *     after --timeout with an error naming the fault (exit 1);
+ *   a leaver says BYE and comes back: one node of four is stopped with
+ *     SIGINT mid-run; it says BYE and its neighbours take it out of the
+ *     mixing for that reason (not after a timeout: --peer-timeout is set
+ *     far beyond the run); started again with the same command line (no
+ *     --resume) it joins the run in progress, and every node finishes;
  *   no quorum: with --min-nodes 4 and one node missing, the others wait
  *     past their start window and fail at --timeout naming it and the
  *     quorum; so does a lone node with the default quorum of 2.
@@ -237,6 +242,89 @@ static void test_latecomer_joins(void **state)
     free(ll);
 }
 
+/* ---- a leaver says BYE and comes back ------------------------------------------ */
+
+static void test_leaver_says_bye_and_joins_again(void **state)
+{
+    (void)state;
+    const int n = 4, leaver = 3, batch = 8, iters = 300;
+    char topo[512], out[512], subset[32], bs[16], logs[5][600];
+    snprintf(topo, sizeof topo, "%s/complete4.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    s_topo(topo, n, "graph:\n  generator: complete\n", NULL);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.3",
+                      "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
+                      "--lr", "0.05", "--seed", "5", "--no-eval", "--start-window", "2",
+                      "--timeout", "120", "--peer-timeout", "100", "--out", out, NULL};
+    for (int i = 0; i < 5; i++)
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+    pid_t pid[4];
+    for (int i = 0; i < n; i++)
+        pid[i] = s_node(topo, i, common, logs[i]);
+    if (!s_wait_log(logs[leaver], "start barrier passed", 60)) {
+        tk_dump(logs[leaver]);
+        fail_msg("the run never started");
+    }
+    usleep(1500000);
+    double t_int = nn_now();
+    tk_kill(pid[leaver], SIGINT);
+    int st = tk_wait(pid[leaver], 60);
+    char *ll = tk_slurp(logs[leaver]);
+    const char *sig = strstr(ll, "stopped by signal 2 after ");
+    if (st != 1 || !sig)
+        fail_msg("the leaver: status %d, log:\n%s", st, ll);
+    char left[96];
+    snprintf(left, sizeof left, "n3 (rank 3) is down: it left after %ld iterations (BYE)",
+             strtol(sig + strlen("stopped by signal 2 after "), NULL, 10));
+    free(ll);
+    /* its neighbours take it out because it said BYE, well before any timeout */
+    for (int i = 0; i < n; i++)
+        if (i != leaver && !s_wait_log(logs[i], left, 20)) {
+            tk_dump(logs[i]);
+            fail_msg("node %d did not log '%s'", i, left);
+        }
+    double t_bye = nn_now() - t_int;
+    s_node(topo, leaver, common, logs[4]); /* the same command line, no --resume */
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(300, status);
+    /* status[3] is the first run of the leaver (already reaped: 1) */
+    if (rc != 0 || status[0] || status[1] || status[2] || status[4]) {
+        for (int i = 0; i < 5; i++)
+            tk_dump(logs[i]);
+        fail_msg("not every node finished (rc %d: %d %d %d, leaver again %d)", rc, status[0],
+                 status[1], status[2], status[4]);
+    }
+    /* once out for its BYE, it stays out until its new instance says HELLO:
+     * nothing of the old one (a late PING, a BYE_ACK) brings it back */
+    for (int i = 0; i < n; i++) {
+        if (i == leaver)
+            continue;
+        char *l = tk_slurp(logs[i]);
+        int times = 0;
+        for (const char *c = l; (c = strstr(c, left)) != NULL; c++)
+            times++;
+        if (times != 1)
+            fail_msg("node %d took the leaver out for its BYE %d times:\n%s", i, times, l);
+        free(l);
+    }
+    char *again = tk_slurp(logs[4]);
+    if (!strstr(again, "joined at iteration "))
+        fail_msg("the leaver did not join again:\n%s", again);
+    free(again);
+    double dist[4], others = 0;
+    s_distances(out, n, dist);
+    for (int i = 0; i < n; i++)
+        if (i != leaver && dist[i] > others)
+            others = dist[i];
+    printf("BYE seen by all neighbours within %.2f s of the SIGINT; distances to the average "
+           "%.4f (others' max) and %.4f (the leaver, joined again)\n", t_bye, others,
+           dist[leaver]);
+    assert_true(isfinite(dist[leaver]));
+    assert_true(dist[leaver] <= fmax(2.0 * others, 0.02));
+}
+
 /* ---- a joiner refuses bad state ------------------------------------------------ */
 
 static void s_send(void *sock, const void *b, size_t len, int more)
@@ -405,6 +493,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_latecomer_joins, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_leaver_says_bye_and_joins_again, s_setup,
+                                        s_teardown),
         cmocka_unit_test_setup_teardown(test_joiner_refuses_bad_state, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_no_quorum, s_setup, s_teardown),
     };
