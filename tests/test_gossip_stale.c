@@ -168,7 +168,7 @@ static void test_sgp_exact_average(void **state)
     for (size_t ti = 0; ti < sizeof topos / sizeof topos[0]; ti++) {
         s_case c = { GOSSIP_DPSGD, "identity", 1.0, 3, "random:3", 2000, 2e-6, 1 };
         s_consensus(topos[ti], &c);
-        s_case f = { GOSSIP_DPSGD, "identity", 1.0, 2, "fixed:2", 4000, 2e-6, 1 };
+        s_case f = { GOSSIP_DPSGD, "identity", 1.0, 2, "fixed:2", 2000, 5e-6, 1 };
         s_consensus(topos[ti], &f);
     }
     s_case slow = { GOSSIP_DPSGD, "identity", 1.0, 4, "slow:3:0.33", 600, 2e-6, 1 };
