@@ -1020,9 +1020,9 @@ uint64_t gossip_node_ahead(const gossip_node *g)
     for (int k = 0; k < g->nin; k++) {
         if (s_absent(g, k, g->iter) == S_ABSENT_DOWN)
             continue;
-        uint64_t nw = g->stale[k].newest;
-        if (nw > g->iter && nw - g->iter > ahead)
-            ahead = nw - g->iter;
+        uint64_t nw = g->stale[k].newest; /* 1 + its newest iteration */
+        if (nw > g->iter + 1 && nw - 1 - g->iter > ahead)
+            ahead = nw - 1 - g->iter;
     }
     return ahead;
 }

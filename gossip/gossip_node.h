@@ -245,7 +245,7 @@ int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen
 
 /* How far the newest message held from a live in-neighbour runs ahead of
  * this node's current iteration: max over them of (its newest iteration
- * received + 1) - iter, 0 when none is ahead.  The run loop skips local
+ * received) - iter, 0 when none is ahead.  The run loop skips local
  * steps while this reaches the catch-up threshold (node_run.c). */
 uint64_t gossip_node_ahead(const gossip_node *g);
 /* Per in-neighbour `rank`, for the metrics: *lag = the staleness used at the
