@@ -204,7 +204,8 @@ static void s_run_case(const s_case *c)
         char *common[] = {"--algo", (char *)c->algo, "--compress", (char *)c->compress, "--eta",
                           (char *)c->eta, "--train-subset", subset, "--batch", bs, "--epochs",
                           "1", "--seed", "7", "--lr", "0.05", "--timeout", "40", "--no-eval",
-                          "--gossip-every", every, "--out", nodes, NULL};
+                          "--gossip-every", every, "--out", nodes,
+                          "--staleness", "0", /* the synchronous protocol == simulate */ NULL};
         for (int k = 0; common[k]; k++)
             args[a++] = common[k];
         args[a] = NULL;
