@@ -59,6 +59,7 @@ struct gossip_node {
                                          bias the total mass */
     nn_rng  rng;
     uint64_t iter;
+    uint64_t sync_from;               /* staleness 0 from this mix on */
     int      prepared;
     /* buffers */
     gossip_compressed comp_out;
@@ -234,6 +235,7 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
     g->fp = gossip_layout_fingerprint(layout);
     g->blk_type = gossip_compressor_block_type(&comp);
     g->psi = 1.0;
+    g->sync_from = UINT64_MAX;
     size_t d = layout->numel;
     int n = t->n;
 
@@ -677,7 +679,7 @@ static uint64_t s_stale_thru(const gossip_node *g, int k, uint64_t iter)
 
 static int s_ready_stale(const gossip_node *g, uint64_t iter)
 {
-    uint64_t S = (uint64_t)g->cfg.staleness;
+    uint64_t S = iter >= g->sync_from ? 0 : (uint64_t)g->cfg.staleness;
     for (int k = 0; k < g->nin; k++) {
         if (s_absent(g, k, iter) == S_ABSENT_DOWN)
             continue;
@@ -1025,6 +1027,11 @@ uint64_t gossip_node_ahead(const gossip_node *g)
             ahead = nw - 1 - g->iter;
     }
     return ahead;
+}
+
+void gossip_node_sync_from(gossip_node *g, uint64_t iter)
+{
+    g->sync_from = iter;
 }
 
 int gossip_node_peer_lag(const gossip_node *g, int rank, uint64_t *lag, uint64_t *unfresh)

@@ -248,6 +248,11 @@ int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen
  * received) - iter, 0 when none is ahead.  The run loop skips local
  * steps while this reaches the catch-up threshold (node_run.c). */
 uint64_t gossip_node_ahead(const gossip_node *g);
+/* The mixes of iteration iter and later wait for every message (staleness
+ * 0; they still mix with the stale path's rules): a run's last mix, so that
+ * nothing is left in flight at the end (every late message mixed, choco
+ * copies equal to their owners'). */
+void gossip_node_sync_from(gossip_node *g, uint64_t iter);
 /* Per in-neighbour `rank`, for the metrics: *lag = the staleness used at the
  * last mix (t - newest iteration of its mixed or accounted), *unfresh =
  * mixes that went ahead without its message of that iteration.  -1 when

@@ -377,6 +377,8 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
                              .compress = o->g.gc.compressor, .eta = o->g.gc.eta,
                              .skew = o->g.skew};
     uint64_t round = it / H; /* gossip rounds done */
+    if (r->iters / H > 0) /* the last round drains what is late (--staleness) */
+        gossip_node_sync_from(s->g, r->iters / H - 1);
     if (s->link && gossip_link_start(s->link, o->n.resume, &round, err, errlen) != 0)
         return -1;
     if (round * H > r->it)
