@@ -371,7 +371,8 @@ static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, 
 }
 
 /* GOSSIP from in-neighbour `from`: replays are refused; late ones are
- * passed on only where they still matter (a choco copy catching up);
+ * passed on only where they still matter (a choco copy catching up, any
+ * algorithm with bounded staleness: mixed at the next mix);
  * those beyond the window wait in the stash, within the flow-control
  * bound. */
 static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
