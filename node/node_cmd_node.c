@@ -260,19 +260,18 @@ static void s_after_iter(void *arg, uint64_t done)
 }
 
 /* Bounded staleness: skip the local step (a mix-only iteration) while some
- * live in-neighbour's newest message is at least ceil(S/2) (>= 1)
- * iterations ahead of ours, so that a slow node keeps up with the others
- * instead of setting their pace (docs/gossip.md "Bounded staleness"). */
+ * live in-neighbour has already sent a later iteration than ours, so that
+ * a slow node takes its (long) steps only when level with its neighbours,
+ * which then have the whole S iterations of room and do not wait for it
+ * (docs/gossip.md "Bounded staleness" has the argument). */
 static int s_skip(void *arg, int i, uint64_t it)
 {
     s_node *s = arg;
-    int S = gossip_node_config(s->g)->staleness;
     (void)i;
     (void)it;
-    if (S <= 0 || !s->link)
+    if (gossip_node_config(s->g)->staleness <= 0 || !s->link)
         return 0;
-    uint64_t thr = (uint64_t)(S + 1) / 2;
-    return gossip_node_ahead(s->g) >= (thr ? thr : 1);
+    return gossip_node_ahead(s->g) >= 1;
 }
 
 /* The per-neighbour staleness metrics of m (docs/node.md). */
