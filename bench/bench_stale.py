@@ -10,12 +10,15 @@ the medians over REPS interleaved repetitions:
   vs S=0 even    its ratio to the undisturbed synchronous run of the same
                  nodes and algorithm (the issue's goal: <= 1.2 with one slow
                  node; <= 1.05 for S > 0 with equal speeds)
+  others' wait   of that, the mean seconds their rounds waited (sending and
+                 waiting, `seconds_wait`): less sensitive than wall time to
+                 other load on the machine
   skipped        the slow node's catch-up mix-only iterations
   acc            the averaged model's test accuracy (run-local's summary)
 
     bench/bench_stale.py [--s 0,2,4] [--reps 2] [--subset 32000] [--epochs 1]
                          [--topos complete4,ring8] [--algos choco,sgp]
-                         [--slow 1:0.3333] [--bin build/lpgossip]
+                         [--slow 1:0.3333] [--bin build/lpgossip] [--report-only]
 
 Runs stay under runs/bench-stale/.  OPENBLAS_NUM_THREADS=1; on a machine
 with fewer cores than nodes the processes share the cores, so the
@@ -48,11 +51,21 @@ def run(a, topo, algo, s, slow, rep):
     if rc != 0:
         print("run failed (%d): see %s.log" % (rc, out), file=sys.stderr)
         return None
+    return measure(out, int(a.slow.split(":")[0]), slow)
+
+
+def measure(out, r, slow):
+    """The numbers of one finished run directory."""
     sm = json.load(open(os.path.join(out, "summary.json")))
-    r = int(a.slow.split(":")[0])
-    secs = [v for k, v in enumerate(sm["node_seconds"]) if not (slow and k == r)]
-    return {"others": sum(secs) / len(secs), "skipped": sm["steps_skipped"][r] or 0,
-            "acc": sm["avg_model_acc"], "iters": sm["iterations"]}
+    last = []
+    for k in range(len(sm["node_seconds"])):
+        with open(os.path.join(out, "metrics-%d.jsonl" % k)) as f:
+            last.append(json.loads(f.read().strip().splitlines()[-1]))
+    others = [m for k, m in enumerate(last) if not (slow and k == r)]
+    return {"others": sum(m["seconds"] for m in others) / len(others),
+            "wait": sum(m["seconds_wait"] for m in others) / len(others),
+            "skipped": sm["steps_skipped"][r] or 0, "acc": sm["avg_model_acc"],
+            "iters": sm["iterations"]}
 
 
 def main():
@@ -66,6 +79,8 @@ def main():
     p.add_argument("--slow", default="1:0.3333")
     p.add_argument("--bin", default=os.path.join(ROOT, "build", "lpgossip"))
     p.add_argument("--out", default="runs/bench-stale")
+    p.add_argument("--report-only", action="store_true",
+                   help="only print the table of the runs already in --out")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     svals = [int(v) for v in a.s.split(",")]
@@ -74,24 +89,32 @@ def main():
     res = {c: [] for c in configs}
     for rep in range(a.reps):
         for c in configs:
-            m = run(a, *c, rep)
+            d = os.path.join(a.out, "%s-%s-s%d-%s-r%d" % (c[0], c[1], c[2],
+                                                          "slow" if c[3] else "even", rep))
+            if a.report_only:
+                m = measure(d, int(a.slow.split(":")[0]), c[3]) if os.path.exists(
+                    os.path.join(d, "summary.json")) else None
+            else:
+                m = run(a, *c, rep)
             if m:
                 res[c].append(m)
                 print("rep %d %s: %s" % (rep, c, m), file=sys.stderr, flush=True)
-    print("| nodes | algo | S | slow node | others' wall (s) | vs S=0 even | slow node's skipped steps | iterations | averaged acc | runs |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| nodes | algo | S | slow node | others' wall (s) | vs S=0 even | others' wait (s) | slow node's skipped steps | iterations | averaged acc | runs |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for c in configs:
         t, al, s, sl = c
         ms = res[c]
         base = res.get((t, al, 0, False)) or []
         if not ms:
-            print("| %s | %s | %d | %s | failed | | | | | 0 |" % (t, al, s, a.slow if sl else "none"))
+            print("| %s | %s | %d | %s | not run or failed | | | | | | 0 |" % (
+                t, al, s, a.slow if sl else "none"))
             continue
         med = statistics.median(m["others"] for m in ms)
         bmed = statistics.median(m["others"] for m in base) if base else float("nan")
-        print("| %s | %s | %d | %s | %.1f (%s) | %.2fx | %s | %d | %.2f%% | %d |" % (
+        print("| %s | %s | %d | %s | %.1f (%s) | %.2fx | %.1f | %s | %d | %.2f%% | %d |" % (
             t, al, s, "rank %s at %s" % tuple(a.slow.split(":")) if sl else "none", med,
             ", ".join("%.1f" % m["others"] for m in ms), med / bmed,
+            statistics.median(m["wait"] for m in ms),
             "/".join(str(m["skipped"]) for m in ms), ms[0]["iters"],
             100 * statistics.median(m["acc"] for m in ms), len(ms)))
 

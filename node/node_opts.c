@@ -154,7 +154,8 @@ static const char s_help_gossip[] =
 "  --staleness S       bounded staleness: mix iteration t with messages as old as\n"
 "                      t-S, wait only for older ones (0 = synchronous; at most\n"
 "                      %d; S > 0 with dpsgd/deepsqueeze needs push-sum)\n"
-"                      [node: %d, 0 with --no-push-sum; simulate: 0]\n"
+"                      [node: %d (0 for dpsgd/deepsqueeze with --no-push-sum);\n"
+"                      simulate: 0]\n"
 "  --out DIR           output directory (models, metrics)\n";
 
 static const char s_help_sim[] =
