@@ -149,6 +149,18 @@ static double s_median(double *v, uint32_t n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double gossip_link_gap_deadline(const double *gaps, uint32_t n)
+{
+    if (n < S_MIN_GAPS || n > GOSSIP_PEER_GAPS)
+        return 0.0;
+    double v[GOSSIP_PEER_GAPS];
+    memcpy(v, gaps, n * sizeof *v);
+    double med = s_median(v, n);
+    for (uint32_t k = 0; k < n; k++)
+        v[k] = fabs(gaps[k] - med);
+    return med + S_MAD_K * s_median(v, n);
+}
+
 /* Records one arrival gap of j's GOSSIP and recomputes its deadline. */
 static void s_note_gap(gossip_peer *p, double gap)
 {
@@ -156,14 +168,7 @@ static void s_note_gap(gossip_peer *p, double gap)
     p->gap_pos = (p->gap_pos + 1) % GOSSIP_PEER_GAPS;
     if (p->ngaps < GOSSIP_PEER_GAPS)
         p->ngaps++;
-    if (p->ngaps < S_MIN_GAPS)
-        return;
-    double v[GOSSIP_PEER_GAPS];
-    memcpy(v, p->gaps, p->ngaps * sizeof *v);
-    double med = s_median(v, p->ngaps);
-    for (uint32_t k = 0; k < p->ngaps; k++)
-        v[k] = fabs(p->gaps[k] - med);
-    p->deadline = med + S_MAD_K * s_median(v, p->ngaps);
+    p->deadline = gossip_link_gap_deadline(p->gaps, p->ngaps);
 }
 
 /* Seconds of silence after which neighbour j is declared down: its

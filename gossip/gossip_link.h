@@ -155,6 +155,12 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s);
 
 void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out);
 
+/* The adaptive deadline of n arrival gaps (seconds; gaps not modified):
+ * median + 6 x the median absolute deviation, before the clamp to
+ * [peer_floor, timeout]; 0 when n < 8 (too few: the caller falls back to
+ * peer_factor x period) or n > GOSSIP_PEER_GAPS. */
+double gossip_link_gap_deadline(const double *gaps, uint32_t n);
+
 /* The receive path without sockets (fuzz targets, tests): handles one
  * message as if the transport had delivered it from neighbour rank `from`
  * (0 <= from < n, not this node) on channel dir: header checks, the

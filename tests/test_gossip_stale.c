@@ -22,6 +22,7 @@
 
 #include "tests/tk.h"
 
+#include "gossip/gossip_link.h"
 #include "gossip/gossip_node.h"
 #include "gossip/gossip_sim.h"
 #include "nn/nn_core.h"
@@ -402,10 +403,38 @@ static void test_late_messages(void **state)
     topo_destroy(&t);
 }
 
+/* Adaptive deadline: median + 6 MAD of the gaps; robust to one outlier;
+ * nothing before 8 gaps; the input is left as it was. */
+static void test_gap_deadline(void **state)
+{
+    (void)state;
+    double g[GOSSIP_PEER_GAPS];
+    for (int k = 0; k < GOSSIP_PEER_GAPS; k++)
+        g[k] = 0.1;
+    assert_true(gossip_link_gap_deadline(g, 7) == 0.0);
+    assert_true(fabs(gossip_link_gap_deadline(g, 8) - 0.1) < 1e-12);
+    /* 0.1, 0.2 alternating: median 0.15, MAD 0.05 -> 0.45 */
+    for (int k = 0; k < 16; k++)
+        g[k] = k % 2 ? 0.2 : 0.1;
+    assert_true(fabs(gossip_link_gap_deadline(g, 16) - 0.45) < 1e-12);
+    assert_true(g[0] == 0.1 && g[1] == 0.2 && g[15] == 0.2); /* unchanged */
+    /* one 30 s outlier (a checkpoint) among 0.1 s gaps moves nothing */
+    for (int k = 0; k < 9; k++)
+        g[k] = k == 4 ? 30.0 : 0.1;
+    assert_true(fabs(gossip_link_gap_deadline(g, 9) - 0.1) < 1e-12);
+    /* a slow peer (3 s steps) gets a deadline above its gaps */
+    for (int k = 0; k < 32; k++)
+        g[k] = 3.0 + 0.01 * (k % 5);
+    double d = gossip_link_gap_deadline(g, 32);
+    assert_true(d > 3.04 && d < 3.5);
+    assert_true(gossip_link_gap_deadline(g, GOSSIP_PEER_GAPS + 1) == 0.0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_delays_parse),
+        cmocka_unit_test(test_gap_deadline),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_slow_steps),
         cmocka_unit_test(test_late_messages),
