@@ -397,7 +397,7 @@ static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, u
         s_note_gap(p, gap);
     }
     p->last_gossip = now;
-    if (iter < cur && !l->choco && !l->stale) {
+    if (iter < cur && !l->choco && iter + l->stale < cur) {
         p->got = iter + 1; /* late: that iteration was mixed without it */
         return;
     }
@@ -435,7 +435,7 @@ static void s_feed_stash(gossip_link *l)
     for (size_t a = 0; a < l->nstash; a++) {
         s_early *e = &l->stash[a];
         if (e->iter < cur + GOSSIP_WINDOW) {
-            if (e->iter >= cur || l->choco || l->stale)
+            if (e->iter + l->stale >= cur || l->choco)
                 s_deliver(l, e->from, e->bytes, e->len, e->iter);
             free(e->bytes);
         } else {
