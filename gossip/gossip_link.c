@@ -45,6 +45,7 @@ struct gossip_link {
     s_early           *stash;
     size_t             nstash, cap_stash, stash_max; /* stash_max per peer */
     uint64_t           lag, progress_every;
+    uint64_t           stale;      /* gossip_node's staleness S */
     int                running;    /* past the start */
     int                fatal;
     char               fatal_msg[1024];
@@ -138,11 +139,56 @@ static void s_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
     }
 }
 
-/* Seconds of silence after which neighbour j is declared down. */
+/* Adaptive deadline: median + S_MAD_K x MAD of a neighbour's last
+ * GOSSIP_PEER_GAPS arrival gaps, once S_MIN_GAPS are known.  k = 6: for
+ * normally distributed gaps MAD ~ 0.67 sigma, so 6 MAD ~ 4 sigma (a healthy
+ * peer is late beyond it about once in 30000 gaps); heavy tails (GC, a
+ * checkpoint) get the floor (--peer-timeout) as a cushion. */
+#define S_MAD_K 6.0
+#define S_MIN_GAPS 8
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double s_median(double *v, uint32_t n)
+{
+    qsort(v, n, sizeof *v, s_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double gossip_link_gap_deadline(const double *gaps, uint32_t n)
+{
+    if (n < S_MIN_GAPS || n > GOSSIP_PEER_GAPS)
+        return 0.0;
+    double v[GOSSIP_PEER_GAPS];
+    memcpy(v, gaps, n * sizeof *v);
+    double med = s_median(v, n);
+    for (uint32_t k = 0; k < n; k++)
+        v[k] = fabs(gaps[k] - med);
+    return med + S_MAD_K * s_median(v, n);
+}
+
+/* Records one arrival gap of j's GOSSIP and recomputes its deadline. */
+static void s_note_gap(gossip_peer *p, double gap)
+{
+    p->gaps[p->gap_pos] = gap;
+    p->gap_pos = (p->gap_pos + 1) % GOSSIP_PEER_GAPS;
+    if (p->ngaps < GOSSIP_PEER_GAPS)
+        p->ngaps++;
+    p->deadline = gossip_link_gap_deadline(p->gaps, p->ngaps);
+}
+
+/* Seconds of silence after which neighbour j is declared down: its
+ * adaptive deadline, or (too few gaps yet) peer_factor x its period;
+ * within [peer_floor, timeout].  Any valid message (a PING included) ends
+ * a silence, so a slow neighbour that still PINGs is never down. */
 static double s_limit(const gossip_link *l, int j)
 {
     double period = l->p[j].period > 0 ? l->p[j].period : l->round_period;
-    double lim = l->cfg.peer_factor * period;
+    double lim = l->p[j].deadline > 0 ? l->p[j].deadline : l->cfg.peer_factor * period;
     if (lim < l->cfg.peer_floor)
         lim = l->cfg.peer_floor;
     if (lim > l->cfg.timeout)
@@ -308,7 +354,7 @@ static void s_check_peers(gossip_link *l, int64_t iter, double wait_start)
         } else if (iter >= 0 && in_live && p->bye_in && p->bye_iter <= (uint64_t)iter &&
                    p->got <= (uint64_t)iter) {
             s_down(l, j, "it left after %llu iterations (BYE)", (unsigned long long)p->bye_iter);
-        } else if (iter >= 0 && in_live && wait_start >= 0 && p->got <= (uint64_t)iter &&
+        } else if (iter >= 0 && in_live && wait_start >= 0 && p->got + l->stale <= (uint64_t)iter &&
                    now - wait_start > l->cfg.timeout) {
             s_down(l, j, "its message for iteration %lld is %.0f s late (--timeout)",
                    (long long)iter, now - wait_start);
@@ -342,7 +388,8 @@ static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, 
 }
 
 /* GOSSIP from in-neighbour `from`: replays are refused; late ones are
- * passed on only where they still matter (a choco copy catching up);
+ * passed on only where they still matter (a choco copy catching up, any
+ * algorithm with bounded staleness: mixed at the next mix);
  * those beyond the window wait in the stash, within the flow-control
  * bound. */
 static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
@@ -359,9 +406,10 @@ static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, u
     if (p->last_gossip > 0) {
         double gap = now - p->last_gossip;
         p->period = p->period > 0 ? 0.9 * p->period + 0.1 * gap : gap;
+        s_note_gap(p, gap);
     }
     p->last_gossip = now;
-    if (iter < cur && !l->choco) {
+    if (iter < cur && !l->choco && iter + l->stale < cur) {
         p->got = iter + 1; /* late: that iteration was mixed without it */
         return;
     }
@@ -401,7 +449,7 @@ static void s_feed_stash(gossip_link *l)
     for (size_t a = 0; a < l->nstash; a++) {
         s_early *e = &l->stash[a];
         if (e->iter < cur + GOSSIP_WINDOW) {
-            if (e->iter >= cur || l->choco)
+            if (e->iter + l->stale >= cur || l->choco)
                 s_deliver(l, e->from, e->bytes, e->len, e->iter);
             free(e->bytes);
         } else {
@@ -762,6 +810,7 @@ gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int
     l->rank = rank;
     l->n = t->n;
     l->choco = gossip_node_config(g)->algo == GOSSIP_CHOCO;
+    l->stale = (uint64_t)gossip_node_config(g)->staleness;
     l->fp = gossip_node_fingerprint(g);
     l->p = gossip_node_peers(g); /* roles filled by gossip_node; our section is zero */
     l->nb = nn_xcalloc((size_t)l->n, sizeof *l->nb);
@@ -1136,6 +1185,18 @@ static int s_mixed_alone(const gossip_link *l, uint64_t iter)
     return nin > 0 && gs.iter_absent >= (uint64_t)nin;
 }
 
+/* Adds a slice of waiting for iteration iter to every live in-neighbour
+ * whose message that the wait needs (of iter - S or before) is missing. */
+static void s_blame_wait(gossip_link *l, uint64_t iter, double dt)
+{
+    for (int a = 0; a < l->nnb; a++) {
+        gossip_peer *p = &l->p[l->nb[a]];
+        if (p->is_in && !(gossip_node_peer_state(l->g, l->nb[a]) & GOSSIP_PEER_IN_DOWN) &&
+            p->got + l->stale <= iter)
+            p->wait_s += dt;
+    }
+}
+
 /* Flow control: a live out-neighbour is too far behind iteration iter. */
 static int s_flow_blocked(const gossip_link *l, uint64_t iter)
 {
@@ -1195,8 +1256,10 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
             s_fatal(l, "interrupted twice while waiting for iteration %llu",
                     (unsigned long long)iter);
         s_check_peers(l, (int64_t)iter, wait_start);
+        double w0 = nn_now();
         if (l->fatal || s_pump(l, S_SLICE) != 0)
             return nn_errf(err, errlen, "%s", l->fatal_msg);
+        s_blame_wait(l, iter, nn_now() - w0);
     }
     double t3 = nn_now();
     tm->wait += (t1 - t0) + (t3 - t2);

@@ -32,10 +32,16 @@
  *
  * Liveness.  ZMTP heartbeats (gossip_net) keep the TCP connections honest;
  * on top, a neighbour is declared down when it has been silent (no valid
- * message of any kind) for longer than
- *     clamp(peer_factor x its observed message period, peer_floor, timeout),
- * or when its message for the current iteration is still missing after
- * `timeout`, or when it says BYE early.  A down neighbour is logged once
+ * message of any kind) for longer than its adaptive deadline
+ *     clamp(median + 6 MAD of its last GOSSIP_PEER_GAPS GOSSIP arrival gaps,
+ *           peer_floor, timeout)
+ * (peer_factor x its observed message period until 8 gaps are known), or
+ * when its message needed by the current iteration t (that of t - S with
+ * bounded staleness S) is still missing after `timeout`, or when it says
+ * BYE early.  A slow neighbour that still PINGs is never silent.  With
+ * S > 0 late GOSSIP messages are passed to gossip_node (mixed at the next
+ * mix), and each round's wait is blamed on the in-neighbours it waited for
+ * (gossip_peer.wait_s).  A down neighbour is logged once
  * with the reason and dropped from mixing (gossip_node_peer_down: weights
  * and push-sum mass as documented there); the run goes on.  It comes back
  * by itself: as out-neighbour when it speaks again (any valid message), as
@@ -178,6 +184,11 @@ void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out);
  * extra, nextra further floats of the model that travel with it (the 8-bit
  * activation ranges), or NULL, 0.  Both sides must give the same nextra. */
 void gossip_link_set_model(gossip_link *l, float *x, float *extra, size_t nextra);
+/* The adaptive deadline of n arrival gaps (seconds; gaps not modified):
+ * median + 6 x the median absolute deviation, before the clamp to
+ * [peer_floor, timeout]; 0 when n < 8 (too few: the caller falls back to
+ * peer_factor x period) or n > GOSSIP_PEER_GAPS. */
+double gossip_link_gap_deadline(const double *gaps, uint32_t n);
 
 /* The receive path without sockets (fuzz targets, tests): handles one
  * message as if the transport had delivered it from neighbour rank `from`

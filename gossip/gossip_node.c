@@ -21,6 +21,16 @@ typedef struct {
     gossip_payload pl;     /* grow-only */
 } s_slot;
 
+/* Bounded staleness, per in-neighbour (private: the peer table's algorithm
+ * section is shared with other work). */
+typedef struct {
+    uint64_t acc_thru; /* dpsgd/deepsqueeze: its messages below this are mixed
+                          or accounted as lost (choco: copy_thru) */
+    uint64_t newest;   /* 1 + the newest iteration received from it */
+    uint64_t lag;      /* staleness used at the last mix */
+    uint64_t unfresh;  /* mixes without its message of that iteration */
+} s_stale;
+
 struct gossip_node {
     gossip_config     cfg;
     gossip_compressor comp;
@@ -34,7 +44,8 @@ struct gossip_node {
     int     nin, *in_ranks;
     int     nout_union, *out_union;
     int     ndest, *dest;             /* destinations of the prepared message */
-    s_slot *slots;                    /* nin * GOSSIP_WINDOW */
+    s_slot *slots;                    /* nin * GOSSIP_SLOTS */
+    s_stale *stale;                   /* nin */
     /* state */
     double  psi;
     float  *xhat_self;                /* d, choco */
@@ -48,6 +59,7 @@ struct gossip_node {
                                          bias the total mass */
     nn_rng  rng;
     uint64_t iter;
+    uint64_t sync_from;               /* staleness 0 from this mix on */
     int      prepared;
     /* buffers */
     gossip_compressed comp_out;
@@ -194,6 +206,18 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
         nn_errf(err, errlen, "gossip: consensus step eta = %g must be in (0, 1]", cfg->eta);
         return NULL;
     }
+    if (cfg->staleness < 0 || cfg->staleness > GOSSIP_STALE_MAX) {
+        nn_errf(err, errlen, "gossip: staleness %d outside 0..%d (GOSSIP_STALE_MAX: a receiver keeps "
+                "GOSSIP_WINDOW + GOSSIP_STALE_MAX = %d messages per in-neighbour)", cfg->staleness,
+                GOSSIP_STALE_MAX, GOSSIP_SLOTS);
+        return NULL;
+    }
+    if (cfg->staleness > 0 && cfg->algo != GOSSIP_CHOCO && !cfg->push_sum) {
+        nn_errf(err, errlen, "gossip: staleness %d with %s needs push-sum: a round that mixes no message "
+                "of some in-neighbour has no stochastic row without psi (drop --no-push-sum, or use "
+                "--staleness 0)", cfg->staleness, gossip_algo_name(cfg->algo));
+        return NULL;
+    }
     if (!layout || layout->nviews == 0 || layout->numel == 0 || layout->numel > UINT32_MAX) {
         nn_errf(err, errlen, "gossip: parameter layout must have 1..2^32-1 values in at least one tensor");
         return NULL;
@@ -211,6 +235,7 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
     g->fp = gossip_layout_fingerprint(layout);
     g->blk_type = gossip_compressor_block_type(&comp);
     g->psi = 1.0;
+    g->sync_from = UINT64_MAX;
     size_t d = layout->numel;
     int n = t->n;
 
@@ -228,7 +253,8 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
     }
     for (int k = 0; k < g->nout_union; k++)
         g->peer[g->out_union[k]].is_out = 1;
-    g->slots = nn_xcalloc((size_t)(g->nin ? g->nin : 1) * GOSSIP_WINDOW, sizeof *g->slots);
+    g->slots = nn_xcalloc((size_t)(g->nin ? g->nin : 1) * GOSSIP_SLOTS, sizeof *g->slots);
+    g->stale = nn_xcalloc((size_t)(g->nin ? g->nin : 1), sizeof *g->stale);
     g->work = nn_xalloc_aligned(d * sizeof(float));
     g->acc = nn_xalloc_aligned(d * sizeof(double));
     if (cfg->algo == GOSSIP_CHOCO) {
@@ -253,9 +279,10 @@ void gossip_node_destroy(gossip_node **self_p)
     if (!self_p || !*self_p)
         return;
     gossip_node *g = *self_p;
-    for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
+    for (int k = 0; k < g->nin * GOSSIP_SLOTS; k++)
         gossip_payload_free(&g->slots[k].pl);
     free(g->slots);
+    free(g->stale);
     gossip_buf_free(&g->resync);
     if (g->xhat_in)
         for (int k = 0; k < g->nin; k++)
@@ -362,19 +389,19 @@ size_t gossip_node_outbox(const gossip_node *g, int k, int *to_rank, const uint8
 
 static s_slot *s_slot_of(gossip_node *g, int k, uint64_t iter)
 {
-    return &g->slots[(size_t)k * GOSSIP_WINDOW + iter % GOSSIP_WINDOW];
+    return &g->slots[(size_t)k * GOSSIP_SLOTS + iter % GOSSIP_SLOTS];
 }
 
 static int s_present(const gossip_node *g, int k, uint64_t iter)
 {
-    const s_slot *slot = &g->slots[(size_t)k * GOSSIP_WINDOW + iter % GOSSIP_WINDOW];
+    const s_slot *slot = &g->slots[(size_t)k * GOSSIP_SLOTS + iter % GOSSIP_SLOTS];
     return slot->have && slot->iter == iter;
 }
 
 static void s_clear_slots(gossip_node *g, int k)
 {
-    for (int w = 0; w < GOSSIP_WINDOW; w++)
-        g->slots[(size_t)k * GOSSIP_WINDOW + w].have = 0;
+    for (int w = 0; w < GOSSIP_SLOTS; w++)
+        g->slots[(size_t)k * GOSSIP_SLOTS + w].have = 0;
 }
 
 /* Why in-neighbour index k takes no part in mixing iteration `iter`. */
@@ -410,7 +437,7 @@ static void s_check_gap(gossip_node *g, int k)
     if (end > g->iter + GOSSIP_WINDOW)
         end = g->iter + GOSSIP_WINDOW;
     for (uint64_t m = p->copy_thru; m < end; m++)
-        if (m < g->iter || !s_present(g, k, m)) {
+        if ((m < g->iter && !g->cfg.staleness) || !s_present(g, k, m)) {
             p->copy_gap = 1;
             s_clear_slots(g, k);
             return;
@@ -434,7 +461,12 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
         switch (s_absent(g, k, iter)) {
         case S_PRESENT: live_in += wij; break;
         case S_ABSENT_DOWN: down_in += wij; break;
-        default: lost_in += wij; break;
+        default: /* bounded staleness accounts lost messages one by one */
+            if (g->cfg.staleness)
+                live_in += wij;
+            else
+                lost_in += wij;
+            break;
         }
     }
     /* A lost message: the sender counted it as delivered, so the receiver
@@ -563,7 +595,11 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
         return GOSSIP_RECV_IGNORED;
     if (choco && (p->copy_bad || p->copy_gap))
         return GOSSIP_RECV_IGNORED; /* the coming RESYNC holds it */
-    if (h.iter < g->iter) {
+    s_stale *st = &g->stale[k];
+    uint64_t S = (uint64_t)g->cfg.staleness;
+    /* bounded staleness: a late message not yet mixed waits for the next mix */
+    int late_ok = S > 0 && h.iter + S >= g->iter && h.iter >= (choco ? p->copy_thru : st->acc_thru);
+    if (h.iter < g->iter && !late_ok) {
         /* Only choco catches up a copy this way (after a RESYNC from the
          * past): the next update in order is applied to the copy alone. */
         if (!choco || h.iter < p->copy_thru)
@@ -587,12 +623,18 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
         if (slot->iter == h.iter)
             return nn_errf(err, errlen, "gossip: node %d: duplicate message from rank %u for iteration %llu",
                            g->rank, s, (unsigned long long)h.iter);
-        assert(0 && "slot of an older iteration still occupied");
+        return nn_errf(err, errlen, "gossip: node %d: no room for the message from rank %u for iteration %llu "
+                       "(iteration %llu not mixed yet)", g->rank, s, (unsigned long long)h.iter,
+                       (unsigned long long)slot->iter);
     }
     if (p->in_down) { /* dpsgd / deepsqueeze: back from now on */
         p->in_down = 0;
         p->in_from = h.iter;
+        if (st->acc_thru < h.iter)
+            st->acc_thru = h.iter;
     }
+    if (st->newest < h.iter + 1)
+        st->newest = h.iter + 1;
     gossip_payload_copy(&slot->pl, &g->scratch_pl);
     slot->len = len;
     slot->iter = h.iter;
@@ -606,10 +648,55 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     return GOSSIP_RECV_OK;
 }
 
+/* ---- bounded staleness ------------------------------------------------------
+ * The rules are at the top of gossip_node.h and, in DESIGN terms, in
+ * docs/gossip.md "Bounded staleness". */
+
+/* W_r[i][j] of iteration r. */
+static double s_wij(const gossip_node *g, uint64_t r, int j)
+{
+    return s_w(g, r)[(size_t)g->rank * g->n + j];
+}
+
+/* 1 + the last iteration of in-neighbour k that mixing iter could account
+ * (dpsgd/deepsqueeze: mixed, lost, or not addressed to us; choco: applied to
+ * the copy in order), starting from what is accounted already. */
+static uint64_t s_stale_thru(const gossip_node *g, int k, uint64_t iter)
+{
+    const gossip_peer *p = s_in(g, k);
+    int j = g->in_ranks[k];
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        uint64_t c = p->copy_thru;
+        while (c <= iter && s_present(g, k, c))
+            c++;
+        return c;
+    }
+    uint64_t c = g->stale[k].acc_thru > p->in_from ? g->stale[k].acc_thru : p->in_from;
+    while (c <= iter && (s_wij(g, c, j) <= 0.0 || s_present(g, k, c) || c < p->sent_thru))
+        c++;
+    return c;
+}
+
+static int s_ready_stale(const gossip_node *g, uint64_t iter)
+{
+    uint64_t S = iter >= g->sync_from ? 0 : (uint64_t)g->cfg.staleness;
+    for (int k = 0; k < g->nin; k++) {
+        if (s_absent(g, k, iter) == S_ABSENT_DOWN)
+            continue;
+        if (g->cfg.algo == GOSSIP_CHOCO && s_in(g, k)->copy_gap)
+            return 0;
+        if (s_stale_thru(g, k, iter) + S <= iter)
+            return 0;
+    }
+    return 1;
+}
+
 int gossip_node_ready(const gossip_node *g, uint64_t iter)
 {
     if (iter < g->iter || iter - g->iter >= GOSSIP_WINDOW)
         return 0;
+    if (g->cfg.staleness)
+        return s_ready_stale(g, iter);
     for (int k = 0; k < g->nin; k++) {
         int j = g->in_ranks[k];
         if (!s_needs(g, j, iter) || s_absent(g, k, iter))
@@ -640,6 +727,130 @@ static const gossip_payload *s_slot_take(gossip_node *g, int k, uint64_t iter, d
     return &slot->pl;
 }
 
+/* Records the staleness of in-neighbour k at the mix of iter (thru: 1 + its
+ * newest iteration mixed or accounted). */
+static void s_stale_note(gossip_node *g, int k, uint64_t iter, uint64_t thru)
+{
+    g->stale[k].lag = thru > iter ? 0 : iter + 1 - thru;
+    g->stale[k].unfresh += thru <= iter;
+}
+
+/* dpsgd / deepsqueeze with bounded staleness: every message (j, s) not yet
+ * mixed with s <= iter is mixed now with W_s[i][j]; a message proved lost
+ * gives its weight W_s[i][j] to the node itself (as in the synchronous
+ * rule).  acc, psi_acc hold the self term on entry. */
+static void s_mix_stale_ps(gossip_node *g, uint64_t iter, double *acc, double *psi_acc,
+                           int *absent, uint64_t *recv)
+{
+    const nn_arena *L = g->layout;
+    for (int k = 0; k < g->nin; k++) {
+        int j = g->in_ranks[k];
+        gossip_peer *p = s_in(g, k);
+        if (s_absent(g, k, iter) == S_ABSENT_DOWN) {
+            *absent += s_wij(g, iter, j) > 0.0;
+            continue;
+        }
+        uint64_t c = g->stale[k].acc_thru > p->in_from ? g->stale[k].acc_thru : p->in_from;
+        for (; c <= iter; c++) {
+            double wc = s_wij(g, c, j);
+            if (wc <= 0.0)
+                continue;
+            if (s_present(g, k, c)) {
+                double psi_j;
+                size_t len;
+                const gossip_payload *pl = s_slot_take(g, k, c, &psi_j, &len);
+                gossip_payload_axpy(pl, L, wc, acc);
+                *psi_acc += wc * psi_j;
+                p->psi_last = psi_j;
+                *recv += len;
+            } else if (c < p->sent_thru) { /* lost: the node keeps that weight */
+                gossip_payload_axpy(&g->self_pl, L, wc, acc);
+                *psi_acc += wc * g->psi;
+            } else {
+                break; /* in flight: mixed when it arrives */
+            }
+        }
+        g->stale[k].acc_thru = c;
+        s_stale_note(g, k, iter, c);
+    }
+}
+
+/* Choco with bounded staleness: the stored updates q_j(s), s <= iter, are
+ * applied to the copy in order; one applied late (s < iter) also gets the
+ * catch-up credit eta * (sum_{r=s}^{iter-1} W_r[i][j]) * q_j(s) (and
+ * likewise the psi step), for the rounds that mixed the copy without it:
+ * sum x and sum psi are then conserved exactly.  Mixing uses the current
+ * copies. */
+static void s_mix_stale_choco(gossip_node *g, uint64_t iter, double *acc, double *psi_acc,
+                              int *absent, uint64_t *recv)
+{
+    const nn_arena *L = g->layout;
+    size_t d = L->numel;
+    for (int k = 0; k < g->nin; k++) {
+        int j = g->in_ranks[k];
+        gossip_peer *p = s_in(g, k);
+        double wt = s_wij(g, iter, j);
+        if (s_absent(g, k, iter)) {
+            *absent += wt > 0.0;
+            continue;
+        }
+        uint64_t c = p->copy_thru;
+        for (; c <= iter && s_present(g, k, c); c++) {
+            double psi_j;
+            size_t len;
+            const gossip_payload *pl = s_slot_take(g, k, c, &psi_j, &len);
+            gossip_payload_add(pl, L, g->xhat_in[k]);
+            double cw = 0.0;
+            for (uint64_t r = c; r < iter; r++)
+                cw += s_wij(g, r, j);
+            if (cw > 0.0) {
+                gossip_payload_axpy(pl, L, cw, acc);
+                *psi_acc += cw * (psi_j - p->psi_last);
+            }
+            p->psi_last = psi_j;
+            *recv += len;
+        }
+        p->copy_thru = c;
+        s_stale_note(g, k, iter, c);
+        if (wt > 0.0) {
+            const float *xh = g->xhat_in[k];
+            for (size_t e = 0; e < d; e++)
+                acc[e] += wt * xh[e];
+            *psi_acc += wt * p->psi_last;
+        }
+    }
+}
+
+/* The mix of iteration iter with bounded staleness (S > 0). */
+static void s_mix_stale(gossip_node *g, float *x, uint64_t iter, int *absent, uint64_t *recv)
+{
+    const nn_arena *L = g->layout;
+    size_t d = L->numel;
+    double wii = s_self_weight(g, iter), eta = g->cfg.eta, psi_acc = wii * g->psi;
+    double *acc = g->acc;
+    int dpsgd = g->cfg.algo == GOSSIP_DPSGD;
+    memset(acc, 0, d * sizeof *acc);
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        const float *xs = g->xhat_self;
+        for (size_t k = 0; k < d; k++)
+            acc[k] = (wii - 1.0) * xs[k];
+        s_mix_stale_choco(g, iter, acc, &psi_acc, absent, recv);
+    } else {
+        gossip_payload_axpy(&g->self_pl, L, dpsgd ? wii : wii - 1.0, acc);
+        s_mix_stale_ps(g, iter, acc, &psi_acc, absent, recv);
+    }
+    if (dpsgd) {
+        for (size_t k = 0; k < d; k++)
+            x[k] = (float)acc[k];
+        g->psi = psi_acc; /* push-sum is on (gossip_node_new) */
+        return;
+    }
+    for (size_t k = 0; k < d; k++)
+        x[k] = (float)(x[k] + eta * acc[k]);
+    if (g->cfg.push_sum)
+        g->psi += eta * (psi_acc - g->psi);
+}
+
 int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t errlen)
 {
     double t0 = nn_now();
@@ -659,7 +870,9 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
     uint64_t recv = 0;
     int absent = 0;
 
-    if (g->cfg.algo == GOSSIP_DPSGD || g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
+    if (g->cfg.staleness) {
+        s_mix_stale(g, x, iter, &absent, &recv);
+    } else if (g->cfg.algo == GOSSIP_DPSGD || g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
         /* dpsgd:       x = sum_j W[i][j] c_j                 (c dense)
          * deepsqueeze: x = x+ + eta * (sum_j W[i][j] c_j - c_i), j incl. i */
         int ds = g->cfg.algo == GOSSIP_DEEPSQUEEZE;
@@ -803,6 +1016,34 @@ const float *gossip_node_xhat_of(const gossip_node *g, int rank)
     return g->xhat_in[g->peer[rank].in_pos];
 }
 
+uint64_t gossip_node_ahead(const gossip_node *g)
+{
+    uint64_t ahead = 0;
+    for (int k = 0; k < g->nin; k++) {
+        if (s_absent(g, k, g->iter) == S_ABSENT_DOWN)
+            continue;
+        uint64_t nw = g->stale[k].newest; /* 1 + its newest iteration */
+        if (nw > g->iter + 1 && nw - 1 - g->iter > ahead)
+            ahead = nw - 1 - g->iter;
+    }
+    return ahead;
+}
+
+void gossip_node_sync_from(gossip_node *g, uint64_t iter)
+{
+    g->sync_from = iter;
+}
+
+int gossip_node_peer_lag(const gossip_node *g, int rank, uint64_t *lag, uint64_t *unfresh)
+{
+    if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
+        return -1;
+    const s_stale *st = &g->stale[g->peer[rank].in_pos];
+    *lag = st->lag;
+    *unfresh = st->unfresh;
+    return 0;
+}
+
 uint32_t gossip_node_fingerprint(const gossip_node *g)
 {
     return g->fp;
@@ -868,7 +1109,7 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
                                g->rank, (double)vec[nv - 1][e], e);
     for (int k = 0; k < nv; k++)
         memcpy((float *)gossip_node_vec(g, k, name, sizeof name), vec[k], d * sizeof(float));
-    for (int k = 0; k < g->nin * GOSSIP_WINDOW; k++)
+    for (int k = 0; k < g->nin * GOSSIP_SLOTS; k++)
         g->slots[k].have = 0;
     for (int k = 0; k < g->nin; k++) { /* everyone live, copies current */
         s_in(g, k)->in_down = 0;
@@ -878,6 +1119,8 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
         s_in(g, k)->copy_thru = s->iter;
         s_in(g, k)->sent_thru = s->iter;
         s_in(g, k)->psi_last = 1.0;
+        g->stale[k].acc_thru = s->iter;
+        g->stale[k].newest = s->iter;
     }
     for (int j = 0; j < g->n; j++)
         g->peer[j].out_down = 0;
@@ -980,13 +1223,15 @@ int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen
                        g->rank, (unsigned long long)g->iter, g->prepared ? " (prepared)" : "",
                        (unsigned long long)iter);
     for (int k = 0; k < g->nin; k++) {
-        for (int w = 0; w < GOSSIP_WINDOW; w++) {
-            s_slot *slot = &g->slots[(size_t)k * GOSSIP_WINDOW + w];
+        for (int w = 0; w < GOSSIP_SLOTS; w++) {
+            s_slot *slot = &g->slots[(size_t)k * GOSSIP_SLOTS + w];
             if (slot->have && slot->iter < iter)
                 slot->have = 0;
         }
         if (s_in(g, k)->copy_thru < iter && g->cfg.algo == GOSSIP_CHOCO && !s_in(g, k)->copy_bad)
             s_in(g, k)->copy_bad = 1; /* it misses the updates in between */
+        if (g->stale[k].acc_thru < iter)
+            g->stale[k].acc_thru = iter;
     }
     g->iter = iter;
     return 0;

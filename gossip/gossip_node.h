@@ -82,6 +82,16 @@
  *     re-synced from the past catches up with the owner's messages of
  *     iterations this node already mixed (they update the copy only).
  * Without failures none of this changes a single bit of the algorithm.
+ *
+ * Bounded staleness (cfg.staleness = S > 0; docs/gossip.md "Bounded
+ * staleness"): iteration t is ready when every live in-neighbour's messages
+ * are accounted through t-S at least; each message of iteration s is mixed
+ * exactly once, at the first mix t >= s after it arrived, with the weight
+ * W_s[i][j] of ITS iteration (dpsgd/deepsqueeze, push-sum), or applied in
+ * order to the copy xhat_j with the catch-up credit
+ * eta * (sum_{r=s}^{t-1} W_r[i][j]) * q_j(s) (choco), so sum x and sum psi
+ * are conserved exactly, counting what is in flight.  S = 0 runs the
+ * synchronous code above, bit for bit.
  */
 #ifndef GOSSIP_NODE_H
 #define GOSSIP_NODE_H
@@ -99,6 +109,10 @@ typedef enum { GOSSIP_DPSGD = 0, GOSSIP_CHOCO, GOSSIP_DEEPSQUEEZE } gossip_algo;
 
 /* Iterations a message may run ahead of the receiver (t .. t+WINDOW-1). */
 #define GOSSIP_WINDOW 4
+/* Largest --staleness S (bounded staleness, docs/gossip.md): a receiver at
+ * t holds messages of t-S .. t+WINDOW-1, so GOSSIP_SLOTS per in-neighbour. */
+#define GOSSIP_STALE_MAX 4
+#define GOSSIP_SLOTS (GOSSIP_WINDOW + GOSSIP_STALE_MAX)
 
 typedef struct {
     gossip_algo algo;
@@ -108,6 +122,11 @@ typedef struct {
     uint64_t    seed;           /* randk/dgc/qsgd; node rank is mixed in */
     uint64_t    iters_per_epoch; /* dgc warm-up: epoch = iter / this; 0 =
                                     unknown (a warm-up is then refused) */
+    int         staleness;      /* S: mix iteration t once every live
+                                   in-neighbour's messages are accounted
+                                   through t-S (0: synchronous, today's
+                                   protocol; 0..GOSSIP_STALE_MAX; S > 0
+                                   needs push-sum with dpsgd/deepsqueeze) */
 } gossip_config;
 
 typedef struct {
@@ -231,6 +250,23 @@ int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen
  * (nothing changed) when z holds NaN/Inf, the node is prepared or iter is
  * behind.  docs/gossip.md "Joining". */
 int gossip_node_join(gossip_node *g, const float *z, uint64_t iter, char *err, size_t errlen);
+/* ---- bounded staleness (see the top of this file) ---------------------- */
+
+/* How far the newest message held from a live in-neighbour runs ahead of
+ * this node's current iteration: max over them of (its newest iteration
+ * received) - iter, 0 when none is ahead.  The run loop skips local
+ * steps while this reaches the catch-up threshold (node_run.c). */
+uint64_t gossip_node_ahead(const gossip_node *g);
+/* The mixes of iteration iter and later wait for every message (staleness
+ * 0; they still mix with the stale path's rules): a run's last mix, so that
+ * nothing is left in flight at the end (every late message mixed, choco
+ * copies equal to their owners'). */
+void gossip_node_sync_from(gossip_node *g, uint64_t iter);
+/* Per in-neighbour `rank`, for the metrics: *lag = the staleness used at the
+ * last mix (t - newest iteration of its mixed or accounted), *unfresh =
+ * mixes that went ahead without its message of that iteration.  -1 when
+ * rank is not an in-neighbour. */
+int gossip_node_peer_lag(const gossip_node *g, int rank, uint64_t *lag, uint64_t *unfresh);
 
 /* Layout fingerprint carried by every message (for HELLO). */
 uint32_t gossip_node_fingerprint(const gossip_node *g);

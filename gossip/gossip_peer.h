@@ -14,6 +14,9 @@
 
 #include <stdint.h>
 
+/* Arrival gaps kept per neighbour for its adaptive deadline. */
+#define GOSSIP_PEER_GAPS 32
+
 typedef struct {
     /* ---- identity and roles: gossip_node_new (union over the schedule) */
     int      rank;
@@ -47,6 +50,11 @@ typedef struct {
     uint64_t resync_iter;      /* 1 + iteration of our last RESYNC to it (0: none) */
     uint8_t  join_told;        /* its HELLO_ACK said GOSSIP_HELLO_JOIN (a run in progress) */
     double   state_sent;       /* clock of our last STATE answer to it (rate limit) */
+    /* adaptive deadline and bounded-staleness waits (gossip_link "Liveness") */
+    double   gaps[GOSSIP_PEER_GAPS]; /* the last gaps between its GOSSIPs (ring) */
+    uint32_t ngaps, gap_pos;   /* gaps held, next slot */
+    double   deadline;         /* median + k x MAD of gaps (0: too few gaps yet) */
+    double   wait_s;           /* seconds our rounds waited for its message */
 } gossip_peer;
 
 #endif

@@ -1,15 +1,31 @@
 /* gossip_sim — see gossip_sim.h. */
 #include "gossip/gossip_sim.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gossip/gossip_state.h"
+/* A delayed message on its way (bytes, as sent). */
+typedef struct {
+    int      from, to;
+    uint64_t due;    /* delivered at the start of this round */
+    uint8_t *bytes;
+    size_t   len;
+} s_flight;
 
 struct gossip_sim {
     int           n;
     gossip_node **nodes;
     uint8_t      *absent;   /* NULL, or n flags (gossip_sim_absent) */
+    const topo   *t;
+    const nn_arena *layout;
+    gossip_delays dl;
+    nn_rng        rng;
+    uint64_t     *last_due;   /* n x n: FIFO per sender-receiver pair */
+    s_flight     *q;          /* in-flight queue, in sending order */
+    size_t        nq, capq;
 };
 
 gossip_sim *gossip_sim_new(const gossip_config *cfg, const nn_arena *layout, const topo *t,
@@ -21,7 +37,10 @@ gossip_sim *gossip_sim_new(const gossip_config *cfg, const nn_arena *layout, con
     }
     gossip_sim *s = nn_xcalloc(1, sizeof *s);
     s->n = t->n;
+    s->t = t;
+    s->layout = layout;
     s->nodes = nn_xcalloc((size_t)t->n, sizeof *s->nodes);
+    s->last_due = nn_xcalloc((size_t)t->n * (size_t)t->n, sizeof *s->last_due);
     for (int i = 0; i < t->n; i++) {
         s->nodes[i] = gossip_node_new(cfg, layout, t, i, err, errlen);
         if (!s->nodes[i])
@@ -40,11 +59,152 @@ void gossip_sim_destroy(gossip_sim **self_p)
     gossip_sim *s = *self_p;
     for (int i = 0; i < s->n; i++)
         gossip_node_destroy(&s->nodes[i]);
+    for (size_t a = 0; a < s->nq; a++)
+        free(s->q[a].bytes);
+    free(s->q);
+    free(s->last_due);
     free(s->nodes);
     free(s->absent);
     free(s);
     *self_p = NULL;
 }
+
+/* ---- delays -------------------------------------------------------------- */
+
+static int s_parse_int(const char *txt, int lo, int hi, int *out)
+{
+    char *end;
+    long v = strtol(txt, &end, 10);
+    if (end == txt || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int gossip_delays_parse(const char *spec, int staleness, gossip_delays *out, char *err,
+                        size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    char buf[64];
+    if (strlen(spec) >= sizeof buf)
+        return nn_errf(err, errlen, "--delays '%.20s...': too long", spec);
+    strcpy(buf, spec);
+    char *arg = strchr(buf, ':');
+    if (arg)
+        *arg++ = 0;
+    if (!strcmp(buf, "none") && !arg)
+        return 0;
+    if (!arg || (strcmp(buf, "fixed") && strcmp(buf, "random") && strcmp(buf, "slow")))
+        return nn_errf(err, errlen, "--delays '%s': expected none, fixed:D, random:D or slow:R:F", spec);
+    if (!strcmp(buf, "slow")) {
+        char *f = strchr(arg, ':'), *end;
+        if (f)
+            *f++ = 0;
+        out->kind = GOSSIP_DELAY_SLOW;
+        out->d = staleness;
+        if (!f || s_parse_int(arg, 0, 1 << 20, &out->slow_rank) < 0)
+            return nn_errf(err, errlen, "--delays '%s': slow:R:F needs a rank R and a fraction F", spec);
+        out->slow_frac = strtod(f, &end);
+        if (end == f || *end || !(out->slow_frac > 0.0 && out->slow_frac <= 1.0))
+            return nn_errf(err, errlen, "--delays '%s': the fraction F must be in (0, 1]", spec);
+        if (staleness < 1)
+            return nn_errf(err, errlen, "--delays '%s': a slow node's messages arrive S rounds late, but "
+                           "--staleness is 0 (give --staleness 1 or more)", spec);
+        return 0;
+    }
+    out->kind = !strcmp(buf, "fixed") ? GOSSIP_DELAY_FIXED : GOSSIP_DELAY_RANDOM;
+    if (s_parse_int(arg, 0, 1 << 20, &out->d) < 0)
+        return nn_errf(err, errlen, "--delays '%s': D must be a whole number of rounds", spec);
+    if (out->d > staleness)
+        return nn_errf(err, errlen, "--delays '%s': delays up to %d rounds exceed --staleness %d (a node "
+                       "would wait for ever in one process; give --staleness %d or more)",
+                       spec, out->d, staleness, out->d);
+    return 0;
+}
+
+int gossip_sim_set_delays(gossip_sim *s, const gossip_delays *dl, uint64_t seed, char *err,
+                          size_t errlen)
+{
+    if (dl->kind == GOSSIP_DELAY_SLOW && (dl->slow_rank < 0 || dl->slow_rank >= s->n))
+        return nn_errf(err, errlen, "--delays slow:%d:%g: rank %d outside 0..%d", dl->slow_rank,
+                       dl->slow_frac, dl->slow_rank, s->n - 1);
+    s->dl = *dl;
+    nn_rng_seed(&s->rng, nn_seed_derive(seed, 0x5eed0de1ULL));
+    return 0;
+}
+
+int gossip_sim_steps(const gossip_sim *s, int rank, uint64_t iter)
+{
+    if (s->dl.kind != GOSSIP_DELAY_SLOW || rank != s->dl.slow_rank)
+        return 1;
+    /* evenly spread: a step wherever floor((t+1) F) moves */
+    double f = s->dl.slow_frac;
+    return floor((double)(iter + 1) * f) > floor((double)iter * f);
+}
+
+/* Rounds message (from, iter) to `to` is late. */
+static uint64_t s_delay(gossip_sim *s, int from)
+{
+    switch (s->dl.kind) {
+    case GOSSIP_DELAY_FIXED: return (uint64_t)s->dl.d;
+    case GOSSIP_DELAY_RANDOM: return nn_rng_next(&s->rng) % (uint64_t)(s->dl.d + 1);
+    case GOSSIP_DELAY_SLOW: return from == s->dl.slow_rank ? (uint64_t)s->dl.d : 0;
+    default: return 0;
+    }
+}
+
+static void s_enqueue(gossip_sim *s, int from, int to, const uint8_t *msg, size_t len,
+                      uint64_t iter)
+{
+    uint64_t due = iter + s_delay(s, from), *last = &s->last_due[(size_t)from * s->n + to];
+    if (due < *last)
+        due = *last; /* no overtaking on one connection */
+    *last = due;
+    if (s->nq == s->capq) {
+        s->capq = s->capq ? 2 * s->capq : 64;
+        s->q = nn_xrealloc(s->q, s->capq * sizeof *s->q);
+    }
+    s_flight *f = &s->q[s->nq++];
+    *f = (s_flight){from, to, due, nn_xmalloc(len), len};
+    memcpy(f->bytes, msg, len);
+}
+
+/* Delivers, in sending order, every queued message due by round iter. */
+static int s_deliver_due(gossip_sim *s, uint64_t iter, char *err, size_t errlen)
+{
+    size_t k = 0;
+    int rc = 0;
+    for (size_t a = 0; a < s->nq; a++) {
+        s_flight *f = &s->q[a];
+        if (f->due > iter || rc < 0) {
+            s->q[k++] = *f;
+            continue;
+        }
+        if (gossip_node_receive(s->nodes[f->to], f->bytes, f->len, err, errlen) < 0)
+            rc = -1;
+        free(f->bytes);
+    }
+    s->nq = k;
+    return rc;
+}
+
+void gossip_sim_inflight(gossip_sim *s, double *xsum, double *psisum)
+{
+    gossip_payload pl;
+    gossip_payload_init(&pl, s->layout);
+    for (size_t a = 0; a < s->nq; a++) {
+        gossip_header h;
+        char err[256];
+        if (gossip_msg_decode(s->q[a].bytes, s->q[a].len, s->layout, &h, &pl, err, sizeof err) < 0)
+            continue; /* our own encoder's bytes: cannot happen */
+        double w = topo_weights(s->t, h.iter)[(size_t)s->q[a].to * s->n + s->q[a].from];
+        gossip_payload_axpy(&pl, s->layout, w, xsum);
+        *psisum += w * h.psi;
+    }
+    gossip_payload_free(&pl);
+}
+
+/* ---- rounds -------------------------------------------------------------- */
 
 int gossip_sim_step(gossip_sim *s, float **x, uint64_t iter, char *err, size_t errlen)
 {
@@ -55,16 +215,25 @@ int gossip_sim_step(gossip_sim *s, float **x, uint64_t iter, char *err, size_t e
         int to;
         const uint8_t *msg;
         size_t len;
-        for (int k = 0; (len = gossip_node_outbox(s->nodes[i], k, &to, &msg)) > 0; k++)
-            if (gossip_node_receive(s->nodes[to], msg, len, err, errlen) < 0)
+        for (int k = 0; (len = gossip_node_outbox(s->nodes[i], k, &to, &msg)) > 0; k++) {
+            if (s->dl.kind != GOSSIP_DELAY_NONE)
+                s_enqueue(s, i, to, msg, len, iter);
+            else if (gossip_node_receive(s->nodes[to], msg, len, err, errlen) < 0)
                 return -1;
+        }
     }
-    for (int i = 0; i < s->n; i++)
+    if (s->nq && s_deliver_due(s, iter, err, errlen) < 0)
+        return -1;
+    for (int i = 0; i < s->n; i++) {
+        if (!gossip_node_ready(s->nodes[i], iter))
+            return nn_errf(err, errlen, "gossip_sim: node %d cannot mix iteration %llu: a message is "
+                           "later than --staleness %d allows", i, (unsigned long long)iter,
+                           gossip_node_config(s->nodes[i])->staleness);
         if (gossip_node_mix(s->nodes[i], x[i], iter, err, errlen) < 0)
             return -1;
+    }
     return 0;
 }
-
 int gossip_sim_n(const gossip_sim *s)
 {
     return s->n;

@@ -25,6 +25,39 @@ gossip_sim *gossip_sim_new(const gossip_config *cfg, const nn_arena *layout, con
                            char *err, size_t errlen);
 void gossip_sim_destroy(gossip_sim **self_p);
 
+/* ---- delays (bounded staleness, docs/gossip.md) --------------------------
+ * A delayed message is held as bytes in an in-flight queue and delivered at
+ * the start of its due round, before that round's mixes; the delays of one
+ * sender-receiver pair never reorder messages (a FIFO connection).  Specs:
+ *   none        no delays (the synchronous path, bit for bit)
+ *   fixed:D     every message arrives D rounds late
+ *   random:D    each message 0..D rounds late, uniform, seeded
+ *   slow:R:F    node R takes a local step on a fraction F of the rounds,
+ *               evenly spread (gossip_sim_steps), and its messages arrive
+ *               S rounds late
+ * Every delay must be at most the staleness S (error naming both). */
+typedef enum { GOSSIP_DELAY_NONE = 0, GOSSIP_DELAY_FIXED, GOSSIP_DELAY_RANDOM, GOSSIP_DELAY_SLOW } gossip_delay_kind;
+typedef struct {
+    gossip_delay_kind kind;
+    int               d;          /* fixed, random: D; slow: S */
+    int               slow_rank;  /* slow: R */
+    double            slow_frac;  /* slow: F in (0, 1] */
+} gossip_delays;
+
+/* Parses SPEC (above) for staleness S into *out; -1 with a message. */
+int gossip_delays_parse(const char *spec, int staleness, gossip_delays *out, char *err,
+                        size_t errlen);
+/* Delays of the following rounds (seed: random's RNG); -1 with a message
+ * when slow's rank is outside the topology. */
+int gossip_sim_set_delays(gossip_sim *s, const gossip_delays *dl, uint64_t seed, char *err,
+                          size_t errlen);
+/* 1 when rank takes its local step in iteration iter (0 only for the slow
+ * node of slow:R:F on the rounds it skips). */
+int gossip_sim_steps(const gossip_sim *s, int rank, uint64_t iter);
+/* Mass still in flight (dpsgd, push-sum): adds W_s[to][from] * c and
+ * W_s[to][from] * psi of every queued message to xsum[d] and *psisum. */
+void gossip_sim_inflight(gossip_sim *s, double *xsum, double *psisum);
+
 /* One gossip round: prepare on every node (x[i] = node i's x+, layout->numel
  * floats), deliver every message as bytes, mix on every node (x[i] and psi
  * overwritten).  iter must be the current iteration (0, 1, ...).

@@ -65,6 +65,7 @@ typedef struct {
     gossip_stats      gs;          /* of the last metrics line */
     gossip_net_stats  ns;
     gossip_link_stats ls;
+    node_nb_metrics   nb[TOPO_MAX_NODES]; /* per in-neighbour (metrics) */
 } s_node;
 
 __attribute__((format(printf, 2, 3)))
@@ -309,9 +310,41 @@ static void s_after_iter(void *arg, uint64_t done)
         gossip_link_pump(s->link, 0);
 }
 
+/* Bounded staleness: skip the local step (a mix-only iteration) while some
+ * live in-neighbour has already sent a later iteration than ours, so that
+ * a slow node takes its (long) steps only when level with its neighbours,
+ * which then have the whole S iterations of room and do not wait for it
+ * (docs/gossip.md "Bounded staleness" has the argument). */
+static int s_skip(void *arg, int i, uint64_t it)
+{
+    s_node *s = arg;
+    (void)i;
+    (void)it;
+    if (gossip_node_config(s->g)->staleness <= 0 || !s->link)
+        return 0;
+    return gossip_node_ahead(s->g) >= 1;
+}
+
+/* The per-neighbour staleness metrics of m (docs/node.md). */
+static void s_report_nb(s_node *s, node_metrics *m)
+{
+    const gossip_peer *peers = gossip_node_peers(s->g);
+    int k = 0;
+    for (int j = 0; j < s->t->n && k < TOPO_MAX_NODES; j++) {
+        uint64_t lag, nofresh;
+        if (gossip_node_peer_lag(s->g, j, &lag, &nofresh) != 0)
+            continue;
+        s->nb[k++] = (node_nb_metrics){j, lag, nofresh, peers[j].wait_s};
+    }
+    m->nnb = k;
+    m->nb = s->nb;
+    m->staleness = gossip_node_config(s->g)->staleness;
+}
+
 static void s_report(void *arg, const node_run *r, node_metrics *m)
 {
     s_node *s = arg;
+    s_report_nb(s, m);
     gossip_node_stats(s->g, &s->gs);
     if (s->net)
         gossip_net_stats_get(s->net, &s->ns);
@@ -398,7 +431,8 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
                     .d = &s->k.d, .o = &o->t, .steps = s->k.steps, .H = H, .it = it,
                     .iters = (uint64_t)s->k.steps * (uint64_t)o->t.epochs, .eval_nodes = 1,
                     .stop = &s_signals, .metrics = s->mf, .log = s_run_log,
-                    .after_iter = s_after_iter, .report = s_report, .hook_arg = s};
+                    .after_iter = s_after_iter, .report = s_report, .hook_arg = s,
+                    .skip = s_skip, .skip_arg = s, .slow = o->n.debug_slow};
     if (s->link)
         r->round = (node_round){s_round, s_pump, s->link};
     r->meta = (node_metrics){.command = "node", .rank = s->me, .nodes = s->t->n,
@@ -408,6 +442,8 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
                              .compress = o->g.gc.compressor, .eta = o->g.gc.eta,
                              .skew = o->g.skew};
     uint64_t round = it / H; /* gossip rounds done */
+    if (r->iters / H > 0) /* the last round drains what is late (--staleness) */
+        gossip_node_sync_from(s->g, r->iters / H - 1);
     if (s->link && gossip_link_start(s->link, o->n.resume, &round, err, errlen) != 0) {
         s_discovery_hint(s, err, errlen);
         return -1;

@@ -90,14 +90,21 @@ static void s_report(void *arg, const node_run *r, node_metrics *m)
 static void s_banner(const node_opts *o, const node_ranks *k, const gossip_config *gc)
 {
     const node_train_opts *t = &o->t;
-    printf("simulate: %d nodes (%s), %s, compress %s, eta %g, push-sum %s, skew %g; %s (%zu "
+    printf("simulate: %d nodes (%s), %s, compress %s, eta %g, push-sum %s, staleness %d, "
+           "delays %s, skew %g; %s (%zu "
            "parameters) on %s, %zu samples per node, %ld epochs x %ld iterations, a gossip "
            "round every %ld\n",
            k->nodes, o->g.topology, gossip_algo_name(gc->algo), gc->compressor, gc->eta,
-           gc->push_sum ? "on" : "off", o->g.skew, node_arch_name(t->mo.model),
+           gc->push_sum ? "on" : "off", gc->staleness, o->g.delays, o->g.skew, node_arch_name(t->mo.model),
            nn_model_params(k->tr[0].model)->numel, k->d.train.name, k->count[0], t->epochs,
            k->steps, o->g.gossip_every);
     fflush(stdout);
+}
+
+/* --delays slow:R:F: rank i skips its local step where the slow node does. */
+static int s_skip(void *arg, int i, uint64_t it)
+{
+    return !gossip_sim_steps(arg, i, it);
 }
 
 /* DIR/model-RANK.safetensors for every rank, and the average model. */
@@ -138,7 +145,9 @@ static int s_run(const node_opts *o, const topo *t, FILE *mf, int *usage, char *
     const uint64_t H = (uint64_t)o->g.gossip_every; /* local steps per gossip round */
     gc.iters_per_epoch = (uint64_t)k.steps / H ? (uint64_t)k.steps / H : 1; /* dgc warm-up */
     sim = gossip_sim_new(&gc, nn_model_params(k.tr[0].model), t, err, errlen);
-    if (!sim) {
+    gossip_delays dl;
+    if (!sim || gossip_delays_parse(o->g.delays, gc.staleness, &dl, err, errlen) != 0 ||
+        gossip_sim_set_delays(sim, &dl, (uint64_t)to->seed, err, errlen) != 0) {
         *usage = 1;
         goto done;
     }
@@ -165,12 +174,14 @@ static int s_run(const node_opts *o, const topo *t, FILE *mf, int *usage, char *
                   .H = H, .iters = (uint64_t)k.steps * (uint64_t)to->epochs,
                   .eval_nodes = en < 0 || en > t->n ? t->n : en, .avg = avg,
                   .round = {s_round, NULL, &sr}, .metrics = mf, .log = s_log,
-                  .report = s_report, .hook_arg = sim};
+                  .report = s_report, .hook_arg = sim,
+                  .skip = dl.kind == GOSSIP_DELAY_SLOW ? s_skip : NULL, .skip_arg = sim};
     r.meta = (node_metrics){.command = "simulate", .rank = -1, .nodes = t->n,
                             .model = node_arch_name(to->mo.model),
                             .precision = node_precision_name(to->mo.precision), .gossip = 1,
                             .algo = gossip_algo_name(gc.algo), .compress = gc.compressor,
-                            .eta = gc.eta, .skew = o->g.skew, .sim = 1};
+                            .eta = gc.eta, .skew = o->g.skew, .sim = 1,
+                            .staleness = gc.staleness};
     if (node_run_loop(&r, err, errlen) == 0 && s_save(o, &k, avg, err, errlen) == 0)
         rc = 0;
     free(g);

@@ -33,7 +33,7 @@ enum {
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
-    F_MIN_NODES, F_START_WINDOW, F_JOIN,
+    F_MIN_NODES, F_START_WINDOW, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
 };
 
 typedef struct {
@@ -64,14 +64,15 @@ static const s_flag s_flags[] = {
     {"compress", 1, F_COMP, G_GOSSIP},       {"eta", 1, F_ETA, G_GOSSIP},
     {"no-push-sum", 0, F_NOPS, G_GOSSIP},    {"skew", 1, F_SKEW, G_GOSSIP},
     {"gossip-every", 1, F_GOSSIP_EVERY, G_GOSSIP}, {"out", 1, F_OUT, G_GOSSIP},
-    {"eval-nodes", 1, F_EVAL_NODES, G_SIM},
+    {"staleness", 1, F_STALE, G_GOSSIP},
+    {"eval-nodes", 1, F_EVAL_NODES, G_SIM},  {"delays", 1, F_DELAYS, G_SIM},
     {"rank", 1, F_RANK, G_NODE},             {"bind", 1, F_BIND, G_NODE},
     {"peer", 1, F_PEER, G_NODE},             {"timeout", 1, F_TIMEOUT, G_NODE},
     {"no-gossip", 0, F_NOGOSSIP, G_NODE},    {"checkpoint-every", 1, F_CKPT_EVERY, G_NODE},
     {"resume", 0, F_RESUME, G_NODE},         {"peer-timeout", 1, F_PEER_FLOOR, G_NODE},
     {"peer-timeout-factor", 1, F_PEER_FACTOR, G_NODE},
     {"fail-on-peer-loss", 0, F_FAIL_LOSS, G_NODE}, {"cert", 1, F_CERT, G_NODE},
-    {"debug-drop", 1, F_DROP, G_DEBUG_LINK},
+    {"debug-drop", 1, F_DROP, G_DEBUG_LINK}, {"debug-slow", 1, F_DEBUG_SLOW, G_DEBUG_LINK},
     {"discovery-interface", 1, F_DISC_IFACE, G_NODE},
     {"min-nodes", 1, F_MIN_NODES, G_NODE},   {"start-window", 1, F_START_WINDOW, G_NODE},
     {"join", 1, F_JOIN, G_SIM},
@@ -154,10 +155,20 @@ static const char s_help_gossip[] =
 "  --skew S            non-IID skew of the data partition, 0 = IID   [0]\n"
 "  --gossip-every H    H local SGD steps per gossip round (an iteration is one\n"
 "                      local step; rounds after iterations H, 2H, ...)  [1]\n"
+"  --staleness S       bounded staleness: mix iteration t with messages as old as\n"
+"                      t-S, wait only for older ones (0 = synchronous; at most\n"
+"                      %d; S > 0 with dpsgd/deepsqueeze needs push-sum; keep\n"
+"                      S <= 2 with SGP: docs/gossip.md \"Bounded staleness\")\n"
+"                      [node: %d (0 for dpsgd/deepsqueeze with --no-push-sum);\n"
+"                      simulate: 0]\n"
 "  --out DIR           output directory (models, metrics)\n";
 
 static const char s_help_sim[] =
 "simulate:\n"
+"  --delays SPEC       deliver messages late, deterministically (seeded by --seed):\n"
+"                      fixed:D (D rounds), random:D (0..D per message), or\n"
+"                      slow:R:F (node R steps on a fraction F of the rounds and its\n"
+"                      messages are S rounds late); delays must be <= --staleness\n"
 "  --eval-nodes K      evaluate only the first K node models for the mean\n"
 "                      node accuracy (the average model is always evaluated)\n"
 "  --join R@T          node R is absent (down at its neighbours) before iteration\n"
@@ -203,7 +214,9 @@ static const char s_help_debug_run[] =
 
 static const char s_help_debug_link[] =
 "  --debug-drop P      drop a fraction P of the outgoing gossip messages\n"
-"                      (exercises the resync protocol)\n";
+"                      (exercises the resync protocol)\n"
+"  --debug-slow F      run at a fraction F of the speed: after each local step of\n"
+"                      d seconds, serve the neighbours for d*(1/F - 1) seconds\n";
 
 static void s_usage(FILE *f, node_command cmd, int debug)
 {
@@ -219,9 +232,14 @@ static void s_usage(FILE *f, node_command cmd, int debug)
         {G_NODE, s_help_node},   {G_SIM, s_help_sim},     {G_GOSSIP, s_help_gossip},
         {G_MODEL, s_help_model}, {G_OPTIM, s_help_optim}, {G_RUN, s_help_run},
     };
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        if (g & parts[i].group)
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (!(g & parts[i].group))
+            continue;
+        if (parts[i].group == G_GOSSIP) /* the staleness limits */
+            fprintf(f, s_help_gossip, GOSSIP_STALE_MAX, NODE_DEFAULT_STALENESS);
+        else
             fputs(parts[i].text, f);
+    }
     fputs("  -h, --help          this text; --help-debug: the fault-injection flags\n", f);
 }
 
@@ -376,6 +394,14 @@ static int s_gossip_flag(node_gossip_opts *g, int code, const char *arg, char *e
     case F_EVAL_NODES:
         return node_parse_int("--eval-nodes", arg, 0, 1 << 20, &g->eval_nodes, err, errlen);
     case F_JOIN: return s_join_spec(g, arg, err, errlen);
+    case F_STALE: {
+        long v;
+        if (node_parse_int("--staleness", arg, 0, GOSSIP_STALE_MAX, &v, err, errlen) != 0)
+            return -1;
+        g->gc.staleness = (int)v;
+        return 0;
+    }
+    case F_DELAYS: return s_copy(g->delays, sizeof g->delays, "--delays", arg, err, errlen);
     default: return 1;
     }
 }
@@ -408,6 +434,8 @@ static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, s
     case F_FAIL_LOSS: lc->fail_on_loss = 1; return 0;
     case F_DROP:
         return node_parse_double("--debug-drop", arg, 0, 1, &lc->drop_gossip, err, errlen);
+    case F_DEBUG_SLOW:
+        return node_parse_double("--debug-slow", arg, 0.01, 1, &n->debug_slow, err, errlen);
     case F_NOGOSSIP: n->no_gossip = 1; return 0;
     case F_CKPT_EVERY:
         return node_parse_int("--checkpoint-every", arg, 0, 1000000000L, &n->ckpt_every, err,
@@ -462,6 +490,9 @@ static void s_defaults(node_opts *o, node_command cmd, int argc)
     o->g.gossip_every = 1;
     o->g.eval_nodes = -1;
     o->g.join_rank = -1;
+    o->g.gc.staleness = -1; /* s_finish: the command's default */
+    strcpy(o->g.delays, "none");
+    o->n.debug_slow = 1.0;
     char err[256];
     int ok = gossip_compressor_parse(&o->g.comp, o->g.gc.compressor, err, sizeof err);
     assert(ok == 0); /* the default spec */
@@ -497,6 +528,9 @@ static int s_finish(node_opts *o, char *err, size_t errlen)
     if (o->g.gc.eta < 0) /* DESIGN §3: 1 without compression, 0.01 with 99% top-k */
         o->g.gc.eta = o->g.comp.sparse != GOSSIP_SPARSE_NONE ? 0.01 : 1.0;
     o->g.gc.seed = (uint64_t)t->seed;
+    if (o->g.gc.staleness < 0) /* node: measured, README "Bounded staleness" */
+        o->g.gc.staleness = o->cmd == NODE_CMD_NODE && (o->g.gc.push_sum || o->g.gc.algo == GOSSIP_CHOCO)
+                                ? NODE_DEFAULT_STALENESS : 0;
     if (o->cmd == NODE_CMD_TRAIN)
         return 0;
     if (!o->g.topology[0])

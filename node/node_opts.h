@@ -30,6 +30,11 @@
 
 typedef enum { NODE_CMD_TRAIN, NODE_CMD_SIMULATE, NODE_CMD_NODE } node_command;
 
+/* --staleness of `lpgossip node` when not given (with push-sum or choco;
+ * 0 otherwise); simulate's is 0.  Chosen from the measurements in README
+ * ("Bounded staleness"). */
+#define NODE_DEFAULT_STALENESS 2
+
 /* model, optimisation, run and debug-run flags (every training command) */
 typedef struct {
     node_model_opts mo;
@@ -53,6 +58,7 @@ typedef struct {
     double            skew;        /* non-IID skew of the partition, 0 = IID */
     long              gossip_every; /* H: a gossip round after every H local steps [1] */
     long              eval_nodes;  /* simulate: models evaluated for the mean [all] */
+    char              delays[64];  /* simulate: --delays SPEC (gossip_sim.h) ["none"] */
     char              out[512];    /* output directory or "" */
     long              join_rank, join_at; /* simulate --join R@T (rank -1: none) */
 } node_gossip_opts;
@@ -70,6 +76,7 @@ typedef struct {
     long               ckpt_every; /* -1: once per epoch */
     int                resume;
     const char        *discovery_interface; /* --discovery-interface, borrowed, or NULL */
+    double             debug_slow; /* --debug-slow F: run at F of the speed [1] */
 } node_net_opts;
 
 typedef struct {

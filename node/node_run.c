@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- the metrics writer ------------------------------------------------- */
 
@@ -71,6 +72,12 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"joined", (uint64_t)ls->joined},      {"join_iter", ls->join_iter},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
+    fputs(",\"neighbours\":[", f);
+    for (int k = 0; k < m->nnb; k++)
+        fprintf(f, "%s{\"rank\":%d,\"staleness\":%" PRIu64 ",\"no_fresh\":%" PRIu64
+                ",\"wait_s\":%.3f}", k ? "," : "", m->nb[k].rank, m->nb[k].staleness,
+                m->nb[k].no_fresh, m->nb[k].wait_s);
+    fputs("]", f);
     const s_real t[] = {
         {"seconds_compress", "%.3f", m->tm.compress}, {"seconds_wait", "%.3f", m->tm.wait},
         {"seconds_mix", "%.3f", m->tm.mix},
@@ -105,6 +112,8 @@ void node_metrics_write(FILE *f, const node_metrics *m)
             {"gossip_bytes_sent", "%.0f", m->gossip_bytes_sent},
         };
         s_reals(f, g, sizeof g / sizeof g[0]);
+        s_u64(f, "staleness", (uint64_t)m->staleness);
+        s_u64(f, "steps_skipped", m->steps_skipped);
     }
     if (m->sim) {
         const s_real sim[] = {
@@ -209,6 +218,7 @@ void node_run_eval(node_run *r, node_metrics *m)
     m->epoch = (double)(r->it + 1) / (double)r->steps;
     m->lr = r->lr;
     m->skipped_steps = r->skipped;
+    m->steps_skipped = r->catchup;
     m->seconds = nn_now() - r->t0;
     m->tm = r->tm;
     m->psi = r->g && r->g[0] ? gossip_node_psi(r->g[0]) : 1.0;
@@ -218,12 +228,33 @@ void node_run_eval(node_run *r, node_metrics *m)
 
 /* The local steps of iteration r->it on every rank, with the non-finite
  * policy; -1 with a message when one rank diverged. */
+/* --debug-slow: serve the neighbours for d*(1/F - 1) seconds after a
+ * local step of d seconds. */
+static void s_slow_down(node_run *r, double d)
+{
+    if (!(r->slow > 0 && r->slow < 1) || !r->round.pump)
+        return;
+    double until = nn_now() + d * (1.0 / r->slow - 1.0);
+    while (nn_now() < until) {
+        r->round.pump(r->round.arg);
+        double left = until - nn_now();
+        if (left > 0)
+            nanosleep(&(struct timespec){0, (long)(1e9 * (left < 0.002 ? left : 0.002))}, NULL);
+    }
+}
+
 static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
 {
     double a = nn_now();
     for (int i = 0; i < r->n; i++) {
         const gossip_node *g = r->g ? r->g[i] : NULL;
+        if (r->skip && r->skip(r->skip_arg, i, r->it)) {
+            r->catchup++; /* a mix-only iteration: no batch, no step */
+            continue;
+        }
+        double b = nn_now();
         float loss = node_local_step(&r->tr[i], r->d, g, r->x[i], r->lr);
+        s_slow_down(r, nn_now() - b);
         if (isfinite(loss)) {
             run[i] = 0;
             continue;

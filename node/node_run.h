@@ -14,6 +14,13 @@
  *          NODE_RUN_MAX_SKIPPED in a row on one rank end the run; at every
  *          eval_every iterations and at the end: evaluation (node_run_eval)
  *          and one metrics line (node_metrics_write, keys in docs/node.md).
+ *          Bounded staleness: a rank for which skip() says so takes no local
+ *          step in that iteration (a mix-only iteration: no batch is
+ *          consumed, x is only mixed), counted as steps_skipped; that is how
+ *          a lagging node catches up with its neighbours (node) and how
+ *          simulate's slow node runs (--delays slow:R:F).  --debug-slow F
+ *          (node): after a local step of d seconds the loop serves the
+ *          neighbours (pump) for d*(1/F - 1) seconds.
  * Callers: node_cmd_train.c, node_cmd_simulate.c, node_cmd_node.c.
  */
 #ifndef NODE_RUN_H
@@ -51,6 +58,14 @@ typedef struct {
     void *arg;
 } node_round;
 
+/* What a node knows about one in-neighbour, for the metrics (node). */
+typedef struct {
+    int      rank;
+    uint64_t staleness;  /* t - newest iteration of its mixed at the last mix */
+    uint64_t no_fresh;   /* mixes that went ahead without its message of t */
+    double   wait_s;     /* seconds the rounds waited for it */
+} node_nb_metrics;
+
 /* One metrics line.  Groups: the core keys (every command), the gossip
  * keys (simulate and node: gossip set), the simulate keys (sim set) and
  * the link keys (node: ns/ls set, NULL without sockets). */
@@ -81,6 +96,11 @@ typedef struct {
     const gossip_stats      *gs;
     const gossip_net_stats  *ns;
     const gossip_link_stats *ls;
+    /* bounded staleness (node): per in-neighbour; steps_skipped in gossip */
+    uint64_t               steps_skipped; /* local steps skipped to catch up */
+    int                    staleness;     /* --staleness S */
+    int                    nnb;
+    const node_nb_metrics *nb;
 } node_metrics;
 
 /* Appends m as one JSON object on one line to f and flushes. */
@@ -113,9 +133,15 @@ struct node_run {
     void (*after_iter)(void *arg, uint64_t done);
     void (*report)(void *arg, const node_run *r, node_metrics *m);
     void  *hook_arg;
+    /* skip(skip_arg, i, it): 1 when rank i takes no local step in iteration
+     * it (see the top of this file); NULL: every rank always steps */
+    int  (*skip)(void *arg, int i, uint64_t it);
+    void  *skip_arg;
+    double slow;             /* --debug-slow F (node); 0 or 1: full speed */
     /* ---- state ---- */
     node_times tm;
     uint64_t   skipped;      /* non-finite steps, all ranks */
+    uint64_t   catchup;      /* local steps skipped by skip(), all ranks */
     int        interrupted;  /* stopped by *stop */
     double     t0, t_line, compute_line;
     float      lr;

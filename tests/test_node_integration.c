@@ -204,7 +204,8 @@ static void s_run_case(const s_case *c)
         char *common[] = {"--algo", (char *)c->algo, "--compress", (char *)c->compress, "--eta",
                           (char *)c->eta, "--train-subset", subset, "--batch", bs, "--epochs",
                           "1", "--seed", "7", "--lr", "0.05", "--timeout", "40", "--no-eval",
-                          "--gossip-every", every, "--out", nodes, NULL};
+                          "--gossip-every", every, "--out", nodes,
+                          "--staleness", "0", /* the synchronous protocol == simulate */ NULL};
         for (int k = 0; common[k]; k++)
             args[a++] = common[k];
         args[a] = NULL;
@@ -359,6 +360,67 @@ static void test_local_sgd_only(void **state)
     }
 }
 
+/* The number after "key": in the last line of a metrics file (-1: absent). */
+static double s_last_num(const char *path, const char *key)
+{
+    char *txt = tk_slurp(path), *last = txt, *q, pat[64];
+    for (char *nl = strchr(txt, '\n'); nl && nl[1]; nl = strchr(nl + 1, '\n'))
+        last = nl + 1;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    double v = (q = strstr(last, pat)) ? strtod(q + strlen(pat), NULL) : -1;
+    free(txt);
+    return v;
+}
+
+/* Bounded staleness over the network: SGP on the column-stochastic 4-node
+ * graph, --staleness 2, rank 1 at a third of its speed (--debug-slow).  All
+ * finish; the slow node skips local steps to catch up (more than any fast
+ * node); every node reports its neighbours' staleness; and since the last
+ * round drains every late message, sum psi over the nodes is exactly 4
+ * (push-sum mass conserved through the late mixes). */
+static void test_slow_node_stale(void **state)
+{
+    (void)state;
+    char topo[512], out[512], logs[4][600];
+    snprintf(topo, sizeof topo, "%s/slow.yaml", s_st.dir);
+    snprintf(out, sizeof out, "%s/slow", s_st.dir);
+    s_write_topo(topo, s_exp_graph);
+    for (int i = 0; i < 4; i++) {
+        char rk[16];
+        snprintf(rk, sizeof rk, "%d", i);
+        snprintf(logs[i], sizeof logs[0], "%s/slow-%d.txt", s_st.dir, i);
+        char *args[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--algo", "sgp",
+                        "--compress", "q8", "--train-subset", "1536", "--batch", "8",
+                        "--epochs", "1", "--no-eval", "--timeout", "40", "--staleness", "2",
+                        "--out", out, i == 1 ? "--debug-slow" : NULL, "0.34", NULL};
+        assert_true(tk_spawn(NULL, args, logs[i], -1) > 0);
+    }
+    int status[TK_MAXPROC];
+    assert_int_equal(tk_wait_all(150, status), 0);
+    double psum = 0, skipped[4];
+    for (int i = 0; i < 4; i++) {
+        if (status[i] != 0) {
+            tk_dump(logs[i]);
+            fail_msg("node %d: status %d", i, status[i]);
+        }
+        char met[700];
+        snprintf(met, sizeof met, "%s/metrics-%d.jsonl", out, i);
+        psum += s_last_num(met, "psi");
+        skipped[i] = s_last_num(met, "steps_skipped");
+        assert_true(s_last_num(met, "staleness") == 2);
+        char *txt = tk_slurp(met);
+        assert_non_null(strstr(txt, "\"neighbours\":[{\"rank\":"));
+        free(txt);
+    }
+    printf("slow node: steps skipped %g %g %g %g; sum psi %.15g\n", skipped[0], skipped[1],
+           skipped[2], skipped[3], psum);
+    for (int i = 0; i < 4; i++)
+        if (i != 1 && !(skipped[1] > skipped[i]))
+            fail_msg("the slow node skipped %g steps, node %d %g", skipped[1], i, skipped[i]);
+    if (fabs(psum - 4.0) > 1e-9)
+        fail_msg("sum psi at the end = %.15g, expected 4", psum);
+}
+
 /* A lone node of a ring: the barrier times out naming the silent peers. */
 static void test_lonely_node_times_out(void **state)
 {
@@ -422,6 +484,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_exp_topk_q8_push_sum, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_gossip_every, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_local_sgd_only, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_node_stale, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_lonely_node_times_out, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_layout_mismatch, s_setup, s_teardown),
     };

@@ -211,6 +211,15 @@ static void test_options(void **state)
         {"node --topology topologies/ring8.yaml --rank 0 --peer n1=foo", "--peer"},
         {"train --bogus", "see --help"},
         {"train --wgrad fp16", "--wgrad: unknown value 'fp16'"},
+        {"simulate --topology topologies/ring8.yaml --staleness 9", "--staleness"},
+        {"simulate --topology topologies/ring8.yaml --staleness 2 --delays random:3 "
+         "--train-subset 64", "exceed --staleness 2"},
+        {"simulate --topology topologies/ring8.yaml --delays later:1 --train-subset 64",
+         "expected none, fixed:D, random:D or slow:R:F"},
+        {"simulate --topology topologies/ring8.yaml --algo sgp --no-push-sum --staleness 1 "
+         "--train-subset 64", "needs push-sum"},
+        {"node --topology topologies/ring8.yaml --rank 0 --debug-slow 0", "--debug-slow"},
+        {"train --staleness 1", "see --help"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = s_cli(dir, bad[i].args);

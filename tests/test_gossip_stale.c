@@ -1,0 +1,447 @@
+/* test_gossip_stale — bounded-staleness gossip (gossip_node with
+ * cfg.staleness = S > 0, gossip_sim --delays).
+ *
+ * Consensus (lr = 0) with messages up to S rounds late: SGP (dpsgd with
+ * push-sum) reaches the exact average and conserves sum x and sum psi every
+ * round once the mass in flight is counted; choco with the catch-up credit
+ * reaches the exact average too (identity) or within its compression bound
+ * (top-k + q8); deepsqueeze within its quantization bound.  S > 0 without
+ * delays, and the in-flight queue with zero delays, are bit-identical to the
+ * synchronous path.  The slow node's step pattern, the --delays parser and
+ * the configuration checks; late, duplicate and replayed messages.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "tests/tk.h"
+
+#include "gossip/gossip_link.h"
+#include "gossip/gossip_node.h"
+#include "gossip/gossip_sim.h"
+#include "nn/nn_core.h"
+#include "topology/topo.h"
+
+static topo *s_named(const char *name)
+{
+    char path[256], err[512];
+    snprintf(path, sizeof path, "topologies/%s.yaml", name);
+    topo *t = topo_load(path, err, sizeof err);
+    if (!t)
+        fail_msg("shipped topology %s does not load: %s", path, err);
+    return t;
+}
+
+static void s_layout(nn_arena *L)
+{
+    nn_arena_init(L);
+    nn_arena_add(L, "conv.weight", 2, (int[]){ 8, 12 });
+    nn_arena_add(L, "conv.bias", 1, (int[]){ 3 });
+    nn_arena_add(L, "fc.weight", 2, (int[]){ 5, 20 });
+    nn_arena_alloc(L);
+}
+
+static float **s_vectors(int n, size_t d, uint64_t seed)
+{
+    nn_rng r;
+    nn_rng_seed(&r, seed);
+    float **x = nn_xcalloc((size_t)n, sizeof *x);
+    for (int i = 0; i < n; i++) {
+        x[i] = nn_xcalloc(d, sizeof(float));
+        for (size_t k = 0; k < d; k++)
+            x[i][k] = nn_rng_normal(&r);
+    }
+    return x;
+}
+
+static void s_vectors_free(float **x, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(x[i]);
+    free(x);
+}
+
+typedef struct {
+    gossip_algo algo;
+    const char *comp;
+    double      eta;
+    int         S;
+    const char *delays;
+    int         rounds;
+    double      tol;        /* max |z_i - avg| / max |avg| at the end */
+    int         check_mass; /* SGP: sum x, sum psi (+ in flight) every round */
+} s_case;
+
+static gossip_sim *s_sim(const s_case *c, const topo *t, const nn_arena *L)
+{
+    char err[512];
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.algo = c->algo;
+    snprintf(cfg.compressor, sizeof cfg.compressor, "%s", c->comp);
+    cfg.eta = c->eta;
+    cfg.staleness = c->S;
+    gossip_sim *sim = gossip_sim_new(&cfg, L, t, err, sizeof err);
+    if (!sim)
+        fail_msg("%s", err);
+    gossip_delays dl;
+    if (gossip_delays_parse(c->delays, c->S, &dl, err, sizeof err) < 0 ||
+        gossip_sim_set_delays(sim, &dl, 7, err, sizeof err) < 0)
+        fail_msg("%s", err);
+    return sim;
+}
+
+/* Mass check of one SGP round: sum_i x_i + in flight = initial, likewise psi. */
+static void s_check_mass(gossip_sim *sim, float **x, const double *mass, size_t d, int n,
+                         const char *what, int r)
+{
+    double *xs = nn_xcalloc(d, sizeof *xs), psum = 0.0;
+    gossip_sim_inflight(sim, xs, &psum);
+    for (int i = 0; i < n; i++) {
+        psum += gossip_node_psi(gossip_sim_node(sim, i));
+        for (size_t k = 0; k < d; k++)
+            xs[k] += x[i][k];
+    }
+    if (fabs(psum - n) > 1e-9 * n)
+        fail_msg("%s round %d: sum psi + in flight = %.15g, expected %d", what, r, psum, n);
+    for (size_t k = 0; k < d; k++)
+        if (fabs(xs[k] - mass[k]) > 1e-4)
+            fail_msg("%s round %d: sum x + in flight at %zu = %.9g, expected %.9g", what, r, k,
+                     xs[k], mass[k]);
+    free(xs);
+}
+
+/* Runs one case; returns max_i |z_i - avg| / max |avg|. */
+static double s_consensus(const char *tname, const s_case *c)
+{
+    char err[512], what[256];
+    topo *t = s_named(tname);
+    nn_arena L;
+    s_layout(&L);
+    size_t d = L.numel;
+    int n = t->n;
+    snprintf(what, sizeof what, "%s %s/%s S=%d %s", tname, gossip_algo_name(c->algo), c->comp, c->S,
+             c->delays);
+    gossip_sim *sim = s_sim(c, t, &L);
+    float **x = s_vectors(n, d, 1234);
+    double *mass = nn_xcalloc(d, sizeof(double)), amax = 0.0;
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < d; k++)
+            mass[k] += x[i][k];
+    for (size_t k = 0; k < d; k++)
+        amax = fmax(amax, fabs(mass[k] / n));
+    for (int r = 0; r < c->rounds; r++) {
+        if (gossip_sim_step(sim, x, (uint64_t)r, err, sizeof err) < 0)
+            fail_msg("%s: %s", what, err);
+        if (c->check_mass)
+            s_check_mass(sim, x, mass, d, n, what, r);
+    }
+    double maxerr = 0.0;
+    float *z = nn_xcalloc(d, sizeof(float));
+    for (int i = 0; i < n; i++) {
+        gossip_node_debias(gossip_sim_node(sim, i), x[i], z);
+        for (size_t k = 0; k < d; k++)
+            maxerr = fmax(maxerr, fabs(z[k] - mass[k] / n));
+    }
+    free(z);
+    free(mass);
+    s_vectors_free(x, n);
+    gossip_sim_destroy(&sim);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+    double rel = maxerr / amax;
+    printf("  %-50s rounds %4d: max |z-avg|/max|avg| = %.2e (tol %.0e)\n", what, c->rounds, rel, c->tol);
+    if (!(rel <= c->tol))
+        fail_msg("%s: relative error %g > %g", what, rel, c->tol);
+    return rel;
+}
+
+static void test_sgp_exact_average(void **state)
+{
+    (void)state;
+    const char *topos[] = { "ring8", "exp8", "onepeer-exp8", "star8", "complete4" };
+    for (size_t ti = 0; ti < sizeof topos / sizeof topos[0]; ti++) {
+        s_case c = { GOSSIP_DPSGD, "identity", 1.0, 3, "random:3", 2000, 2e-6, 1 };
+        s_consensus(topos[ti], &c);
+        s_case f = { GOSSIP_DPSGD, "identity", 1.0, 2, "fixed:2", 2000, 5e-6, 1 };
+        s_consensus(topos[ti], &f);
+    }
+    s_case slow = { GOSSIP_DPSGD, "identity", 1.0, 4, "slow:3:0.33", 600, 2e-6, 1 };
+    s_consensus("ring8", &slow);
+}
+
+static void test_choco_exact_average(void **state)
+{
+    (void)state;
+    const char *topos[] = { "ring8", "exp8", "onepeer-exp8", "complete4" };
+    for (size_t ti = 0; ti < sizeof topos / sizeof topos[0]; ti++) {
+        s_case c = { GOSSIP_CHOCO, "identity", 0.5, 3, "random:3", 2000, 2e-6, 0 };
+        s_consensus(topos[ti], &c);
+        s_case q = { GOSSIP_CHOCO, "q8", 0.5, 2, "random:2", 1500, 1e-5, 0 };
+        s_consensus(topos[ti], &q);
+        s_case k = { GOSSIP_CHOCO, "topk:0.1+q8", 0.1, 2, "random:2", 3000, 1e-5, 0 };
+        s_consensus(topos[ti], &k);
+    }
+}
+
+static void test_deepsqueeze_bound(void **state)
+{
+    (void)state;
+    const char *topos[] = { "ring8", "exp8", "complete4" };
+    for (size_t ti = 0; ti < sizeof topos / sizeof topos[0]; ti++) {
+        s_case c = { GOSSIP_DEEPSQUEEZE, "identity", 1.0, 3, "random:3", 2000, 2e-6, 0 };
+        s_consensus(topos[ti], &c);
+        s_case q = { GOSSIP_DEEPSQUEEZE, "q8", 0.5, 2, "random:2", 1500, 1e-2, 0 };
+        s_consensus(topos[ti], &q);
+    }
+}
+
+/* Runs `rounds` rounds of case c (delays as given) and returns the x. */
+static float **s_run(const char *tname, const s_case *c, int rounds, int *n_out, size_t *d_out)
+{
+    char err[512];
+    topo *t = s_named(tname);
+    nn_arena L;
+    s_layout(&L);
+    gossip_sim *sim = s_sim(c, t, &L);
+    float **x = s_vectors(t->n, L.numel, 99);
+    for (int r = 0; r < rounds; r++)
+        if (gossip_sim_step(sim, x, (uint64_t)r, err, sizeof err) < 0)
+            fail_msg("%s: %s", tname, err);
+    *n_out = t->n;
+    *d_out = L.numel;
+    gossip_sim_destroy(&sim);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+    return x;
+}
+
+/* S = 0 through the queue (fixed:0) and S > 0 without delays give the
+ * synchronous result bit for bit. */
+static void test_bit_identical_without_delays(void **state)
+{
+    (void)state;
+    const s_case base[] = {
+        { GOSSIP_DPSGD, "q8", 1.0, 0, "none", 0, 0, 0 },
+        { GOSSIP_CHOCO, "topk:0.1+q8", 0.3, 0, "none", 0, 0, 0 },
+        { GOSSIP_DEEPSQUEEZE, "q8", 0.5, 0, "none", 0, 0, 0 },
+    };
+    const char *topos[] = { "ring8", "onepeer-exp8" };
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t a = 0; a < 3; a++) {
+            int n;
+            size_t d;
+            float **ref = s_run(topos[ti], &base[a], 50, &n, &d);
+            s_case q = base[a], st = base[a];
+            q.delays = "fixed:0";
+            st.S = 2;
+            float **xq = s_run(topos[ti], &q, 50, &n, &d), **xs = s_run(topos[ti], &st, 50, &n, &d);
+            for (int i = 0; i < n; i++) {
+                if (memcmp(ref[i], xq[i], d * sizeof(float)))
+                    fail_msg("%s %s: fixed:0 differs from the direct path at node %d", topos[ti],
+                             gossip_algo_name(base[a].algo), i);
+                if (memcmp(ref[i], xs[i], d * sizeof(float)))
+                    fail_msg("%s %s: S=2 without delays differs from S=0 at node %d", topos[ti],
+                             gossip_algo_name(base[a].algo), i);
+            }
+            s_vectors_free(ref, n);
+            s_vectors_free(xq, n);
+            s_vectors_free(xs, n);
+        }
+}
+
+static void test_delays_parse(void **state)
+{
+    (void)state;
+    char err[512];
+    gossip_delays dl;
+    assert_int_equal(gossip_delays_parse("none", 0, &dl, err, sizeof err), 0);
+    assert_int_equal(dl.kind, GOSSIP_DELAY_NONE);
+    assert_int_equal(gossip_delays_parse("fixed:2", 2, &dl, err, sizeof err), 0);
+    assert_int_equal(dl.kind, GOSSIP_DELAY_FIXED);
+    assert_int_equal(dl.d, 2);
+    assert_int_equal(gossip_delays_parse("random:3", 4, &dl, err, sizeof err), 0);
+    assert_int_equal(dl.kind, GOSSIP_DELAY_RANDOM);
+    assert_int_equal(gossip_delays_parse("slow:3:0.25", 2, &dl, err, sizeof err), 0);
+    assert_int_equal(dl.slow_rank, 3);
+    assert_int_equal(dl.d, 2);
+    assert_true(fabs(dl.slow_frac - 0.25) < 1e-12);
+    assert_int_equal(gossip_delays_parse("random:3", 2, &dl, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--staleness 2"));
+    assert_non_null(strstr(err, "3 rounds"));
+    const char *bad[] = { "", "fixed", "fixed:", "fixed:x", "fixed:-1", "later:1", "slow:1",
+                          "slow:1:0", "slow:1:1.5", "slow:x:0.5", "none:1", "random:1:2" };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++)
+        if (gossip_delays_parse(bad[k], 4, &dl, err, sizeof err) != -1)
+            fail_msg("--delays '%s' accepted", bad[k]);
+    assert_int_equal(gossip_delays_parse("slow:1:0.5", 0, &dl, err, sizeof err), -1);
+}
+
+/* slow:R:F: R steps on floor(T F) of T rounds, never two skipped more than
+ * ceil(1/F) apart; the others always step. */
+static void test_slow_steps(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = s_named("ring8");
+    nn_arena L;
+    s_layout(&L);
+    s_case c = { GOSSIP_DPSGD, "identity", 1.0, 2, "slow:5:0.3333333333", 0, 0, 0 };
+    gossip_sim *sim = s_sim(&c, t, &L);
+    int steps = 0, others = 0;
+    for (uint64_t r = 0; r < 300; r++) {
+        steps += gossip_sim_steps(sim, 5, r);
+        others += gossip_sim_steps(sim, 4, r);
+    }
+    assert_int_equal(steps, 99); /* floor(300 / 3) minus the rounding of F */
+    assert_int_equal(others, 300);
+    gossip_delays dl;
+    assert_int_equal(gossip_delays_parse("slow:9:0.5", 2, &dl, err, sizeof err), 0);
+    assert_int_equal(gossip_sim_set_delays(sim, &dl, 1, err, sizeof err), -1);
+    gossip_sim_destroy(&sim);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
+static void test_config_errors(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = s_named("ring8");
+    nn_arena L;
+    s_layout(&L);
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.staleness = GOSSIP_STALE_MAX + 1;
+    assert_null(gossip_node_new(&cfg, &L, t, 0, err, sizeof err));
+    assert_non_null(strstr(err, "staleness"));
+    cfg.staleness = -1;
+    assert_null(gossip_node_new(&cfg, &L, t, 0, err, sizeof err));
+    cfg.staleness = 2;
+    cfg.push_sum = 0;
+    topo *u = s_named("ring8-undirected");
+    assert_null(gossip_node_new(&cfg, &L, u, 0, err, sizeof err));
+    assert_non_null(strstr(err, "push-sum"));
+    cfg.algo = GOSSIP_CHOCO; /* choco keeps its copies: fine */
+    gossip_node *g = gossip_node_new(&cfg, &L, u, 0, err, sizeof err);
+    assert_non_null(g);
+    gossip_node_destroy(&g);
+    topo_destroy(&u);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
+/* Node 1 of ring8 hears from node 0 only.  With S = 2 it mixes 0 and 1
+ * without node 0's messages, takes the late ones, refuses duplicates and
+ * replays, reports the lag, and waits at iteration 2. */
+static void test_late_messages(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = s_named("ring8");
+    nn_arena L;
+    s_layout(&L);
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.staleness = 2;
+    gossip_node *a = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
+    gossip_node *b = gossip_node_new(&cfg, &L, t, 1, err, sizeof err);
+    assert_non_null(a);
+    assert_non_null(b);
+    float **x = s_vectors(2, L.numel, 5);
+    const uint8_t *m;
+    int to;
+    uint8_t *held[3];
+    size_t hl[3];
+    for (uint64_t it = 0; it < 3; it++) { /* node 0 sends 0, 1, 2; we hold them */
+        assert_int_equal(gossip_node_prepare(a, x[0], it, err, sizeof err), 0);
+        hl[it] = gossip_node_outbox(a, 0, &to, &m);
+        assert_int_equal(to, 1);
+        held[it] = nn_xmalloc(hl[it]);
+        memcpy(held[it], m, hl[it]);
+        gossip_node_peer_sent(a, 0, 0); /* no-op: not its own in-neighbour */
+        /* node 0 hears from 7, which we do not run: mix as if 7 were down */
+        gossip_node_peer_down(a, 7);
+        assert_int_equal(gossip_node_mix(a, x[0], it, err, sizeof err), 0);
+    }
+    for (uint64_t it = 0; it < 2; it++) {
+        assert_int_equal(gossip_node_prepare(b, x[1], it, err, sizeof err), 0);
+        assert_true(gossip_node_ready(b, it));
+        assert_int_equal(gossip_node_mix(b, x[1], it, err, sizeof err), 0);
+    }
+    uint64_t lag, unfresh;
+    assert_int_equal(gossip_node_peer_lag(b, 0, &lag, &unfresh), 0);
+    assert_int_equal(lag, 2);
+    assert_int_equal(unfresh, 2);
+    assert_int_equal(gossip_node_peer_lag(b, 5, &lag, &unfresh), -1);
+    assert_int_equal(gossip_node_prepare(b, x[1], 2, err, sizeof err), 0);
+    assert_false(gossip_node_ready(b, 2)); /* nothing of 0 through iteration 0 */
+    assert_int_equal(gossip_node_receive(b, held[0], hl[0], err, sizeof err), GOSSIP_RECV_OK);
+    assert_int_equal(gossip_node_receive(b, held[0], hl[0], err, sizeof err), -1);
+    assert_true(gossip_node_ready(b, 2));
+    assert_int_equal(gossip_node_receive(b, held[1], hl[1], err, sizeof err), GOSSIP_RECV_OK);
+    assert_int_equal(gossip_node_receive(b, held[2], hl[2], err, sizeof err), GOSSIP_RECV_OK);
+    assert_int_equal(gossip_node_mix(b, x[1], 2, err, sizeof err), 0);
+    assert_int_equal(gossip_node_peer_lag(b, 0, &lag, &unfresh), 0);
+    assert_int_equal(lag, 0);
+    assert_int_equal(unfresh, 2);
+    /* all three mixed at once: replaying any of them is refused */
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(gossip_node_receive(b, held[k], hl[k], err, sizeof err), -1);
+    for (int k = 0; k < 3; k++)
+        free(held[k]);
+    s_vectors_free(x, 2);
+    gossip_node_destroy(&a);
+    gossip_node_destroy(&b);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
+/* Adaptive deadline: median + 6 MAD of the gaps; robust to one outlier;
+ * nothing before 8 gaps; the input is left as it was. */
+static void test_gap_deadline(void **state)
+{
+    (void)state;
+    double g[GOSSIP_PEER_GAPS];
+    for (int k = 0; k < GOSSIP_PEER_GAPS; k++)
+        g[k] = 0.1;
+    assert_true(gossip_link_gap_deadline(g, 7) == 0.0);
+    assert_true(fabs(gossip_link_gap_deadline(g, 8) - 0.1) < 1e-12);
+    /* 0.1, 0.2 alternating: median 0.15, MAD 0.05 -> 0.45 */
+    for (int k = 0; k < 16; k++)
+        g[k] = k % 2 ? 0.2 : 0.1;
+    assert_true(fabs(gossip_link_gap_deadline(g, 16) - 0.45) < 1e-12);
+    assert_true(g[0] == 0.1 && g[1] == 0.2 && g[15] == 0.2); /* unchanged */
+    /* one 30 s outlier (a checkpoint) among 0.1 s gaps moves nothing */
+    for (int k = 0; k < 9; k++)
+        g[k] = k == 4 ? 30.0 : 0.1;
+    assert_true(fabs(gossip_link_gap_deadline(g, 9) - 0.1) < 1e-12);
+    /* a slow peer (3 s steps) gets a deadline above its gaps */
+    for (int k = 0; k < 32; k++)
+        g[k] = 3.0 + 0.01 * (k % 5);
+    double d = gossip_link_gap_deadline(g, 32);
+    assert_true(d > 3.04 && d < 3.5);
+    assert_true(gossip_link_gap_deadline(g, GOSSIP_PEER_GAPS + 1) == 0.0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_delays_parse),
+        cmocka_unit_test(test_gap_deadline),
+        cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_slow_steps),
+        cmocka_unit_test(test_late_messages),
+        cmocka_unit_test(test_bit_identical_without_delays),
+        cmocka_unit_test(test_sgp_exact_average),
+        cmocka_unit_test(test_choco_exact_average),
+        cmocka_unit_test(test_deepsqueeze_bound),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
