@@ -29,6 +29,9 @@ typedef struct {
     uint64_t newest;   /* 1 + the newest iteration received from it */
     uint64_t lag;      /* staleness used at the last mix */
     uint64_t unfresh;  /* mixes without its message of that iteration */
+    uint64_t used_from; /* choco: the first mix that used the copy as it is now
+                           (0, or the mix after a RESYNC or a restore): the
+                           catch-up credit counts no round before it */
 } s_stale;
 
 struct gossip_node {
@@ -541,6 +544,7 @@ static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char 
     for (size_t b = 0; b < g->scratch_pl.nblocks; b++)
         memcpy(copy + L->views[b].offset, g->scratch_pl.blocks[b].val, L->views[b].numel * sizeof(float));
     p->copy_thru = h->iter;
+    g->stale[k].used_from = g->iter; /* no mix before this one used the copy */
     p->copy_bad = 0;
     p->copy_gap = 0;
     p->in_down = 0;
@@ -800,8 +804,8 @@ static void s_mix_stale_choco(gossip_node *g, uint64_t iter, double *acc, double
             size_t len;
             const gossip_payload *pl = s_slot_take(g, k, c, &psi_j, &len);
             gossip_payload_add(pl, L, g->xhat_in[k]);
-            double cw = 0.0;
-            for (uint64_t r = c; r < iter; r++)
+            double cw = 0.0; /* the rounds that mixed the copy without q_j(c) */
+            for (uint64_t r = c > g->stale[k].used_from ? c : g->stale[k].used_from; r < iter; r++)
                 cw += s_wij(g, r, j);
             if (cw > 0.0) {
                 gossip_payload_axpy(pl, L, cw, acc);
@@ -1121,6 +1125,7 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
         s_in(g, k)->psi_last = 1.0;
         g->stale[k].acc_thru = s->iter;
         g->stale[k].newest = s->iter;
+        g->stale[k].used_from = s->iter;
     }
     for (int j = 0; j < g->n; j++)
         g->peer[j].out_down = 0;

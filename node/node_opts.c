@@ -150,7 +150,8 @@ static const char s_help_gossip[] =
 "  --compress SPEC     [SPARSIFIER][+QUANTIZER][+deflate]            [identity]\n"
 "                      sparsifiers: topk:F[,rdecay=B] | randk:F | dgc:D[,warmup=E]\n"
 "                      quantizers: q8 | qsgd:S; e.g. topk:0.01+q8, dgc:0.001,warmup=4+q8+deflate\n"
-"  --eta X             consensus step (choco, deepsqueeze)  [1; 0.01 with a sparsifier]\n"
+"  --eta X             consensus step (choco, deepsqueeze)  [1; 0.01 with a sparsifier;\n"
+"                      at most 1/(S+1) with --staleness S]\n"
 "  --no-push-sum       plain gossip (needs a doubly stochastic topology)\n"
 "  --skew S            non-IID skew of the data partition, 0 = IID   [0]\n"
 "  --gossip-every H    H local SGD steps per gossip round (an iteration is one\n"
@@ -525,12 +526,17 @@ static int s_finish(node_opts *o, char *err, size_t errlen)
         t->sched.milestones[0] = 0.5 * (double)t->epochs;
         t->sched.milestones[1] = 0.75 * (double)t->epochs;
     }
-    if (o->g.gc.eta < 0) /* DESIGN §3: 1 without compression, 0.01 with 99% top-k */
-        o->g.gc.eta = o->g.comp.sparse != GOSSIP_SPARSE_NONE ? 0.01 : 1.0;
-    o->g.gc.seed = (uint64_t)t->seed;
     if (o->g.gc.staleness < 0) /* node: measured, README "Bounded staleness" */
         o->g.gc.staleness = o->cmd == NODE_CMD_NODE && (o->g.gc.push_sum || o->g.gc.algo == GOSSIP_CHOCO)
                                 ? NODE_DEFAULT_STALENESS : 0;
+    if (o->g.gc.eta < 0) { /* DESIGN §3: 1 without compression, 0.01 with 99% top-k; */
+        o->g.gc.eta = o->g.comp.sparse != GOSSIP_SPARSE_NONE ? 0.01 : 1.0;
+        /* a consensus step on delayed copies is stable up to about 1/(S+1)
+         * (docs/gossip.md, "Bounded staleness") */
+        if (o->g.gc.eta > 1.0 / (o->g.gc.staleness + 1))
+            o->g.gc.eta = 1.0 / (o->g.gc.staleness + 1);
+    }
+    o->g.gc.seed = (uint64_t)t->seed;
     if (o->cmd == NODE_CMD_TRAIN)
         return 0;
     if (!o->g.topology[0])

@@ -254,12 +254,15 @@ static void test_leaver_says_bye_and_joins_again(void **state)
     s_topo(topo, n, "graph:\n  generator: complete\n", NULL);
     snprintf(subset, sizeof subset, "%d", n * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
-    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.3",
+    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.1",
                       "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
                       "--lr", "0.05", "--seed", "5", "--no-eval", "--start-window", "2",
                       "--timeout", "120", "--peer-timeout", "100", "--out", out, NULL};
     for (int i = 0; i < 5; i++)
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+    /* eta 0.1: with the default --staleness 2, choco topk:0.1 at eta 0.3 runs
+     * near its stability edge (spreads of 0.3-0.9 between models), which
+     * would drown what this test compares (measured: 0.0014 / 0.0016) */
     pid_t pid[4];
     for (int i = 0; i < n; i++)
         pid[i] = s_node(topo, i, common, logs[i]);
