@@ -35,6 +35,7 @@
 #include <zmq.h>
 
 #include "tests/tk.h"
+#include "tests/tk_run.h"
 
 #include "gossip/gossip_codec.h"
 #include "nn/nn_core.h"
@@ -46,51 +47,14 @@ static char s_dir[256];
 static int s_setup(void **state)
 {
     (void)state;
-    return tk_bin() && tk_mkdtemp(s_dir, sizeof s_dir, "attack") == 0 ? 0 : -1;
+    return tk_dir_setup(s_dir, sizeof s_dir, "attack");
 }
 
 static int s_teardown(void **state)
 {
     (void)state;
-    tk_kill_all();
-    tk_rmtree(s_dir);
-    s_dir[0] = '\0';
+    tk_dir_teardown(s_dir);
     return 0;
-}
-
-/* A topology file of n nodes n0.. on free loopback ports, then `graph`. */
-static void s_topo(const char *path, int n, const char *graph, int *ports)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, "description: test topology\nnodes:\n");
-    for (int i = 0; i < n; i++) {
-        int p = tk_free_port();
-        assert_true(p > 0);
-        ports[i] = p;
-        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"}\n", i, p);
-    }
-    fprintf(f, "%s", graph);
-    fclose(f);
-}
-
-static pid_t s_node(const char *topo, int rank, char *const *common, const char *log)
-{
-    char *args[64], rk[16];
-    int a = 0;
-    snprintf(rk, sizeof rk, "%d", rank);
-    args[a++] = "lpgossip";
-    args[a++] = "node";
-    args[a++] = "--topology";
-    args[a++] = (char *)topo;
-    args[a++] = "--rank";
-    args[a++] = rk;
-    for (int k = 0; common[k]; k++)
-        args[a++] = common[k];
-    args[a] = NULL;
-    pid_t pid = tk_spawn(NULL, args, log, -1);
-    assert_true(pid > 0);
-    return pid;
 }
 
 /* A 40-byte header (gossip_codec.h layout), little-endian hosts. */
@@ -271,7 +235,7 @@ static void test_contested_id(void **state)
     char topo[512], out[512], subset[32], bs[16], logs[3][600];
     snprintf(topo, sizeof topo, "%s/ring3.yaml", s_dir);
     snprintf(out, sizeof out, "%s/run", s_dir);
-    s_topo(topo, n, "graph:\n  generator: undirected_ring\n", ports);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: undirected_ring\n", ports), 0);
     snprintf(subset, sizeof subset, "%d", n * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
     char *common[] = {"--algo", "choco", "--compress", "identity", "--model", "cnn",
@@ -280,7 +244,7 @@ static void test_contested_id(void **state)
     pid_t pid[3];
     for (int i = 0; i < n; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
-        pid[i] = s_node(topo, i, common, logs[i]);
+        assert_true((pid[i] = tk_node(topo, i, common, NULL, logs[i])) > 0);
     }
     double t0 = nn_now();
     while (!s_log_has(logs[1], "start barrier passed") && nn_now() - t0 < 60)
@@ -324,7 +288,7 @@ static void test_cut_off(void **state)
     char topo[512], out[512], subset[32], bs[16], logs[3][600];
     snprintf(topo, sizeof topo, "%s/ring3.yaml", s_dir);
     snprintf(out, sizeof out, "%s/run", s_dir);
-    s_topo(topo, n, "graph:\n  generator: undirected_ring\n", ports);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: undirected_ring\n", ports), 0);
     snprintf(subset, sizeof subset, "%d", n * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
     char *common[] = {"--algo", "choco", "--compress", "identity", "--model", "cnn",
@@ -333,7 +297,7 @@ static void test_cut_off(void **state)
     pid_t pid[3];
     for (int i = 0; i < n; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
-        pid[i] = s_node(topo, i, common, logs[i]);
+        assert_true((pid[i] = tk_node(topo, i, common, NULL, logs[i])) > 0);
     }
     double t0 = nn_now();
     while (!s_log_has(logs[2], "start barrier passed") && nn_now() - t0 < 60)

@@ -41,6 +41,7 @@
 #include <zmq.h>
 
 #include "tests/tk.h"
+#include "tests/tk_run.h"
 
 #include "gossip/gossip_codec.h"
 #include "nn/nn_core.h"
@@ -53,15 +54,13 @@ static char s_dir[256];
 static int s_setup(void **state)
 {
     (void)state;
-    return tk_bin() && tk_mkdtemp(s_dir, sizeof s_dir, "faults") == 0 ? 0 : -1;
+    return tk_dir_setup(s_dir, sizeof s_dir, "faults");
 }
 
 static int s_teardown(void **state)
 {
     (void)state;
-    tk_kill_all();
-    tk_rmtree(s_dir);
-    s_dir[0] = '\0';
+    tk_dir_teardown(s_dir);
     return 0;
 }
 
@@ -70,59 +69,6 @@ static int s_port(void)
     int p = tk_free_port();
     assert_true(p > 0);
     return p;
-}
-
-/* A topology file of n nodes n0.. on free loopback ports, then `graph`. */
-static void s_topo(const char *path, int n, const char *graph, int *ports)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, "description: test topology\nnodes:\n");
-    for (int i = 0; i < n; i++) {
-        int p = s_port();
-        if (ports)
-            ports[i] = p;
-        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"}\n", i, p);
-    }
-    fprintf(f, "%s", graph);
-    fclose(f);
-}
-
-/* argv for `lpgossip node` rank i: common flags + extra (NULL-terminated). */
-static pid_t s_node(const char *topo, int rank, char *const *common, const char *extra,
-                    const char *log)
-{
-    char *args[64], rk[16];
-    int a = 0;
-    snprintf(rk, sizeof rk, "%d", rank);
-    args[a++] = "lpgossip";
-    args[a++] = "node";
-    args[a++] = "--topology";
-    args[a++] = (char *)topo;
-    args[a++] = "--rank";
-    args[a++] = rk;
-    for (int k = 0; common[k]; k++)
-        args[a++] = common[k];
-    if (extra)
-        args[a++] = (char *)extra;
-    args[a] = NULL;
-    pid_t pid = tk_spawn(NULL, args, log, -1);
-    assert_true(pid > 0);
-    return pid;
-}
-
-/* The cnn's parameters from a model file (owned model). */
-static nn_model *s_model(const char *path)
-{
-    char err[512];
-    node_model_opts mo;
-    if (node_model_opts_from_file(path, &mo, err, sizeof err) != 0)
-        fail_msg("%s", err);
-    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
-    assert_non_null(m);
-    if (node_model_load(path, m, err, sizeof err) != 0)
-        fail_msg("%s", err);
-    return m;
 }
 
 static uint64_t s_ckpt_iter(const char *path)
@@ -142,7 +88,7 @@ static void test_kill_and_rejoin(void **state)
     char topo[512], out[512], subset[32], bs[16], logs[8][600], relog[600], ckpt[700];
     snprintf(topo, sizeof topo, "%s/ring8.yaml", s_dir);
     snprintf(out, sizeof out, "%s/run", s_dir);
-    s_topo(topo, n, "graph:\n  generator: directed_ring\n", NULL);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: directed_ring\n", NULL), 0);
     snprintf(subset, sizeof subset, "%d", n * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
     char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.15",
@@ -152,7 +98,7 @@ static void test_kill_and_rejoin(void **state)
     pid_t pid[8];
     for (int i = 0; i < n; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
-        pid[i] = s_node(topo, i, common, NULL, logs[i]);
+        assert_true((pid[i] = tk_node(topo, i, common, NULL, logs[i])) > 0);
     }
     /* kill the victim once it has checkpointed iteration >= 40 */
     snprintf(ckpt, sizeof ckpt, "%s/ckpt-%d.safetensors", out, victim);
@@ -180,7 +126,7 @@ static void test_kill_and_rejoin(void **state)
     free(l4);
     double noticed = nn_now() - killed;
     snprintf(relog, sizeof relog, "%s/node%d-rejoin.txt", s_dir, victim);
-    s_node(topo, victim, common, "--resume", relog);
+    assert_true(tk_node(topo, victim, common, "--resume", relog) > 0);
     /* node 6 dies later and comes back at once, before anyone notices */
     const int quick = 6;
     snprintf(ckpt, sizeof ckpt, "%s/ckpt-%d.safetensors", out, quick);
@@ -189,7 +135,7 @@ static void test_kill_and_rejoin(void **state)
     tk_kill(pid[quick], SIGKILL);
     char relog6[600];
     snprintf(relog6, sizeof relog6, "%s/node%d-rejoin.txt", s_dir, quick);
-    s_node(topo, quick, common, "--resume", relog6);
+    assert_true(tk_node(topo, quick, common, "--resume", relog6) > 0);
     int status[TK_MAXPROC];
     int rc = tk_wait_all(tk_quick() ? 400 : 240, status);
     int ok = rc == 0;
@@ -220,36 +166,16 @@ static void test_kill_and_rejoin(void **state)
     free(lv);
     free(l6);
     /* consensus: distance of every node's model to the average */
-    nn_model *m[8];
-    for (int i = 0; i < n; i++) {
-        char p[700];
-        snprintf(p, sizeof p, "%s/model-%d.safetensors", out, i);
-        m[i] = s_model(p);
-    }
-    size_t d = nn_model_params(m[0])->numel;
-    double *avg = nn_xcalloc(d, sizeof(double)), norm = 0, dist[8];
-    for (int i = 0; i < n; i++)
-        for (size_t k = 0; k < d; k++)
-            avg[k] += nn_model_params(m[i])->data[k] / n;
-    for (size_t k = 0; k < d; k++)
-        norm += avg[k] * avg[k];
+    double dist[8];
+    assert_true(tk_model_spread(out, n, dist) >= 0);
     double others = 0;
     for (int i = 0; i < n; i++) {
-        double s = 0;
-        for (size_t k = 0; k < d; k++) {
-            double e = nn_model_params(m[i])->data[k] - avg[k];
-            s += e * e;
-        }
-        dist[i] = sqrt(s / norm);
         if (i != victim && dist[i] > others)
             others = dist[i];
         printf("node %d: ||z - avg|| / ||avg|| = %.4f\n", i, dist[i]);
     }
     assert_true(isfinite(dist[victim]));
     assert_true(dist[victim] <= fmax(2.0 * others, 0.02));
-    for (int i = 0; i < n; i++)
-        nn_model_destroy(&m[i]);
-    free(avg);
 }
 
 /* ---- resync over the network --------------------------------------------------------- */
@@ -261,7 +187,7 @@ static void test_resync_over_network(void **state)
     char topo[512], out[512], subset[32], bs[16], its[16], logs[4][600];
     snprintf(topo, sizeof topo, "%s/ring4.yaml", s_dir);
     snprintf(out, sizeof out, "%s/drop", s_dir);
-    s_topo(topo, n, "graph:\n  generator: undirected_ring\n", NULL);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: undirected_ring\n", NULL), 0);
     snprintf(subset, sizeof subset, "%d", n * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
     snprintf(its, sizeof its, "%d", iters);
@@ -271,7 +197,7 @@ static void test_resync_over_network(void **state)
                       "0.1", "--timeout", "60", "--out", out, NULL};
     for (int i = 0; i < n; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/drop%d.txt", s_dir, i);
-        s_node(topo, i, common, NULL, logs[i]);
+        assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
     }
     int status[TK_MAXPROC];
     int rc = tk_wait_all(180, status);
@@ -284,7 +210,8 @@ static void test_resync_over_network(void **state)
     /* every holder's copy equals the owner's own xhat, bit for bit */
     char p[700], err[512];
     snprintf(p, sizeof p, "%s/model-0.safetensors", out);
-    nn_model *m = s_model(p);
+    nn_model *m = tk_model_load(p);
+    assert_non_null(m);
     const nn_arena *L = nn_model_params(m);
     nn_arena self[4], copy;
     nn_arena_init(&copy);
@@ -367,10 +294,10 @@ static void test_hostile_peer(void **state)
     snprintf(topo, sizeof topo, "%s/three.yaml", s_dir);
     snprintf(out, sizeof out, "%s/hostile", s_dir);
     /* n0 <-> n1 and n0 <-> n2; column stochastic (push-sum) */
-    s_topo(topo, 3, "graph:\n  matrix:\n"
-                    "    - [1/2, 1/2, 1/2]\n"
-                    "    - [1/4, 1/2, 0  ]\n"
-                    "    - [1/4, 0,   1/2]\n", ports);
+    assert_int_equal(tk_topo_loopback(topo, 3, "graph:\n  matrix:\n"
+                                                "    - [1/2, 1/2, 1/2]\n"
+                                                "    - [1/4, 1/2, 0  ]\n"
+                                                "    - [1/4, 0,   1/2]\n", ports), 0);
     void *ctx = zmq_ctx_new();
     void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
     char ep[64];
@@ -392,7 +319,7 @@ static void test_hostile_peer(void **state)
                       "--no-eval", "--peer-timeout", "3", "--timeout", "60", "--out", out, NULL};
     for (int i = 0; i < 2; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/hostile%d.txt", s_dir, i);
-        s_node(topo, i, common, NULL, logs[i]);
+        assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
     }
     /* play n2 through the start: answer n0's HELLO, say ours */
     uint8_t id[16], msg[256], b[GOSSIP_HEADER_BYTES];
@@ -534,7 +461,8 @@ static void test_hostile_peer(void **state)
     assert_null(strstr(l0, "(re)starts at iteration 5"));
     assert_non_null(strstr(l0, "neighbour n2 (rank 2) is down"));
     snprintf(mp, sizeof mp, "%s/model-0.safetensors", out);
-    nn_model *fin = s_model(mp);
+    nn_model *fin = tk_model_load(mp);
+    assert_non_null(fin);
     const nn_arena *F = nn_model_params(fin);
     for (size_t k = 0; k < F->numel; k++)
         assert_true(isfinite(F->data[k]));
@@ -560,13 +488,13 @@ static void test_nan_step(void **state)
     char topo[512], out[512], logs[4][600];
     snprintf(topo, sizeof topo, "%s/ring4.yaml", s_dir);
     snprintf(out, sizeof out, "%s/nan", s_dir);
-    s_topo(topo, 4, "graph:\n  generator: undirected_ring\n", NULL);
+    assert_int_equal(tk_topo_loopback(topo, 4, "graph:\n  generator: undirected_ring\n", NULL), 0);
     char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.15",
                       "--model", "cnn", "--train-subset", "1280", "--batch", "8", "--epochs",
                       "1", "--no-eval", "--timeout", "60", "--out", out, NULL};
     for (int i = 0; i < 4; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/nan%d.txt", s_dir, i);
-        s_node(topo, i, common, i == 2 ? "--debug-nan-at=5" : NULL, logs[i]);
+        assert_true(tk_node(topo, i, common, i == 2 ? "--debug-nan-at=5" : NULL, logs[i]) > 0);
     }
     int status[TK_MAXPROC];
     int rc = tk_wait_all(180, status);
@@ -586,7 +514,8 @@ static void test_nan_step(void **state)
     free(met);
     for (int i = 0; i < 4; i++) {
         snprintf(mp, sizeof mp, "%s/model-%d.safetensors", out, i);
-        nn_model *m = s_model(mp);
+        nn_model *m = tk_model_load(mp);
+        assert_non_null(m);
         const nn_arena *P = nn_model_params(m);
         for (size_t k = 0; k < P->numel; k++)
             if (!isfinite(P->data[k]))
@@ -596,17 +525,6 @@ static void test_nan_step(void **state)
 }
 
 /* ---- CURVE ------------------------------------------------------------------------ */
-
-/* Public key (Z85) of a keygen certificate file. */
-static void s_pubkey(const char *path, char out[41])
-{
-    char *txt = tk_slurp(path), *p = strstr(txt, "public-key = \"");
-    assert_non_null(p);
-    p += strlen("public-key = \"");
-    memcpy(out, p, 40);
-    out[40] = '\0';
-    free(txt);
-}
 
 static void s_curve_topo(const char *path, const int *ports, const char *k0, const char *k1)
 {
@@ -629,7 +547,7 @@ static void test_curve_nodes(void **state)
         snprintf(log, sizeof log, "%s/keygen-%s.txt", s_dir, names[i]);
         char *args[] = {"lpgossip", "keygen", key[i], NULL};
         assert_int_equal(tk_wait(tk_spawn(NULL, args, log, -1), 30), 0);
-        s_pubkey(key[i], pub[i]);
+        assert_int_equal(tk_cert_pubkey(key[i], pub[i]), 0);
     }
     int ports[2] = {s_port(), s_port()};
     char topo[600], fake[600], sec[3][420];

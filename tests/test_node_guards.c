@@ -37,6 +37,7 @@
 #include <cmocka.h>
 
 #include "tests/tk.h"
+#include "tests/tk_run.h"
 
 #include "node/node_cert.h"
 #include "node/node_common.h"
@@ -48,15 +49,13 @@ static char s_dir[256];
 static int s_setup(void **state)
 {
     (void)state;
-    return tk_bin() && tk_mkdtemp(s_dir, sizeof s_dir, "guards") == 0 ? 0 : -1;
+    return tk_dir_setup(s_dir, sizeof s_dir, "guards");
 }
 
 static int s_teardown(void **state)
 {
     (void)state;
-    tk_kill_all();
-    tk_rmtree(s_dir);
-    s_dir[0] = '\0';
+    tk_dir_teardown(s_dir);
     return 0;
 }
 

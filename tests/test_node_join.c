@@ -39,6 +39,7 @@
 #include <zmq.h>
 
 #include "tests/tk.h"
+#include "tests/tk_run.h"
 
 #include "gossip/gossip_codec.h"
 #include "gossip/gossip_state.h"
@@ -51,52 +52,14 @@ static char s_dir[256];
 static int s_setup(void **state)
 {
     (void)state;
-    return tk_bin() && tk_mkdtemp(s_dir, sizeof s_dir, "join") == 0 ? 0 : -1;
+    return tk_dir_setup(s_dir, sizeof s_dir, "join");
 }
 
 static int s_teardown(void **state)
 {
     (void)state;
-    tk_kill_all();
-    tk_rmtree(s_dir);
-    s_dir[0] = '\0';
+    tk_dir_teardown(s_dir);
     return 0;
-}
-
-/* A topology file of n nodes n0.. on free loopback ports, then `graph`. */
-static void s_topo(const char *path, int n, const char *graph, int *ports)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, "description: test topology\nnodes:\n");
-    for (int i = 0; i < n; i++) {
-        int p = tk_free_port();
-        assert_true(p > 0);
-        if (ports)
-            ports[i] = p;
-        fprintf(f, "  - {id: n%d, endpoint: \"tcp://127.0.0.1:%d\"}\n", i, p);
-    }
-    fprintf(f, "%s", graph);
-    fclose(f);
-}
-
-static pid_t s_node(const char *topo, int rank, char *const *common, const char *log)
-{
-    char *args[64], rk[16];
-    int a = 0;
-    snprintf(rk, sizeof rk, "%d", rank);
-    args[a++] = "lpgossip";
-    args[a++] = "node";
-    args[a++] = "--topology";
-    args[a++] = (char *)topo;
-    args[a++] = "--rank";
-    args[a++] = rk;
-    for (int k = 0; common[k]; k++)
-        args[a++] = common[k];
-    args[a] = NULL;
-    pid_t pid = tk_spawn(NULL, args, log, -1);
-    assert_true(pid > 0);
-    return pid;
 }
 
 /* Waits (bounded) until `log` contains `what`; 1 found, 0 not. */
@@ -115,47 +78,6 @@ static int s_wait_log(const char *log, const char *what, double seconds)
     }
 }
 
-static nn_model *s_model(const char *path)
-{
-    char err[512];
-    node_model_opts mo;
-    if (node_model_opts_from_file(path, &mo, err, sizeof err) != 0)
-        fail_msg("%s", err);
-    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
-    assert_non_null(m);
-    if (node_model_load(path, m, err, sizeof err) != 0)
-        fail_msg("%s", err);
-    return m;
-}
-
-/* ||z_i - avg|| / ||avg|| of the n final models in out. */
-static void s_distances(const char *out, int n, double *dist)
-{
-    nn_model *m[8];
-    for (int i = 0; i < n; i++) {
-        char p[700];
-        snprintf(p, sizeof p, "%s/model-%d.safetensors", out, i);
-        m[i] = s_model(p);
-    }
-    size_t d = nn_model_params(m[0])->numel;
-    double *avg = nn_xcalloc(d, sizeof(double)), norm = 0;
-    for (int i = 0; i < n; i++)
-        for (size_t k = 0; k < d; k++)
-            avg[k] += nn_model_params(m[i])->data[k] / n;
-    for (size_t k = 0; k < d; k++)
-        norm += avg[k] * avg[k];
-    for (int i = 0; i < n; i++) {
-        double s = 0;
-        for (size_t k = 0; k < d; k++) {
-            double e = nn_model_params(m[i])->data[k] - avg[k];
-            s += e * e;
-        }
-        dist[i] = sqrt(s / norm);
-        nn_model_destroy(&m[i]);
-    }
-    free(avg);
-}
-
 /* ---- a latecomer joins ------------------------------------------------------- */
 
 static void test_latecomer_joins(void **state)
@@ -165,7 +87,7 @@ static void test_latecomer_joins(void **state)
     char topo[512], out[512], subset[32], bs[16], logs[4][600];
     snprintf(topo, sizeof topo, "%s/complete4.yaml", s_dir);
     snprintf(out, sizeof out, "%s/run", s_dir);
-    s_topo(topo, n, "graph:\n  generator: complete\n", NULL);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: complete\n", NULL), 0);
     snprintf(subset, sizeof subset, "%d", n * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
     char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.3",
@@ -176,14 +98,14 @@ static void test_latecomer_joins(void **state)
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
     for (int i = 0; i < n; i++)
         if (i != late)
-            s_node(topo, i, common, logs[i]);
+            assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
     if (!s_wait_log(logs[0], "start barrier passed", 60)) {
         tk_dump(logs[0]);
         fail_msg("the quorum of 3 never started");
     }
     usleep(1500000); /* let them train a little */
     double t_late = nn_now();
-    s_node(topo, late, common, logs[late]);
+    assert_true(tk_node(topo, late, common, NULL, logs[late]) > 0);
     int status[TK_MAXPROC];
     int rc = tk_wait_all(tk_quick() ? 400 : 240, status);
     if (rc != 0 || status[0] || status[1] || status[2] || status[3]) {
@@ -228,7 +150,7 @@ static void test_latecomer_joins(void **state)
     }
     assert_int_equal(states, 1);
     double dist[4], others = 0;
-    s_distances(out, n, dist);
+    assert_true(tk_model_spread(out, n, dist) >= 0);
     for (int i = 0; i < n; i++) {
         printf("node %d: ||z - avg|| / ||avg|| = %.4f\n", i, dist[i]);
         if (i != late && dist[i] > others)
@@ -251,7 +173,7 @@ static void test_leaver_says_bye_and_joins_again(void **state)
     char topo[512], out[512], subset[32], bs[16], logs[5][600];
     snprintf(topo, sizeof topo, "%s/complete4.yaml", s_dir);
     snprintf(out, sizeof out, "%s/run", s_dir);
-    s_topo(topo, n, "graph:\n  generator: complete\n", NULL);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: complete\n", NULL), 0);
     snprintf(subset, sizeof subset, "%d", n * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
     char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.1",
@@ -265,7 +187,7 @@ static void test_leaver_says_bye_and_joins_again(void **state)
      * would drown what this test compares (measured: 0.0014 / 0.0016) */
     pid_t pid[4];
     for (int i = 0; i < n; i++)
-        pid[i] = s_node(topo, i, common, logs[i]);
+        assert_true((pid[i] = tk_node(topo, i, common, NULL, logs[i])) > 0);
     if (!s_wait_log(logs[leaver], "start barrier passed", 60)) {
         tk_dump(logs[leaver]);
         fail_msg("the run never started");
@@ -289,7 +211,8 @@ static void test_leaver_says_bye_and_joins_again(void **state)
             fail_msg("node %d did not log '%s'", i, left);
         }
     double t_bye = nn_now() - t_int;
-    s_node(topo, leaver, common, logs[4]); /* the same command line, no --resume */
+    /* the same command line, no --resume */
+    assert_true(tk_node(topo, leaver, common, NULL, logs[4]) > 0);
     int status[TK_MAXPROC];
     int rc = tk_wait_all(300, status);
     /* status[3] is the first run of the leaver (already reaped: 1) */
@@ -317,7 +240,7 @@ static void test_leaver_says_bye_and_joins_again(void **state)
         fail_msg("the leaver did not join again:\n%s", again);
     free(again);
     double dist[4], others = 0;
-    s_distances(out, n, dist);
+    assert_true(tk_model_spread(out, n, dist) >= 0);
     for (int i = 0; i < n; i++)
         if (i != leaver && dist[i] > others)
             others = dist[i];
@@ -365,7 +288,7 @@ static void test_joiner_refuses_bad_state(void **state)
     snprintf(topo, sizeof topo, "%s/two.yaml", s_dir);
     snprintf(out, sizeof out, "%s/bad", s_dir);
     snprintf(log, sizeof log, "%s/joiner.txt", s_dir);
-    s_topo(topo, 2, "graph:\n  generator: complete\n", ports);
+    assert_int_equal(tk_topo_loopback(topo, 2, "graph:\n  generator: complete\n", ports), 0);
     void *ctx = zmq_ctx_new();
     void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
     void *stranger = zmq_socket(ctx, ZMQ_DEALER);
@@ -395,7 +318,8 @@ static void test_joiner_refuses_bad_state(void **state)
     char *common[] = {"--model", "cnn", "--train-subset", "320", "--batch", "8", "--epochs",
                       "1", "--no-eval", "--start-window", "1", "--timeout", "6", "--out", out,
                       NULL};
-    pid_t pid = s_node(topo, 0, common, log);
+    pid_t pid = tk_node(topo, 0, common, NULL, log);
+    assert_true(pid > 0);
     uint8_t id[16], msg[512];
     int reqs = 0, acks = 0, ended = -1;
     uint32_t fp = 0;
@@ -463,13 +387,13 @@ static void test_no_quorum(void **state)
     (void)state;
     char topo[512], logs[4][600];
     snprintf(topo, sizeof topo, "%s/q4.yaml", s_dir);
-    s_topo(topo, 4, "graph:\n  generator: complete\n", NULL);
+    assert_int_equal(tk_topo_loopback(topo, 4, "graph:\n  generator: complete\n", NULL), 0);
     char *common[] = {"--model", "cnn", "--train-subset", "320", "--batch", "8", "--epochs",
                       "1", "--no-eval", "--start-window", "1", "--timeout", "4",
                       "--min-nodes", "4", NULL};
     for (int i = 0; i < 3; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/q%d.txt", s_dir, i);
-        s_node(topo, i, common, logs[i]);
+        assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
     }
     int status[TK_MAXPROC];
     assert_int_equal(tk_wait_all(60, status), 0);
@@ -485,7 +409,9 @@ static void test_no_quorum(void **state)
     char *lone[] = {"--model", "cnn", "--train-subset", "320", "--no-eval", "--start-window",
                     "0.5", "--timeout", "2", NULL};
     snprintf(logs[3], sizeof logs[3], "%s/lone.txt", s_dir);
-    int st = tk_wait(s_node(topo, 2, lone, logs[3]), 30);
+    pid_t lone_pid = tk_node(topo, 2, lone, NULL, logs[3]);
+    assert_true(lone_pid > 0);
+    int st = tk_wait(lone_pid, 30);
     char *l = tk_slurp(logs[3]);
     if (st != 1 || !strstr(l, "the quorum of 2 node(s)") || !strstr(l, "0 answered"))
         fail_msg("lone node: status %d, log:\n%s", st, l);

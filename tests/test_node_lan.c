@@ -35,11 +35,10 @@
 #include <cmocka.h>
 
 #include "tests/tk.h"
+#include "tests/tk_run.h"
 #include "tests/tk_netns.h"
 
 #include "nn/nn_core.h"
-#include "nn/nn_model.h"
-#include "node/node_common.h"
 
 #define S_N        4           /* hosts of the run; host S_N runs the other run's node */
 #define S_DELAY_NS 2000000ull  /* one way */
@@ -91,40 +90,6 @@ static pid_t s_start(const char *topo, int host, int rank, const char *seed, con
     return pid;
 }
 
-/* max_k ||z_k - avg|| / ||avg|| over the final models in out. */
-static double s_disagreement(const char *out)
-{
-    nn_model *m[S_N];
-    char err[512];
-    for (int k = 0; k < S_N; k++) {
-        char p[700];
-        snprintf(p, sizeof p, "%s/model-%d.safetensors", out, k);
-        node_model_opts mo;
-        assert_int_equal(node_model_opts_from_file(p, &mo, err, sizeof err), 0);
-        m[k] = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
-        assert_non_null(m[k]);
-        assert_int_equal(node_model_load(p, m[k], err, sizeof err), 0);
-    }
-    size_t d = nn_model_params(m[0])->numel;
-    double *avg = nn_xcalloc(d, sizeof(double)), norm = 0, worst = 0;
-    for (int k = 0; k < S_N; k++)
-        for (size_t e = 0; e < d; e++)
-            avg[e] += nn_model_params(m[k])->data[e] / S_N;
-    for (size_t e = 0; e < d; e++)
-        norm += avg[e] * avg[e];
-    for (int k = 0; k < S_N; k++) {
-        double s = 0;
-        for (size_t e = 0; e < d; e++) {
-            double x = nn_model_params(m[k])->data[e] - avg[e];
-            s += x * x;
-        }
-        worst = fmax(worst, sqrt(s / norm));
-        nn_model_destroy(&m[k]);
-    }
-    free(avg);
-    return worst;
-}
-
 /* Seconds after its start at which node k had found all its neighbours
  * (from its log), or -1. */
 static double s_found_after(const char *log)
@@ -143,17 +108,6 @@ static double s_found_after(const char *log)
     return secs;
 }
 
-/* Public key (Z85) of a keygen certificate file. */
-static void s_pubkey(const char *path, char out[41])
-{
-    char *txt = tk_slurp(path), *p = strstr(txt, "public-key = \"");
-    assert_non_null(p);
-    p += strlen("public-key = \"");
-    memcpy(out, p, 40);
-    out[40] = '\0';
-    free(txt);
-}
-
 /* The run's topology file, and with `curve` key pairs n0..n3 and mallory
  * in DIR/NAME_secret; the other run's file is then mallory's view, her
  * key as n1's (another file: another run id). */
@@ -166,7 +120,7 @@ static void s_files(int curve, const char *topo, const char *fake)
         snprintf(log, sizeof log, "%s/keygen%d.txt", s_dir, i);
         char *args[] = {"lpgossip", "keygen", key, NULL};
         assert_int_equal(tk_wait(tk_spawn(NULL, args, log, -1), 30), 0);
-        s_pubkey(key, pub[i]);
+        assert_int_equal(tk_cert_pubkey(key, pub[i]), 0);
     }
     for (int v = 0; v < 2; v++) {
         FILE *f = fopen(v ? fake : topo, "w");
@@ -256,7 +210,8 @@ static void s_lan_run(int curve)
         fail_msg("the other run's node: status %d, expected a failed start naming the ranks "
                  "never found", status[S_N]);
     }
-    double worst = s_disagreement(out);
+    double worst = tk_model_spread(out, S_N, NULL);
+    assert_true(worst >= 0);
     print_message("discovery: lan%s, 4 hosts (+1 of another run), %d iterations in %.1f s wall "
                   "(start to last exit); "
                   "every node had all its neighbours after %.2f s; max ||z - avg|| / ||avg|| = "
@@ -337,7 +292,8 @@ static void test_lan_restart(void **state)
             fail_msg("node %d: no move of n2's endpoint in %s", k, p);
         }
     }
-    double worst = s_disagreement(out);
+    double worst = tk_model_spread(out, S_N, NULL);
+    assert_true(worst >= 0);
     print_message("restart on a new port: killed %.1f s after the start, the neighbours moved "
                   "to the new port, all done %.1f s later; max ||z - avg|| / ||avg|| = %.4f\n",
                   killed - t0, nn_now() - killed, worst);

@@ -28,11 +28,10 @@
 #include <cmocka.h>
 
 #include "tests/tk.h"
+#include "tests/tk_run.h"
 #include "tests/tk_netns.h"
 
 #include "nn/nn_core.h"
-#include "nn/nn_model.h"
-#include "node/node_common.h"
 
 #define S_N        4
 #define S_DELAY_NS 50000000ull   /* one way */
@@ -105,34 +104,8 @@ static void test_delay_and_loss(void **state)
             fail_msg("node %d: status %d after %.0f s", k, status[k], secs);
         }
     /* consensus of the final models */
-    nn_model *m[S_N];
-    char err[512];
-    for (int k = 0; k < S_N; k++) {
-        char p[700];
-        snprintf(p, sizeof p, "%s/model-%d.safetensors", out, k);
-        node_model_opts mo;
-        assert_int_equal(node_model_opts_from_file(p, &mo, err, sizeof err), 0);
-        m[k] = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
-        assert_non_null(m[k]);
-        assert_int_equal(node_model_load(p, m[k], err, sizeof err), 0);
-    }
-    size_t d = nn_model_params(m[0])->numel;
-    double *avg = nn_xcalloc(d, sizeof(double)), norm = 0, worst = 0;
-    for (int k = 0; k < S_N; k++)
-        for (size_t e = 0; e < d; e++)
-            avg[e] += nn_model_params(m[k])->data[e] / S_N;
-    for (size_t e = 0; e < d; e++)
-        norm += avg[e] * avg[e];
-    for (int k = 0; k < S_N; k++) {
-        double s = 0;
-        for (size_t e = 0; e < d; e++) {
-            double x = nn_model_params(m[k])->data[e] - avg[e];
-            s += x * x;
-        }
-        worst = fmax(worst, sqrt(s / norm));
-        nn_model_destroy(&m[k]);
-    }
-    free(avg);
+    double worst = tk_model_spread(out, S_N, NULL);
+    assert_true(worst >= 0);
     char *l0 = tk_slurp(logs[0]);
     print_message("4 namespaces, 50 ms one-way delay, 2%% loss: %d iterations in %.1f s; max "
                   "||z - avg|| / ||avg|| = %.4f\n", iters, secs, worst);
