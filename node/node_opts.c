@@ -535,6 +535,11 @@ static int s_finish(node_opts *o, char *err, size_t errlen)
          * (docs/gossip.md, "Bounded staleness") */
         if (o->g.gc.eta > 1.0 / (o->g.gc.staleness + 1))
             o->g.gc.eta = 1.0 / (o->g.gc.staleness + 1);
+    } else if (o->g.gc.algo != GOSSIP_DPSGD && o->g.gc.eta > 1.0 / (o->g.gc.staleness + 1)) {
+        fprintf(stderr, "lpgossip %s: warning: --eta %g is above 1/(S+1) = %.3g for --staleness "
+                "%d: the consensus step may be unstable on delayed copies (docs/gossip.md, "
+                "\"Bounded staleness\")\n", s_names[o->cmd], o->g.gc.eta,
+                1.0 / (o->g.gc.staleness + 1), o->g.gc.staleness);
     }
     o->g.gc.seed = (uint64_t)t->seed;
     if (o->cmd == NODE_CMD_TRAIN)

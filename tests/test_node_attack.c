@@ -373,7 +373,7 @@ static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
                         "--compress", "topk:0.1+q8", "--eta", "0.5", "--model", "cnn",
                         "--train-subset", "12800", "--batch", "16", "--epochs", "1", "--lr",
                         "0.05", "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout",
-                        "60", "--out", out, NULL};
+                        "60", "--staleness", "0", "--out", out, NULL};
         for (int k = 0; base[k]; k++)
             args[a++] = base[k];
         if (curve) {
