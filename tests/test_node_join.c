@@ -90,12 +90,14 @@ static void test_latecomer_joins(void **state)
     assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: complete\n", NULL), 0);
     snprintf(subset, sizeof subset, "%d", n * batch * iters);
     snprintf(bs, sizeof bs, "%d", batch);
-    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.3",
+    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.1",
                       "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
                       "--lr", "0.05", "--seed", "3", "--no-eval", "--start-window", "2",
                       "--timeout", "60", "--out", out, NULL};
     for (int i = 0; i < n; i++)
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+    /* eta 0.1, as the leaver test: at 0.3 with the default --staleness 2 the
+     * models' spread (0.05-0.9) is mostly the step size, not the join */
     for (int i = 0; i < n; i++)
         if (i != late)
             assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
