@@ -51,6 +51,8 @@ struct gossip_node {
     s_stale *stale;                   /* nin */
     /* state */
     double  psi;
+    double  psi_mean;                 /* staleness: moving average of psi after
+                                         each mix (gossip_node_step_scale) */
     float  *xhat_self;                /* d, choco */
     float **xhat_in;                  /* nin x d, choco */
     float  *ebuf;                     /* d, deepsqueeze */
@@ -238,6 +240,7 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
     g->fp = gossip_layout_fingerprint(layout);
     g->blk_type = gossip_compressor_block_type(&comp);
     g->psi = 1.0;
+    g->psi_mean = 1.0;
     g->sync_from = UINT64_MAX;
     size_t d = layout->numel;
     int n = t->n;
@@ -515,6 +518,7 @@ static void s_psi_floor(gossip_node *g, float *x)
     double inv = 1.0 / g->psi;
     for (size_t k = 0; k < d; k++)
         x[k] = (float)((double)x[k] * inv);
+    g->psi_mean *= inv;
     g->psi = 1.0;
     g->stats.psi_resets++;
 }
@@ -956,6 +960,8 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
             g->psi += eta * (psi_acc - g->psi);
     }
     s_psi_floor(g, x);
+    if (g->cfg.staleness) /* averages over ~4(S+1) mixes (gossip_node_step_scale) */
+        g->psi_mean += (g->psi - g->psi_mean) / (4.0 * (g->cfg.staleness + 1));
     g->stats.iter_bytes_sent = g->cur_sent;
     g->stats.iter_bytes_recv = recv;
     g->stats.iter_absent = (uint64_t)absent;
@@ -968,6 +974,13 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
 double gossip_node_psi(const gossip_node *g)
 {
     return g->psi;
+}
+
+double gossip_node_step_scale(const gossip_node *g)
+{
+    if (!g->cfg.staleness || !g->cfg.push_sum || g->psi == g->psi_mean)
+        return 1.0;
+    return g->psi / g->psi_mean;
 }
 
 void gossip_node_debias(const gossip_node *g, const float *x, float *z)
@@ -1131,6 +1144,7 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
         g->peer[j].out_down = 0;
     g->iter = s->iter;
     g->psi = s->psi;
+    g->psi_mean = s->psi;
     g->rng = s->rng;
     g->prepared = 0;
     return 0;
@@ -1252,6 +1266,7 @@ int gossip_node_join(gossip_node *g, const float *z, uint64_t iter, char *err, s
     if (gossip_node_set_iter(g, iter, err, errlen) != 0)
         return -1;
     g->psi = 1.0;
+    g->psi_mean = 1.0;
     if (g->xhat_self)
         memcpy(g->xhat_self, z, d * sizeof *z);
     if (g->ebuf)

@@ -194,6 +194,13 @@ int gossip_node_ready(const gossip_node *g, uint64_t iter);
 int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t errlen);
 
 double   gossip_node_psi(const gossip_node *g);
+/* The factor for the learning rate of the next local step: psi over its
+ * moving average with bounded staleness and push-sum, 1 otherwise.  The
+ * step x -= lr*s*g moves z = x/psi by lr*g/mean(psi) instead of lr*g/psi:
+ * late messages make psi swing (several land at once, or none), and
+ * without it the step on z swings with 1/psi (docs/gossip.md "Bounded
+ * staleness"). */
+double   gossip_node_step_scale(const gossip_node *g);
 /* z = x / psi (z may equal x). */
 void     gossip_node_debias(const gossip_node *g, const float *x, float *z);
 uint64_t gossip_node_iter(const gossip_node *g);

@@ -101,6 +101,7 @@ float node_local_step(node_trainer *t, const node_data *d, const gossip_node *g,
     if (g) {
         gossip_node_mask_sent(g, t->sgd.mom.data); /* dgc momentum-factor masking */
         gossip_node_debias(g, x, z);
+        lr = (float)(lr * gossip_node_step_scale(g));
     } else if (x != z) {
         memcpy(z, x, nn_model_params(t->model)->numel * sizeof *z);
     }
