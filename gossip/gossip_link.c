@@ -52,6 +52,7 @@ struct gossip_link {
     gossip_buf         ctl;
     nn_rng             rng;
     double             round_period; /* EWMA of our own round time */
+    int               *fresh;        /* n: the neighbours a fresh wait waits for */
     double             round_start;
     gossip_link_stats  st;
     /* state transfer (gossip_link_set_model; docs/gossip.md "Joining") */
@@ -794,6 +795,7 @@ void gossip_link_config_default(gossip_link_config *cfg)
     cfg->seed = 1;
     cfg->min_nodes = 2;
     cfg->start_window = 5;
+    cfg->fresh_wait = 0.25;
 }
 
 gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int rank,
@@ -815,8 +817,11 @@ gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int
     l->p = gossip_node_peers(g); /* roles filled by gossip_node; our section is zero */
     l->nb = nn_xcalloc((size_t)l->n, sizeof *l->nb);
     for (int j = 0; j < l->n; j++)
-        if (j != rank && (l->p[j].is_in || l->p[j].is_out))
+        if (j != rank && (l->p[j].is_in || l->p[j].is_out)) {
             l->nb[l->nnb++] = j;
+            l->p[j].fresh_score = 1.0;
+        }
+    l->fresh = nn_xcalloc((size_t)l->n, sizeof *l->fresh);
     l->lag = (uint64_t)l->n + 2 * GOSSIP_WINDOW;
     l->progress_every = l->lag / 4 ? l->lag / 4 : 1;
     l->stash_max = (size_t)l->lag + GOSSIP_WINDOW;
@@ -835,6 +840,7 @@ void gossip_link_destroy(gossip_link **self_p)
         free(l->stash[a].bytes);
     free(l->stash);
     free(l->nb);
+    free(l->fresh);
     gossip_buf_free(&l->ctl);
     free(l->zbuf);
     gossip_buf_free(&l->sbytes);
@@ -1210,6 +1216,58 @@ static int s_flow_blocked(const gossip_link *l, uint64_t iter)
     return 0;
 }
 
+/* The in-neighbours a fresh wait for iter would wait for: level with us,
+ * current message missing, score >= 1/2.  Lists them in l->fresh; count. */
+static int s_fresh_wanted(gossip_link *l, uint64_t iter)
+{
+    int m = 0;
+    for (int b = 0; b < l->nnb; b++) {
+        int j = l->nb[b];
+        if (l->p[j].is_in && l->p[j].fresh_score >= 0.5 && !gossip_node_fresh_from(l->g, j, iter))
+            l->fresh[m++] = j;
+    }
+    return m;
+}
+
+/* Bounded staleness, once iteration iter may mix: up to fresh_wait x our
+ * round period for the messages of iter from level neighbours
+ * (gossip_node_fresh_from) that usually make it.  A neighbour's score
+ * halves when the grace runs out on it, grows by 1/4 when it makes it, and
+ * by 1/50 per round it is not waited for (so a slow one is tried again
+ * now and then).  -1 on a fatal error. */
+static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
+{
+    for (int b = 0; b < l->nnb; b++)
+        if (l->p[l->nb[b]].fresh_score < 0.5)
+            l->p[l->nb[b]].fresh_score += 0.02;
+    int m = l->cfg.fresh_wait > 0 && l->round_period > 0 ? s_fresh_wanted(l, iter) : 0;
+    if (m == 0)
+        return 0;
+    double until = nn_now() + l->cfg.fresh_wait * l->round_period;
+    l->st.fresh_waits++;
+    for (;;) {
+        int left_n = 0;
+        for (int a = 0; a < m; a++)
+            left_n += !gossip_node_fresh_from(l->g, l->fresh[a], iter);
+        double left = until - nn_now();
+        if (left_n == 0 || left <= 0)
+            break;
+        s_check_peers(l, (int64_t)iter, wait_start);
+        if (l->fatal || s_pump(l, left < S_SLICE ? left : S_SLICE) != 0)
+            return -1;
+    }
+    for (int a = 0; a < m; a++) {
+        gossip_peer *p = &l->p[l->fresh[a]];
+        if (gossip_node_fresh_from(l->g, l->fresh[a], iter)) {
+            p->fresh_score = fmin(1.0, p->fresh_score + 0.25);
+        } else {
+            p->fresh_score *= 0.5;
+            l->st.fresh_missed++;
+        }
+    }
+    return 0;
+}
+
 int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times *tm, char *err,
                       size_t errlen)
 {
@@ -1261,6 +1319,8 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
             return nn_errf(err, errlen, "%s", l->fatal_msg);
         s_blame_wait(l, iter, nn_now() - w0);
     }
+    if (s_wait_fresh(l, iter, wait_start) != 0)
+        return nn_errf(err, errlen, "%s", l->fatal_msg);
     double t3 = nn_now();
     tm->wait += (t1 - t0) + (t3 - t2);
     if (gossip_node_mix(l->g, x, iter, err, errlen) != 0)

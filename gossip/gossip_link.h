@@ -108,6 +108,12 @@ typedef struct {
     /* quorum start ("Start" above) */
     int      min_nodes;    /* quorum: this node + answering neighbours, at least [2] */
     double   start_window; /* s after which a quorum suffices to start          [5] */
+    /* bounded staleness: once a round may mix, wait up to this fraction of
+     * our round period for the current messages of neighbours that are level
+     * with us (gossip_node_fresh_from), so that equally fast nodes mix
+     * fresh messages; a neighbour already behind, or one the grace ran out
+     * on twice lately, is not waited for (gossip_link.c s_wait_fresh) [0.25] */
+    double   fresh_wait;
 } gossip_link_config;
 
 typedef struct {
@@ -122,6 +128,8 @@ typedef struct {
     uint64_t dropped_full;     /* GOSSIP not sent: the peer's queue was full */
     uint64_t dropped_test;     /* GOSSIP dropped by drop_gossip */
     uint64_t flow_waits;       /* rounds that waited for a slow out-neighbour */
+    uint64_t fresh_waits;      /* rounds that waited (fresh_wait) for a level neighbour */
+    uint64_t fresh_missed;     /* neighbours the grace ran out on (mixed stale) */
     uint64_t neighbours;       /* neighbours in the topology (in or out) */
     uint64_t isolated_rounds;  /* the last rounds in a row that mixed nothing of any
                                   in-neighbour (all of them left out) */

@@ -699,6 +699,17 @@ static int s_ready_stale(const gossip_node *g, uint64_t iter)
     return 1;
 }
 
+int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter)
+{
+    if (!g->cfg.staleness || iter >= g->sync_from || rank < 0 || rank >= g->n ||
+        g->peer[rank].in_pos < 0)
+        return 1;
+    int k = g->peer[rank].in_pos;
+    if (s_absent(g, k, iter) == S_ABSENT_DOWN)
+        return 1;
+    return s_stale_thru(g, k, iter) != iter; /* level and missing only iter: 0 */
+}
+
 int gossip_node_ready(const gossip_node *g, uint64_t iter)
 {
     if (iter < g->iter || iter - g->iter >= GOSSIP_WINDOW)

@@ -185,6 +185,13 @@ int gossip_node_ndest(const gossip_node *g);
 enum { GOSSIP_RECV_OK = 0, GOSSIP_RECV_IGNORED = 1 };
 int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen);
 
+/* Bounded staleness: 0 when in-neighbour `rank` is live, level with this
+ * node (everything of it below iter accounted) and its message of iter has
+ * not arrived; 1 otherwise (and always with S = 0).  The link waits a short
+ * grace for such fresh messages before mixing stale ones (gossip_link
+ * "fresh_wait"). */
+int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter);
+
 /* 1 when every message needed to mix iteration iter has arrived. */
 int gossip_node_ready(const gossip_node *g, uint64_t iter);
 

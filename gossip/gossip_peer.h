@@ -55,6 +55,8 @@ typedef struct {
     uint32_t ngaps, gap_pos;   /* gaps held, next slot */
     double   deadline;         /* median + k x MAD of gaps (0: too few gaps yet) */
     double   wait_s;           /* seconds our rounds waited for its message */
+    double   fresh_score;      /* 0..1: its current message tends to come within
+                                  the fresh-wait grace (waited for at >= 0.5) */
 } gossip_peer;
 
 #endif

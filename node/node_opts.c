@@ -33,7 +33,7 @@ enum {
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
-    F_MIN_NODES, F_START_WINDOW, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
+    F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
 };
 
 typedef struct {
@@ -75,6 +75,7 @@ static const s_flag s_flags[] = {
     {"debug-drop", 1, F_DROP, G_DEBUG_LINK}, {"debug-slow", 1, F_DEBUG_SLOW, G_DEBUG_LINK},
     {"discovery-interface", 1, F_DISC_IFACE, G_NODE},
     {"min-nodes", 1, F_MIN_NODES, G_NODE},   {"start-window", 1, F_START_WINDOW, G_NODE},
+    {"fresh-wait", 1, F_FRESH_WAIT, G_NODE},
     {"join", 1, F_JOIN, G_SIM},
 };
 
@@ -205,6 +206,11 @@ static const char s_help_node[] =
 "  --min-nodes N       quorum: this node + its answering neighbours >= N (at most\n"
 "                      1 + its neighbours) [2]; a node started later with the same\n"
 "                      command line joins the run in progress (docs/node.md)\n"
+"  --fresh-wait F      with --staleness S > 0: once a round may mix, wait up to F\n"
+"                      times the round time for the current messages of the\n"
+"                      neighbours that are level with this node (equal speeds\n"
+"                      then mix fresh messages; a slow neighbour already behind\n"
+"                      is not waited for); 0 = never wait [0.25]\n"
 "Files in --out DIR: model-RANK.safetensors (the de-biased model z),\n"
 "metrics-RANK.jsonl (one JSON object per evaluation), log-RANK.txt.\n";
 
@@ -451,6 +457,8 @@ static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, s
     }
     case F_START_WINDOW:
         return node_parse_double("--start-window", arg, 0, 1e6, &lc->start_window, err, errlen);
+    case F_FRESH_WAIT:
+        return node_parse_double("--fresh-wait", arg, 0, 10, &lc->fresh_wait, err, errlen);
     default: return 1;
     }
 }
