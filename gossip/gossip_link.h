@@ -73,6 +73,25 @@
  * theirs), and (choco) exchanges RESYNCs with every answering neighbour
  * before iteration T.  A joined node does the same RESYNC exchange.
  *
+ * Re-join.  A running node that fell far behind (frozen: SIGSTOP, a
+ * suspended laptop, a long stall; its neighbours declared it down and ran
+ * on) finds out from its in-neighbours' PINGs and HELLO_ACKs: a strict
+ * majority of the in-neighbours heard within their silence limit (no BYE)
+ * report an iteration more than LAG + GOSSIP_WINDOW ahead of its own
+ * (flow control keeps an honest neighbour that has it up within LAG, so
+ * only a neighbour that has it down gets there) and within the run
+ * (cfg.iters).  Its round then stops waiting for them (they are declared
+ * down: "it is N iterations ahead"), and at the next round boundary
+ * gossip_link_catch_up asks those neighbours in turn for their state
+ * (STATE_REQ), takes a state only from one of them and only at an
+ * iteration T beyond its own and within LAG + GOSSIP_WINDOW of what that
+ * neighbour reported and within the run, installs it (gossip_node_join:
+ * x = z, psi = 1, choco xhat_i = z, copies void), sends every
+ * out-neighbour its RESYNC at T (choco), asks for theirs, PINGs its new
+ * iteration (their flow control) and goes on at T as a node that came
+ * back.  What it held (x, psi, its copies) is discarded.  A failed attempt
+ * is logged and retried after peer_floor seconds; training goes on.
+ *
  * Refused input (counted, the first 20 logged, never asserted): bytes that
  * are not an lpgossip message, a sender field that is not the connection's
  * peer, unknown kinds, kinds on the wrong channel, a different layout,
@@ -108,6 +127,8 @@ typedef struct {
     /* quorum start ("Start" above) */
     int      min_nodes;    /* quorum: this node + answering neighbours, at least [2] */
     double   start_window; /* s after which a quorum suffices to start          [5] */
+    uint64_t iters;        /* gossip rounds of the whole run (0: unknown): an
+                              iteration reported beyond it is a lie ("Re-join") */
 } gossip_link_config;
 
 typedef struct {
@@ -130,7 +151,8 @@ typedef struct {
     uint64_t state_bytes;      /* bytes of those */
     int      joined;           /* this node joined a run in progress (state transfer) */
     int      join_from;        /* the rank whose state it took (joined) */
-    uint64_t join_iter;        /* the iteration it joined at (joined) */
+    uint64_t join_iter;        /* the iteration it joined at (joined, or the last re-join) */
+    uint64_t rejoins;          /* times it fell behind and re-joined ("Re-join") */
 } gossip_link_stats;
 
 /* Cut off: the node has neighbours, and its last round(s), up to the end
@@ -170,6 +192,14 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
 /* Handles what arrives for at most `seconds` (0: what is there), sending
  * PINGs as due: call it during long local work (evaluation, checkpoints). */
 void gossip_link_pump(gossip_link *l, double seconds);
+
+/* Between two rounds (not prepared): when this node fell far behind its
+ * in-neighbours ("Re-join" above), takes the state of one of them and moves
+ * to its iteration.  *iter: in, the next round; out, the round to continue
+ * from.  1 re-joined (x holds the new model; the caller resets what the
+ * model's optimizer keeps), 0 nothing done (not behind, or the attempt
+ * failed and was logged), -1 with a message (a bug: the node was prepared). */
+int gossip_link_catch_up(gossip_link *l, uint64_t *iter, char *err, size_t errlen);
 
 /* Says BYE after `done` iterations and waits at most wait_s until every
  * live out-neighbour acknowledged and every live in-neighbour said BYE.
