@@ -254,14 +254,17 @@ static int s_far_ahead(const gossip_link *l, int j, uint64_t cur)
 }
 
 /* This node at cur fell behind: a strict majority of its live in-neighbours
- * are far ahead.  *far (may be NULL): the lowest iteration they report. */
+ * are far ahead, and at least two of them when it has two or more (one
+ * lying neighbour never suffices).  *far (may be NULL): the lowest
+ * iteration they report. */
 static int s_behind(const gossip_link *l, uint64_t cur, uint64_t *far)
 {
     double now = nn_now();
-    int live = 0, ahead = 0;
+    int live = 0, ahead = 0, nin = 0;
     uint64_t lo = UINT64_MAX;
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
+        nin += l->p[j].is_in != 0;
         if (!s_live_in(l, j, now))
             continue;
         live++;
@@ -273,7 +276,20 @@ static int s_behind(const gossip_link *l, uint64_t cur, uint64_t *far)
     }
     if (far)
         *far = ahead ? lo : cur;
-    return ahead > 0 && 2 * ahead > live;
+    return ahead >= (nin >= 2 ? 2 : 1) && 2 * ahead > live;
+}
+
+int gossip_link_behind(const gossip_link *l, uint64_t *far)
+{
+    return s_behind(l, gossip_node_iter(l->g), far);
+}
+
+/* Neighbour j reports an iteration beyond our reach behind us: it fell
+ * behind and re-joins ("Re-join"); until then we neither send to it nor
+ * exchange public copies with it. */
+static int s_fell_behind(const gossip_link *l, int j)
+{
+    return l->p[j].reported + l->lag + GOSSIP_WINDOW < gossip_node_iter(l->g);
 }
 
 /* ---- membership ---------------------------------------------------------------- */
@@ -301,13 +317,17 @@ static void s_down(gossip_link *l, int j, const char *fmt, ...)
 /* After a valid message from j: an out-neighbour that was down gets our
  * messages again, but only on evidence that it receives them (traffic from
  * its ROUTER over our DEALER: a PING, RESYNC_REQ or HELLO); a peer that
- * only sends could otherwise soak up our push-sum mass for ever.  A
+ * only sends could otherwise soak up our push-sum mass for ever.  One that
+ * reports an iteration beyond our reach stays down until it re-joined.  A
  * neighbour that is up again in some role is logged. */
 static void s_revive(gossip_link *l, int j, gossip_net_dir dir)
 {
     gossip_peer *p = &l->p[j];
     if (p->bye_in)
         return; /* it left: only a new instance (HELLO) brings it back */
+    if (s_fell_behind(l, j))
+        return; /* back once it re-joined ("Re-join"): our push-sum shares
+                   sent meanwhile would be dropped there */
     if (p->is_out && dir == GOSSIP_NET_FROM_OUT &&
         (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
         gossip_node_peer_up(l->g, j);
@@ -332,7 +352,8 @@ static void s_ask_resyncs(gossip_link *l)
         gossip_peer *p = &l->p[j];
         if (!p->is_in || !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
             continue;
-        if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > s_limit(l, j))
+        if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > s_limit(l, j) ||
+            s_fell_behind(l, j))
             continue;
         p->resync_asked = now;
         s_ctl(l, GOSSIP_MSG_RESYNC_REQ, j, 1, gossip_node_iter(l->g));
@@ -343,8 +364,8 @@ static void s_ask_resyncs(gossip_link *l)
 /* Choco: our public copy to out-neighbour o, behind what we sent it before. */
 static void s_answer_resync(gossip_link *l, int o)
 {
-    if (!l->choco || !l->running)
-        return; /* asked during our start: the asker retries */
+    if (!l->choco || !l->running || s_fell_behind(l, o))
+        return; /* asked during our start, or it fell behind: it asks again */
     uint64_t at = gossip_node_sent_thru(l->g);
     if (l->p[o].resync_iter == at + 1)
         return; /* it already has this one (it crossed the request) */
@@ -789,6 +810,16 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
     }
 }
 
+/* A pause of `gap` seconds in which this process did not run its pumps
+ * (frozen?): the longest one and when it ended, for the re-join's log. */
+static void s_note_stall(gossip_link *l, double gap)
+{
+    if (gap > l->stall_s) {
+        l->stall_s = gap;
+        l->woke = nn_now();
+    }
+}
+
 /* Receives and handles messages for at most `seconds` (one slice at most),
  * then asks for RESYNCs and PINGs as due.  0, or -1 on a transport error or
  * a fatal condition. */
@@ -797,10 +828,7 @@ static int s_pump(gossip_link *l, double seconds)
     char err[1024];
     int ms = seconds <= 0 ? 0 : (int)(fmin(seconds, S_SLICE) * 1000.0 + 0.5);
     double now = nn_now();
-    if (l->last_pump > 0 && now - l->last_pump > l->stall_s) { /* a freeze? (Re-join) */
-        l->stall_s = now - l->last_pump;
-        l->woke = now;
-    }
+    s_note_stall(l, l->last_pump > 0 ? now - l->last_pump : 0);
     int from;
     gossip_net_dir dir;
     const uint8_t *msg;
@@ -816,6 +844,7 @@ static int s_pump(gossip_link *l, double seconds)
         s_ask_resyncs(l);
     s_ping(l, 0);
     l->last_pump = nn_now();
+    s_note_stall(l, l->last_pump - now - ms / 1000.0); /* stopped inside the pump */
     return l->fatal ? -1 : 0;
 }
 
@@ -1215,9 +1244,14 @@ static int s_resyncs_missing(gossip_link *l, int give_up)
 }
 
 /* Choco, rejoining: our copies of the in-neighbours are void; asks for
- * theirs and waits (bounded by the timeout) for the RESYNCs. */
+ * theirs and waits (bounded by the timeout) for the RESYNCs.  Our new
+ * iteration is PINGed to every neighbour first: a neighbour that still has
+ * us far behind neither answers nor asks for copies (s_fell_behind). */
 static int s_rejoin_resyncs(gossip_link *l, char *err, size_t errlen)
 {
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].sent_dealer = l->p[l->nb[a]].sent_router = 0;
+    s_ping(l, 1);
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
         if (l->p[j].is_in && !l->p[j].down) {
@@ -1426,11 +1460,11 @@ static int s_after_rejoin(gossip_link *l, char *err, size_t errlen)
             s_answer_resync(l, j);
         }
     }
-    s_ping(l, 1);
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].sent_dealer = l->p[l->nb[a]].sent_router = 0;
+    s_ping(l, 1); /* our new iteration, to everybody (their flow control) */
     if (l->choco && s_rejoin_resyncs(l, err, errlen) != 0)
         return -1;
-    for (int a = 0; a < l->nnb; a++)
-        l->p[l->nb[a]].sent_dealer = 0; /* PING everybody at the next pump */
     return 0;
 }
 

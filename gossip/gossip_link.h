@@ -76,8 +76,8 @@
  * Re-join.  A running node that fell far behind (frozen: SIGSTOP, a
  * suspended laptop, a long stall; its neighbours declared it down and ran
  * on) finds out from its in-neighbours' PINGs and HELLO_ACKs: a strict
- * majority of the in-neighbours heard within their silence limit (no BYE)
- * report an iteration more than LAG + GOSSIP_WINDOW ahead of its own
+ * majority of the in-neighbours heard within their silence limit (no BYE),
+ * and at least two of them when it has two or more in-neighbours, report an iteration more than LAG + GOSSIP_WINDOW ahead of its own
  * (flow control keeps an honest neighbour that has it up within LAG, so
  * only a neighbour that has it down gets there) and within the run
  * (cfg.iters).  Its round then stops waiting for them (they are declared
@@ -200,6 +200,9 @@ void gossip_link_pump(gossip_link *l, double seconds);
  * model's optimizer keeps), 0 nothing done (not behind, or the attempt
  * failed and was logged), -1 with a message (a bug: the node was prepared). */
 int gossip_link_catch_up(gossip_link *l, uint64_t *iter, char *err, size_t errlen);
+/* The rule of "Re-join": 1 when this node fell behind; *far (may be NULL):
+ * the lowest iteration the in-neighbours ahead report.  Harnesses, tests. */
+int gossip_link_behind(const gossip_link *l, uint64_t *far);
 
 /* Says BYE after `done` iterations and waits at most wait_s until every
  * live out-neighbour acknowledged and every live in-neighbour said BYE.
