@@ -285,8 +285,9 @@ int gossip_link_behind(const gossip_link *l, uint64_t *far)
 }
 
 /* Neighbour j reports an iteration beyond our reach behind us: it fell
- * behind and re-joins ("Re-join"); until then we neither send to it nor
- * exchange public copies with it. */
+ * behind and may re-join ("Re-join"); until it is within reach again we do
+ * not take it back as out-neighbour on its PINGs (a choco RESYNC_REQ still
+ * does: a node that does not re-join needs our copy). */
 static int s_fell_behind(const gossip_link *l, int j)
 {
     return l->p[j].reported + l->lag + GOSSIP_WINDOW < gossip_node_iter(l->g);
@@ -325,10 +326,9 @@ static void s_revive(gossip_link *l, int j, gossip_net_dir dir)
     gossip_peer *p = &l->p[j];
     if (p->bye_in)
         return; /* it left: only a new instance (HELLO) brings it back */
-    if (s_fell_behind(l, j))
-        return; /* back once it re-joined ("Re-join"): our push-sum shares
-                   sent meanwhile would be dropped there */
-    if (p->is_out && dir == GOSSIP_NET_FROM_OUT &&
+    /* one far behind us gets our messages once it re-joined ("Re-join"):
+     * it would drop our push-sum shares, our flow control would wait */
+    if (p->is_out && dir == GOSSIP_NET_FROM_OUT && !s_fell_behind(l, j) &&
         (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
         gossip_node_peer_up(l->g, j);
     if (p->down && !s_all_down(l, j)) {
@@ -352,8 +352,7 @@ static void s_ask_resyncs(gossip_link *l)
         gossip_peer *p = &l->p[j];
         if (!p->is_in || !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
             continue;
-        if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > s_limit(l, j) ||
-            s_fell_behind(l, j))
+        if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > s_limit(l, j))
             continue;
         p->resync_asked = now;
         s_ctl(l, GOSSIP_MSG_RESYNC_REQ, j, 1, gossip_node_iter(l->g));
@@ -364,8 +363,8 @@ static void s_ask_resyncs(gossip_link *l)
 /* Choco: our public copy to out-neighbour o, behind what we sent it before. */
 static void s_answer_resync(gossip_link *l, int o)
 {
-    if (!l->choco || !l->running || s_fell_behind(l, o))
-        return; /* asked during our start, or it fell behind: it asks again */
+    if (!l->choco || !l->running)
+        return; /* asked during our start: the asker retries */
     uint64_t at = gossip_node_sent_thru(l->g);
     if (l->p[o].resync_iter == at + 1)
         return; /* it already has this one (it crossed the request) */
@@ -1221,8 +1220,9 @@ static int s_join_state(gossip_link *l, uint64_t *T, int rejoin, int *holder, ch
     l->st.join_from = j;
     l->st.join_iter = *T;
     if (!rejoin)
-        s_log(l, "took the model of %s (rank %d) at its iteration %llu (%llu bytes, CRC checked)",
-          s_id(l, j), j, (unsigned long long)l->rx.iter, (unsigned long long)l->rx.got);
+        s_log(l, "took the model of %s (rank %d) at its iteration %llu (%llu bytes, CRC "
+              "checked)", s_id(l, j), j, (unsigned long long)l->rx.iter,
+              (unsigned long long)l->rx.got);
     return 0;
 }
 
@@ -1245,8 +1245,7 @@ static int s_resyncs_missing(gossip_link *l, int give_up)
 
 /* Choco, rejoining: our copies of the in-neighbours are void; asks for
  * theirs and waits (bounded by the timeout) for the RESYNCs.  Our new
- * iteration is PINGed to every neighbour first: a neighbour that still has
- * us far behind neither answers nor asks for copies (s_fell_behind). */
+ * iteration is PINGed to every neighbour first (s_fell_behind). */
 static int s_rejoin_resyncs(gossip_link *l, char *err, size_t errlen)
 {
     for (int a = 0; a < l->nnb; a++)
@@ -1460,11 +1459,11 @@ static int s_after_rejoin(gossip_link *l, char *err, size_t errlen)
             s_answer_resync(l, j);
         }
     }
+    if (l->choco) /* PINGs our new iteration first */
+        return s_rejoin_resyncs(l, err, errlen);
     for (int a = 0; a < l->nnb; a++)
         l->p[l->nb[a]].sent_dealer = l->p[l->nb[a]].sent_router = 0;
     s_ping(l, 1); /* our new iteration, to everybody (their flow control) */
-    if (l->choco && s_rejoin_resyncs(l, err, errlen) != 0)
-        return -1;
     return 0;
 }
 

@@ -90,7 +90,11 @@
  * out-neighbour its RESYNC at T (choco), asks for theirs, PINGs its new
  * iteration (their flow control) and goes on at T as a node that came
  * back.  What it held (x, psi, its copies) is discarded.  A failed attempt
- * is logged and retried after peer_floor seconds; training goes on.
+ * is logged and retried after peer_floor seconds; training goes on.  Its
+ * neighbours answer its STATE_REQ although they have it down, and do not
+ * take it back as out-neighbour on its PINGs while it reports an iteration
+ * more than LAG + GOSSIP_WINDOW behind theirs (push-sum shares it would
+ * drop); its PING at T does.
  *
  * Refused input (counted, the first 20 logged, never asserted): bytes that
  * are not an lpgossip message, a sender field that is not the connection's
