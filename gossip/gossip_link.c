@@ -1489,7 +1489,7 @@ int gossip_link_catch_up(gossip_link *l, uint64_t *iter, char *err, size_t errle
         l->rejoin_woke = l->woke;
     }
     s_log(l, "fell %llu iterations behind%s; re-joining with the model of rank %d at "
-          "iteration %llu (%llu bytes, CRC checked)", (unsigned long long)(far - cur), frozen,
+          "iteration %llu (%llu bytes, CRC checked)", (unsigned long long)(T - cur), frozen,
           holder, (unsigned long long)T, (unsigned long long)l->rx.got);
     if (gossip_node_join(l->g, l->x, T, err, errlen) != 0)
         return -1;
