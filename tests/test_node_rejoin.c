@@ -146,7 +146,7 @@ static void test_frozen_node_rejoins_choco(void **state)
 {
     (void)state;
     char *algo[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.1", NULL};
-    s_frozen_rejoins("choco", algo, 600, 6.0);
+    s_frozen_rejoins("choco", algo, 450, 6.0);
 }
 
 int main(void)
