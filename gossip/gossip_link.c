@@ -62,6 +62,14 @@ struct gossip_link {
     gossip_buf         sbytes, smsg;
     gossip_state_rx    rx;         /* joiner */
     int                joining, state_ready;
+    /* re-join after a freeze (gossip_link.h "Re-join") */
+    double             last_pump;  /* clock at the end of the last pump */
+    double             stall_s;    /* longest pause between two pumps ... */
+    double             woke;       /* ... and the clock at its end */
+    double             rejoin_next; /* no attempt before this clock (back-off) */
+    int                mix_pending; /* re-joined: log the first mixed round */
+    double             rejoined_at; /* clock of the re-join */
+    double             rejoin_woke; /* clock the freeze ended (0: none seen) */
 };
 
 /* ---- small helpers --------------------------------------------------------- */
@@ -229,6 +237,63 @@ static size_t s_stashed_of(const gossip_link *l, int j, uint64_t *first)
     return c;
 }
 
+/* ---- falling behind (gossip_link.h "Re-join") -------------------------------- */
+
+/* In-neighbour j was heard within its silence limit and did not say BYE. */
+static int s_live_in(const gossip_link *l, int j, double now)
+{
+    const gossip_peer *p = &l->p[j];
+    return p->is_in && !p->bye_in && now - p->heard <= s_limit(l, j);
+}
+
+/* j reports an iteration beyond the reach of this node at cur (flow
+ * control keeps a neighbour that has us up within lag) and within the run. */
+static int s_far_ahead(const gossip_link *l, int j, uint64_t cur)
+{
+    uint64_t r = l->p[j].reported;
+    return r > cur + l->lag + GOSSIP_WINDOW && (!l->cfg.iters || r <= l->cfg.iters);
+}
+
+/* This node at cur fell behind: a strict majority of its live in-neighbours
+ * are far ahead, and at least two of them when it has two or more (one
+ * lying neighbour never suffices).  *far (may be NULL): the lowest
+ * iteration they report. */
+static int s_behind(const gossip_link *l, uint64_t cur, uint64_t *far)
+{
+    double now = nn_now();
+    int live = 0, ahead = 0, nin = 0;
+    uint64_t lo = UINT64_MAX;
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        nin += l->p[j].is_in != 0;
+        if (!s_live_in(l, j, now))
+            continue;
+        live++;
+        if (s_far_ahead(l, j, cur)) {
+            ahead++;
+            if (l->p[j].reported < lo)
+                lo = l->p[j].reported;
+        }
+    }
+    if (far)
+        *far = ahead ? lo : cur;
+    return ahead >= (nin >= 2 ? 2 : 1) && 2 * ahead > live;
+}
+
+int gossip_link_behind(const gossip_link *l, uint64_t *far)
+{
+    return s_behind(l, gossip_node_iter(l->g), far);
+}
+
+/* Neighbour j reports an iteration beyond our reach behind us: it fell
+ * behind and may re-join ("Re-join"); until it is within reach again we do
+ * not take it back as out-neighbour on its PINGs (a choco RESYNC_REQ still
+ * does: a node that does not re-join needs our copy). */
+static int s_fell_behind(const gossip_link *l, int j)
+{
+    return l->p[j].reported + l->lag + GOSSIP_WINDOW < gossip_node_iter(l->g);
+}
+
 /* ---- membership ---------------------------------------------------------------- */
 
 __attribute__((format(printf, 3, 4)))
@@ -254,14 +319,17 @@ static void s_down(gossip_link *l, int j, const char *fmt, ...)
 /* After a valid message from j: an out-neighbour that was down gets our
  * messages again, but only on evidence that it receives them (traffic from
  * its ROUTER over our DEALER: a PING, RESYNC_REQ or HELLO); a peer that
- * only sends could otherwise soak up our push-sum mass for ever.  A
+ * only sends could otherwise soak up our push-sum mass for ever.  One that
+ * reports an iteration beyond our reach stays down until it re-joined.  A
  * neighbour that is up again in some role is logged. */
 static void s_revive(gossip_link *l, int j, gossip_net_dir dir)
 {
     gossip_peer *p = &l->p[j];
     if (p->bye_in)
         return; /* it left: only a new instance (HELLO) brings it back */
-    if (p->is_out && dir == GOSSIP_NET_FROM_OUT &&
+    /* one far behind us gets our messages once it re-joined ("Re-join"):
+     * it would drop our push-sum shares, our flow control would wait */
+    if (p->is_out && dir == GOSSIP_NET_FROM_OUT && !s_fell_behind(l, j) &&
         (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
         gossip_node_peer_up(l->g, j);
     if (p->down && !s_all_down(l, j)) {
@@ -417,6 +485,9 @@ static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, u
     if (iter >= cur + GOSSIP_WINDOW) {
         if (l->joining && !l->running)
             return; /* joining: we are not at the run's iteration yet */
+        if (iter > cur + l->lag + GOSSIP_WINDOW && s_far_ahead(l, from, cur) &&
+            iter <= p->reported + l->lag + GOSSIP_WINDOW)
+            return; /* we fell behind, as its PINGs say: no use ("Re-join") */
         if (iter > cur + l->lag + GOSSIP_WINDOW ||
             s_stashed_of(l, from, NULL) >= l->stash_max) {
             s_refuse(l, "message from %s (rank %d) for iteration %llu is too far ahead (we are "
@@ -739,6 +810,16 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
     }
 }
 
+/* A pause of `gap` seconds in which this process did not run its pumps
+ * (frozen?): the longest one and when it ended, for the re-join's log. */
+static void s_note_stall(gossip_link *l, double gap)
+{
+    if (gap > l->stall_s) {
+        l->stall_s = gap;
+        l->woke = nn_now();
+    }
+}
+
 /* Receives and handles messages for at most `seconds` (one slice at most),
  * then asks for RESYNCs and PINGs as due.  0, or -1 on a transport error or
  * a fatal condition. */
@@ -746,6 +827,8 @@ static int s_pump(gossip_link *l, double seconds)
 {
     char err[1024];
     int ms = seconds <= 0 ? 0 : (int)(fmin(seconds, S_SLICE) * 1000.0 + 0.5);
+    double now = nn_now();
+    s_note_stall(l, l->last_pump > 0 ? now - l->last_pump : 0);
     int from;
     gossip_net_dir dir;
     const uint8_t *msg;
@@ -760,6 +843,8 @@ static int s_pump(gossip_link *l, double seconds)
     if (l->running)
         s_ask_resyncs(l);
     s_ping(l, 0);
+    l->last_pump = nn_now();
+    s_note_stall(l, l->last_pump - now - ms / 1000.0); /* stopped inside the pump */
     return l->fatal ? -1 : 0;
 }
 
@@ -1045,19 +1130,62 @@ static int s_next_holder(const gossip_link *l, int after)
     return c[1] >= 0 ? c[1] : c[0];
 }
 
-/* Joining: asks answering neighbours in turn for their state (STATE_REQ)
- * until one delivers it whole and checked, within `timeout`; then x = z,
- * the extra floats, and *T = max(*T, the state's iteration). */
-static int s_join_state(gossip_link *l, uint64_t *T, char *err, size_t errlen)
+/* Re-joining at cur: the next holder after `after` (-1: the first) among
+ * the live in-neighbours far ahead, in rank order; -1 when none. */
+static int s_next_far_holder(const gossip_link *l, int after, uint64_t cur)
+{
+    double now = nn_now();
+    int first = -1;
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        if (!s_live_in(l, j, now) || !s_far_ahead(l, j, cur))
+            continue;
+        if (j > after)
+            return j;
+        if (first < 0)
+            first = j;
+    }
+    return first;
+}
+
+/* Re-joining at cur: the state of holder j at iteration T is taken only
+ * beyond cur, within the run and within reach of what j reported (it is
+ * at that iteration).  0 ok, -1 refused with a message. */
+static int s_rejoin_state_ok(const gossip_link *l, int j, uint64_t cur, uint64_t T, char *err,
+                             size_t errlen)
+{
+    uint64_t r = l->p[j].reported;
+    if (T <= cur || (l->cfg.iters && T >= l->cfg.iters) || T + l->lag + GOSSIP_WINDOW < r ||
+        T > r + l->lag + GOSSIP_WINDOW)
+        return nn_errf(err, errlen, "STATE from %s (rank %d) for iteration %llu: not what it "
+                       "reported (%llu) or outside this node's %llu..%llu", s_id(l, j), j,
+                       (unsigned long long)T, (unsigned long long)r, (unsigned long long)cur + 1,
+                       (unsigned long long)(l->cfg.iters ? l->cfg.iters : UINT64_MAX));
+    return 0;
+}
+
+/* Joining (rejoin 0): asks answering neighbours in turn for their state
+ * (STATE_REQ) until one delivers it whole and checked, within `timeout`;
+ * then x = z, the extra floats, and *T = max(*T, the state's iteration).
+ * Re-joining (rejoin 1, "Re-join"): asks only the live in-neighbours far
+ * ahead of *T, checks the state's iteration (s_rejoin_state_ok), and *T =
+ * the state's iteration; *holder: the rank whose state was taken. */
+static int s_join_state(gossip_link *l, uint64_t *T, int rejoin, int *holder, char *err,
+                        size_t errlen)
 {
     if (!l->rx.bytes)
         gossip_state_rx_init(&l->rx, l->layout->numel + l->nextra, l->fp);
     double deadline = nn_now() + l->cfg.timeout;
-    int j = -1;
+    const uint64_t cur = *T;
+    int j = -1, asked = 0;
     l->state_ready = 0;
     while (!l->state_ready) {
-        if ((j = s_next_holder(l, j)) < 0)
-            return nn_errf(err, errlen, "join: no neighbour left to ask for its state");
+        j = rejoin ? s_next_far_holder(l, j, cur) : s_next_holder(l, j);
+        if (j < 0 || (rejoin && asked++ >= l->nnb)) {
+            l->joining = 0;
+            return nn_errf(err, errlen, "%s: no neighbour left to ask for its state",
+                           rejoin ? "re-join" : "join");
+        }
         gossip_state_rx_begin(&l->rx, j);
         s_ctl(l, GOSSIP_MSG_STATE_REQ, j, !l->p[j].is_out, *T);
         s_log(l, "asking %s (rank %d) for its model", s_id(l, j), j);
@@ -1078,19 +1206,29 @@ static int s_join_state(gossip_link *l, uint64_t *T, char *err, size_t errlen)
                 until = nn_now() + S_STATE_WAIT;
             }
         }
+        char why[512];
+        if (l->state_ready && rejoin &&
+            s_rejoin_state_ok(l, j, cur, l->rx.iter, why, sizeof why) != 0) {
+            l->state_ready = 0;
+            l->st.state_refused++;
+            s_refuse(l, "%s", why);
+        }
     }
     l->joining = 0;
+    *holder = j;
     size_t numel = l->layout->numel;
     memcpy(l->x, l->rx.vals, sizeof *l->x * numel);
     if (l->nextra)
         memcpy(l->extra, l->rx.vals + numel, sizeof *l->extra * l->nextra);
-    if (l->rx.iter > *T)
+    if (l->rx.iter > *T || rejoin)
         *T = l->rx.iter;
-    l->st.joined = 1;
+    l->st.joined |= !rejoin;
     l->st.join_from = j;
     l->st.join_iter = *T;
-    s_log(l, "took the model of %s (rank %d) at its iteration %llu (%llu bytes, CRC checked)",
-          s_id(l, j), j, (unsigned long long)l->rx.iter, (unsigned long long)l->rx.got);
+    if (!rejoin)
+        s_log(l, "took the model of %s (rank %d) at its iteration %llu (%llu bytes, CRC "
+              "checked)", s_id(l, j), j, (unsigned long long)l->rx.iter,
+              (unsigned long long)l->rx.got);
     return 0;
 }
 
@@ -1112,9 +1250,13 @@ static int s_resyncs_missing(gossip_link *l, int give_up)
 }
 
 /* Choco, rejoining: our copies of the in-neighbours are void; asks for
- * theirs and waits (bounded by the timeout) for the RESYNCs. */
+ * theirs and waits (bounded by the timeout) for the RESYNCs.  Our new
+ * iteration is PINGed to every neighbour first (s_fell_behind). */
 static int s_rejoin_resyncs(gossip_link *l, char *err, size_t errlen)
 {
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].sent_dealer = l->p[l->nb[a]].sent_router = 0;
+    s_ping(l, 1);
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
         if (l->p[j].is_in && !l->p[j].down) {
@@ -1158,7 +1300,8 @@ int gossip_link_start(gossip_link *l, int resumed, uint64_t *iter, char *err, si
     if (T > start && gossip_node_set_iter(l->g, T, err, errlen) != 0)
         return -1;
     if (mode == S_JOIN) { /* at T already: messages for T on are kept meanwhile */
-        if (s_join_state(l, &T, err, errlen) != 0 ||
+        int holder;
+        if (s_join_state(l, &T, 0, &holder, err, errlen) != 0 ||
             gossip_node_join(l->g, l->x, T, err, errlen) != 0)
             return -1;
     }
@@ -1200,6 +1343,23 @@ static void s_blame_wait(gossip_link *l, uint64_t iter, double dt)
         if (p->is_in && !(gossip_node_peer_state(l->g, l->nb[a]) & GOSSIP_PEER_IN_DOWN) &&
             p->got + l->stale <= iter)
             p->wait_s += dt;
+    }
+}
+
+/* The wait of round iter is for messages that will not come when this node
+ * fell behind: its far-ahead in-neighbours are declared down (they come
+ * back after the re-join, gossip_link_catch_up). */
+static void s_stop_waiting_if_behind(gossip_link *l, uint64_t iter)
+{
+    uint64_t far;
+    if (!l->x || !s_behind(l, iter, &far))
+        return;
+    for (int a = 0; a < l->nnb && !l->fatal; a++) {
+        int j = l->nb[a];
+        if (l->p[j].is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN) &&
+            s_far_ahead(l, j, iter))
+            s_down(l, j, "it is %llu iterations ahead (this node fell behind: re-joining)",
+                   (unsigned long long)(l->p[j].reported - iter));
     }
 }
 
@@ -1314,6 +1474,7 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
             s_fatal(l, "interrupted twice while waiting for iteration %llu",
                     (unsigned long long)iter);
         s_check_peers(l, (int64_t)iter, wait_start);
+        s_stop_waiting_if_behind(l, iter);
         double w0 = nn_now();
         if (l->fatal || s_pump(l, S_SLICE) != 0)
             return nn_errf(err, errlen, "%s", l->fatal_msg);
@@ -1329,12 +1490,77 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
     if (gossip_node_iter(l->g) % l->progress_every == 0)
         s_ping(l, 1);
     l->st.isolated_rounds = s_mixed_alone(l, iter) ? l->st.isolated_rounds + 1 : 0;
+    if (l->mix_pending && !l->st.isolated_rounds) {
+        l->mix_pending = 0;
+        char since[64] = "";
+        if (l->rejoin_woke > 0)
+            snprintf(since, sizeof since, ", %.2f s after the freeze ended",
+                     nn_now() - l->rejoin_woke);
+        s_log(l, "re-joined: round %llu mixed the neighbours' messages again, %.2f s after the "
+              "re-join%s", (unsigned long long)iter, nn_now() - l->rejoined_at, since);
+    }
     double t4 = nn_now();
     tm->mix += t4 - t3;
     double round = t4 - l->round_start;
     l->round_start = t4;
     l->round_period = l->round_period > 0 ? 0.9 * l->round_period + 0.1 * round : round;
     return 0;
+}
+
+/* After a re-join at T: our public copy to every out-neighbour (choco: a
+ * RESYNC at T replaces what they hold of us), the in-neighbours' copies
+ * asked for, and our new iteration PINGed to everybody (flow control). */
+static int s_after_rejoin(gossip_link *l, char *err, size_t errlen)
+{
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        if (l->p[j].is_out && l->choco) {
+            l->p[j].resync_iter = 0;
+            s_answer_resync(l, j);
+        }
+    }
+    if (l->choco) /* PINGs our new iteration first */
+        return s_rejoin_resyncs(l, err, errlen);
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].sent_dealer = l->p[l->nb[a]].sent_router = 0;
+    s_ping(l, 1); /* our new iteration, to everybody (their flow control) */
+    return 0;
+}
+
+int gossip_link_catch_up(gossip_link *l, uint64_t *iter, char *err, size_t errlen)
+{
+    uint64_t cur = gossip_node_iter(l->g), far, T = cur;
+    double now = nn_now();
+    if (!l->running || !l->x || !l->net || now < l->rejoin_next || !s_behind(l, cur, &far))
+        return 0;
+    int holder = -1;
+    char why[1024];
+    l->joining = 1;
+    if (s_join_state(l, &T, 1, &holder, why, sizeof why) != 0) {
+        l->rejoin_next = nn_now() + l->cfg.peer_floor;
+        s_log(l, "fell %llu iterations behind, but could not re-join: %s; training on, "
+              "trying again in %.0f s", (unsigned long long)(far - cur), why, l->cfg.peer_floor);
+        return 0;
+    }
+    char frozen[64] = "";
+    l->rejoin_woke = 0;
+    if (l->stall_s > l->cfg.peer_floor && now - l->woke < l->cfg.timeout) {
+        snprintf(frozen, sizeof frozen, " (frozen %.1f s?)", l->stall_s);
+        l->rejoin_woke = l->woke;
+    }
+    s_log(l, "fell %llu iterations behind%s; re-joining with the model of rank %d at "
+          "iteration %llu (%llu bytes, CRC checked)", (unsigned long long)(T - cur), frozen,
+          holder, (unsigned long long)T, (unsigned long long)l->rx.got);
+    if (gossip_node_join(l->g, l->x, T, err, errlen) != 0)
+        return -1;
+    l->st.rejoins++;
+    l->stall_s = 0;
+    l->mix_pending = 1;
+    l->rejoined_at = nn_now();
+    if (s_after_rejoin(l, err, errlen) != 0)
+        return -1;
+    *iter = T;
+    return 1;
 }
 
 void gossip_link_pump(gossip_link *l, double seconds)

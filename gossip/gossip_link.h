@@ -73,6 +73,29 @@
  * theirs), and (choco) exchanges RESYNCs with every answering neighbour
  * before iteration T.  A joined node does the same RESYNC exchange.
  *
+ * Re-join.  A running node that fell far behind (frozen: SIGSTOP, a
+ * suspended laptop, a long stall; its neighbours declared it down and ran
+ * on) finds out from its in-neighbours' PINGs and HELLO_ACKs: a strict
+ * majority of the in-neighbours heard within their silence limit (no BYE),
+ * and at least two of them when it has two or more in-neighbours, report an iteration more than LAG + GOSSIP_WINDOW ahead of its own
+ * (flow control keeps an honest neighbour that has it up within LAG, so
+ * only a neighbour that has it down gets there) and within the run
+ * (cfg.iters).  Its round then stops waiting for them (they are declared
+ * down: "it is N iterations ahead"), and at the next round boundary
+ * gossip_link_catch_up asks those neighbours in turn for their state
+ * (STATE_REQ), takes a state only from one of them and only at an
+ * iteration T beyond its own and within LAG + GOSSIP_WINDOW of what that
+ * neighbour reported and within the run, installs it (gossip_node_join:
+ * x = z, psi = 1, choco xhat_i = z, copies void), sends every
+ * out-neighbour its RESYNC at T (choco), asks for theirs, PINGs its new
+ * iteration (their flow control) and goes on at T as a node that came
+ * back.  What it held (x, psi, its copies) is discarded.  A failed attempt
+ * is logged and retried after peer_floor seconds; training goes on.  Its
+ * neighbours answer its STATE_REQ although they have it down, and do not
+ * take it back as out-neighbour on its PINGs while it reports an iteration
+ * more than LAG + GOSSIP_WINDOW behind theirs (push-sum shares it would
+ * drop); its PING at T does.
+ *
  * Refused input (counted, the first 20 logged, never asserted): bytes that
  * are not an lpgossip message, a sender field that is not the connection's
  * peer, unknown kinds, kinds on the wrong channel, a different layout,
@@ -114,6 +137,8 @@ typedef struct {
      * fresh messages; a neighbour already behind, or one the grace ran out
      * on twice lately, is not waited for (gossip_link.c s_wait_fresh) [0.25] */
     double   fresh_wait;
+    uint64_t iters;        /* gossip rounds of the whole run (0: unknown): an
+                              iteration reported beyond it is a lie ("Re-join") */
 } gossip_link_config;
 
 typedef struct {
@@ -138,7 +163,8 @@ typedef struct {
     uint64_t state_bytes;      /* bytes of those */
     int      joined;           /* this node joined a run in progress (state transfer) */
     int      join_from;        /* the rank whose state it took (joined) */
-    uint64_t join_iter;        /* the iteration it joined at (joined) */
+    uint64_t join_iter;        /* the iteration it joined at (joined, or the last re-join) */
+    uint64_t rejoins;          /* times it fell behind and re-joined ("Re-join") */
 } gossip_link_stats;
 
 /* Cut off: the node has neighbours, and its last round(s), up to the end
@@ -178,6 +204,17 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
 /* Handles what arrives for at most `seconds` (0: what is there), sending
  * PINGs as due: call it during long local work (evaluation, checkpoints). */
 void gossip_link_pump(gossip_link *l, double seconds);
+
+/* Between two rounds (not prepared): when this node fell far behind its
+ * in-neighbours ("Re-join" above), takes the state of one of them and moves
+ * to its iteration.  *iter: in, the next round; out, the round to continue
+ * from.  1 re-joined (x holds the new model; the caller resets what the
+ * model's optimizer keeps), 0 nothing done (not behind, or the attempt
+ * failed and was logged), -1 with a message (a bug: the node was prepared). */
+int gossip_link_catch_up(gossip_link *l, uint64_t *iter, char *err, size_t errlen);
+/* The rule of "Re-join": 1 when this node fell behind; *far (may be NULL):
+ * the lowest iteration the in-neighbours ahead report.  Harnesses, tests. */
+int gossip_link_behind(const gossip_link *l, uint64_t *far);
 
 /* Says BYE after `done` iterations and waits at most wait_s until every
  * live out-neighbour acknowledged and every live in-neighbour said BYE.

@@ -285,6 +285,7 @@ static int s_connect(s_node *s, char *err, size_t errlen)
     lc.log = s_link_log;
     lc.log_arg = s;
     lc.signals = &s_signals;
+    lc.iters = (uint64_t)s->k.steps * (uint64_t)o->t.epochs / (uint64_t)o->g.gossip_every;
     s->link = gossip_link_new(s->net, s->g, s->t, s->me, &lc);
     nn_arena *buf = nn_model_buffers(s->k.tr[0].model); /* 8-bit activation ranges */
     gossip_link_set_model(s->link, s->k.x[0], buf && buf->nviews ? buf->data : NULL,
@@ -323,6 +324,29 @@ static int s_skip(void *arg, int i, uint64_t it)
     if (gossip_node_config(s->g)->staleness <= 0 || !s->link)
         return 0;
     return gossip_node_ahead(s->g) >= 1;
+}
+
+/* A re-join after falling behind (gossip_link.h "Re-join"): the link took a
+ * neighbour's model into x and moved to its round; the optimizer starts
+ * afresh there as a joiner's does (zero momentum; --qgm: x as the previous
+ * point).  The sampler goes on where it was (no fast-forward). */
+static int s_catch_up(void *arg, uint64_t *it, char *err, size_t errlen)
+{
+    s_node *s = arg;
+    if (!s->link)
+        return 0;
+    const uint64_t H = (uint64_t)s->o->g.gossip_every;
+    uint64_t round = *it / H;
+    int rc = gossip_link_catch_up(s->link, &round, err, errlen);
+    if (rc <= 0)
+        return rc;
+    nn_sgd *sgd = &s->k.tr[0].sgd;
+    if (sgd->mom.data)
+        memset(sgd->mom.data, 0, sizeof(float) * sgd->mom.numel);
+    if (sgd->prev.data)
+        memcpy(sgd->prev.data, s->k.x[0], sizeof(float) * sgd->prev.numel);
+    *it = round * H;
+    return 1;
 }
 
 /* The per-neighbour staleness metrics of m (docs/node.md). */
@@ -432,7 +456,8 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
                     .iters = (uint64_t)s->k.steps * (uint64_t)o->t.epochs, .eval_nodes = 1,
                     .stop = &s_signals, .metrics = s->mf, .log = s_run_log,
                     .after_iter = s_after_iter, .report = s_report, .hook_arg = s,
-                    .skip = s_skip, .skip_arg = s, .slow = o->n.debug_slow};
+                    .skip = s_skip, .skip_arg = s, .catch_up = s_catch_up,
+                    .slow = o->n.debug_slow};
     if (s->link)
         r->round = (node_round){s_round, s_pump, s->link};
     r->meta = (node_metrics){.command = "node", .rank = s->me, .nodes = s->t->n,

@@ -71,6 +71,7 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"states_sent", ls->states_sent},      {"state_refused", ls->state_refused},
         {"joined", (uint64_t)ls->joined},      {"join_iter", ls->join_iter},
         {"fresh_waits", ls->fresh_waits},      {"fresh_missed", ls->fresh_missed},
+        {"rejoins", ls->rejoins},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
     fputs(",\"neighbours\":[", f);
@@ -312,6 +313,13 @@ int node_run_loop(node_run *r, char *err, size_t errlen)
         if (r->stop && *r->stop) {
             r->interrupted = 1;
             break;
+        }
+        if (r->catch_up && r->it % r->H == 0) {
+            int c = r->catch_up(r->hook_arg, &r->it, err, errlen);
+            if (c < 0) {
+                rc = -1;
+                break;
+            }
         }
         r->lr = node_lr_at_iter(r->o, r->it, r->steps);
         if (r->o->debug_nan_at >= 0 && r->it == (uint64_t)r->o->debug_nan_at)

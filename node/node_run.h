@@ -137,6 +137,11 @@ struct node_run {
      * it (see the top of this file); NULL: every rank always steps */
     int  (*skip)(void *arg, int i, uint64_t it);
     void  *skip_arg;
+    /* catch_up(hook_arg, &it, err, errlen), before the local steps of an
+     * iteration that starts a gossip round (node): 1 when the node moved
+     * to a later iteration *it (a re-join after falling behind: the
+     * learning rate follows it), 0 nothing, -1 with a message; NULL: none */
+    int  (*catch_up)(void *arg, uint64_t *it, char *err, size_t errlen);
     double slow;             /* --debug-slow F (node); 0 or 1: full speed */
     /* ---- state ---- */
     node_times tm;

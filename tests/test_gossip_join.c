@@ -366,6 +366,64 @@ static void test_link_state_refused(void **state)
     topo_destroy(&t);
 }
 
+/* A PING from `from` (an in-neighbour's, over our ROUTER) reporting iter. */
+static void s_ping_from(gossip_link *l, uint32_t fp, int from, uint64_t iter)
+{
+    gossip_buf msg = {0};
+    gossip_msg_encode_control(GOSSIP_MSG_PING, (uint32_t)from, iter, fp, &msg);
+    gossip_link_handle(l, from, GOSSIP_NET_FROM_IN, msg.data, msg.len);
+    gossip_buf_free(&msg);
+}
+
+/* The re-join rule (gossip_link.h "Re-join") on node 0 of a complete graph
+ * of 4 at iteration 0, in a run of 1000 rounds: "fell behind" needs two
+ * live in-neighbours far ahead (beyond lag + window = 12 + 4) and a strict
+ * majority of the live ones; one liar, a claim beyond the run, or a
+ * neighbour within reach never suffice. */
+static void test_link_behind_rule(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = topo_generate("complete", 4, 0, 0, err, sizeof err);
+    nn_arena L;
+    nn_arena_init(&L);
+    nn_arena_add(&L, "a", 1, (int[]){30});
+    nn_arena_alloc(&L);
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.algo = GOSSIP_CHOCO;
+    gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
+    assert_non_null(g);
+    gossip_link_config lc;
+    gossip_link_config_default(&lc);
+    lc.iters = 1000;
+    gossip_link *l = gossip_link_new(NULL, g, t, 0, &lc);
+    gossip_link_set_running(l, 1);
+    uint32_t fp = gossip_node_fingerprint(g);
+    uint64_t far = 0;
+    s_ping_from(l, fp, 1, 500); /* one neighbour alone, however far: never */
+    assert_false(gossip_link_behind(l, &far));
+    s_ping_from(l, fp, 2, 3); /* an honest one near us */
+    assert_false(gossip_link_behind(l, NULL));
+    s_ping_from(l, fp, 3, 16); /* within reach of flow control: not far */
+    assert_false(gossip_link_behind(l, NULL));
+    s_ping_from(l, fp, 3, 480); /* 2 of 3 live far ahead */
+    assert_true(gossip_link_behind(l, &far));
+    assert_int_equal(far, 480);
+    s_ping_from(l, fp, 1, 5000); /* beyond the run: a lie, not counted */
+    assert_false(gossip_link_behind(l, NULL));
+    s_ping_from(l, fp, 1, 1000); /* the run's end is still inside it */
+    assert_true(gossip_link_behind(l, &far));
+    assert_int_equal(far, 480);
+    gossip_link_stats st;
+    gossip_link_stats_get(l, &st);
+    assert_int_equal(st.refused, 0);
+    gossip_link_destroy(&l);
+    gossip_node_destroy(&g);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -374,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_state_assembly),
         cmocka_unit_test(test_sim_join_consensus),
         cmocka_unit_test(test_link_state_refused),
+        cmocka_unit_test(test_link_behind_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -128,6 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             free(m);
         }
         pos += len;
+        (void)gossip_link_behind(l, NULL); /* the re-join rule over what arrived */
     }
     gossip_link_destroy(&l);
     gossip_node_destroy(&g);

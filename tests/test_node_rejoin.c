@@ -1,0 +1,160 @@
+/* test_node_rejoin — a node that fell far behind (frozen: SIGSTOP, a
+ * suspended laptop, a long stall) re-joins the run through a state
+ * transfer instead of training alone (docs/node.md, "Re-join after a
+ * freeze"), with `lpgossip node` processes on 127.0.0.1.
+ *
+ *   a frozen node re-joins (choco): 4 nodes of a complete graph train;
+ *     node 2 is stopped with SIGSTOP long enough for its neighbours to
+ *     declare it down (--peer-timeout 1) and run hundreds of iterations
+ *     ahead, then continued with SIGCONT.  It must find that it fell
+ *     behind, take a live in-neighbour's model at that neighbour's
+ *     iteration ("fell N iterations behind ...; re-joining with the model
+ *     of rank R at iteration T", metrics `rejoins`), be taken back by its
+ *     neighbours and finish with everybody else: every node exits 0 (before
+ *     the re-join it exited 3, cut off), and its final model is as close to
+ *     the average as the others' are (on the code before the re-join the
+ *     frozen node trained alone for ~100 iterations while the others
+ *     waited for it, and logged no re-join).
+ * Every wait is bounded; children are killed and temp files removed in the
+ * teardown.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tests/tk.h"
+#include "tests/tk_run.h"
+
+#include "nn/nn_core.h"
+
+static char s_dir[256];
+
+static int s_setup(void **state)
+{
+    (void)state;
+    return tk_dir_setup(s_dir, sizeof s_dir, "rejoin");
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    tk_dir_teardown(s_dir);
+    return 0;
+}
+
+/* Waits (bounded) until `log` contains `what`; 1 found, 0 not. */
+static int s_wait_log(const char *log, const char *what, double seconds)
+{
+    double t0 = nn_now();
+    for (;;) {
+        char *s = tk_slurp(log);
+        int found = strstr(s, what) != NULL;
+        free(s);
+        if (found)
+            return 1;
+        if (nn_now() - t0 > seconds)
+            return 0;
+        usleep(50000);
+    }
+}
+
+/* 4 nodes, node `frozen` stopped for `freeze_s` seconds once the run is
+ * going; the checks of the top of the file.  algo_flags: the algorithm's
+ * flags (NULL-terminated, at most 8). */
+static void s_frozen_rejoins(const char *name, char *const *algo_flags, int iters, double freeze_s)
+{
+    const int n = 4, frozen = 2, batch = 8;
+    char topo[512], out[512], subset[32], bs[16], logs[4][600];
+    snprintf(topo, sizeof topo, "%s/%s.yaml", s_dir, name);
+    snprintf(out, sizeof out, "%s/%s", s_dir, name);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: complete\n", NULL), 0);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[40];
+    int c = 0;
+    for (int k = 0; algo_flags[k]; k++)
+        common[c++] = algo_flags[k];
+    char *rest[] = {"--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
+                    "--lr", "0.05", "--seed", "3", "--no-eval", "--start-window", "2",
+                    "--timeout", "60", "--peer-timeout", "1", "--out", out, NULL};
+    for (int k = 0; rest[k]; k++)
+        common[c++] = rest[k];
+    common[c] = NULL;
+    pid_t pid[4];
+    for (int i = 0; i < n; i++) {
+        snprintf(logs[i], sizeof logs[i], "%s/%s-node%d.txt", s_dir, name, i);
+        assert_true((pid[i] = tk_node(topo, i, common, NULL, logs[i])) > 0);
+    }
+    if (!s_wait_log(logs[frozen], "start barrier passed", 60)) {
+        tk_dump(logs[frozen]);
+        fail_msg("the run never started");
+    }
+    usleep(1000000); /* let them train a little */
+    tk_kill(pid[frozen], SIGSTOP);
+    usleep((useconds_t)(freeze_s * 1e6));
+    tk_kill(pid[frozen], SIGCONT);
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(240, status);
+    if (rc != 0 || status[0] || status[1] || status[2] || status[3]) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        fail_msg("%s: not every node finished with 0 (rc %d: %d %d %d %d)", name, rc,
+                 status[0], status[1], status[2], status[3]);
+    }
+    char *lf = tk_slurp(logs[frozen]);
+    const char *line = strstr(lf, "iterations behind");
+    const char *with = line ? strstr(line, "re-joining with the model of rank ") : NULL;
+    if (!line || !with) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        fail_msg("%s: the frozen node did not re-join", name);
+    }
+    long behind = strtol(strstr(lf, "fell ") + 5, NULL, 10);
+    const char *at = strstr(with, " at iteration ");
+    assert_non_null(at);
+    long T = strtol(at + strlen(" at iteration "), NULL, 10);
+    assert_true(behind > 4 && T > behind && T < iters);
+    char mp[700];
+    snprintf(mp, sizeof mp, "%s/metrics-%d.jsonl", out, frozen);
+    char *met = tk_slurp(mp);
+    if (!strstr(met, "\"rejoins\":1"))
+        fail_msg("%s: the metrics of the frozen node lack rejoins 1:\n%s", name, met);
+    free(met);
+    double dist[4], others = 0;
+    assert_true(tk_model_spread(out, n, dist) >= 0);
+    for (int i = 0; i < n; i++) {
+        printf("%s node %d: ||z - avg|| / ||avg|| = %.4f\n", name, i, dist[i]);
+        if (i != frozen && dist[i] > others)
+            others = dist[i];
+    }
+    printf("%s: node %d fell %ld iterations behind and re-joined at iteration %ld of %d\n", name,
+           frozen, behind, T, iters);
+    assert_true(isfinite(dist[frozen]));
+    assert_true(dist[frozen] <= fmax(2.0 * others, 0.02));
+    free(lf);
+}
+
+static void test_frozen_node_rejoins_choco(void **state)
+{
+    (void)state;
+    char *algo[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.1", NULL};
+    s_frozen_rejoins("choco", algo, 450, 6.0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_frozen_node_rejoins_choco, s_setup, s_teardown),
+    };
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
