@@ -32,14 +32,18 @@ void lp_minmax_avx2(float *mn, float *mx, const float *x, size_t n)
     *mx = b;
 }
 
+/* The twin's clamp to [0, 255] and round, in two instructions: vminps
+ * with 255 first (its second operand, t, is what a NaN passes on), then
+ * vcvtps2dq; below 0 the unsigned saturation of s_store32's packs clamps
+ * (a negative or NaN t converts to a negative int32, which packs to 0: the
+ * twin's max(t, 0) -> 0; t in (-1/2, 0) rounds to 0 either way). */
 static inline __m256i s_clamp_round(__m256 t)
 {
-    t = _mm256_max_ps(t, _mm256_setzero_ps());
-    t = _mm256_min_ps(t, _mm256_set1_ps(255.0f));
-    return _mm256_cvtps_epi32(t);
+    return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_set1_ps(255.0f), t));
 }
 
-/* 4 x 8 int32 codes (0..255) -> 32 bytes in order. */
+/* 4 x 8 int32 codes (<= 255; negative ones saturate to 0) -> 32 bytes in
+ * order. */
 static inline void s_store32(uint8_t *q, __m256i a, __m256i b, __m256i c, __m256i d)
 {
     __m256i ab = _mm256_packus_epi32(a, b);
@@ -76,15 +80,17 @@ static inline __m256i s_hash(__m256i h)
     return h;
 }
 
-/* stochastically rounded codes of 8 floats at x; wv: their Weyl values */
+/* stochastically rounded codes of 8 floats at x; wv: their Weyl values.
+ * The twin's noise u = (h>>8)*2^-24 - 1/2 is exactly k*2^-24 with the
+ * integer k = (h>>8) - 2^23 (|k| <= 2^23: exact as a float), so
+ * fma(k, 2^-24, t) rounds t + u once, as the twin's t + u does. */
 static inline __m256i s_sr8(const float *x, __m256i wv, __m256i vk2, __m256 vmin, __m256 vs)
 {
-    const __m256 two24 = _mm256_set1_ps(1.0f / 16777216.0f), half = _mm256_set1_ps(0.5f);
+    const __m256 two24 = _mm256_set1_ps(1.0f / 16777216.0f);
     __m256i h = s_hash(_mm256_xor_si256(wv, vk2));
-    __m256 u = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(h, 8)), two24),
-                             half);
+    __m256i k = _mm256_sub_epi32(_mm256_srli_epi32(h, 8), _mm256_set1_epi32(1 << 23));
     __m256 t = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x), vmin), vs);
-    return s_clamp_round(_mm256_add_ps(t, u));
+    return s_clamp_round(_mm256_fmadd_ps(_mm256_cvtepi32_ps(k), two24, t));
 }
 
 void lp_quantize_sr_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
