@@ -1297,6 +1297,40 @@ static size_t s_find_eq(const float *x, size_t n, float v)
     return nn_cpu_level() >= NN_CPU_AVX2 ? lp_find_eq_avx2(x, n, v) : lp_find_eq_ref(x, n, v);
 }
 
+void lp_minmax_u8_ref(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n)
+{
+    assert(n > 0);
+    uint8_t a = q[0], b = q[0];
+    for (size_t i = 1; i < n; i++) {
+        a = q[i] < a ? q[i] : a;
+        b = q[i] > b ? q[i] : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
+size_t lp_find_u8_ref(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi)
+{
+    size_t i = 0;
+    while (i < n && (q[i] < lo || q[i] > hi))
+        i++;
+    return i;
+}
+
+static void s_minmax_u8(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n)
+{
+    if (nn_cpu_level() >= NN_CPU_AVX2)
+        lp_minmax_u8_avx2(mn, mx, q, n);
+    else
+        lp_minmax_u8_ref(mn, mx, q, n);
+}
+
+static size_t s_find_u8(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi)
+{
+    return nn_cpu_level() >= NN_CPU_AVX2 ? lp_find_u8_avx2(q, n, lo, hi)
+                                         : lp_find_u8_ref(q, n, lo, hi);
+}
+
 /* A tensor the Range EvoNorm core reads: floats, or uint8 codes with their
  * qparams.  Codes are dequantized one group at a time into an L1/L2 buffer
  * (the floats lp_dequantize gives, so both forms give the same results):
@@ -1325,15 +1359,25 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
     const int cg = C / G, T = cg * HW;
     assert(T >= 32);
     const float c = s_range_c(T);
+    float lut[256];
+    if (!x.f)
+        lp_dequantize_lut(lut, x.p);
     for (int n = 0; n < N; n++)
         for (int g = 0; g < G; g++) {
-            const float *xg = s_vals_at(x, ((size_t)n * C + (size_t)g * cg) * HW, (size_t)T, buf);
+            const size_t off = ((size_t)n * C + (size_t)g * cg) * HW;
             float smax = 0, smin = 0;
             for (int j = 0; j < 16; j++) {
                 int st, len;
                 lp_ren_chunk(T, j, &st, &len);
                 float mn, mx;
-                lp_minmax(&mn, &mx, xg + st, (size_t)len);
+                if (x.f) {
+                    lp_minmax(&mn, &mx, x.f + off + st, (size_t)len);
+                } else { /* the values of the extreme codes (monotone) */
+                    uint8_t a, b;
+                    s_minmax_u8(&a, &b, x.q + off + st, (size_t)len);
+                    mn = lut[a];
+                    mx = lut[b];
+                }
                 smax += mx;
                 smin += mn;
             }
@@ -1356,6 +1400,37 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
         }
 }
 
+/* The first arg-max and arg-min of the chunk [st, st + len) of the group
+ * at off: xg (the group's values) when x is floats; from the codes when x
+ * is codes, with lut their values: the extremes are the values of the
+ * extreme codes a, b, and a value equals lut[b] exactly for the codes
+ * from the first one with that value up to b (lut is non-decreasing), so
+ * the first such code is the first index holding the maximum (likewise
+ * below for the minimum), as the scan of the values finds it. */
+static void s_chunk_argext(size_t *amax, size_t *amin, s_vals x, const float *xg, size_t off,
+                           size_t st, size_t len, const float lut[256])
+{
+    if (x.f) {
+        /* the chunk's max and min (SIMD), then the first index holding each
+         * (same as a running strict comparison; never NaN here) */
+        float cmn, cmx;
+        lp_minmax(&cmn, &cmx, xg + st, len);
+        *amax = st + s_find_eq(xg + st, len, cmx);
+        *amin = st + s_find_eq(xg + st, len, cmn);
+        return;
+    }
+    const uint8_t *q = x.q + off + st;
+    uint8_t a, b;
+    s_minmax_u8(&a, &b, q, len);
+    int lo = b, hi = a;
+    while (lo > 0 && lut[lo - 1] == lut[b])
+        lo--;
+    while (hi < 255 && lut[hi + 1] == lut[a])
+        hi++;
+    *amax = st + s_find_u8(q, len, (uint8_t)lo, 255);
+    *amin = st + s_find_u8(q, len, 0, (uint8_t)hi);
+}
+
 /* lp_ren_core_backward on g and x in either form; buf: 2*T floats when
  * they are codes. */
 static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_vals gv,
@@ -1364,6 +1439,9 @@ static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_
 {
     const int cg = C / G, T = cg * HW;
     const float c = s_range_c(T);
+    float lut[256];
+    if (!x.f)
+        lp_dequantize_lut(lut, x.p);
     for (int n = 0; n < N; n++)
         for (int gr = 0; gr < G; gr++) {
             const size_t off = ((size_t)n * C + (size_t)gr * cg) * HW;
@@ -1392,13 +1470,8 @@ static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_
             for (int j = 0; j < 16; j++) {
                 int st, len;
                 lp_ren_chunk(T, j, &st, &len);
-                /* first arg-max / arg-min: the chunk's max and min (SIMD), then
-                 * the first index holding each (same as a running strict
-                 * comparison; x are dequantized codes, never NaN) */
-                float cmn, cmx;
-                lp_minmax(&cmn, &cmx, xg + st, (size_t)len);
-                size_t amax = (size_t)st + s_find_eq(xg + st, (size_t)len, cmx);
-                size_t amin = (size_t)st + s_find_eq(xg + st, (size_t)len, cmn);
+                size_t amax, amin;
+                s_chunk_argext(&amax, &amin, x, xg, off, (size_t)st, (size_t)len, lut);
                 dg[amax] += dR / 16.0f;
                 dg[amin] -= dR / 16.0f;
             }

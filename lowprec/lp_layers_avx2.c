@@ -124,3 +124,48 @@ size_t lp_find_eq_avx2(const float *x, size_t n, float v)
     }
     return i + lp_find_eq_ref(x + i, n - i, v);
 }
+
+void lp_minmax_u8_avx2(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n)
+{
+    size_t i = 0;
+    uint8_t a = q[0], b = q[0];
+    if (n >= 32) {
+        __m256i vmn = _mm256_loadu_si256((const __m256i *)q), vmx = vmn;
+        for (i = 32; i + 32 <= n; i += 32) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(q + i));
+            vmn = _mm256_min_epu8(vmn, v);
+            vmx = _mm256_max_epu8(vmx, v);
+        }
+        uint8_t ta[32], tb[32];
+        _mm256_storeu_si256((__m256i *)ta, vmn);
+        _mm256_storeu_si256((__m256i *)tb, vmx);
+        for (int j = 0; j < 32; j++) {
+            a = ta[j] < a ? ta[j] : a;
+            b = tb[j] > b ? tb[j] : b;
+        }
+    }
+    if (i < n) {
+        uint8_t ta, tb;
+        lp_minmax_u8_ref(&ta, &tb, q + i, n - i);
+        a = ta < a ? ta : a;
+        b = tb > b ? tb : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
+size_t lp_find_u8_avx2(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi)
+{
+    const __m256i vlo = _mm256_set1_epi8((char)lo), vhi = _mm256_set1_epi8((char)hi);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(q + i));
+        /* lo <= v <= hi  <=>  max(v, lo) == v and min(v, hi) == v */
+        __m256i in = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_max_epu8(v, vlo), v),
+                                      _mm256_cmpeq_epi8(_mm256_min_epu8(v, vhi), v));
+        unsigned m = (unsigned)_mm256_movemask_epi8(in);
+        if (m)
+            return i + (size_t)__builtin_ctz(m);
+    }
+    return i + lp_find_u8_ref(q + i, n - i, lo, hi);
+}

@@ -87,6 +87,16 @@ void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, dou
 size_t lp_find_eq_ref(const float *x, size_t n, float v);
 size_t lp_find_eq_avx2(const float *x, size_t n, float v);
 
+/* The same on codes (Range EvoNorm's chunk ranges straight from its saved
+ * codes: dequantization is monotone, so the extremes of the values are the
+ * values of the extreme codes):
+ *   lp_minmax_u8: *mn, *mx = min and max of q (n > 0);
+ *   lp_find_u8:   first index i < n with lo <= q[i] <= hi, or n. */
+void lp_minmax_u8_ref(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n);
+void lp_minmax_u8_avx2(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n);
+size_t lp_find_u8_ref(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi);
+size_t lp_find_u8_avx2(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi);
+
 void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                        size_t ldb, int np, const int *toff, int T, size_t n);
 void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c,
