@@ -1533,11 +1533,16 @@ void lp_add_forward(float *out, float *run_a, float *run_b, const float *a, cons
 {
     const size_t n = (size_t)N * per;
     lp_qparams pa = lp_act_qparams(run_a, a, N, per, mode.train);
-    s_quant_act(codes, a, n, pa, mode);
-    lp_dequantize(out, codes, n, pa);
     lp_qparams pb = lp_act_qparams(run_b, b, N, per, mode.train);
     lp_mode mb = mode;
     mb.seed = mode.seed ^ 0x9e3779b97f4a7c15ULL; /* the second input's own noise */
+    if (mode.train) { /* quantize and dequantize in one pass, no codes */
+        lp_fake_quant_sr(out, NULL, a, n, pa, mode.seed, 0);
+        lp_fake_quant_sr_add(out, b, n, pb, mb.seed, 0);
+        return;
+    }
+    s_quant_act(codes, a, n, pa, mode);
+    lp_dequantize(out, codes, n, pa);
     s_quant_act(codes, b, n, pb, mb);
     float lut[256];
     lp_dequantize_lut(lut, pb);
@@ -1548,12 +1553,11 @@ void lp_add_forward(float *out, float *run_a, float *run_b, const float *a, cons
 void lp_add_backward(float *da, float *db, const float *dout, size_t n, uint64_t seed,
                      uint8_t *codes)
 {
-    lp_qparams gp = lp_tensor_qparams(dout, n);
-    lp_quantize_sr(codes, dout, n, gp, seed, 0);
+    (void)codes; /* not needed since the quantization is fused */
     float *first = da ? da : db;
     if (!first)
         return;
-    lp_dequantize(first, codes, n, gp);
+    lp_fake_quant_sr(first, NULL, dout, n, lp_tensor_qparams(dout, n), seed, 0);
     if (da && db)
         memcpy(db, da, n * sizeof(float));
 }

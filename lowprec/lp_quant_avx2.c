@@ -133,3 +133,59 @@ void lp_dequantize_avx2(float *x, const uint8_t *q, size_t n, lp_qparams p)
     if (i < n)
         lp_dequantize_ref(x + i, q + i, n - i, p);
 }
+
+/* lp_fake_quant_sr's body: 8 values a step, the codes as in
+ * lp_quantize_sr_avx2 (vmaxepi32 with 0 takes the packs' place), their
+ * values as in lp_dequantize_avx2 (mul, then add: no FMA); add: y += them;
+ * q (may be NULL): the codes. */
+static inline __attribute__((always_inline)) void
+s_fq_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+        uint32_t first, const int add)
+{
+    uint32_t k1, k2;
+    lp_seed_keys(seed, &k1, &k2);
+    const __m256 vmin = _mm256_set1_ps(p.min), vs = _mm256_set1_ps(p.scale);
+    const __m256 two24 = _mm256_set1_ps(1.0f / 16777216.0f);
+    const __m256i vk2 = _mm256_set1_epi32((int)k2), zero = _mm256_setzero_si256();
+    __m256i wv = _mm256_add_epi32(
+        _mm256_set1_epi32((int)(first * LP_WEYL + k1)),
+        _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                           _mm256_set1_epi32((int)LP_WEYL)));
+    const __m256i s8 = _mm256_set1_epi32((int)(8u * LP_WEYL));
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i h = s_hash(_mm256_xor_si256(wv, vk2));
+        __m256i k = _mm256_sub_epi32(_mm256_srli_epi32(h, 8), _mm256_set1_epi32(1 << 23));
+        __m256 t = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmin), vs);
+        __m256i c = _mm256_max_epi32(s_clamp_round(_mm256_fmadd_ps(_mm256_cvtepi32_ps(k), two24, t)),
+                                     zero);
+        __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(c), vs), vmin);
+        if (add)
+            v = _mm256_add_ps(_mm256_loadu_ps(y + i), v);
+        _mm256_storeu_ps(y + i, v);
+        if (q) {
+            __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+            _mm_storel_epi64((__m128i *)(q + i), _mm_packus_epi16(w, w));
+        }
+        wv = _mm256_add_epi32(wv, s8);
+    }
+    if (i < n) {
+        if (add)
+            lp_fake_quant_sr_add_ref(y + i, x + i, n - i, p, seed, (uint32_t)(first + i));
+        else
+            lp_fake_quant_sr_ref(y + i, q ? q + i : NULL, x + i, n - i, p, seed,
+                                 (uint32_t)(first + i));
+    }
+}
+
+void lp_fake_quant_sr_avx2(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                           uint64_t seed, uint32_t first)
+{
+    s_fq_sr(y, q, x, n, p, seed, first, 0);
+}
+
+void lp_fake_quant_sr_add_avx2(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                               uint32_t first)
+{
+    s_fq_sr(y, NULL, x, n, p, seed, first, 1);
+}

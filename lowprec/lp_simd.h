@@ -48,6 +48,10 @@ void lp_quantize_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p);
 void lp_quantize_sr_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
                          uint32_t first);
 void lp_dequantize_avx2(float *x, const uint8_t *q, size_t n, lp_qparams p);
+void lp_fake_quant_sr_avx2(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                           uint64_t seed, uint32_t first);
+void lp_fake_quant_sr_add_avx2(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                               uint32_t first);
 
 void lp_minmax_avx512(float *mn, float *mx, const float *x, size_t n);
 void lp_quantize_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p);

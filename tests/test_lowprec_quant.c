@@ -157,6 +157,37 @@ static void test_sr_pieces(void **state)
     assert_true(memcmp(a, b, N) != 0);
 }
 
+/* The fused quantize + dequantize (+ add) at the current level: the
+ * twin's floats and codes, which are lp_quantize_sr's codes and
+ * lp_dequantize's values of them.  y0, y1 (n floats), q0, q1 (n): scratch. */
+static void s_check_fused(const float *x, size_t n, lp_qparams p, float *y0, float *y1,
+                          uint8_t *q0, uint8_t *q1)
+{
+    lp_fake_quant_sr_ref(y0, q0, x, n, p, 4321, 13);
+    lp_fake_quant_sr(y1, q1, x, n, p, 4321, 13);
+    assert_memory_equal(y0, y1, n * sizeof(float));
+    assert_memory_equal(q0, q1, n);
+    lp_fake_quant_sr(y1, NULL, x, n, p, 4321, 13);
+    assert_memory_equal(y0, y1, n * sizeof(float));
+    lp_quantize_sr_ref(q1, x, n, p, 4321, 13);
+    assert_memory_equal(q0, q1, n);
+    lp_dequantize_ref(y1, q1, n, p);
+    assert_memory_equal(y0, y1, n * sizeof(float));
+    /* add: y = base + value, base = the input itself (a finite-or-not mix) */
+    for (size_t i = 0; i < n; i++)
+        y0[i] = y1[i] = 0.5f * x[i];
+    lp_fake_quant_sr_add_ref(y0, x, n, p, 77, 3);
+    lp_fake_quant_sr_add(y1, x, n, p, 77, 3);
+    assert_memory_equal(y0, y1, n * sizeof(float));
+    lp_quantize_sr_ref(q1, x, n, p, 77, 3);
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        lp_dequantize_ref(&v, &q1[i], 1, p);
+        float e = 0.5f * x[i] + v;
+        assert_true(memcmp(&e, &y0[i], sizeof e) == 0);
+    }
+}
+
 /* Every level the CPU has gives exactly the reference's results. */
 static void test_dispatch_identical(void **state)
 {
@@ -200,6 +231,7 @@ static void test_dispatch_identical(void **state)
             lp_dequantize_ref(y0, q0, n, p);
             lp_dequantize(y1, q0, n, p);
             assert_memory_equal(y0, y1, n * sizeof(float));
+            s_check_fused(x, n, p, y0, y1, q0, q1);
         }
     }
     nn_cpu_force("auto");
@@ -244,6 +276,9 @@ static void test_dispatch_edges(void **state)
         lp_dequantize_ref(y0, q0, N, p);
         lp_dequantize(y1, q0, N, p);
         assert_memory_equal(y0, y1, sizeof y0);
+        uint8_t q2[N], q3[N];
+        float y2[N], y3[N];
+        s_check_fused(x, N, p, y2, y3, q2, q3);
     }
     nn_cpu_force("auto");
     assert_true(tested >= 1);
