@@ -78,15 +78,17 @@ void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float 
         lp_ren_row_bwd_ref(dx ? dx + i : NULL, sums, x + i, g + i, n - i, v, sc, gamma);
 }
 
-void lp_pair_row_avx2(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
-                      size_t n)
+void lp_pair_row_avx2(uint32_t *dst, size_t vstride, int V, int32_t *chs, const uint8_t *r0,
+                      const uint8_t *r1, size_t n)
 {
     size_t w = 0;
     for (; w + 8 <= n; w += 8) {
         __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r0 + w)));
         __m256i b = r1 ? _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r1 + w)))
                        : _mm256_setzero_si256();
-        _mm256_storeu_si256((__m256i *)(dst + w), _mm256_or_si256(a, _mm256_slli_epi32(b, 16)));
+        const __m256i pr = _mm256_or_si256(a, _mm256_slli_epi32(b, 16));
+        for (int v = 0; v < V; v++)
+            _mm256_storeu_si256((__m256i *)(dst + (size_t)v * vstride + w), pr);
         if (chs) {
             __m256i c = _mm256_loadu_si256((const __m256i *)(chs + w));
             _mm256_storeu_si256((__m256i *)(chs + w),
@@ -94,7 +96,8 @@ void lp_pair_row_avx2(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint
         }
     }
     if (w < n)
-        lp_pair_row_ref(dst + w, chs ? chs + w : NULL, r0 + w, r1 ? r1 + w : NULL, n - w);
+        lp_pair_row_ref(dst + w, vstride, V, chs ? chs + w : NULL, r0 + w, r1 ? r1 + w : NULL,
+                        n - w);
 }
 
 void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n)

@@ -27,6 +27,7 @@
 
 #include "lowprec/lp_bf16.h"
 #include "nn/nn_cpu.h"
+#include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_simd.h"
 #include "nn/nn_core.h"
@@ -253,7 +254,7 @@ static void test_pair_rows(void **state)
     for (size_t n = 1; n <= 40; n++)
         for (int two = 0; two < 2; two++) {
             uint8_t r0[40], r1[40];
-            uint32_t d0[40], d1[40];
+            uint32_t d0[3 * 45], d1[3 * 45];
             int32_t c0[60], c1[60];
             double t0[40], t1[40];
             for (size_t i = 0; i < n; i++) {
@@ -262,12 +263,19 @@ static void test_pair_rows(void **state)
             }
             for (int i = 0; i < 60; i++)
                 c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
-            lp_pair_row_ref(d0, c0 + 10, r0, two ? r1 : NULL, n);
-            lp_pair_row_avx2(d1, c1 + 10, r0, two ? r1 : NULL, n);
-            assert_memory_equal(d0, d1, n * 4);
+            /* three variants 45 lanes apart; the lanes between stay as they were */
+            memset(d0, 0xab, sizeof d0);
+            memset(d1, 0xab, sizeof d1);
+            lp_pair_row_ref(d0, 45, 3, c0 + 10, r0, two ? r1 : NULL, n);
+            lp_pair_row_avx2(d1, 45, 3, c1 + 10, r0, two ? r1 : NULL, n);
+            assert_memory_equal(d0, d1, sizeof d0);
             assert_memory_equal(c0, c1, sizeof c0);
+            for (size_t i = 0; i < n; i++)
+                assert_true(d0[i] == d0[45 + i] && d0[i] == d0[90 + i] &&
+                            d0[i] == lp_pair(r0[i], two ? r1[i] : 0));
+            assert_true(d0[n] == 0xabababab && d0[90 + n] == 0xabababab);
             memset(d1, 0, sizeof d1);
-            lp_pair_row_avx2(d1, NULL, r0, two ? r1 : NULL, n); /* no channel sums */
+            lp_pair_row_avx2(d1, 45, 1, NULL, r0, two ? r1 : NULL, n); /* no channel sums */
             assert_memory_equal(d0, d1, n * 4);
             const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
             lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, n);
