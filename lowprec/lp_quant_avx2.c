@@ -5,13 +5,36 @@
 
 #include "lowprec/lp_simd.h"
 
+/* Four independent min/max chains over blocks of 32 (one chain waited on
+ * vminps' latency every 8 values), merged before the last blocks of 8.
+ * min and max of a set are order-free (the twin compares with < and >:
+ * equal results for non-NaN inputs, which is what callers pass). */
 void lp_minmax_avx2(float *mn, float *mx, const float *x, size_t n)
 {
     size_t i = 0;
     float a = x[0], b = x[0];
     if (n >= 8) {
         __m256 vmn = _mm256_loadu_ps(x), vmx = vmn;
-        for (i = 8; i + 8 <= n; i += 8) {
+        i = 8;
+        if (n >= 40) {
+            __m256 n1 = _mm256_loadu_ps(x + 8), n2 = _mm256_loadu_ps(x + 16);
+            __m256 n3 = _mm256_loadu_ps(x + 24), m1 = n1, m2 = n2, m3 = n3;
+            for (i = 32; i + 32 <= n; i += 32) {
+                __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+                __m256 v2 = _mm256_loadu_ps(x + i + 16), v3 = _mm256_loadu_ps(x + i + 24);
+                vmn = _mm256_min_ps(vmn, v0);
+                vmx = _mm256_max_ps(vmx, v0);
+                n1 = _mm256_min_ps(n1, v1);
+                m1 = _mm256_max_ps(m1, v1);
+                n2 = _mm256_min_ps(n2, v2);
+                m2 = _mm256_max_ps(m2, v2);
+                n3 = _mm256_min_ps(n3, v3);
+                m3 = _mm256_max_ps(m3, v3);
+            }
+            vmn = _mm256_min_ps(_mm256_min_ps(vmn, n1), _mm256_min_ps(n2, n3));
+            vmx = _mm256_max_ps(_mm256_max_ps(vmx, m1), _mm256_max_ps(m2, m3));
+        }
+        for (; i + 8 <= n; i += 8) {
             __m256 v = _mm256_loadu_ps(x + i);
             vmn = _mm256_min_ps(vmn, v);
             vmx = _mm256_max_ps(vmx, v);
