@@ -168,5 +168,14 @@ void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, con
                     size_t n);
 void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
                         const double *base, size_t n);
+/* lp_dequant_row on rows consecutive rows of W values that share base
+ * (W values): out[r*W + i] from S[r*W + i], t[r*W + i] and base[i], in one
+ * call (the rows of a conv output whose taps cover the same kernel rows;
+ * W is 8 or 16 on resnet20's later stages, where a call per row cost more
+ * than its arithmetic).  The same floats as lp_dequant_row row by row. */
+void lp_dequant_rows(float *out, const int32_t *S, const double *t, double c,
+                     const double *base, size_t W, int rows);
+void lp_dequant_rows_ref(float *out, const int32_t *S, const double *t, double c,
+                         const double *base, size_t W, int rows);
 
 #endif

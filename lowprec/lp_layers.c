@@ -334,7 +334,8 @@ typedef struct {
     void (*quad_row)(uint32_t *, int32_t *, const uint8_t *const[4], size_t);
     void (*tap_sum_row)(double *, const int32_t *, const int *, int, double, size_t);
     void (*tap_isum_row)(int32_t *, const int32_t *, const int *, int, size_t);
-    void (*dequant_row)(float *, const int32_t *, const double *, double, const double *, size_t);
+    void (*dequant_rows)(float *, const int32_t *, const double *, double, const double *,
+                         size_t, int);
     void (*dequant_row_q)(float *, const int32_t *, const int32_t *, double, double,
                           const double *, size_t);
 } s_conv_rows;
@@ -342,11 +343,11 @@ typedef struct {
 static s_conv_rows s_rows(void)
 {
     s_conv_rows r = {0, lp_pair_row_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
-                     lp_tap_isum_row_ref, lp_dequant_row_ref, lp_dequant_row_q_ref};
+                     lp_tap_isum_row_ref, lp_dequant_rows_ref, lp_dequant_row_q_ref};
     if (nn_cpu_level() >= NN_CPU_AVX2) {
         r.pair_row = lp_pair_row_avx2;
         r.tap_sum_row = lp_tap_sum_row_avx2;
-        r.dequant_row = lp_dequant_row_avx2;
+        r.dequant_rows = lp_dequant_rows_avx2;
     }
     if (nn_cpu_level() >= NN_CPU_AVX512VNNI) {
         r.quad = 1;
@@ -540,13 +541,20 @@ static void s_shift_dequant(float *out, const int32_t *Sm, const int32_t *chs, c
     for (int m = 0; m < M; m++) {
         const int32_t *Sr = Sm + (size_t)m * g->vlen + g->J0 + (size_t)j * (H + pad) * W;
         float *o = out + (size_t)m * P;
-        for (int h = 0; h < H; h++) {
+        for (int h = 0; h < H;) {
             const double *base = bases + ((size_t)m * nh + hcls[h]) * W;
             const size_t off = (size_t)h * W;
-            if (rows->quad)
-                rows->dequant_row_q(o + off, Sr + off, isb + off, cS, cSB, base, (size_t)W);
-            else
-                rows->dequant_row(o + off, Sr + off, sb + off, cS, base, (size_t)W);
+            int h1 = h + 1; /* the run of rows of h's class (they share base) */
+            while (h1 < H && hcls[h1] == hcls[h])
+                h1++;
+            if (rows->quad) {
+                for (int k = 0; k < h1 - h; k++)
+                    rows->dequant_row_q(o + off + (size_t)k * W, Sr + off + (size_t)k * W,
+                                        isb + off + (size_t)k * W, cS, cSB, base, (size_t)W);
+            } else {
+                rows->dequant_rows(o + off, Sr + off, sb + off, cS, base, (size_t)W, h1 - h);
+            }
+            h = h1;
         }
     }
 }

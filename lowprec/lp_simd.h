@@ -106,6 +106,8 @@ void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const 
                        size_t ldb, int np, const int *toff, int T, size_t n);
 void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c,
                          const double *base, size_t n);
+void lp_dequant_rows_avx2(float *out, const int32_t *S, const double *t, double c,
+                          const double *base, size_t W, int rows);
 
 /* Quad-grid helpers of the conv shift path at the AVX-512 VNNI level
  * (lp_layers.c), scalar twins and AVX-512 versions (exact integers, and the
