@@ -140,13 +140,24 @@ static size_t s_wgrad_bf16_bytes(const nn_conv_dims *d)
     return ALIGN64((rows + (size_t)d->OC) * cs * 2) + ALIGN64((size_t)d->OC * (d->C + 1) * T * 4);
 }
 
-/* Scratch of s_wgrad_f32 (shift geometry only): C + OC rows of floats. */
+/* Lanes of one row of s_wgrad_f32's grids (s_shift_grid's layout with nb
+ * samples: pad lanes, pad zero rows, nb samples of H rows of W + pad zero
+ * rows, pad lanes). */
+static size_t s_wgrad_f32_vlen(const nn_conv_dims *d)
+{
+    const size_t nb = (size_t)s_wgrad_bf16_nb(d), pad = (size_t)d->pad;
+    return 2 * pad + (pad + nb * ((size_t)d->H + pad)) * (size_t)d->W;
+}
+
+/* Scratch of s_wgrad_f32 (shift geometry only): C rows of 2 pad + 1 column-
+ * shift variants and OC rows, s_wgrad_f32_vlen floats each. */
 static size_t s_wgrad_f32_bytes(const nn_conv_dims *d)
 {
     if (!s_shift_geom(d))
         return 0;
-    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * s_wgrad_bf16_cols(d);
-    return ALIGN64((size_t)(d->C + d->OC) * cs * 4);
+    const size_t rows = (size_t)d->C * (2 * (size_t)d->pad + 1) + (size_t)d->OC;
+    return ALIGN64(rows * s_wgrad_f32_vlen(d) * 4) +
+           ALIGN64((size_t)d->OC * d->C * d->KH * d->KW * 4);
 }
 
 /* Samples per chunk of the shift path: >= 1024 grid columns. */
@@ -806,52 +817,92 @@ static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, cons
                 (float)(sx * D[(size_t)oc * C * T + k] + mx * E[(size_t)oc * T + k % T]);
 }
 
-/* The FP32 grids of one chunk, in s_bf16_grids' layout: gx (C, cs) the
- * dequantized codes (sx*q + mx inside the image, 0 in the padding), gg
- * (OC, cs) dout.  Overwrites both. */
-static void s_f32_grids(float *gx, float *gg, const lp_qsaved *sv, const float *dout,
-                        const nn_conv_dims *d, int n0, int cnt)
+/* Zeroes the lanes of a grid row (vlen lanes, s_shift_grid's layout with
+ * cnt samples) that no image row overwrites: the leading J0, the pad rows
+ * after each sample, the rest after the last. */
+static void s_f32_zero_pads(float *row, size_t vlen, int cnt, int H, int W, int pad)
 {
-    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
-    const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
-    memset(gx, 0, (size_t)C * cs * 4);
-    memset(gg, 0, (size_t)OC * cs * 4);
+    const size_t J0 = (size_t)pad + (size_t)pad * W, srow = (size_t)(H + pad) * W;
+    const size_t end = J0 + (size_t)cnt * srow;
+    memset(row, 0, J0 * sizeof(float));
+    for (int j = 0; j < cnt; j++)
+        memset(row + J0 + (size_t)j * srow + (size_t)H * W, 0, (size_t)pad * W * sizeof(float));
+    memset(row + end, 0, (vlen - end) * sizeof(float));
+}
+
+/* The FP32 grids of one chunk (samples [n0, n0 + cnt)) in s_shift_grid's
+ * layout, in floats: gx (C rows of V = 2 pad + 1 variants of vlen lanes)
+ * the dequantized codes, variant v (column shift dx = v - pad) with the
+ * columns zeroed that only a read wrapping into the neighbouring row
+ * reaches; gg (OC rows of vlen) dout.  Image rows are W lanes (no pad
+ * columns) and samples share their pad rows, so the shifted dot runs over
+ * (H + pad) * W lanes a sample instead of (H + 2 pad) * (W + 2 pad): 72
+ * instead of 100 on resnet20's 8x8 images.  Overwrites both. */
+static void s_f32_grids(float *gx, float *gg, size_t vlen, const lp_qsaved *sv,
+                        const float *dout, const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, V = 2 * pad + 1;
+    const size_t P = (size_t)H * W, J0 = (size_t)pad + (size_t)pad * W;
+    const size_t srow = (size_t)(H + pad) * W;
+    for (int r = 0; r < C * V; r++)
+        s_f32_zero_pads(gx + (size_t)r * vlen, vlen, cnt, H, W, pad);
+    for (int r = 0; r < OC; r++)
+        s_f32_zero_pads(gg + (size_t)r * vlen, vlen, cnt, H, W, pad);
     for (int j = 0; j < cnt; j++) {
-        const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
-        for (int c = 0; c < C; c++)
-            for (int h = 0; h < H; h++)
-                lp_dequantize(gx + (size_t)c * cs + at + (size_t)h * Wp,
-                              sv->xq + ((size_t)(n0 + j) * C + c) * P + (size_t)h * W, (size_t)W,
-                              sv->xp);
+        for (int c = 0; c < C; c++) {
+            float *g0 = gx + (size_t)c * V * vlen + J0 + (size_t)j * srow;
+            float *gc = g0 + (size_t)pad * vlen; /* dx = 0: the plane as it is */
+            lp_dequantize(gc, sv->xq + ((size_t)(n0 + j) * C + c) * P, P, sv->xp);
+            for (int v = 0; v < V; v++) {
+                const int dx = v - pad;
+                if (!dx)
+                    continue;
+                float *gv = g0 + (size_t)v * vlen;
+                memcpy(gv, gc, P * sizeof(float));
+                const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+                for (int h = 0; h < H; h++)
+                    for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
+                        gv[(size_t)h * W + w] = 0.0f;
+            }
+        }
         for (int oc = 0; oc < OC; oc++)
-            for (int h = 0; h < H; h++)
-                memcpy(gg + (size_t)oc * cs + at + (size_t)h * Wp,
-                       dout + ((size_t)(n0 + j) * OC + oc) * P + (size_t)h * W, (size_t)W * 4);
+            memcpy(gg + (size_t)oc * vlen + J0 + (size_t)j * srow,
+                   dout + ((size_t)(n0 + j) * OC + oc) * P, P * sizeof(float));
     }
 }
 
 /* dw (OC, C, K, K) += the FP32 weight gradient of a stride-1 same conv:
- * nn's shifted dot (nn_shiftdot) on a grid the saved codes are dequantized
- * straight into (no dequantized copy of the input, no second copy into
- * nn's grid).  Scratch: s_wgrad_f32_bytes(d). */
+ * nn's shifted dot (nn_shiftdot) on grids the saved codes are dequantized
+ * straight into (no dequantized copy of the input), in the shift path's
+ * layout (s_f32_grids).  Scratch: s_wgrad_f32_bytes(d). */
 static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
                         void *scratch)
 {
-    const int N = d->N, C = d->C, OC = d->OC, W = d->W, K = d->KH, pad = d->pad;
-    const int T = K * K, Wp = W + 2 * pad, nb = s_wgrad_bf16_nb(d);
-    const size_t plane = s_wgrad_bf16_cols(d), jlo = (size_t)pad * Wp + pad;
+    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, K = d->KH, pad = d->pad;
+    const int T = K * K, V = 2 * pad + 1, nb = s_wgrad_bf16_nb(d);
+    const size_t vlen = s_wgrad_f32_vlen(d), J0 = (size_t)pad + (size_t)pad * W;
     unsigned char *sp = (unsigned char *)scratch;
-    float *gx = s_take(&sp, (size_t)(C + OC) * nb * plane * 4);
+    float *gx = s_take(&sp, ((size_t)C * V + (size_t)OC) * vlen * 4);
+    float *gg = gx + (size_t)C * V * vlen;
+    float *Dt = s_take(&sp, (size_t)OC * C * T * 4);
+    /* tap (kh, kw) reads variant kw, shifted by rows and columns; the taps
+     * go variant by variant (u = kw*K + kh), so the rows nn's dot reads
+     * together are one variant W lanes apart (a read stream the others
+     * follow in L1), not three variants; Dt holds the sums in that order */
     int toff[LP_SHIFT_TMAX];
-    for (int t = 0; t < T; t++)
-        toff[t] = (t / K - pad) * Wp + (t % K - pad);
+    for (int u = 0; u < T; u++)
+        toff[u] = (int)((size_t)(u / K) * vlen) + (u % K - pad) * W + (u / K - pad);
+    memset(Dt, 0, (size_t)OC * C * T * 4);
     for (int n0 = 0; n0 < N; n0 += nb) {
         const int cnt = N - n0 < nb ? N - n0 : nb;
-        const size_t cs = (size_t)cnt * plane, n = cs - 2 * jlo;
-        float *gg = gx + (size_t)C * cs;
-        s_f32_grids(gx, gg, sv, dout, d, n0, cnt);
-        nn_shiftdot(dw, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
+        const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
+        s_f32_grids(gx, gg, vlen, sv, dout, d, n0, cnt);
+        nn_shiftdot(Dt, (size_t)C * T, gg + J0, vlen, OC, gx + J0, (size_t)V * vlen, C, toff, T,
+                    n);
     }
+    for (size_t r = 0; r < (size_t)OC * C; r++)
+        for (int u = 0; u < T; u++)
+            dw[r * T + (size_t)(u % K) * K + u / K] += Dt[r * T + u];
 }
 
 /* db (OC) += sum of dout over samples and pixels. */
