@@ -293,16 +293,21 @@ static void s_im2col_b4(uint8_t *Bp, const uint8_t *x, const nn_conv_dims *d)
             }
 }
 
-void lp_pair_row_ref(uint32_t *dst, size_t vstride, int V, int32_t *chs, const uint8_t *r0,
-                     const uint8_t *r1, size_t n)
+void lp_pair_plane_ref(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                       const uint8_t *r0, const uint8_t *r1, int H, int W)
 {
-    for (size_t w = 0; w < n; w++) {
-        uint8_t v0 = r0[w], v1 = r1 ? r1[w] : 0;
-        for (int v = 0; v < V; v++)
-            dst[(size_t)v * vstride + w] = lp_pair(v0, v1);
-        if (chs)
-            chs[w] += v0 + v1;
-    }
+    const int pad = (V - 1) / 2;
+    for (int h = 0; h < H; h++)
+        for (int w = 0; w < W; w++) {
+            const size_t i = (size_t)h * W + w;
+            uint8_t v0 = r0[i], v1 = r1 ? r1[i] : 0;
+            for (int v = 0; v < V; v++) {
+                const int dx = v - pad, wrap = dx < 0 ? w >= W + dx : w < dx;
+                dst[(size_t)v * vstride + i] = wrap ? 0 : lp_pair(v0, v1);
+            }
+            if (chs)
+                chs[(size_t)h * ldc + w] += v0 + v1;
+        }
 }
 
 void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n)
@@ -340,8 +345,8 @@ void lp_tap_isum_row_ref(int32_t *sb, const int32_t *s, const int *off, int T, s
 /* The row kernels s_shift_conv uses at the current CPU level. */
 typedef struct {
     int quad; /* 1: byte quads (lp_shiftgemm_q), 0: int16 pairs */
-    void (*pair_row)(uint32_t *, size_t, int, int32_t *, const uint8_t *, const uint8_t *,
-                     size_t);
+    void (*pair_plane)(uint32_t *, size_t, int, int32_t *, size_t, const uint8_t *,
+                       const uint8_t *, int, int);
     void (*quad_row)(uint32_t *, int32_t *, const uint8_t *const[4], size_t);
     void (*tap_sum_row)(double *, const int32_t *, const int *, int, double, size_t);
     void (*tap_isum_row)(int32_t *, const int32_t *, const int *, int, size_t);
@@ -353,10 +358,10 @@ typedef struct {
 
 static s_conv_rows s_rows(void)
 {
-    s_conv_rows r = {0, lp_pair_row_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
+    s_conv_rows r = {0, lp_pair_plane_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
                      lp_tap_isum_row_ref, lp_dequant_rows_ref, lp_dequant_row_q_ref};
     if (nn_cpu_level() >= NN_CPU_AVX2) {
-        r.pair_row = lp_pair_row_avx2;
+        r.pair_plane = lp_pair_plane_avx2;
         r.tap_sum_row = lp_tap_sum_row_avx2;
         r.dequant_rows = lp_dequant_rows_avx2;
     }
@@ -508,19 +513,21 @@ static void s_shift_grid(uint32_t *grid, int32_t *chs, const uint8_t *b, int nch
                 if (g->L * p + l < nch)
                     xr[l] = x + (size_t)(g->L * p + l) * P;
             uint32_t *gp = grid + (size_t)p * g->ldb + g->J0 + (size_t)j * (H + pad) * W;
+            if (g->L == 2) { /* the plane in every variant, one call */
+                rows->pair_plane(gp, g->vlen, g->V,
+                                 chs + (size_t)j * g->plane + (size_t)pad * Wp + pad,
+                                 (size_t)Wp, xr[0], xr[1], H, W);
+                continue;
+            }
             for (int h = 0; h < H; h++) {
                 const uint8_t *r[4];
                 for (int l = 0; l < 4; l++)
                     r[l] = xr[l] ? xr[l] + (size_t)h * W : NULL;
                 int32_t *ch = chs + (size_t)j * g->plane + (size_t)(pad + h) * Wp + pad;
-                if (g->L == 2) /* every variant in one pass */
-                    rows->pair_row(gp + (size_t)h * W, g->vlen, g->V, ch, r[0], r[1],
-                                   (size_t)W);
                 for (int v = 0; v < g->V; v++) {
                     const int dx = v - pad;
                     uint32_t *gv = gp + (size_t)h * W + (size_t)v * g->vlen;
-                    if (g->L == 4)
-                        rows->quad_row(gv, dx ? NULL : ch, r, (size_t)W);
+                    rows->quad_row(gv, dx ? NULL : ch, r, (size_t)W);
                     const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
                     for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
                         gv[w] = 0;

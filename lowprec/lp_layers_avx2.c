@@ -8,6 +8,7 @@
  * (n % 8) run the scalar twin. */
 #include <immintrin.h>
 
+#include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_simd.h"
 
@@ -78,26 +79,40 @@ void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float 
         lp_ren_row_bwd_ref(dx ? dx + i : NULL, sums, x + i, g + i, n - i, v, sc, gamma);
 }
 
-void lp_pair_row_avx2(uint32_t *dst, size_t vstride, int V, int32_t *chs, const uint8_t *r0,
-                      const uint8_t *r1, size_t n)
+void lp_pair_plane_avx2(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                        const uint8_t *r0, const uint8_t *r1, int H, int W)
 {
-    size_t w = 0;
-    for (; w + 8 <= n; w += 8) {
-        __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r0 + w)));
-        __m256i b = r1 ? _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r1 + w)))
-                       : _mm256_setzero_si256();
-        const __m256i pr = _mm256_or_si256(a, _mm256_slli_epi32(b, 16));
-        for (int v = 0; v < V; v++)
-            _mm256_storeu_si256((__m256i *)(dst + (size_t)v * vstride + w), pr);
-        if (chs) {
-            __m256i c = _mm256_loadu_si256((const __m256i *)(chs + w));
-            _mm256_storeu_si256((__m256i *)(chs + w),
-                                _mm256_add_epi32(c, _mm256_add_epi32(a, b)));
+    const int pad = (V - 1) / 2;
+    for (int h = 0; h < H; h++) {
+        const size_t o = (size_t)h * W;
+        int w = 0;
+        for (; w + 8 <= W; w += 8) {
+            __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r0 + o + w)));
+            __m256i b = r1 ? _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r1 + o + w)))
+                           : _mm256_setzero_si256();
+            const __m256i pr = _mm256_or_si256(a, _mm256_slli_epi32(b, 16));
+            for (int v = 0; v < V; v++)
+                _mm256_storeu_si256((__m256i *)(dst + (size_t)v * vstride + o + w), pr);
+            if (chs) {
+                int32_t *c = chs + (size_t)h * ldc + w;
+                _mm256_storeu_si256((__m256i *)c,
+                                    _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)c),
+                                                     _mm256_add_epi32(a, b)));
+            }
+        }
+        for (; w < W; w++) { /* the twin's element, without its wrap test */
+            uint8_t v0 = r0[o + w], v1 = r1 ? r1[o + w] : 0;
+            for (int v = 0; v < V; v++)
+                dst[(size_t)v * vstride + o + w] = lp_pair(v0, v1);
+            if (chs)
+                chs[(size_t)h * ldc + w] += v0 + v1;
+        }
+        for (int v = 0; v < V; v++) { /* the wrap columns of each variant */
+            const int dx = v - pad, z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+            for (int z = z0 < 0 ? 0 : z0; z < (z1 > W ? W : z1); z++)
+                dst[(size_t)v * vstride + o + z] = 0;
         }
     }
-    if (w < n)
-        lp_pair_row_ref(dst + w, vstride, V, chs ? chs + w : NULL, r0 + w, r1 ? r1 + w : NULL,
-                        n - w);
 }
 
 void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n)

@@ -74,16 +74,20 @@ void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float 
 /* Pair-grid helpers of the conv shift path (lp_layers.c), scalar twins
  * and AVX2 versions (same results: integer sums, and the double product
  * c * sum rounded once):
- *   lp_pair_row: dst[v*vstride + w] = lp_pair(r0[w], r1 ? r1[w] : 0) for
- *                v < V (the V column-shift variants, overwritten),
- *                chs[w] += r0[w] + (r1 ? r1[w] : 0) (accumulated once; chs
- *                may be NULL), w < n;
+ *   lp_pair_plane: the pair rows of an image plane in all V = 2 pad + 1
+ *                column-shift variants of s_shift_grid: for h < H, w < W,
+ *                v < V (dx = v - pad), dst[v*vstride + h*W + w] =
+ *                lp_pair(r0[h*W + w], r1 ? r1[h*W + w] : 0), or 0 in the
+ *                columns only a read wrapping into the next row reaches
+ *                (w >= W + dx for dx < 0, w < dx for dx > 0) (overwritten);
+ *                chs[h*ldc + w] += r0 + r1 there (accumulated once; chs may
+ *                be NULL);
  *   lp_tap_sum_row: t[w] = c * sum_{k < T} s[w + off[k]] (overwritten),
  *                w < n; off may be negative. */
-void lp_pair_row_ref(uint32_t *dst, size_t vstride, int V, int32_t *chs, const uint8_t *r0,
-                     const uint8_t *r1, size_t n);
-void lp_pair_row_avx2(uint32_t *dst, size_t vstride, int V, int32_t *chs, const uint8_t *r0,
-                      const uint8_t *r1, size_t n);
+void lp_pair_plane_ref(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                       const uint8_t *r0, const uint8_t *r1, int H, int W);
+void lp_pair_plane_avx2(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                        const uint8_t *r0, const uint8_t *r1, int H, int W);
 void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
 void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
 

@@ -244,44 +244,51 @@ static void s_need_avx2(void)
 }
 
 /* The pair-grid helpers of the shift path: AVX2 against the twins, exact,
- * over tails (n around multiples of 8), with and without a second row. */
+ * over tails (W around multiples of 8), 1 to 5 variants (with their wrap
+ * columns), several rows, with and without a second row of codes. */
 static void test_pair_rows(void **state)
 {
     (void)state;
     s_need_avx2();
     nn_rng r;
     nn_rng_seed(&r, 22);
-    for (size_t n = 1; n <= 40; n++)
-        for (int two = 0; two < 2; two++) {
-            uint8_t r0[40], r1[40];
-            uint32_t d0[3 * 45], d1[3 * 45];
-            int32_t c0[60], c1[60];
-            double t0[40], t1[40];
-            for (size_t i = 0; i < n; i++) {
-                r0[i] = (uint8_t)nn_rng_below(&r, 256);
-                r1[i] = (uint8_t)nn_rng_below(&r, 256);
+    enum { MAXW = 21, H = 3, VS = MAXW * H + 7, LDC = MAXW + 4 };
+    for (int W = 1; W <= MAXW; W++)
+        for (int V = 1; V <= 5; V += 2)
+            for (int two = 0; two < 2; two++) {
+                uint8_t r0[MAXW * H], r1[MAXW * H];
+                uint32_t d0[5 * VS], d1[5 * VS];
+                int32_t c0[H * LDC + 20], c1[H * LDC + 20];
+                double t0[MAXW], t1[MAXW];
+                for (int i = 0; i < W * H; i++) {
+                    r0[i] = (uint8_t)nn_rng_below(&r, 256);
+                    r1[i] = (uint8_t)nn_rng_below(&r, 256);
+                }
+                for (int i = 0; i < H * LDC + 20; i++)
+                    c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
+                memset(d0, 0xab, sizeof d0);
+                memset(d1, 0xab, sizeof d1);
+                lp_pair_plane_ref(d0, VS, V, c0 + 10, LDC, r0, two ? r1 : NULL, H, W);
+                lp_pair_plane_avx2(d1, VS, V, c1 + 10, LDC, r0, two ? r1 : NULL, H, W);
+                assert_memory_equal(d0, d1, sizeof d0);
+                assert_memory_equal(c0, c1, sizeof c0);
+                const int pad = (V - 1) / 2;
+                for (int v = 0; v < V; v++)
+                    for (int i = 0; i < W * H; i++) {
+                        const int w = i % W, dx = v - pad;
+                        const int wrap = dx < 0 ? w >= W + dx : w < dx;
+                        assert_true(d0[v * VS + i] ==
+                                    (wrap ? 0u : lp_pair(r0[i], two ? r1[i] : 0)));
+                    }
+                assert_true(d0[W * H] == 0xabababab); /* nothing past the plane */
+                memset(d1, 0xab, sizeof d1);
+                lp_pair_plane_avx2(d1, VS, V, NULL, LDC, r0, two ? r1 : NULL, H, W);
+                assert_memory_equal(d0, d1, sizeof d0); /* no channel sums */
+                const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
+                lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, (size_t)W);
+                lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, (size_t)W);
+                assert_memory_equal(t0, t1, (size_t)W * sizeof(double));
             }
-            for (int i = 0; i < 60; i++)
-                c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
-            /* three variants 45 lanes apart; the lanes between stay as they were */
-            memset(d0, 0xab, sizeof d0);
-            memset(d1, 0xab, sizeof d1);
-            lp_pair_row_ref(d0, 45, 3, c0 + 10, r0, two ? r1 : NULL, n);
-            lp_pair_row_avx2(d1, 45, 3, c1 + 10, r0, two ? r1 : NULL, n);
-            assert_memory_equal(d0, d1, sizeof d0);
-            assert_memory_equal(c0, c1, sizeof c0);
-            for (size_t i = 0; i < n; i++)
-                assert_true(d0[i] == d0[45 + i] && d0[i] == d0[90 + i] &&
-                            d0[i] == lp_pair(r0[i], two ? r1[i] : 0));
-            assert_true(d0[n] == 0xabababab && d0[90 + n] == 0xabababab);
-            memset(d1, 0, sizeof d1);
-            lp_pair_row_avx2(d1, 45, 1, NULL, r0, two ? r1 : NULL, n); /* no channel sums */
-            assert_memory_equal(d0, d1, n * 4);
-            const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
-            lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, n);
-            lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, n);
-            assert_memory_equal(t0, t1, n * sizeof(double));
-        }
 }
 
 /* Skips the test on CPUs without AVX-512 VNNI (its kernels are called
