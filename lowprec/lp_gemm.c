@@ -201,6 +201,22 @@ void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
         out[i] = (float)(c * S[i] + t[i] + base[i]);
 }
 
+void lp_dequant_rows_ref(float *out, const int32_t *S, const double *t, double c,
+                         const double *base, size_t W, int rows)
+{
+    for (int r = 0; r < rows; r++)
+        lp_dequant_row_ref(out + (size_t)r * W, S + (size_t)r * W, t + (size_t)r * W, c, base, W);
+}
+
+void lp_dequant_rows(float *out, const int32_t *S, const double *t, double c,
+                     const double *base, size_t W, int rows)
+{
+    if (nn_cpu_level() >= NN_CPU_AVX2)
+        lp_dequant_rows_avx2(out, S, t, c, base, W, rows);
+    else
+        lp_dequant_rows_ref(out, S, t, c, base, W, rows);
+}
+
 void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, const double *base,
                     size_t n)
 {

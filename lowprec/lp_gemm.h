@@ -104,10 +104,12 @@ static inline float lp_gemm_dequant(int32_t S, int32_t SA, int32_t SB, int K, lp
  * readable (toff may be negative).
  * Range: codes 0..255 in both operands (no 128 shift), a lane product is at
  * most 2*255*255 and |S| <= 255*255*2*K2 < 2^31 for 2*K2 <= LP_GEMM_MAX_K.
- * On AVX2 each tile is 4 rows x 24 columns: per (p, t) 3 loads of B, 4
- * broadcasts, 12 vpmaddwd + 12 vpaddd (16 MACs per vpmaddwd, the exact
- * u8 x u8 rate of AVX2: vpmaddubsw saturates on full bytes).  Exact at every
- * level, so all levels give the same S. */
+ * On AVX2 each tile is 4 rows x 16 columns: per (p, t) 2 loads of B, 4
+ * broadcasts, 8 vpmaddwd + 8 vpaddd (16 MACs per vpmaddwd, the exact
+ * u8 x u8 rate of AVX2: vpmaddubsw saturates on full bytes); it runs at
+ * about 87% of the vpmaddwd + vpaddd peak on an EPYC Zen 4, and a 6 x 16
+ * tile was slower (2026-11-24).  Exact at every level, so all levels give
+ * the same S. */
 static inline size_t lp_shift_pack_lanes(int M, int K2)
 {
     return (size_t)((M + 3) / 4) * 4 * (size_t)K2;
@@ -168,5 +170,14 @@ void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, con
                     size_t n);
 void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
                         const double *base, size_t n);
+/* lp_dequant_row on rows consecutive rows of W values that share base
+ * (W values): out[r*W + i] from S[r*W + i], t[r*W + i] and base[i], in one
+ * call (the rows of a conv output whose taps cover the same kernel rows;
+ * W is 8 or 16 on resnet20's later stages, where a call per row cost more
+ * than its arithmetic).  The same floats as lp_dequant_row row by row. */
+void lp_dequant_rows(float *out, const int32_t *S, const double *t, double c,
+                     const double *base, size_t W, int rows);
+void lp_dequant_rows_ref(float *out, const int32_t *S, const double *t, double c,
+                         const double *base, size_t W, int rows);
 
 #endif

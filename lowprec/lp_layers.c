@@ -140,13 +140,24 @@ static size_t s_wgrad_bf16_bytes(const nn_conv_dims *d)
     return ALIGN64((rows + (size_t)d->OC) * cs * 2) + ALIGN64((size_t)d->OC * (d->C + 1) * T * 4);
 }
 
-/* Scratch of s_wgrad_f32 (shift geometry only): C + OC rows of floats. */
+/* Lanes of one row of s_wgrad_f32's grids (s_shift_grid's layout with nb
+ * samples: pad lanes, pad zero rows, nb samples of H rows of W + pad zero
+ * rows, pad lanes). */
+static size_t s_wgrad_f32_vlen(const nn_conv_dims *d)
+{
+    const size_t nb = (size_t)s_wgrad_bf16_nb(d), pad = (size_t)d->pad;
+    return 2 * pad + (pad + nb * ((size_t)d->H + pad)) * (size_t)d->W;
+}
+
+/* Scratch of s_wgrad_f32 (shift geometry only): C rows of 2 pad + 1 column-
+ * shift variants and OC rows, s_wgrad_f32_vlen floats each. */
 static size_t s_wgrad_f32_bytes(const nn_conv_dims *d)
 {
     if (!s_shift_geom(d))
         return 0;
-    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * s_wgrad_bf16_cols(d);
-    return ALIGN64((size_t)(d->C + d->OC) * cs * 4);
+    const size_t rows = (size_t)d->C * (2 * (size_t)d->pad + 1) + (size_t)d->OC;
+    return ALIGN64(rows * s_wgrad_f32_vlen(d) * 4) +
+           ALIGN64((size_t)d->OC * d->C * d->KH * d->KW * 4);
 }
 
 /* Samples per chunk of the shift path: >= 1024 grid columns. */
@@ -282,15 +293,21 @@ static void s_im2col_b4(uint8_t *Bp, const uint8_t *x, const nn_conv_dims *d)
             }
 }
 
-void lp_pair_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
-                     size_t n)
+void lp_pair_plane_ref(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                       const uint8_t *r0, const uint8_t *r1, int H, int W)
 {
-    for (size_t w = 0; w < n; w++) {
-        uint8_t v0 = r0[w], v1 = r1 ? r1[w] : 0;
-        dst[w] = lp_pair(v0, v1);
-        if (chs)
-            chs[w] += v0 + v1;
-    }
+    const int pad = (V - 1) / 2;
+    for (int h = 0; h < H; h++)
+        for (int w = 0; w < W; w++) {
+            const size_t i = (size_t)h * W + w;
+            uint8_t v0 = r0[i], v1 = r1 ? r1[i] : 0;
+            for (int v = 0; v < V; v++) {
+                const int dx = v - pad, wrap = dx < 0 ? w >= W + dx : w < dx;
+                dst[(size_t)v * vstride + i] = wrap ? 0 : lp_pair(v0, v1);
+            }
+            if (chs)
+                chs[(size_t)h * ldc + w] += v0 + v1;
+        }
 }
 
 void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n)
@@ -328,23 +345,25 @@ void lp_tap_isum_row_ref(int32_t *sb, const int32_t *s, const int *off, int T, s
 /* The row kernels s_shift_conv uses at the current CPU level. */
 typedef struct {
     int quad; /* 1: byte quads (lp_shiftgemm_q), 0: int16 pairs */
-    void (*pair_row)(uint32_t *, int32_t *, const uint8_t *, const uint8_t *, size_t);
+    void (*pair_plane)(uint32_t *, size_t, int, int32_t *, size_t, const uint8_t *,
+                       const uint8_t *, int, int);
     void (*quad_row)(uint32_t *, int32_t *, const uint8_t *const[4], size_t);
     void (*tap_sum_row)(double *, const int32_t *, const int *, int, double, size_t);
     void (*tap_isum_row)(int32_t *, const int32_t *, const int *, int, size_t);
-    void (*dequant_row)(float *, const int32_t *, const double *, double, const double *, size_t);
+    void (*dequant_rows)(float *, const int32_t *, const double *, double, const double *,
+                         size_t, int);
     void (*dequant_row_q)(float *, const int32_t *, const int32_t *, double, double,
                           const double *, size_t);
 } s_conv_rows;
 
 static s_conv_rows s_rows(void)
 {
-    s_conv_rows r = {0, lp_pair_row_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
-                     lp_tap_isum_row_ref, lp_dequant_row_ref, lp_dequant_row_q_ref};
+    s_conv_rows r = {0, lp_pair_plane_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
+                     lp_tap_isum_row_ref, lp_dequant_rows_ref, lp_dequant_row_q_ref};
     if (nn_cpu_level() >= NN_CPU_AVX2) {
-        r.pair_row = lp_pair_row_avx2;
+        r.pair_plane = lp_pair_plane_avx2;
         r.tap_sum_row = lp_tap_sum_row_avx2;
-        r.dequant_row = lp_dequant_row_avx2;
+        r.dequant_rows = lp_dequant_rows_avx2;
     }
     if (nn_cpu_level() >= NN_CPU_AVX512VNNI) {
         r.quad = 1;
@@ -494,6 +513,12 @@ static void s_shift_grid(uint32_t *grid, int32_t *chs, const uint8_t *b, int nch
                 if (g->L * p + l < nch)
                     xr[l] = x + (size_t)(g->L * p + l) * P;
             uint32_t *gp = grid + (size_t)p * g->ldb + g->J0 + (size_t)j * (H + pad) * W;
+            if (g->L == 2) { /* the plane in every variant, one call */
+                rows->pair_plane(gp, g->vlen, g->V,
+                                 chs + (size_t)j * g->plane + (size_t)pad * Wp + pad,
+                                 (size_t)Wp, xr[0], xr[1], H, W);
+                continue;
+            }
             for (int h = 0; h < H; h++) {
                 const uint8_t *r[4];
                 for (int l = 0; l < 4; l++)
@@ -502,10 +527,7 @@ static void s_shift_grid(uint32_t *grid, int32_t *chs, const uint8_t *b, int nch
                 for (int v = 0; v < g->V; v++) {
                     const int dx = v - pad;
                     uint32_t *gv = gp + (size_t)h * W + (size_t)v * g->vlen;
-                    if (g->L == 4)
-                        rows->quad_row(gv, dx ? NULL : ch, r, (size_t)W);
-                    else
-                        rows->pair_row(gv, dx ? NULL : ch, r[0], r[1], (size_t)W);
+                    rows->quad_row(gv, dx ? NULL : ch, r, (size_t)W);
                     const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
                     for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
                         gv[w] = 0;
@@ -537,13 +559,20 @@ static void s_shift_dequant(float *out, const int32_t *Sm, const int32_t *chs, c
     for (int m = 0; m < M; m++) {
         const int32_t *Sr = Sm + (size_t)m * g->vlen + g->J0 + (size_t)j * (H + pad) * W;
         float *o = out + (size_t)m * P;
-        for (int h = 0; h < H; h++) {
+        for (int h = 0; h < H;) {
             const double *base = bases + ((size_t)m * nh + hcls[h]) * W;
             const size_t off = (size_t)h * W;
-            if (rows->quad)
-                rows->dequant_row_q(o + off, Sr + off, isb + off, cS, cSB, base, (size_t)W);
-            else
-                rows->dequant_row(o + off, Sr + off, sb + off, cS, base, (size_t)W);
+            int h1 = h + 1; /* the run of rows of h's class (they share base) */
+            while (h1 < H && hcls[h1] == hcls[h])
+                h1++;
+            if (rows->quad) {
+                for (int k = 0; k < h1 - h; k++)
+                    rows->dequant_row_q(o + off + (size_t)k * W, Sr + off + (size_t)k * W,
+                                        isb + off + (size_t)k * W, cS, cSB, base, (size_t)W);
+            } else {
+                rows->dequant_rows(o + off, Sr + off, sb + off, cS, base, (size_t)W, h1 - h);
+            }
+            h = h1;
         }
     }
 }
@@ -795,52 +824,92 @@ static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, cons
                 (float)(sx * D[(size_t)oc * C * T + k] + mx * E[(size_t)oc * T + k % T]);
 }
 
-/* The FP32 grids of one chunk, in s_bf16_grids' layout: gx (C, cs) the
- * dequantized codes (sx*q + mx inside the image, 0 in the padding), gg
- * (OC, cs) dout.  Overwrites both. */
-static void s_f32_grids(float *gx, float *gg, const lp_qsaved *sv, const float *dout,
-                        const nn_conv_dims *d, int n0, int cnt)
+/* Zeroes the lanes of a grid row (vlen lanes, s_shift_grid's layout with
+ * cnt samples) that no image row overwrites: the leading J0, the pad rows
+ * after each sample, the rest after the last. */
+static void s_f32_zero_pads(float *row, size_t vlen, int cnt, int H, int W, int pad)
 {
-    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
-    const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
-    memset(gx, 0, (size_t)C * cs * 4);
-    memset(gg, 0, (size_t)OC * cs * 4);
+    const size_t J0 = (size_t)pad + (size_t)pad * W, srow = (size_t)(H + pad) * W;
+    const size_t end = J0 + (size_t)cnt * srow;
+    memset(row, 0, J0 * sizeof(float));
+    for (int j = 0; j < cnt; j++)
+        memset(row + J0 + (size_t)j * srow + (size_t)H * W, 0, (size_t)pad * W * sizeof(float));
+    memset(row + end, 0, (vlen - end) * sizeof(float));
+}
+
+/* The FP32 grids of one chunk (samples [n0, n0 + cnt)) in s_shift_grid's
+ * layout, in floats: gx (C rows of V = 2 pad + 1 variants of vlen lanes)
+ * the dequantized codes, variant v (column shift dx = v - pad) with the
+ * columns zeroed that only a read wrapping into the neighbouring row
+ * reaches; gg (OC rows of vlen) dout.  Image rows are W lanes (no pad
+ * columns) and samples share their pad rows, so the shifted dot runs over
+ * (H + pad) * W lanes a sample instead of (H + 2 pad) * (W + 2 pad): 72
+ * instead of 100 on resnet20's 8x8 images.  Overwrites both. */
+static void s_f32_grids(float *gx, float *gg, size_t vlen, const lp_qsaved *sv,
+                        const float *dout, const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, V = 2 * pad + 1;
+    const size_t P = (size_t)H * W, J0 = (size_t)pad + (size_t)pad * W;
+    const size_t srow = (size_t)(H + pad) * W;
+    for (int r = 0; r < C * V; r++)
+        s_f32_zero_pads(gx + (size_t)r * vlen, vlen, cnt, H, W, pad);
+    for (int r = 0; r < OC; r++)
+        s_f32_zero_pads(gg + (size_t)r * vlen, vlen, cnt, H, W, pad);
     for (int j = 0; j < cnt; j++) {
-        const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
-        for (int c = 0; c < C; c++)
-            for (int h = 0; h < H; h++)
-                lp_dequantize(gx + (size_t)c * cs + at + (size_t)h * Wp,
-                              sv->xq + ((size_t)(n0 + j) * C + c) * P + (size_t)h * W, (size_t)W,
-                              sv->xp);
+        for (int c = 0; c < C; c++) {
+            float *g0 = gx + (size_t)c * V * vlen + J0 + (size_t)j * srow;
+            float *gc = g0 + (size_t)pad * vlen; /* dx = 0: the plane as it is */
+            lp_dequantize(gc, sv->xq + ((size_t)(n0 + j) * C + c) * P, P, sv->xp);
+            for (int v = 0; v < V; v++) {
+                const int dx = v - pad;
+                if (!dx)
+                    continue;
+                float *gv = g0 + (size_t)v * vlen;
+                memcpy(gv, gc, P * sizeof(float));
+                const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+                for (int h = 0; h < H; h++)
+                    for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
+                        gv[(size_t)h * W + w] = 0.0f;
+            }
+        }
         for (int oc = 0; oc < OC; oc++)
-            for (int h = 0; h < H; h++)
-                memcpy(gg + (size_t)oc * cs + at + (size_t)h * Wp,
-                       dout + ((size_t)(n0 + j) * OC + oc) * P + (size_t)h * W, (size_t)W * 4);
+            memcpy(gg + (size_t)oc * vlen + J0 + (size_t)j * srow,
+                   dout + ((size_t)(n0 + j) * OC + oc) * P, P * sizeof(float));
     }
 }
 
 /* dw (OC, C, K, K) += the FP32 weight gradient of a stride-1 same conv:
- * nn's shifted dot (nn_shiftdot) on a grid the saved codes are dequantized
- * straight into (no dequantized copy of the input, no second copy into
- * nn's grid).  Scratch: s_wgrad_f32_bytes(d). */
+ * nn's shifted dot (nn_shiftdot) on grids the saved codes are dequantized
+ * straight into (no dequantized copy of the input), in the shift path's
+ * layout (s_f32_grids).  Scratch: s_wgrad_f32_bytes(d). */
 static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
                         void *scratch)
 {
-    const int N = d->N, C = d->C, OC = d->OC, W = d->W, K = d->KH, pad = d->pad;
-    const int T = K * K, Wp = W + 2 * pad, nb = s_wgrad_bf16_nb(d);
-    const size_t plane = s_wgrad_bf16_cols(d), jlo = (size_t)pad * Wp + pad;
+    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, K = d->KH, pad = d->pad;
+    const int T = K * K, V = 2 * pad + 1, nb = s_wgrad_bf16_nb(d);
+    const size_t vlen = s_wgrad_f32_vlen(d), J0 = (size_t)pad + (size_t)pad * W;
     unsigned char *sp = (unsigned char *)scratch;
-    float *gx = s_take(&sp, (size_t)(C + OC) * nb * plane * 4);
+    float *gx = s_take(&sp, ((size_t)C * V + (size_t)OC) * vlen * 4);
+    float *gg = gx + (size_t)C * V * vlen;
+    float *Dt = s_take(&sp, (size_t)OC * C * T * 4);
+    /* tap (kh, kw) reads variant kw, shifted by rows and columns; the taps
+     * go variant by variant (u = kw*K + kh), so the rows nn's dot reads
+     * together are one variant W lanes apart (a read stream the others
+     * follow in L1), not three variants; Dt holds the sums in that order */
     int toff[LP_SHIFT_TMAX];
-    for (int t = 0; t < T; t++)
-        toff[t] = (t / K - pad) * Wp + (t % K - pad);
+    for (int u = 0; u < T; u++)
+        toff[u] = (int)((size_t)(u / K) * vlen) + (u % K - pad) * W + (u / K - pad);
+    memset(Dt, 0, (size_t)OC * C * T * 4);
     for (int n0 = 0; n0 < N; n0 += nb) {
         const int cnt = N - n0 < nb ? N - n0 : nb;
-        const size_t cs = (size_t)cnt * plane, n = cs - 2 * jlo;
-        float *gg = gx + (size_t)C * cs;
-        s_f32_grids(gx, gg, sv, dout, d, n0, cnt);
-        nn_shiftdot(dw, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
+        const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
+        s_f32_grids(gx, gg, vlen, sv, dout, d, n0, cnt);
+        nn_shiftdot(Dt, (size_t)C * T, gg + J0, vlen, OC, gx + J0, (size_t)V * vlen, C, toff, T,
+                    n);
     }
+    for (size_t r = 0; r < (size_t)OC * C; r++)
+        for (int u = 0; u < T; u++)
+            dw[r * T + (size_t)(u % K) * K + u / K] += Dt[r * T + u];
 }
 
 /* db (OC) += sum of dout over samples and pixels. */
@@ -1297,6 +1366,40 @@ static size_t s_find_eq(const float *x, size_t n, float v)
     return nn_cpu_level() >= NN_CPU_AVX2 ? lp_find_eq_avx2(x, n, v) : lp_find_eq_ref(x, n, v);
 }
 
+void lp_minmax_u8_ref(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n)
+{
+    assert(n > 0);
+    uint8_t a = q[0], b = q[0];
+    for (size_t i = 1; i < n; i++) {
+        a = q[i] < a ? q[i] : a;
+        b = q[i] > b ? q[i] : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
+size_t lp_find_u8_ref(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi)
+{
+    size_t i = 0;
+    while (i < n && (q[i] < lo || q[i] > hi))
+        i++;
+    return i;
+}
+
+static void s_minmax_u8(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n)
+{
+    if (nn_cpu_level() >= NN_CPU_AVX2)
+        lp_minmax_u8_avx2(mn, mx, q, n);
+    else
+        lp_minmax_u8_ref(mn, mx, q, n);
+}
+
+static size_t s_find_u8(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi)
+{
+    return nn_cpu_level() >= NN_CPU_AVX2 ? lp_find_u8_avx2(q, n, lo, hi)
+                                         : lp_find_u8_ref(q, n, lo, hi);
+}
+
 /* A tensor the Range EvoNorm core reads: floats, or uint8 codes with their
  * qparams.  Codes are dequantized one group at a time into an L1/L2 buffer
  * (the floats lp_dequantize gives, so both forms give the same results):
@@ -1325,15 +1428,25 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
     const int cg = C / G, T = cg * HW;
     assert(T >= 32);
     const float c = s_range_c(T);
+    float lut[256];
+    if (!x.f)
+        lp_dequantize_lut(lut, x.p);
     for (int n = 0; n < N; n++)
         for (int g = 0; g < G; g++) {
-            const float *xg = s_vals_at(x, ((size_t)n * C + (size_t)g * cg) * HW, (size_t)T, buf);
+            const size_t off = ((size_t)n * C + (size_t)g * cg) * HW;
             float smax = 0, smin = 0;
             for (int j = 0; j < 16; j++) {
                 int st, len;
                 lp_ren_chunk(T, j, &st, &len);
                 float mn, mx;
-                lp_minmax(&mn, &mx, xg + st, (size_t)len);
+                if (x.f) {
+                    lp_minmax(&mn, &mx, x.f + off + st, (size_t)len);
+                } else { /* the values of the extreme codes (monotone) */
+                    uint8_t a, b;
+                    s_minmax_u8(&a, &b, x.q + off + st, (size_t)len);
+                    mn = lut[a];
+                    mx = lut[b];
+                }
                 smax += mx;
                 smin += mn;
             }
@@ -1356,6 +1469,37 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
         }
 }
 
+/* The first arg-max and arg-min of the chunk [st, st + len) of the group
+ * at off: xg (the group's values) when x is floats; from the codes when x
+ * is codes, with lut their values: the extremes are the values of the
+ * extreme codes a, b, and a value equals lut[b] exactly for the codes
+ * from the first one with that value up to b (lut is non-decreasing), so
+ * the first such code is the first index holding the maximum (likewise
+ * below for the minimum), as the scan of the values finds it. */
+static void s_chunk_argext(size_t *amax, size_t *amin, s_vals x, const float *xg, size_t off,
+                           size_t st, size_t len, const float lut[256])
+{
+    if (x.f) {
+        /* the chunk's max and min (SIMD), then the first index holding each
+         * (same as a running strict comparison; never NaN here) */
+        float cmn, cmx;
+        lp_minmax(&cmn, &cmx, xg + st, len);
+        *amax = st + s_find_eq(xg + st, len, cmx);
+        *amin = st + s_find_eq(xg + st, len, cmn);
+        return;
+    }
+    const uint8_t *q = x.q + off + st;
+    uint8_t a, b;
+    s_minmax_u8(&a, &b, q, len);
+    int lo = b, hi = a;
+    while (lo > 0 && lut[lo - 1] == lut[b])
+        lo--;
+    while (hi < 255 && lut[hi + 1] == lut[a])
+        hi++;
+    *amax = st + s_find_u8(q, len, (uint8_t)lo, 255);
+    *amin = st + s_find_u8(q, len, 0, (uint8_t)hi);
+}
+
 /* lp_ren_core_backward on g and x in either form; buf: 2*T floats when
  * they are codes. */
 static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_vals gv,
@@ -1364,6 +1508,9 @@ static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_
 {
     const int cg = C / G, T = cg * HW;
     const float c = s_range_c(T);
+    float lut[256];
+    if (!x.f)
+        lp_dequantize_lut(lut, x.p);
     for (int n = 0; n < N; n++)
         for (int gr = 0; gr < G; gr++) {
             const size_t off = ((size_t)n * C + (size_t)gr * cg) * HW;
@@ -1392,13 +1539,8 @@ static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_
             for (int j = 0; j < 16; j++) {
                 int st, len;
                 lp_ren_chunk(T, j, &st, &len);
-                /* first arg-max / arg-min: the chunk's max and min (SIMD), then
-                 * the first index holding each (same as a running strict
-                 * comparison; x are dequantized codes, never NaN) */
-                float cmn, cmx;
-                lp_minmax(&cmn, &cmx, xg + st, (size_t)len);
-                size_t amax = (size_t)st + s_find_eq(xg + st, (size_t)len, cmx);
-                size_t amin = (size_t)st + s_find_eq(xg + st, (size_t)len, cmn);
+                size_t amax, amin;
+                s_chunk_argext(&amax, &amin, x, xg, off, (size_t)st, (size_t)len, lut);
                 dg[amax] += dR / 16.0f;
                 dg[amin] -= dR / 16.0f;
             }
@@ -1460,11 +1602,16 @@ void lp_add_forward(float *out, float *run_a, float *run_b, const float *a, cons
 {
     const size_t n = (size_t)N * per;
     lp_qparams pa = lp_act_qparams(run_a, a, N, per, mode.train);
-    s_quant_act(codes, a, n, pa, mode);
-    lp_dequantize(out, codes, n, pa);
     lp_qparams pb = lp_act_qparams(run_b, b, N, per, mode.train);
     lp_mode mb = mode;
     mb.seed = mode.seed ^ 0x9e3779b97f4a7c15ULL; /* the second input's own noise */
+    if (mode.train) { /* quantize and dequantize in one pass, no codes */
+        lp_fake_quant_sr(out, NULL, a, n, pa, mode.seed, 0);
+        lp_fake_quant_sr_add(out, b, n, pb, mb.seed, 0);
+        return;
+    }
+    s_quant_act(codes, a, n, pa, mode);
+    lp_dequantize(out, codes, n, pa);
     s_quant_act(codes, b, n, pb, mb);
     float lut[256];
     lp_dequantize_lut(lut, pb);
@@ -1475,12 +1622,11 @@ void lp_add_forward(float *out, float *run_a, float *run_b, const float *a, cons
 void lp_add_backward(float *da, float *db, const float *dout, size_t n, uint64_t seed,
                      uint8_t *codes)
 {
-    lp_qparams gp = lp_tensor_qparams(dout, n);
-    lp_quantize_sr(codes, dout, n, gp, seed, 0);
+    (void)codes; /* not needed since the quantization is fused */
     float *first = da ? da : db;
     if (!first)
         return;
-    lp_dequantize(first, codes, n, gp);
+    lp_fake_quant_sr(first, NULL, dout, n, lp_tensor_qparams(dout, n), seed, 0);
     if (da && db)
         memcpy(db, da, n * sizeof(float));
 }

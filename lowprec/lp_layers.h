@@ -179,11 +179,13 @@ void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *
 /* ---- quantized residual add -------------------------------------------- */
 
 /* out (N*per) = Q_act(a) + Q_act(b), each with its own running range
- * (run_a, run_b: 2 floats each).  codes: N*per bytes of scratch.  Nothing
+ * (run_a, run_b: 2 floats each).  codes: N*per bytes of scratch (used at
+ * evaluation; training fuses quantization and dequantization).  Nothing
  * is saved for backward (lp_add_saved_bytes is 0). */
 void lp_add_forward(float *out, float *run_a, float *run_b, const float *a, const float *b, int N,
                     size_t per, lp_mode mode, uint8_t *codes);
-/* da = db = deq(SR(dout)) (n values, overwritten; either may be NULL). */
+/* da = db = deq(SR(dout)) (n values, overwritten; either may be NULL).
+ * codes: unused (the quantization is fused), kept for the callers. */
 void lp_add_backward(float *da, float *db, const float *dout, size_t n, uint64_t seed,
                      uint8_t *codes);
 static inline size_t lp_add_saved_bytes(void) { return 0; }

@@ -8,6 +8,7 @@
  * (n % 8) run the scalar twin. */
 #include <immintrin.h>
 
+#include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_simd.h"
 
@@ -78,23 +79,40 @@ void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float 
         lp_ren_row_bwd_ref(dx ? dx + i : NULL, sums, x + i, g + i, n - i, v, sc, gamma);
 }
 
-void lp_pair_row_avx2(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
-                      size_t n)
+void lp_pair_plane_avx2(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                        const uint8_t *r0, const uint8_t *r1, int H, int W)
 {
-    size_t w = 0;
-    for (; w + 8 <= n; w += 8) {
-        __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r0 + w)));
-        __m256i b = r1 ? _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r1 + w)))
-                       : _mm256_setzero_si256();
-        _mm256_storeu_si256((__m256i *)(dst + w), _mm256_or_si256(a, _mm256_slli_epi32(b, 16)));
-        if (chs) {
-            __m256i c = _mm256_loadu_si256((const __m256i *)(chs + w));
-            _mm256_storeu_si256((__m256i *)(chs + w),
-                                _mm256_add_epi32(c, _mm256_add_epi32(a, b)));
+    const int pad = (V - 1) / 2;
+    for (int h = 0; h < H; h++) {
+        const size_t o = (size_t)h * W;
+        int w = 0;
+        for (; w + 8 <= W; w += 8) {
+            __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r0 + o + w)));
+            __m256i b = r1 ? _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(r1 + o + w)))
+                           : _mm256_setzero_si256();
+            const __m256i pr = _mm256_or_si256(a, _mm256_slli_epi32(b, 16));
+            for (int v = 0; v < V; v++)
+                _mm256_storeu_si256((__m256i *)(dst + (size_t)v * vstride + o + w), pr);
+            if (chs) {
+                int32_t *c = chs + (size_t)h * ldc + w;
+                _mm256_storeu_si256((__m256i *)c,
+                                    _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)c),
+                                                     _mm256_add_epi32(a, b)));
+            }
+        }
+        for (; w < W; w++) { /* the twin's element, without its wrap test */
+            uint8_t v0 = r0[o + w], v1 = r1 ? r1[o + w] : 0;
+            for (int v = 0; v < V; v++)
+                dst[(size_t)v * vstride + o + w] = lp_pair(v0, v1);
+            if (chs)
+                chs[(size_t)h * ldc + w] += v0 + v1;
+        }
+        for (int v = 0; v < V; v++) { /* the wrap columns of each variant */
+            const int dx = v - pad, z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+            for (int z = z0 < 0 ? 0 : z0; z < (z1 > W ? W : z1); z++)
+                dst[(size_t)v * vstride + o + z] = 0;
         }
     }
-    if (w < n)
-        lp_pair_row_ref(dst + w, chs ? chs + w : NULL, r0 + w, r1 ? r1 + w : NULL, n - w);
 }
 
 void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n)
@@ -123,4 +141,49 @@ size_t lp_find_eq_avx2(const float *x, size_t n, float v)
             return i + (size_t)__builtin_ctz((unsigned)m);
     }
     return i + lp_find_eq_ref(x + i, n - i, v);
+}
+
+void lp_minmax_u8_avx2(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n)
+{
+    size_t i = 0;
+    uint8_t a = q[0], b = q[0];
+    if (n >= 32) {
+        __m256i vmn = _mm256_loadu_si256((const __m256i *)q), vmx = vmn;
+        for (i = 32; i + 32 <= n; i += 32) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(q + i));
+            vmn = _mm256_min_epu8(vmn, v);
+            vmx = _mm256_max_epu8(vmx, v);
+        }
+        uint8_t ta[32], tb[32];
+        _mm256_storeu_si256((__m256i *)ta, vmn);
+        _mm256_storeu_si256((__m256i *)tb, vmx);
+        for (int j = 0; j < 32; j++) {
+            a = ta[j] < a ? ta[j] : a;
+            b = tb[j] > b ? tb[j] : b;
+        }
+    }
+    if (i < n) {
+        uint8_t ta, tb;
+        lp_minmax_u8_ref(&ta, &tb, q + i, n - i);
+        a = ta < a ? ta : a;
+        b = tb > b ? tb : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
+size_t lp_find_u8_avx2(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi)
+{
+    const __m256i vlo = _mm256_set1_epi8((char)lo), vhi = _mm256_set1_epi8((char)hi);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(q + i));
+        /* lo <= v <= hi  <=>  max(v, lo) == v and min(v, hi) == v */
+        __m256i in = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_max_epu8(v, vlo), v),
+                                      _mm256_cmpeq_epi8(_mm256_min_epu8(v, vhi), v));
+        unsigned m = (unsigned)_mm256_movemask_epi8(in);
+        if (m)
+            return i + (size_t)__builtin_ctz(m);
+    }
+    return i + lp_find_u8_ref(q + i, n - i, lo, hi);
 }

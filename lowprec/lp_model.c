@@ -575,8 +575,9 @@ static void s_add_forward(nn_op *op, nn_model *m, int N, int train)
                    (uint8_t *)nn_model_scratch(m));
 }
 
-/* da = db = deq(SR(dout)): quantized once, dequantized into each input's
- * gradient in turn (nn_model_din may hand out the same temporary twice). */
+/* da = db = deq(SR(dout)): quantized once (with the first gradient, in the
+ * same pass), dequantized into the other input's gradient (nn_model_din may
+ * hand out the same temporary twice). */
 static void s_add_backward(nn_op *op, nn_model *m, int N)
 {
     lp_hdr *h = op->state;
@@ -584,13 +585,17 @@ static void s_add_backward(nn_op *op, nn_model *m, int N)
     const float *dout = nn_model_dout(m, op->out);
     uint8_t *codes = (uint8_t *)nn_model_scratch(m);
     lp_qparams gp = lp_tensor_qparams(dout, n);
-    lp_quantize_sr(codes, dout, n, gp, h->bseed, 0);
     const int slots[2] = {op->in, op->in2};
+    int coded = 0; /* the first gradient is quantized and dequantized in one pass */
     for (int i = 0; i < 2; i++) {
         if (!nn_model_needs_din(m, slots[i]))
             continue;
         float *din = nn_model_din(m, slots[i]);
-        lp_dequantize(din, codes, n, gp);
+        if (coded)
+            lp_dequantize(din, codes, n, gp);
+        else
+            lp_fake_quant_sr(din, codes, dout, n, gp, h->bseed, 0);
+        coded = 1;
         nn_model_din_done(m, slots[i], din);
     }
 }

@@ -75,6 +75,30 @@ void lp_dequantize_ref(float *x, const uint8_t *q, size_t n, lp_qparams p)
     }
 }
 
+void lp_fake_quant_sr_ref(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                          uint64_t seed, uint32_t first)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t k;
+        lp_quantize_sr_ref(&k, &x[i], 1, p, seed, (uint32_t)(first + i));
+        lp_dequantize_ref(&y[i], &k, 1, p);
+        if (q)
+            q[i] = k;
+    }
+}
+
+void lp_fake_quant_sr_add_ref(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                              uint32_t first)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint8_t k;
+        float v;
+        lp_quantize_sr_ref(&k, &x[i], 1, p, seed, (uint32_t)(first + i));
+        lp_dequantize_ref(&v, &k, 1, p);
+        y[i] = y[i] + v;
+    }
+}
+
 /* ---- dispatch ---------------------------------------------------------- */
 
 void lp_minmax(float *mn, float *mx, const float *x, size_t n)
@@ -192,4 +216,24 @@ lp_qparams lp_act_qparams(float *run_range, const float *x, int N, size_t per, i
     run_range[0] = 0.1f * run_range[0] + 0.9f * mn;
     run_range[1] = 0.1f * run_range[1] + 0.9f * mx;
     return lp_qparams_from_range(mn, mx);
+}
+
+/* The AVX-512 levels run the AVX2 kernels (the fused passes are memory-
+ * and hash-bound; one kernel keeps one twin to test). */
+void lp_fake_quant_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                      uint64_t seed, uint32_t first)
+{
+    if (nn_cpu_level() >= NN_CPU_AVX2)
+        lp_fake_quant_sr_avx2(y, q, x, n, p, seed, first);
+    else
+        lp_fake_quant_sr_ref(y, q, x, n, p, seed, first);
+}
+
+void lp_fake_quant_sr_add(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                          uint32_t first)
+{
+    if (nn_cpu_level() >= NN_CPU_AVX2)
+        lp_fake_quant_sr_add_avx2(y, x, n, p, seed, first);
+    else
+        lp_fake_quant_sr_add_ref(y, x, n, p, seed, first);
 }

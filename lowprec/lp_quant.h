@@ -61,6 +61,19 @@ void lp_quantize_sr_ref(uint8_t *q, const float *x, size_t n, lp_qparams p, uint
 void lp_dequantize(float *x, const uint8_t *q, size_t n, lp_qparams p);
 void lp_dequantize_ref(float *x, const uint8_t *q, size_t n, lp_qparams p);
 
+/* y (n) = the values of lp_quantize_sr's codes (lp_dequantize of them) in
+ * one pass, bit-identical to the two; q (n, may be NULL) = the codes too.
+ * _add: y[i] = y[i] + that value (the quantized residual add), the codes
+ * not kept.  Overwrite y (and q). */
+void lp_fake_quant_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                      uint64_t seed, uint32_t first);
+void lp_fake_quant_sr_ref(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                          uint64_t seed, uint32_t first);
+void lp_fake_quant_sr_add(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                          uint32_t first);
+void lp_fake_quant_sr_add_ref(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                              uint32_t first);
+
 /* lut (256) = the value of every code (identical to lp_dequantize). */
 void lp_dequantize_lut(float *lut, lp_qparams p);
 

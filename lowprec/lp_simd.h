@@ -48,6 +48,10 @@ void lp_quantize_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p);
 void lp_quantize_sr_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
                          uint32_t first);
 void lp_dequantize_avx2(float *x, const uint8_t *q, size_t n, lp_qparams p);
+void lp_fake_quant_sr_avx2(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                           uint64_t seed, uint32_t first);
+void lp_fake_quant_sr_add_avx2(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                               uint32_t first);
 
 void lp_minmax_avx512(float *mn, float *mx, const float *x, size_t n);
 void lp_quantize_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p);
@@ -70,15 +74,20 @@ void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float 
 /* Pair-grid helpers of the conv shift path (lp_layers.c), scalar twins
  * and AVX2 versions (same results: integer sums, and the double product
  * c * sum rounded once):
- *   lp_pair_row: dst[w] = lp_pair(r0[w], r1 ? r1[w] : 0) (overwritten),
- *                chs[w] += r0[w] + (r1 ? r1[w] : 0) (accumulated; chs may be
- *                NULL), w < n;
+ *   lp_pair_plane: the pair rows of an image plane in all V = 2 pad + 1
+ *                column-shift variants of s_shift_grid: for h < H, w < W,
+ *                v < V (dx = v - pad), dst[v*vstride + h*W + w] =
+ *                lp_pair(r0[h*W + w], r1 ? r1[h*W + w] : 0), or 0 in the
+ *                columns only a read wrapping into the next row reaches
+ *                (w >= W + dx for dx < 0, w < dx for dx > 0) (overwritten);
+ *                chs[h*ldc + w] += r0 + r1 there (accumulated once; chs may
+ *                be NULL);
  *   lp_tap_sum_row: t[w] = c * sum_{k < T} s[w + off[k]] (overwritten),
  *                w < n; off may be negative. */
-void lp_pair_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
-                     size_t n);
-void lp_pair_row_avx2(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1,
-                      size_t n);
+void lp_pair_plane_ref(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                       const uint8_t *r0, const uint8_t *r1, int H, int W);
+void lp_pair_plane_avx2(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                        const uint8_t *r0, const uint8_t *r1, int H, int W);
 void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
 void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
 
@@ -87,10 +96,22 @@ void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, dou
 size_t lp_find_eq_ref(const float *x, size_t n, float v);
 size_t lp_find_eq_avx2(const float *x, size_t n, float v);
 
+/* The same on codes (Range EvoNorm's chunk ranges straight from its saved
+ * codes: dequantization is monotone, so the extremes of the values are the
+ * values of the extreme codes):
+ *   lp_minmax_u8: *mn, *mx = min and max of q (n > 0);
+ *   lp_find_u8:   first index i < n with lo <= q[i] <= hi, or n. */
+void lp_minmax_u8_ref(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n);
+void lp_minmax_u8_avx2(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n);
+size_t lp_find_u8_ref(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi);
+size_t lp_find_u8_avx2(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi);
+
 void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                        size_t ldb, int np, const int *toff, int T, size_t n);
 void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c,
                          const double *base, size_t n);
+void lp_dequant_rows_avx2(float *out, const int32_t *S, const double *t, double c,
+                          const double *base, size_t W, int rows);
 
 /* Quad-grid helpers of the conv shift path at the AVX-512 VNNI level
  * (lp_layers.c), scalar twins and AVX-512 versions (exact integers, and the

@@ -366,6 +366,41 @@ static void test_dequant_row(void **state)
     nn_cpu_force("auto");
 }
 
+/* Rows sharing one base row: the floats of the twin row by row, at every
+ * level, for widths around the 8-lane blocks; nothing past the rows. */
+static void test_dequant_rows(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 16);
+    enum { MAXW = 19, ROWS = 5, NV = MAXW * ROWS };
+    int32_t S[NV];
+    double t[NV], base[MAXW];
+    float ref[NV + 4], got[NV + 4];
+    for (size_t i = 0; i < NV; i++) {
+        S[i] = (int32_t)nn_rng_below(&r, 40000000) - 1000000;
+        t[i] = (nn_rng_uniform(&r) - 0.5) * 3.7;
+    }
+    for (size_t i = 0; i < MAXW; i++)
+        base[i] = -0.731 + 0.013 * (double)i;
+    const double c = 1.3e-5;
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
+            continue;
+        for (size_t W = 1; W <= MAXW; W++)
+            for (int rows = 0; rows <= ROWS; rows++) {
+                for (int k = 0; k < rows; k++)
+                    lp_dequant_row_ref(ref + (size_t)k * W, S + (size_t)k * W, t + (size_t)k * W,
+                                       c, base, W);
+                memset(got, 0x7f, sizeof got);
+                lp_dequant_rows(got, S, t, c, base, W, rows);
+                assert_memory_equal(got, ref, (size_t)rows * W * sizeof(float));
+                assert_int_equal(((uint8_t *)&got[(size_t)rows * W])[0], 0x7f);
+            }
+    }
+    nn_cpu_force("auto");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -375,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_affine_correction),
         cmocka_unit_test(test_shiftgemm),
         cmocka_unit_test(test_dequant_row),
+        cmocka_unit_test(test_dequant_rows),
         cmocka_unit_test(test_shiftgemm_quads),
         cmocka_unit_test(test_dequant_row_quads),
     };

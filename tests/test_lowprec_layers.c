@@ -27,6 +27,7 @@
 
 #include "lowprec/lp_bf16.h"
 #include "nn/nn_cpu.h"
+#include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_simd.h"
 #include "nn/nn_core.h"
@@ -243,37 +244,51 @@ static void s_need_avx2(void)
 }
 
 /* The pair-grid helpers of the shift path: AVX2 against the twins, exact,
- * over tails (n around multiples of 8), with and without a second row. */
+ * over tails (W around multiples of 8), 1 to 5 variants (with their wrap
+ * columns), several rows, with and without a second row of codes. */
 static void test_pair_rows(void **state)
 {
     (void)state;
     s_need_avx2();
     nn_rng r;
     nn_rng_seed(&r, 22);
-    for (size_t n = 1; n <= 40; n++)
-        for (int two = 0; two < 2; two++) {
-            uint8_t r0[40], r1[40];
-            uint32_t d0[40], d1[40];
-            int32_t c0[60], c1[60];
-            double t0[40], t1[40];
-            for (size_t i = 0; i < n; i++) {
-                r0[i] = (uint8_t)nn_rng_below(&r, 256);
-                r1[i] = (uint8_t)nn_rng_below(&r, 256);
+    enum { MAXW = 21, H = 3, VS = MAXW * H + 7, LDC = MAXW + 4 };
+    for (int W = 1; W <= MAXW; W++)
+        for (int V = 1; V <= 5; V += 2)
+            for (int two = 0; two < 2; two++) {
+                uint8_t r0[MAXW * H], r1[MAXW * H];
+                uint32_t d0[5 * VS], d1[5 * VS];
+                int32_t c0[H * LDC + 20], c1[H * LDC + 20];
+                double t0[MAXW], t1[MAXW];
+                for (int i = 0; i < W * H; i++) {
+                    r0[i] = (uint8_t)nn_rng_below(&r, 256);
+                    r1[i] = (uint8_t)nn_rng_below(&r, 256);
+                }
+                for (int i = 0; i < H * LDC + 20; i++)
+                    c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
+                memset(d0, 0xab, sizeof d0);
+                memset(d1, 0xab, sizeof d1);
+                lp_pair_plane_ref(d0, VS, V, c0 + 10, LDC, r0, two ? r1 : NULL, H, W);
+                lp_pair_plane_avx2(d1, VS, V, c1 + 10, LDC, r0, two ? r1 : NULL, H, W);
+                assert_memory_equal(d0, d1, sizeof d0);
+                assert_memory_equal(c0, c1, sizeof c0);
+                const int pad = (V - 1) / 2;
+                for (int v = 0; v < V; v++)
+                    for (int i = 0; i < W * H; i++) {
+                        const int w = i % W, dx = v - pad;
+                        const int wrap = dx < 0 ? w >= W + dx : w < dx;
+                        assert_true(d0[v * VS + i] ==
+                                    (wrap ? 0u : lp_pair(r0[i], two ? r1[i] : 0)));
+                    }
+                assert_true(d0[W * H] == 0xabababab); /* nothing past the plane */
+                memset(d1, 0xab, sizeof d1);
+                lp_pair_plane_avx2(d1, VS, V, NULL, LDC, r0, two ? r1 : NULL, H, W);
+                assert_memory_equal(d0, d1, sizeof d0); /* no channel sums */
+                const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
+                lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, (size_t)W);
+                lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, (size_t)W);
+                assert_memory_equal(t0, t1, (size_t)W * sizeof(double));
             }
-            for (int i = 0; i < 60; i++)
-                c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
-            lp_pair_row_ref(d0, c0 + 10, r0, two ? r1 : NULL, n);
-            lp_pair_row_avx2(d1, c1 + 10, r0, two ? r1 : NULL, n);
-            assert_memory_equal(d0, d1, n * 4);
-            assert_memory_equal(c0, c1, sizeof c0);
-            memset(d1, 0, sizeof d1);
-            lp_pair_row_avx2(d1, NULL, r0, two ? r1 : NULL, n); /* no channel sums */
-            assert_memory_equal(d0, d1, n * 4);
-            const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
-            lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, n);
-            lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, n);
-            assert_memory_equal(t0, t1, n * sizeof(double));
-        }
 }
 
 /* Skips the test on CPUs without AVX-512 VNNI (its kernels are called
@@ -561,9 +576,46 @@ static void test_find_eq(void **state)
         }
 }
 
-static void test_ren_quantized_is_ste(void **state)
+/* The code kernels of the chunk ranges: AVX2 against the twins on every
+ * length around the 32-byte blocks and every position of the extremes /
+ * of the first match, with repeated values and no match. */
+static void test_u8_chunk_kernels(void **state)
 {
     (void)state;
+    s_need_avx2();
+    uint8_t q[100];
+    for (size_t n = 1; n <= 100; n++)
+        for (size_t at = 0; at < n; at++) {
+            for (size_t i = 0; i < n; i++)
+                q[i] = (uint8_t)(100 + i % 7);
+            q[at] = 250;
+            q[n - 1 - at] = 3;
+            uint8_t a0, b0, a1, b1;
+            lp_minmax_u8_ref(&a0, &b0, q, n);
+            lp_minmax_u8_avx2(&a1, &b1, q, n);
+            assert_true(a0 == a1 && b0 == b1);
+            assert_int_equal(a0, 3);
+            if (n - 1 - at != at)
+                assert_int_equal(b0, 250);
+            const uint8_t lo[4] = {250, 0, 104, 200}, hi[4] = {255, 3, 105, 220};
+            for (int k = 0; k < 4; k++) {
+                size_t r = lp_find_u8_ref(q, n, lo[k], hi[k]);
+                assert_int_equal(lp_find_u8_avx2(q, n, lo[k], hi[k]), r);
+                for (size_t i = 0; i < r; i++)
+                    assert_true(q[i] < lo[k] || q[i] > hi[k]);
+            }
+            assert_int_equal(lp_find_u8_avx2(q, n, 200, 220), n);
+        }
+}
+
+/* The integer Range EvoNorm (chunk ranges from the codes) against the
+ * float core on the fake-quantized values, bit for bit, at the level
+ * given; [lo, hi): the input's range (a narrow one far from 0 maps several
+ * codes to one float, where the first arg-max is the first of the codes
+ * with the maximum's value). */
+static void s_ren_ste_case(const char *level, float lo, float hi)
+{
+    assert_int_equal(nn_cpu_force(level), 0);
     const int N = 3, C = 16, HW = 49, G = 8; /* T = 98: not divisible by 16 */
     const size_t n = (size_t)N * C * HW;
     nn_rng r;
@@ -575,7 +627,7 @@ static void test_ren_quantized_is_ste(void **state)
     float dg1[16] = {0}, db1[16] = {0}, dv1[16] = {0}, dg2[16] = {0}, db2[16] = {0},
           dv2[16] = {0};
     float s2[24], sq2[24];
-    s_fill(&r, x, n, -2, 3);
+    s_fill(&r, x, n, lo, hi);
     s_fill(&r, g, n, -0.01f, 0.01f);
     s_fill(&r, gam, C, 0.5f, 1.5f);
     s_fill(&r, bet, C, -0.2f, 0.2f);
@@ -604,7 +656,7 @@ static void test_ren_quantized_is_ste(void **state)
     int moved = 0;
     for (int i = 0; i < N * G; i++)
         moved += s2[i] != sq2[i];
-    assert_true(moved > 0);
+    assert_true(moved > 0 || hi - lo < 0.01f);
     lp_fake_quant(gf, g, n, lp_tensor_qparams(g, n), 1, 32);
     lp_ren_core_backward(dx2, dg2, db2, dv2, gf, xf, s2, sq2, gq, vq, N, C, HW, G);
     assert_memory_equal(dx1, dx2, n * 4);
@@ -613,6 +665,20 @@ static void test_ren_quantized_is_ste(void **state)
     assert_memory_equal(dv1, dv2, sizeof dv1);
     free(x); free(g); free(o1); free(o2); free(dx1); free(dx2); free(xf); free(gf);
     free(saved); free(scratch);
+    nn_cpu_force("auto");
+}
+
+static void test_ren_quantized_is_ste(void **state)
+{
+    (void)state;
+    static const char *levels[] = {"portable", "avx2", "auto"};
+    for (int i = 0; i < 3; i++) {
+        if (nn_cpu_force(levels[i]) != 0)
+            continue;
+        s_ren_ste_case(levels[i], -2, 3);
+        s_ren_ste_case(levels[i], 1000.0f, 1000.002f); /* 16 codes per float */
+    }
+    nn_cpu_force("auto");
 }
 
 static void test_add(void **state)
@@ -656,6 +722,7 @@ int main(void)
         cmocka_unit_test(test_ren_finite_differences),
         cmocka_unit_test(test_ren_rows),
         cmocka_unit_test(test_find_eq),
+        cmocka_unit_test(test_u8_chunk_kernels),
         cmocka_unit_test(test_ren_quantized_is_ste),
         cmocka_unit_test(test_add),
     };

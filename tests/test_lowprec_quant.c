@@ -157,6 +157,37 @@ static void test_sr_pieces(void **state)
     assert_true(memcmp(a, b, N) != 0);
 }
 
+/* The fused quantize + dequantize (+ add) at the current level: the
+ * twin's floats and codes, which are lp_quantize_sr's codes and
+ * lp_dequantize's values of them.  y0, y1 (n floats), q0, q1 (n): scratch. */
+static void s_check_fused(const float *x, size_t n, lp_qparams p, float *y0, float *y1,
+                          uint8_t *q0, uint8_t *q1)
+{
+    lp_fake_quant_sr_ref(y0, q0, x, n, p, 4321, 13);
+    lp_fake_quant_sr(y1, q1, x, n, p, 4321, 13);
+    assert_memory_equal(y0, y1, n * sizeof(float));
+    assert_memory_equal(q0, q1, n);
+    lp_fake_quant_sr(y1, NULL, x, n, p, 4321, 13);
+    assert_memory_equal(y0, y1, n * sizeof(float));
+    lp_quantize_sr_ref(q1, x, n, p, 4321, 13);
+    assert_memory_equal(q0, q1, n);
+    lp_dequantize_ref(y1, q1, n, p);
+    assert_memory_equal(y0, y1, n * sizeof(float));
+    /* add: y = base + value, base = the input itself (a finite-or-not mix) */
+    for (size_t i = 0; i < n; i++)
+        y0[i] = y1[i] = 0.5f * x[i];
+    lp_fake_quant_sr_add_ref(y0, x, n, p, 77, 3);
+    lp_fake_quant_sr_add(y1, x, n, p, 77, 3);
+    assert_memory_equal(y0, y1, n * sizeof(float));
+    lp_quantize_sr_ref(q1, x, n, p, 77, 3);
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        lp_dequantize_ref(&v, &q1[i], 1, p);
+        float e = 0.5f * x[i] + v;
+        assert_true(memcmp(&e, &y0[i], sizeof e) == 0);
+    }
+}
+
 /* Every level the CPU has gives exactly the reference's results. */
 static void test_dispatch_identical(void **state)
 {
@@ -200,6 +231,7 @@ static void test_dispatch_identical(void **state)
             lp_dequantize_ref(y0, q0, n, p);
             lp_dequantize(y1, q0, n, p);
             assert_memory_equal(y0, y1, n * sizeof(float));
+            s_check_fused(x, n, p, y0, y1, q0, q1);
         }
     }
     nn_cpu_force("auto");
@@ -209,6 +241,53 @@ static void test_dispatch_identical(void **state)
     free(y1);
     free(q0);
     free(q1);
+}
+
+/* Values at the edges of the clamp (NaN, infinities, t far beyond 2^31 or
+ * below -2^31, t in (-1/2, 0), t just above 255, exact ties) give the
+ * reference's codes at every level, in every lane position (the SIMD
+ * kernels clamp through the saturating packs). */
+static void test_dispatch_edges(void **state)
+{
+    (void)state;
+    lp_qparams p = lp_qparams_from_range(-1.0f, 1.0f);
+    const float e[] = {NAN, INFINITY, -INFINITY, 1e30f, -1e30f, 3e9f * p.scale,
+                       -3e9f * p.scale, p.min - 0.25f * p.scale, p.min - 0.5f * p.scale,
+                       p.min + 255.4f * p.scale, p.min + 255.6f * p.scale, 1.0f, -1.0f,
+                       p.min + 254.5f * p.scale, -0.0f, 0.0f, p.min - 0.75f * p.scale};
+    enum { NE = sizeof e / sizeof e[0], N = 4 * 64 + 5 };
+    float x[N], y0[N], y1[N];
+    uint8_t q0[N], q1[N];
+    int tested = 0;
+    for (size_t i = 0; i < N; i++)
+        x[i] = e[(i * 7 + i / NE) % NE];
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(s_levels[lv]) != 0)
+            continue;
+        tested++;
+        lp_quantize_ref(q0, x, N, p);
+        lp_quantize(q1, x, N, p);
+        assert_memory_equal(q0, q1, N);
+        for (uint64_t seed = 0; seed < 4; seed++) {
+            lp_quantize_sr_ref(q0, x, N, p, seed, (uint32_t)seed * 5);
+            lp_quantize_sr(q1, x, N, p, seed, (uint32_t)seed * 5);
+            assert_memory_equal(q0, q1, N);
+        }
+        lp_dequantize_ref(y0, q0, N, p);
+        lp_dequantize(y1, q0, N, p);
+        assert_memory_equal(y0, y1, sizeof y0);
+        uint8_t q2[N], q3[N];
+        float y2[N], y3[N];
+        s_check_fused(x, N, p, y2, y3, q2, q3);
+    }
+    nn_cpu_force("auto");
+    assert_true(tested >= 1);
+    for (size_t i = 0; i < N; i++) {
+        if (isnan(x[i]) || x[i] < p.min)
+            assert_int_equal(q0[i], 0);
+        if (x[i] > 1.0f)
+            assert_int_equal(q0[i], 255);
+    }
 }
 
 static void test_fake_quant(void **state)
@@ -251,7 +330,8 @@ int main(void)
         cmocka_unit_test(test_qparams),          cmocka_unit_test(test_round_trip_budget),
         cmocka_unit_test(test_ties_to_even),     cmocka_unit_test(test_sr_noise),
         cmocka_unit_test(test_sr_unbiased),      cmocka_unit_test(test_sr_pieces),
-        cmocka_unit_test(test_dispatch_identical), cmocka_unit_test(test_fake_quant),
+        cmocka_unit_test(test_dispatch_identical), cmocka_unit_test(test_dispatch_edges),
+        cmocka_unit_test(test_fake_quant),
         cmocka_unit_test(test_activation_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
