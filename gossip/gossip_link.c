@@ -1376,6 +1376,23 @@ static int s_flow_blocked(const gossip_link *l, uint64_t iter)
     return 0;
 }
 
+/* Pumps until iteration iter may mix.  -1 on a fatal error. */
+static int s_wait_ready(gossip_link *l, uint64_t iter, double wait_start)
+{
+    while (!gossip_node_ready(l->g, iter)) {
+        if (s_signals(l) > 1)
+            s_fatal(l, "interrupted twice while waiting for iteration %llu",
+                    (unsigned long long)iter);
+        s_check_peers(l, (int64_t)iter, wait_start);
+        s_stop_waiting_if_behind(l, iter);
+        double w0 = nn_now();
+        if (l->fatal || s_pump(l, S_SLICE) != 0)
+            return -1;
+        s_blame_wait(l, iter, nn_now() - w0);
+    }
+    return 0;
+}
+
 /* The in-neighbours a fresh wait for iter would wait for: level with us,
  * current message missing, score >= 1/2.  Lists them in l->fresh; count. */
 static int s_fresh_wanted(gossip_link *l, uint64_t iter)
@@ -1410,7 +1427,7 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
         for (int a = 0; a < m; a++)
             left_n += !gossip_node_fresh_from(l->g, l->fresh[a], iter);
         double left = until - nn_now();
-        if (left_n == 0 || left <= 0)
+        if (left_n == 0 || left <= 0 || !gossip_node_ready(l->g, iter))
             break;
         s_check_peers(l, (int64_t)iter, wait_start);
         if (l->fatal || s_pump(l, left < S_SLICE ? left : S_SLICE) != 0)
@@ -1469,19 +1486,12 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
         l->p[to].sent_dealer = nn_now();
     }
     wait_start = nn_now();
-    while (!gossip_node_ready(l->g, iter)) {
-        if (s_signals(l) > 1)
-            s_fatal(l, "interrupted twice while waiting for iteration %llu",
-                    (unsigned long long)iter);
-        s_check_peers(l, (int64_t)iter, wait_start);
-        s_stop_waiting_if_behind(l, iter);
-        double w0 = nn_now();
-        if (l->fatal || s_pump(l, S_SLICE) != 0)
+    /* a message handled during the fresh wait can make the round unready
+     * again (choco: a later update proves one lost): wait for it again */
+    for (int fresh_done = 0; !fresh_done || !gossip_node_ready(l->g, iter); fresh_done = 1)
+        if (s_wait_ready(l, iter, wait_start) != 0 ||
+            (!fresh_done && s_wait_fresh(l, iter, wait_start) != 0))
             return nn_errf(err, errlen, "%s", l->fatal_msg);
-        s_blame_wait(l, iter, nn_now() - w0);
-    }
-    if (s_wait_fresh(l, iter, wait_start) != 0)
-        return nn_errf(err, errlen, "%s", l->fatal_msg);
     double t3 = nn_now();
     tm->wait += (t1 - t0) + (t3 - t2);
     if (gossip_node_mix(l->g, x, iter, err, errlen) != 0)
