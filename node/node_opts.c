@@ -159,8 +159,8 @@ static const char s_help_gossip[] =
 "                      local step; rounds after iterations H, 2H, ...)  [1]\n"
 "  --staleness S       bounded staleness: mix iteration t with messages as old as\n"
 "                      t-S, wait only for older ones (0 = synchronous; at most\n"
-"                      %d; S > 0 with dpsgd/deepsqueeze needs push-sum; keep\n"
-"                      S <= 2 with SGP: docs/gossip.md \"Bounded staleness\")\n"
+"                      %d; S > 0 with dpsgd/deepsqueeze needs push-sum;\n"
+"                      docs/gossip.md \"Bounded staleness\")\n"
 "                      [node: %d (0 for dpsgd/deepsqueeze with --no-push-sum);\n"
 "                      simulate: 0]\n"
 "  --out DIR           output directory (models, metrics)\n";
