@@ -62,22 +62,6 @@ static int s_teardown(void **state)
     return 0;
 }
 
-/* Waits (bounded) until `log` contains `what`; 1 found, 0 not. */
-static int s_wait_log(const char *log, const char *what, double seconds)
-{
-    double t0 = nn_now();
-    for (;;) {
-        char *s = tk_slurp(log);
-        int found = strstr(s, what) != NULL;
-        free(s);
-        if (found)
-            return 1;
-        if (nn_now() - t0 > seconds)
-            return 0;
-        usleep(50000);
-    }
-}
-
 /* ---- a latecomer joins ------------------------------------------------------- */
 
 static void test_latecomer_joins(void **state)
@@ -101,7 +85,7 @@ static void test_latecomer_joins(void **state)
     for (int i = 0; i < n; i++)
         if (i != late)
             assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
-    if (!s_wait_log(logs[0], "start barrier passed", 60)) {
+    if (!tk_wait_log(logs[0], "start barrier passed", 60)) {
         tk_dump(logs[0]);
         fail_msg("the quorum of 3 never started");
     }
@@ -190,7 +174,7 @@ static void test_leaver_says_bye_and_joins_again(void **state)
     pid_t pid[4];
     for (int i = 0; i < n; i++)
         assert_true((pid[i] = tk_node(topo, i, common, NULL, logs[i])) > 0);
-    if (!s_wait_log(logs[leaver], "start barrier passed", 60)) {
+    if (!tk_wait_log(logs[leaver], "start barrier passed", 60)) {
         tk_dump(logs[leaver]);
         fail_msg("the run never started");
     }
@@ -208,7 +192,7 @@ static void test_leaver_says_bye_and_joins_again(void **state)
     free(ll);
     /* its neighbours take it out because it said BYE, well before any timeout */
     for (int i = 0; i < n; i++)
-        if (i != leaver && !s_wait_log(logs[i], left, 20)) {
+        if (i != leaver && !tk_wait_log(logs[i], left, 20)) {
             tk_dump(logs[i]);
             fail_msg("node %d did not log '%s'", i, left);
         }

@@ -50,22 +50,6 @@ static int s_teardown(void **state)
     return 0;
 }
 
-/* Waits (bounded) until `log` contains `what`; 1 found, 0 not. */
-static int s_wait_log(const char *log, const char *what, double seconds)
-{
-    double t0 = nn_now();
-    for (;;) {
-        char *s = tk_slurp(log);
-        int found = strstr(s, what) != NULL;
-        free(s);
-        if (found)
-            return 1;
-        if (nn_now() - t0 > seconds)
-            return 0;
-        usleep(50000);
-    }
-}
-
 /* 4 nodes, node `frozen` stopped for `freeze_s` seconds once the run is
  * going; the checks of the top of the file.  algo_flags: the algorithm's
  * flags (NULL-terminated, at most 8). */
@@ -93,7 +77,7 @@ static void s_frozen_rejoins(const char *name, char *const *algo_flags, int iter
         snprintf(logs[i], sizeof logs[i], "%s/%s-node%d.txt", s_dir, name, i);
         assert_true((pid[i] = tk_node(topo, i, common, NULL, logs[i])) > 0);
     }
-    if (!s_wait_log(logs[frozen], "start barrier passed", 60)) {
+    if (!tk_wait_log(logs[frozen], "start barrier passed", 60)) {
         tk_dump(logs[frozen]);
         fail_msg("the run never started");
     }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/tk.h"
 
@@ -145,4 +146,19 @@ int tk_cert_pubkey(const char *path, char out[41])
     out[40] = '\0';
     free(txt);
     return 0;
+}
+
+int tk_wait_log(const char *log, const char *what, double seconds)
+{
+    double t0 = nn_now();
+    for (;;) {
+        char *s = tk_slurp(log);
+        int found = strstr(s, what) != NULL;
+        free(s);
+        if (found)
+            return 1;
+        if (nn_now() - t0 > seconds)
+            return 0;
+        usleep(50000);
+    }
 }

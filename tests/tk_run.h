@@ -51,6 +51,10 @@ nn_model *tk_model_load(const char *path);
  * be read (a line on stderr). */
 double tk_model_spread(const char *dir, int n, double *dist);
 
+/* Waits (bounded by `seconds`) until the file `log` contains `what`:
+ * 1 found, 0 not. */
+int tk_wait_log(const char *log, const char *what, double seconds);
+
 /* The public key (Z85, 40 characters) of a `lpgossip keygen` certificate
  * file into out.  0, or -1 (a line on stderr) when it has none. */
 int tk_cert_pubkey(const char *path, char out[41]);
