@@ -4,9 +4,9 @@
 # .c file goes into build/liblpgossip.a, except node/node_main.c which is the
 # `lpgossip` binary.  tests/test_*.c become cmocka programs, bench/bench_*.c
 # benchmark programs, tests/fuzz/fuzz_*.c libFuzzer targets (clang only).
-# Files ending in _avx2.c / _avx512.c / _avx512bf16.c get the matching -m
-# flags; the code in them is only called after a run-time CPU check
-# (nn/nn_cpu.c, lowprec/lp_bf16.c).
+# Files ending in _avx2.c / _avx512.c / _avx512bf16.c / _amx.c get the
+# matching -m flags; the code in them is only called after a run-time CPU
+# check (nn/nn_cpu.c, lowprec/lp_bf16.c).
 #
 #   make                 build/lpgossip and the library
 #   make test            install missing packages, build, run every test
@@ -61,6 +61,7 @@ Q := $(if $(V),,@)
 SIMD_AVX2   := -mavx2 -mfma
 SIMD_AVX512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 SIMD_BF16   := $(SIMD_AVX512) -mavx512bf16
+SIMD_AMX    := $(SIMD_AVX512) -mamx-tile -mamx-int8
 
 .PHONY: all test unit-test run bench install clean deps fuzz repro compare drill valgrind
 # Objects of tests and benchmarks are not intermediates to delete.
@@ -81,6 +82,11 @@ $(BUILD)/obj/%_avx512bf16.o: %_avx512bf16.c
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) $(SIMD_BF16) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) $(SIMD_AMX) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

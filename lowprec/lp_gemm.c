@@ -107,6 +107,7 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
 {
     assert(M >= 1 && N >= 1 && K >= 1 && K <= LP_GEMM_MAX_K && ldc >= N);
     switch (nn_cpu_level()) {
+    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
     case NN_CPU_AVX512VNNI:
         lp_gemm_kernel_avx512(C, ldc, Ap, Bp, M, N, K, colsum);
         return;

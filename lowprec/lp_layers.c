@@ -22,6 +22,7 @@
 #include "lowprec/lp_bf16.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_simd.h"
+#include "lowprec/lp_tile.h"
 #include "nn/nn_cpu.h"
 
 #define ALIGN64(n) (((n) + 63) & ~(size_t)63)
@@ -76,11 +77,22 @@ size_t lp_conv2d_saved_bytes(const nn_conv_dims *d)
 
 #define LP_SHIFT_TMAX 49 /* most taps (K*K) the shift path takes */
 
-static int s_force_im2col;
+static int s_force_im2col, s_force_tile, s_tile_faults;
 
 void lp_conv2d_force_im2col(int on)
 {
     s_force_im2col = on;
+}
+
+void lp_conv2d_force_tile_model(int on)
+{
+    s_force_tile = on;
+    s_tile_faults = 0;
+}
+
+int lp_conv2d_tile_model_faults(void)
+{
+    return s_tile_faults;
 }
 
 /* Channel counts up to which the shift path's tile working set (4 rows of
@@ -184,15 +196,20 @@ static size_t s_vlen(int nb, int H, int W, int pad)
     return (size_t)2 * pad + ((size_t)pad + (size_t)nb * (H + pad)) * W;
 }
 
+/* (The pair layout's rows and packed A are the largest of the three
+ * layouts, except the tile layout's grid for one quad row and its packed A
+ * for M not a multiple of 16: the max of the two is taken.) */
 static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int pad)
 {
-    const int np = (nch + 1) / 2, T = K * K, nb = s_shift_nb(N, H, W, pad);
+    const int np = (nch + 1) / 2, nq = (nch + 3) / 4, T = K * K, nb = s_shift_nb(N, H, W, pad);
     const size_t cs = (size_t)nb * (H + 2 * pad) * (W + 2 * pad), vlen = s_vlen(nb, H, W, pad);
+    const size_t ap = lp_shift_pack_lanes(M, np * T), at = lp_tile_pack_lanes(M, K, nq * K);
+    const size_t gp = (size_t)np * K * vlen, gt = (size_t)nq * K * (vlen + 1);
     size_t s = 0;
-    s += ALIGN64(lp_shift_pack_lanes(M, np * T) * 4);
+    s += ALIGN64((ap > at ? ap : at) * 4);
     s += ALIGN64((size_t)M * (K + 1) * (K + 1) * 4);
     s += ALIGN64((size_t)(H + W) * 2 * sizeof(int));
-    s += ALIGN64((size_t)np * (2 * pad + 1) * vlen * 4);
+    s += ALIGN64((gp > gt ? gp : gt) * 4);
     s += ALIGN64(cs * 4);
     s += ALIGN64((size_t)M * vlen * 4);
     s += ALIGN64((size_t)H * W * sizeof(double));
@@ -345,6 +362,8 @@ void lp_tap_isum_row_ref(int32_t *sb, const int32_t *s, const int *off, int T, s
 /* The row kernels s_shift_conv uses at the current CPU level. */
 typedef struct {
     int quad; /* 1: byte quads (lp_shiftgemm_q), 0: int16 pairs */
+    int tile; /* 1: quads in the tile layout (lp_tilegemm; quad is 1 too) */
+    int model; /* 1: the tile kernel on the software model (tests) */
     void (*pair_plane)(uint32_t *, size_t, int, int32_t *, size_t, const uint8_t *,
                        const uint8_t *, int, int);
     void (*quad_row)(uint32_t *, int32_t *, const uint8_t *const[4], size_t);
@@ -358,7 +377,7 @@ typedef struct {
 
 static s_conv_rows s_rows(void)
 {
-    s_conv_rows r = {0, lp_pair_plane_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
+    s_conv_rows r = {0, 0, 0, lp_pair_plane_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
                      lp_tap_isum_row_ref, lp_dequant_rows_ref, lp_dequant_row_q_ref};
     if (nn_cpu_level() >= NN_CPU_AVX2) {
         r.pair_plane = lp_pair_plane_avx2;
@@ -370,6 +389,10 @@ static s_conv_rows s_rows(void)
         r.quad_row = lp_quad_row_avx512;
         r.tap_isum_row = lp_tap_isum_row_avx512;
         r.dequant_row_q = lp_dequant_row_q_avx512;
+    }
+    if (nn_cpu_level() >= NN_CPU_AMX || s_force_tile) {
+        r.quad = r.tile = 1;
+        r.model = nn_cpu_level() < NN_CPU_AMX;
     }
     return r;
 }
@@ -438,16 +461,20 @@ static int s_base_rows(double *bases, int *hcls, const int32_t *pre, const int *
 
 /* Geometry of one s_shift_conv call: L codes per 32-bit lane (2: int16
  * pairs, 4: byte quads), np lane rows of the grid, V column-shift variants
- * of each, vlen lanes per variant, J0 the first data lane of a variant. */
+ * of each, vlen lanes per variant, J0 the first data lane of a variant,
+ * ldb lanes per lane row: V*vlen, or V*(vlen + 1) in the tile layout,
+ * where tap (kh, kw) of lane row p is row p*K + kw at stride vlen + 1 of
+ * kernel row kh's group (lp_tile.h; the last V lanes of a row unused). */
 typedef struct {
-    int L, np, T, K, pad, H, W, nb, V;
+    int L, np, T, K, pad, H, W, nb, V, tile;
     size_t vlen, ldb, J0, plane;
 } s_shift_geo;
 
-static s_shift_geo s_geo(int quad, int N, int nch, int H, int W, int K, int pad)
+static s_shift_geo s_geo(const s_conv_rows *rows, int N, int nch, int H, int W, int K, int pad)
 {
     s_shift_geo g;
-    g.L = quad ? 4 : 2;
+    g.L = rows->quad ? 4 : 2;
+    g.tile = rows->tile;
     g.np = (nch + g.L - 1) / g.L;
     g.T = K * K;
     g.K = K;
@@ -457,19 +484,21 @@ static s_shift_geo s_geo(int quad, int N, int nch, int H, int W, int K, int pad)
     g.nb = s_shift_nb(N, H, W, pad);
     g.V = 2 * pad + 1;
     g.vlen = s_vlen(g.nb, H, W, pad);
-    g.ldb = (size_t)g.V * g.vlen;
+    g.ldb = (size_t)g.V * (g.vlen + (rows->tile ? 1 : 0));
     g.J0 = (size_t)pad + (size_t)pad * W;
     g.plane = (size_t)(H + 2 * pad) * (W + 2 * pad);
     return g;
 }
 
 /* Ap (M, np*T) lanes of the kernel codes a (M, nch, T): pairs (lp_pair) or
- * quads shifted to signed bytes (lp_quad_s8), m-tiles of 4, rows past M and
- * channels past nch zero.  Overwrites Ap. */
+ * quads shifted to signed bytes (lp_quad_s8), m-tiles of 4 (tap t = kh*K +
+ * kw of lane row p: lane p*T + t), or in the tile layout (group kh, row
+ * p*K + kw; lp_tile.h), rows past M and channels past nch zero.
+ * Overwrites Ap. */
 static void s_shift_pack_a(uint32_t *Ap, const uint8_t *a, int M, int nch, const s_shift_geo *g)
 {
-    const int T = g->T, K2 = g->np * T;
-    memset(Ap, 0, lp_shift_pack_lanes(M, K2) * 4);
+    const int T = g->T, K2 = g->np * T, K = g->K;
+    memset(Ap, 0, (g->tile ? lp_tile_pack_lanes(M, K, K2 / K) : lp_shift_pack_lanes(M, K2)) * 4);
     for (int m = 0; m < M; m++)
         for (int p = 0; p < g->np; p++)
             for (int t = 0; t < T; t++) {
@@ -478,8 +507,9 @@ static void s_shift_pack_a(uint32_t *Ap, const uint8_t *a, int M, int nch, const
                 for (int l = 0; l < g->L; l++)
                     if (g->L * p + l < nch)
                         c[l] = am[(size_t)(g->L * p + l) * T + t];
-                Ap[(size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4] =
-                    g->L == 4 ? lp_quad_s8(c[0], c[1], c[2], c[3]) : lp_pair(c[0], c[1]);
+                const size_t at = g->tile ? lp_tile_a_at(M, K2 / K, m, t / K, p * K + t % K)
+                                          : (size_t)(m / 4) * K2 * 4 + ((size_t)p * T + t) * 4 + m % 4;
+                Ap[at] = g->L == 4 ? lp_quad_s8(c[0], c[1], c[2], c[3]) : lp_pair(c[0], c[1]);
             }
 }
 
@@ -577,6 +607,22 @@ static void s_shift_dequant(float *out, const int32_t *Sm, const int32_t *chs, c
     }
 }
 
+/* The sums of lp_shiftgemm_q from the tile layout: K groups (kernel rows
+ * kh, at offset (kh - pad)*W - pad) of np*K rows at stride vlen + 1
+ * (s_shift_geo). */
+static void s_shift_tilegemm(int32_t *S, const uint32_t *Ap, int M, const uint32_t *B,
+                             const s_shift_geo *g, const s_conv_rows *rows, size_t n)
+{
+    ptrdiff_t goff[LP_SHIFT_TMAX];
+    for (int kh = 0; kh < g->K; kh++)
+        goff[kh] = (ptrdiff_t)(kh - g->pad) * g->W - g->pad;
+    const int R = g->np * g->K;
+    if (!rows->model)
+        lp_tilegemm(S, g->vlen, Ap, M, B, goff, g->K, R, g->vlen + 1, n);
+    else if (lp_tilegemm_emu(S, g->vlen, Ap, M, B, goff, g->K, R, g->vlen + 1, n) != 0)
+        s_tile_faults++;
+}
+
 /* out (N, M, H, W) = the stride-1 same conv (K x K, pad = (K-1)/2) of the
  * codes b (N, nch, H, W) with the kernel codes a (M, nch, K, K), in real
  * values: sum over the taps inside the image of (sa*a + ma)(sb*b + mb),
@@ -589,11 +635,12 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
                          int K, int pad, void *scratch)
 {
     const s_conv_rows rows = s_rows();
-    const s_shift_geo g = s_geo(rows.quad, N, nch, H, W, K, pad);
+    const s_shift_geo g = s_geo(&rows, N, nch, H, W, K, pad);
     const int T = g.T, K2 = g.np * T, Wp = W + 2 * pad;
     const size_t PS = (size_t)(K + 1) * (K + 1);
     unsigned char *sp = (unsigned char *)scratch;
-    uint32_t *Ap = s_take(&sp, lp_shift_pack_lanes(M, K2) * 4);
+    uint32_t *Ap = s_take(&sp, (g.tile ? lp_tile_pack_lanes(M, K, g.np * K)
+                                       : lp_shift_pack_lanes(M, K2)) * 4);
     int32_t *pre = s_take(&sp, (size_t)M * PS * 4);
     int *rh = s_take(&sp, (size_t)(H + W) * 2 * sizeof(int)), *rw = rh + 2 * H;
     uint32_t *grid = s_take(&sp, (size_t)g.np * g.ldb * 4);
@@ -627,7 +674,9 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
         s_shift_grid(grid, chs, b, nch, n0, cnt, &g, &rows);
         /* only the real pixels' sums are computed (rows of W, not Wp) */
         const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
-        if (rows.quad)
+        if (rows.tile)
+            s_shift_tilegemm(Sm + g.J0, Ap, M, grid + g.J0, &g, &rows, n);
+        else if (rows.quad)
             lp_shiftgemm_q(Sm + g.J0, g.vlen, Ap, M, grid + g.J0, g.ldb, g.np, toff, T, n);
         else
             lp_shiftgemm(Sm + g.J0, g.vlen, Ap, M, grid + g.J0, g.ldb, g.np, toff, T, n);

@@ -105,6 +105,7 @@ void lp_minmax(float *mn, float *mx, const float *x, size_t n)
 {
     assert(n > 0);
     switch (nn_cpu_level()) {
+    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
     case NN_CPU_AVX512VNNI:
         lp_minmax_avx512(mn, mx, x, n);
         return;
@@ -120,6 +121,7 @@ void lp_minmax(float *mn, float *mx, const float *x, size_t n)
 void lp_quantize(uint8_t *q, const float *x, size_t n, lp_qparams p)
 {
     switch (nn_cpu_level()) {
+    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
     case NN_CPU_AVX512VNNI:
         lp_quantize_avx512(q, x, n, p);
         return;
@@ -136,6 +138,7 @@ void lp_quantize_sr(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t
                     uint32_t first)
 {
     switch (nn_cpu_level()) {
+    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
     case NN_CPU_AVX512VNNI:
         lp_quantize_sr_avx512(q, x, n, p, seed, first);
         return;
@@ -151,6 +154,7 @@ void lp_quantize_sr(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t
 void lp_dequantize(float *x, const uint8_t *q, size_t n, lp_qparams p)
 {
     switch (nn_cpu_level()) {
+    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
     case NN_CPU_AVX512VNNI:
         lp_dequantize_avx512(x, q, n, p);
         return;

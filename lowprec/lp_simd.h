@@ -124,6 +124,9 @@ void lp_quad_row_ref(uint32_t *dst, int32_t *chs, const uint8_t *const r[4], siz
 void lp_quad_row_avx512(uint32_t *dst, int32_t *chs, const uint8_t *const r[4], size_t n);
 void lp_tap_isum_row_ref(int32_t *sb, const int32_t *s, const int *off, int T, size_t n);
 void lp_tap_isum_row_avx512(int32_t *sb, const int32_t *s, const int *off, int T, size_t n);
+/* The AMX tile kernel of lp_tilegemm (lp_tile.h), for n >= 32. */
+void lp_tilegemm_amx(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                     const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
 void lp_shiftgemm_q_avx512(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                            size_t ldb, int nq, const int *toff, int T, size_t n);
 void lp_dequant_row_q_avx512(float *out, const int32_t *S, const int32_t *SB, double c,

@@ -4,10 +4,48 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 static int s_forced = -1; /* -1: automatic */
 static int s_auto   = -1; /* cached automatic choice */
 
-static const char *s_names[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni"};
+static const char *s_names[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni",
+                                                "amx"};
+
+#if defined(__x86_64__)
+#define S_ARCH_REQ_XCOMP_PERM 0x1023 /* asm/prctl.h */
+#define S_XFEATURE_XTILEDATA  18
+
+/* AMX-TILE and AMX-INT8 in CPUID, the tile state on in XCR0, and the
+ * kernel's permission for this process (Linux 5.16+): asked once, the
+ * answer kept.  A kernel that says no leaves the level unsupported. */
+static int s_amx_usable(void)
+{
+    static int s_amx = -1;
+    if (s_amx >= 0)
+        return s_amx;
+    s_amx = 0;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    if (!(d & (1u << 24)) || !(d & (1u << 25))) /* AMX-TILE, AMX-INT8 */
+        return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) /* OSXSAVE */
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) /* XTILECFG, XTILEDATA */
+        return 0;
+    if (syscall(SYS_arch_prctl, S_ARCH_REQ_XCOMP_PERM, S_XFEATURE_XTILEDATA) != 0)
+        return 0;
+    s_amx = 1;
+    return 1;
+}
+#endif
 
 int nn_cpu_supports(nn_cpu_t level)
 {
@@ -22,6 +60,12 @@ int nn_cpu_supports(nn_cpu_t level)
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
     case NN_CPU_AVX512VNNI:
         return nn_cpu_supports(NN_CPU_AVX512) && __builtin_cpu_supports("avx512vnni");
+    case NN_CPU_AMX:
+#if defined(__x86_64__)
+        return nn_cpu_supports(NN_CPU_AVX512VNNI) && s_amx_usable();
+#else
+        return 0;
+#endif
     }
     return 0;
 #else

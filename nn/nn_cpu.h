@@ -3,8 +3,8 @@
  * Owns:    the process-wide SIMD level that nn/ (FP32) and lowprec/ (8-bit)
  *          kernels dispatch on: the best level the CPU supports, unless a
  *          caller forced a lower one (tests force every level in turn;
- *          LPGOSSIP_CPU=portable|avx2|avx512|avx512vnni in the environment
- *          caps whole runs, FP32 and int8 kernels alike).
+ *          LPGOSSIP_CPU=portable|avx2|avx512|avx512vnni|amx in the
+ *          environment caps whole runs, FP32 and int8 kernels alike).
  * Exposes: nn_cpu_level(), nn_cpu_force(), nn_cpu_supports(), names.
  * Callers: every dispatcher in nn/ and lowprec/, tests, bench, the CLI.
  *
@@ -13,7 +13,13 @@
  *   AVX2        AVX2 + FMA (nn's FP32 kernels; lowprec's vpmaddwd pairs);
  *   AVX512      AVX-512 F/BW/VL (nn's AVX-512 FP32 kernels);
  *   AVX512VNNI  + VNNI (lowprec's vpdpbusd kernels); AVX-512 BF16, where
- *               the CPU also has it, is a feature on top (lp_bf16.h).
+ *               the CPU also has it, is a feature on top (lp_bf16.h);
+ *   AMX         + AMX-TILE and AMX-INT8 (Sapphire Rapids and later:
+ *               lowprec's tile kernels, lp_tile.h), with the tile state
+ *               enabled by the OS (XCR0 bits 17, 18) and granted to this
+ *               process (arch_prctl ARCH_REQ_XCOMP_PERM, asked once); a
+ *               kernel that refuses it leaves the level unsupported, so
+ *               runs fall back to AVX512VNNI.
  */
 #ifndef NN_CPU_H
 #define NN_CPU_H
@@ -23,9 +29,10 @@ typedef enum {
     NN_CPU_AVX2       = 1,
     NN_CPU_AVX512     = 2,
     NN_CPU_AVX512VNNI = 3,
+    NN_CPU_AMX        = 4,
 } nn_cpu_t;
 
-#define NN_CPU_LEVELS 4
+#define NN_CPU_LEVELS 5
 
 /* The level kernels use now (forced, else LPGOSSIP_CPU, else the best). */
 nn_cpu_t    nn_cpu_level(void);
@@ -36,7 +43,7 @@ int         nn_cpu_supports(nn_cpu_t level);
  * lacks the level (the current choice is then unchanged).  Not
  * thread-safe: call it before kernels run (tests, startup). */
 int         nn_cpu_force(const char *name);
-/* "portable", "avx2", "avx512", "avx512vnni". */
+/* "portable", "avx2", "avx512", "avx512vnni", "amx". */
 const char *nn_cpu_name(nn_cpu_t level);
 /* The best level this CPU supports, whatever is forced or set. */
 nn_cpu_t    nn_cpu_best(void);

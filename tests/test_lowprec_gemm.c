@@ -21,7 +21,6 @@
 #include "lowprec/lp_gemm.h"
 #include "nn/nn_core.h"
 
-static const char *s_levels[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni"};
 
 typedef struct {
     int M, N, K;
@@ -66,14 +65,14 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
         assert_int_equal(rows[m], t);
     }
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-        if (nn_cpu_force(s_levels[lv]) != 0)
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
             continue;
         memset(C, 0x5a, (size_t)M * ldc * sizeof(int32_t));
         lp_gemm_u8u8(C, ldc, Ap, Bp, M, N, K, cols);
         for (int m = 0; m < M; m++) {
             for (int n = 0; n < N; n++)
                 if (C[(size_t)m * ldc + n] != ref[(size_t)m * N + n])
-                    fail_msg("%s M=%d N=%d K=%d: C[%d][%d] = %d, ref %d", s_levels[lv], M, N,
+                    fail_msg("%s M=%d N=%d K=%d: C[%d][%d] = %d, ref %d", nn_cpu_name((nn_cpu_t)lv), M, N,
                              K, m, n, C[(size_t)m * ldc + n], ref[(size_t)m * N + n]);
             for (int n = N; n < ldc; n++) /* beyond N untouched */
                 assert_int_equal((uint32_t)C[(size_t)m * ldc + n], 0x5a5a5a5au);
@@ -94,8 +93,8 @@ static void test_levels_available(void **state)
 {
     (void)state;
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++)
-        if (nn_cpu_force(s_levels[lv]) != 0)
-            print_message("skipping %s: not supported by this CPU\n", s_levels[lv]);
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+            print_message("skipping %s: not supported by this CPU\n", nn_cpu_name((nn_cpu_t)lv));
     assert_int_equal(nn_cpu_force("nonsense"), -1);
     assert_int_equal(nn_cpu_force("portable"), 0);
     assert_int_equal(nn_cpu_level(), NN_CPU_PORTABLE);
@@ -204,7 +203,7 @@ static void test_shiftgemm(void **state)
                         const uint32_t *B = grid + margin;
                         int32_t *S = nn_xmalloc((size_t)M * ldc * 4);
                         for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-                            if (nn_cpu_force(s_levels[lv]) != 0)
+                            if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
                                 continue;
                             memset(S, 0x5a, (size_t)M * ldc * 4);
                             lp_shiftgemm(S, ldc, Ap, M, B, ldb, np, toff, T, n);
@@ -217,7 +216,7 @@ static void test_shiftgemm(void **state)
                                                  b[(size_t)c * ldb + margin + toff[t] + j];
                                     if (S[(size_t)m * ldc + j] != e)
                                         fail_msg("%s M=%d np=%d T=%d n=%zu: S[%d][%zu] = %d, want %d",
-                                                 s_levels[lv], M, np, T, n, m, j,
+                                                 nn_cpu_name((nn_cpu_t)lv), M, np, T, n, m, j,
                                                  S[(size_t)m * ldc + j], e);
                                 }
                                 for (size_t j = n; j < ldc; j++)
@@ -274,7 +273,7 @@ static void test_shiftgemm_quads(void **state)
                         const uint32_t *B = grid + margin;
                         int32_t *S = nn_xmalloc((size_t)M * ldc * 4);
                         for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-                            if (nn_cpu_force(s_levels[lv]) != 0)
+                            if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
                                 continue;
                             memset(S, 0x5a, (size_t)M * ldc * 4);
                             lp_shiftgemm_q(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
@@ -290,7 +289,7 @@ static void test_shiftgemm_quads(void **state)
                                     int32_t got = S[(size_t)m * ldc + j] + 128 * sb;
                                     if (got != e)
                                         fail_msg("%s M=%d nq=%d T=%d n=%zu: S[%d][%zu] + 128 SB = %d, want %d",
-                                                 s_levels[lv], M, nq, T, n, m, j, got, e);
+                                                 nn_cpu_name((nn_cpu_t)lv), M, nq, T, n, m, j, got, e);
                                 }
                                 for (size_t j = n; j < ldc; j++)
                                     assert_int_equal((uint32_t)S[(size_t)m * ldc + j], 0x5a5a5a5au);
@@ -322,7 +321,7 @@ static void test_dequant_row_quads(void **state)
     }
     lp_dequant_row_ref(ref, St, t, c, base, n);
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-        if (nn_cpu_force(s_levels[lv]) != 0)
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
             continue;
         for (size_t len = 0; len <= n; len++) {
             memset(got, 0x7f, sizeof got);
@@ -353,7 +352,7 @@ static void test_dequant_row(void **state)
     const double c = 1.3e-5;
     lp_dequant_row_ref(ref, S, t, c, base, n);
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-        if (nn_cpu_force(s_levels[lv]) != 0)
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
             continue;
         for (size_t len = 0; len <= n; len++) {
             memset(got, 0x7f, sizeof got);
@@ -385,7 +384,7 @@ static void test_dequant_rows(void **state)
         base[i] = -0.731 + 0.013 * (double)i;
     const double c = 1.3e-5;
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-        if (nn_cpu_force(s_levels[lv]) != 0)
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
             continue;
         for (size_t W = 1; W <= MAXW; W++)
             for (int rows = 0; rows <= ROWS; rows++) {

@@ -93,8 +93,6 @@ static void s_conv_case(int N, int C, int H, int W, int OC, int K, int stride, i
     free(dw1); free(dw2); free(db1); free(db2); free(saved); free(scratch); free(fqs);
 }
 
-static const char *s_levels[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni"};
-
 /* Every CPU level, and the stride-1 "same" convs both through the shift
  * path and through the im2col path. */
 static void test_conv_matches_fake_quant(void **state)
@@ -102,7 +100,7 @@ static void test_conv_matches_fake_quant(void **state)
     (void)state;
     char err[256];
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-        if (nn_cpu_force(s_levels[lv]) != 0)
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
             continue;
         for (int wg = 0; wg < 4; wg++) {
             const int im2col = wg & 1;
@@ -222,7 +220,7 @@ static void test_conv_paths_identical(void **state)
     lp_mode mode = {1, 31};
     float run[2] = {0, 0};
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-        if (nn_cpu_force(s_levels[lv]) != 0)
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
             continue;
         lp_conv2d_force_im2col(0);
         lp_conv2d_forward(o1, &sv, run, x, w, b, &d, mode, scratch);
@@ -233,6 +231,66 @@ static void test_conv_paths_identical(void **state)
     lp_conv2d_force_im2col(0);
     nn_cpu_force("auto");
     free(x); free(w); free(b); free(o1); free(o2); free(saved); free(scratch);
+}
+
+/* Forward and input gradient of one stride-1 same conv, written to o / dx. */
+static void s_conv_fwd_bwd(float *o, float *dx, const nn_conv_dims *d, uint64_t seed)
+{
+    nn_rng r;
+    nn_rng_seed(&r, seed);
+    size_t xn = (size_t)d->N * d->C * d->H * d->W, wn = (size_t)d->OC * d->C * d->KH * d->KW,
+           on = (size_t)d->N * d->OC * d->OH * d->OW;
+    float *x = nn_xmalloc(xn * 4), *w = nn_xmalloc(wn * 4), *g = nn_xmalloc(on * 4);
+    s_fill(&r, x, xn, -1.0f, 2.5f);
+    s_fill(&r, w, wn, -0.3f, 0.4f);
+    s_fill(&r, g, on, -0.02f, 0.01f);
+    uint8_t *saved = nn_xmalloc(lp_conv2d_saved_bytes(d));
+    lp_qsaved sv = {saved, {0, 0}, saved + xn, {0, 0}};
+    void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(d));
+    float run[2] = {0, 0};
+    lp_conv2d_forward(o, &sv, run, x, w, NULL, d, (lp_mode){1, 41}, scratch);
+    lp_conv2d_backward(dx, NULL, NULL, g, &sv, d, 43, scratch);
+    free(x); free(w); free(g); free(saved); free(scratch);
+}
+
+/* The AMX tile layout and kernel (on the software tile model, any CPU)
+ * give the same floats as the level's own shift path, forward and input
+ * gradient, and match the fake-quant twin; no tile rule broken. */
+static void test_conv_tile_model(void **state)
+{
+    (void)state;
+    static const int cs[][6] = {/* N, C, H, W, OC, K */
+                                {3, 6, 9, 7, 10, 3},  {2, 16, 8, 8, 16, 3}, {1, 1, 28, 28, 16, 3},
+                                {2, 32, 8, 8, 40, 3}, {3, 7, 5, 9, 5, 5},   {13, 4, 4, 4, 3, 3},
+                                {2, 3, 1, 1, 6, 3}};
+    for (int lv = 0; lv < NN_CPU_AMX; lv++) {
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+            continue;
+        for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
+            const int *c = cs[i];
+            nn_conv_dims d = nn_conv_dims_make(c[0], c[1], c[2], c[3], c[4], c[5], 1, c[5] / 2);
+            size_t xn = (size_t)d.N * d.C * d.H * d.W, on = (size_t)d.N * d.OC * d.OH * d.OW;
+            float *o1 = nn_xmalloc(on * 4), *o2 = nn_xmalloc(on * 4);
+            float *dx1 = nn_xmalloc(xn * 4), *dx2 = nn_xmalloc(xn * 4);
+            s_conv_fwd_bwd(o1, dx1, &d, 50 + i);
+            lp_conv2d_force_tile_model(1);
+            s_conv_fwd_bwd(o2, dx2, &d, 50 + i);
+            assert_int_equal(lp_conv2d_tile_model_faults(), 0);
+            for (size_t k = 0; k < on; k++)
+                if (o1[k] != o2[k])
+                    fail_msg("%s case %zu: out[%zu] = %.9g with tiles, %.9g without",
+                             nn_cpu_name((nn_cpu_t)lv), i, k, o2[k], o1[k]);
+            for (size_t k = 0; k < xn; k++)
+                if (dx1[k] != dx2[k])
+                    fail_msg("%s case %zu: din[%zu] = %.9g with tiles, %.9g without",
+                             nn_cpu_name((nn_cpu_t)lv), i, k, dx2[k], dx1[k]);
+            s_conv_case(c[0], c[1], c[2], c[3], c[4], c[5], 1, c[5] / 2, 1, 1);
+            assert_int_equal(lp_conv2d_tile_model_faults(), 0);
+            lp_conv2d_force_tile_model(0);
+            free(o1); free(o2); free(dx1); free(dx2);
+        }
+    }
+    nn_cpu_force("auto");
 }
 
 /* Skips the test on CPUs without AVX2 (its kernels are called directly). */
@@ -515,7 +573,7 @@ static void test_ren_finite_differences(void **state)
 {
     (void)state;
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++)
-        if (nn_cpu_force(s_levels[lv]) == 0)
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) == 0)
             s_ren_fd_case();
     nn_cpu_force("auto");
 }
@@ -713,6 +771,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_matches_fake_quant),
         cmocka_unit_test(test_conv_paths_identical),
+        cmocka_unit_test(test_conv_tile_model),
         cmocka_unit_test(test_conv_wgrad_bf16),
         cmocka_unit_test(test_pair_rows),
         cmocka_unit_test(test_quad_rows),

@@ -24,7 +24,6 @@
 #include "lowprec/lp_quant.h"
 #include "nn/nn_core.h"
 
-static const char *s_levels[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni"};
 
 static void s_fill(nn_rng *r, float *x, size_t n, float lo, float hi)
 {
@@ -201,8 +200,8 @@ static void test_dispatch_identical(void **state)
     const size_t sizes[] = {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 1000, 2999};
     int tested = 0;
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-        if (nn_cpu_force(s_levels[lv]) != 0) {
-            print_message("skipping %s: not supported by this CPU\n", s_levels[lv]);
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0) {
+            print_message("skipping %s: not supported by this CPU\n", nn_cpu_name((nn_cpu_t)lv));
             continue;
         }
         tested++;
@@ -262,7 +261,7 @@ static void test_dispatch_edges(void **state)
     for (size_t i = 0; i < N; i++)
         x[i] = e[(i * 7 + i / NE) % NE];
     for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-        if (nn_cpu_force(s_levels[lv]) != 0)
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
             continue;
         tested++;
         lp_quantize_ref(q0, x, N, p);

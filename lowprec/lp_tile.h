@@ -1,0 +1,90 @@
+/* lp_tile — the AMX-INT8 integer GEMM of the shift-path convolutions, and
+ * a software model of the tile unit that runs the same kernel anywhere.
+ *
+ * Owns:    the tile layout of the packed weights, the grouped strided-row
+ *          GEMM on AMX tiles (lp_tile_amx.c: TDPBSUD, 16 x 16 int32 sums
+ *          of 16 x 64 byte products per instruction), its plain twin, and
+ *          the tile model (lp_tile_emu.c) that executes the kernel's exact
+ *          sequence of tile loads, products and stores in C, checking
+ *          every shape rule the hardware enforces (#UD / #GP there).
+ * Exposes: lp_tilegemm (dispatch: AMX at NN_CPU_AMX, else the twin), its
+ *          _ref twin, the _emu run of the kernel, the layout helpers.
+ * Callers: lp_layers.c (stride-1 "same" convs, forward and input gradient,
+ *          at NN_CPU_AMX), tests, bench.
+ *
+ * The product.  B is a grid of 32-bit lanes of four codes each (unsigned
+ * bytes; lp_quad); G groups of R rows read it at offsets goff[g] + r*rs:
+ *   S[m*ldc + j] = sum_{g<G} sum_{r<R} sum_{l<4}
+ *                    s8(A(m, g, r), l) * u8(B[goff[g] + r*rs + j], l)
+ * for m < M, j < n; S overwritten.  A(m, g, r) is a lane of four signed
+ * bytes (lp_quad_s8: codes - 128), so the products are those of vpdpbusd
+ * and the caller restores the shift exactly as on the VNNI level.
+ * Why groups of strided rows: a tile load reads rows at one stride.  The
+ * shift conv puts its K column-shift variants of a quad row at a stride of
+ * vlen + 1 lanes and the quad rows at K (vlen + 1) (lp_layers.c), so the
+ * taps (kh, kw) of all quad rows p for one kernel row kh are rows
+ * r = p*K + kw of one group: K groups of nq*K rows, and a 16-channel layer
+ * fills 48 of a tile's 64 bytes of depth (12 of 64 with one group a tap).
+ *
+ * Layout of packed A (lp_tile_pack_lanes lanes, zero where unset): the
+ * depth of a tile is kr = lp_tile_depth(R) rows (the largest divisor of R
+ * that is <= 16, so no tile reads rows past R); block kb of group g holds
+ * rows [kb*kr, kb*kr + kr) as a 16-row-padded (Mp = M rounded up to 16)
+ * row-major matrix of kr lanes: A(m, g, r) at lp_tile_a_at(M, R, m, g, r).
+ *
+ * The kernel (lp_tile_kern.h): C blocks of 32 rows x 32 columns in four
+ * tiles (two A tiles, two B tiles), one 16-row block at the end of an odd
+ * row count; the last column block starts at n - 32 (recomputing columns
+ * with the same sums) so no tile reads or writes past column n; a block
+ * with rows past M goes through a buffer.  n < 32 runs the twin.
+ * Range: |S| <= 128*255*4*G*R < 2^31 for 4*G*R <= LP_GEMM_MAX_K.
+ */
+#ifndef LP_TILE_H
+#define LP_TILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LP_TILE_MAXR 16 /* rows of a tile, and the most depth rows (64 bytes) */
+
+static inline int lp_tile_depth(int R)
+{
+    int kr = R < LP_TILE_MAXR ? R : LP_TILE_MAXR;
+    while (R % kr)
+        kr--;
+    return kr;
+}
+static inline int lp_tile_mp(int M)
+{
+    return (M + LP_TILE_MAXR - 1) / LP_TILE_MAXR * LP_TILE_MAXR;
+}
+static inline size_t lp_tile_pack_lanes(int M, int G, int R)
+{
+    return (size_t)lp_tile_mp(M) * (size_t)G * (size_t)R;
+}
+/* Index of A(m, g, r) in a packed A. */
+static inline size_t lp_tile_a_at(int M, int R, int m, int g, int r)
+{
+    const int kr = lp_tile_depth(R), kb = r / kr;
+    return (((size_t)g * (size_t)(R / kr) + (size_t)kb) * (size_t)lp_tile_mp(M) + (size_t)m) *
+               (size_t)kr +
+           (size_t)(r % kr);
+}
+
+/* The product above.  Every B[goff[g] + r*rs + j], j < n, must be
+ * readable (goff may be negative).  1 <= R, G; 4*G*R <= LP_GEMM_MAX_K. */
+void lp_tilegemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                 const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
+void lp_tilegemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                     const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
+/* The AMX kernel's own sequence on the tile model (any CPU).  Returns 0,
+ * or -1 when the kernel broke a rule the hardware enforces (then
+ * lp_tile_emu_fault() names the first). */
+int         lp_tilegemm_emu(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                            const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
+const char *lp_tile_emu_fault(void);
+/* The model's rules alone (tests): LDTILECFG of the 64 bytes at cfg, then
+ * one TDPBSUD tmm c, tmm a, tmm b.  Returns 0, or -1 with the fault named. */
+int         lp_tile_emu_check(const void *cfg, int c, int a, int b);
+
+#endif

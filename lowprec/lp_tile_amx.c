@@ -1,0 +1,21 @@
+/* lp_tile_amx — the AMX-INT8 build of the tile kernel (lp_tile_kern.h;
+ * contract in lp_tile.h).  Compiled with -mamx-tile -mamx-int8 and called
+ * only at nn_cpu_level() >= NN_CPU_AMX, after nn_cpu has the kernel's
+ * permission for the tile state. */
+#include <immintrin.h>
+
+#define LPT_CFG(p)         _tile_loadconfig(p)
+#define LPT_ZERO(t)        _tile_zero(t)
+#define LPT_LOAD(t, p, s)  _tile_loadd(t, p, s)
+#define LPT_STORE(t, p, s) _tile_stored(t, p, s)
+#define LPT_DP(c, a, b)    _tile_dpbsud(c, a, b)
+#define LPT_RELEASE()      _tile_release()
+
+#include "lowprec/lp_simd.h"
+#include "lowprec/lp_tile_kern.h"
+
+void lp_tilegemm_amx(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                     const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
+{
+    lpt_kernel(S, ldc, Ap, M, B, goff, G, R, rs, n);
+}
