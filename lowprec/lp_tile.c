@@ -28,8 +28,8 @@ void lp_tilegemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const ui
 void lp_tilegemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                  const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
 {
-    assert(M >= 1 && G >= 1 && R >= 1 && 4 * (size_t)G * R <= LP_GEMM_MAX_K);
-    if (nn_cpu_level() >= NN_CPU_AMX && n >= 32)
+    assert(M >= 1 && G >= 1 && G <= LP_TILE_MAXG && R >= 1 && 4 * (size_t)G * R <= LP_GEMM_MAX_K);
+    if (nn_cpu_level() >= NN_CPU_AMX)
         lp_tilegemm_amx(S, ldc, Ap, M, B, goff, G, R, rs, n);
     else
         lp_tilegemm_ref(S, ldc, Ap, M, B, goff, G, R, rs, n);

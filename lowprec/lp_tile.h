@@ -36,7 +36,9 @@
  * tiles (two A tiles, two B tiles), one 16-row block at the end of an odd
  * row count; the last column block starts at n - 32 (recomputing columns
  * with the same sums) so no tile reads or writes past column n; a block
- * with rows past M goes through a buffer.  n < 32 runs the twin.
+ * with rows past M goes through a buffer.  16 <= n < 32: blocks of 16
+ * columns, the same way; n < 16: B's rows copied into zero-padded rows of
+ * 16 lanes (a heap buffer of G*R*16 lanes), the sums through the buffer.
  * Range: |S| <= 128*255*4*G*R < 2^31 for 4*G*R <= LP_GEMM_MAX_K.
  */
 #ifndef LP_TILE_H
@@ -46,6 +48,7 @@
 #include <stdint.h>
 
 #define LP_TILE_MAXR 16 /* rows of a tile, and the most depth rows (64 bytes) */
+#define LP_TILE_MAXG 8  /* most groups */
 
 static inline int lp_tile_depth(int R)
 {
@@ -72,7 +75,8 @@ static inline size_t lp_tile_a_at(int M, int R, int m, int g, int r)
 }
 
 /* The product above.  Every B[goff[g] + r*rs + j], j < n, must be
- * readable (goff may be negative).  1 <= R, G; 4*G*R <= LP_GEMM_MAX_K. */
+ * readable (goff may be negative).  1 <= R; 1 <= G <= LP_TILE_MAXG;
+ * 4*G*R <= LP_GEMM_MAX_K. */
 void lp_tilegemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                  const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
 void lp_tilegemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,

@@ -11,11 +11,16 @@
 #define LPT_DP(c, a, b)    _tile_dpbsud(c, a, b)
 #define LPT_RELEASE()      _tile_release()
 
+#include <stdlib.h>
+
 #include "lowprec/lp_simd.h"
 #include "lowprec/lp_tile_kern.h"
+#include "nn/nn_core.h"
 
 void lp_tilegemm_amx(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                      const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
 {
-    lpt_kernel(S, ldc, Ap, M, B, goff, G, R, rs, n);
+    uint32_t *bl = n < 16 ? nn_xmalloc((size_t)G * R * 16 * 4) : NULL;
+    lpt_kernel(S, ldc, Ap, M, B, goff, G, R, rs, n, bl);
+    free(bl);
 }

@@ -10,6 +10,7 @@
  * operands.  Not thread-safe (one model per process; tests only). */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lowprec/lp_tile.h"
@@ -128,15 +129,15 @@ static void s_release(void)
 #define LPT_RELEASE()      s_release()
 
 #include "lowprec/lp_tile_kern.h"
+#include "nn/nn_core.h"
 
 int lp_tilegemm_emu(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                     const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
 {
     s_u.fault[0] = 0;
-    if (n < 32)
-        lp_tilegemm_ref(S, ldc, Ap, M, B, goff, G, R, rs, n);
-    else
-        lpt_kernel(S, ldc, Ap, M, B, goff, G, R, rs, n);
+    uint32_t *bl = n < 16 ? nn_xmalloc((size_t)G * R * 16 * 4) : NULL;
+    lpt_kernel(S, ldc, Ap, M, B, goff, G, R, rs, n, bl);
+    free(bl);
     return s_u.fault[0] ? -1 : 0;
 }
 

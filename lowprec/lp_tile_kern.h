@@ -54,43 +54,52 @@ static void lpt_config(lpt_cfg *c, int kr)
     }
 }
 
-/* Rows [m0, m0+rows) of the sums in tiles 0..3 (2x2 blocks of 16 x 16,
- * tile = 2*(row half) + column half) stored at columns [j0, j0+32); rows
- * past M go through buf (32 x 32 int32) and are dropped. */
-#define LPT_STORE_BLOCK(a, m0, j0, two, buf) \
-    do { \
-        const size_t ld4_ = (a)->ldc * 4; \
-        int32_t *o_ = (a)->S + (size_t)(m0) * (a)->ldc + (j0); \
-        if ((m0) + 16 * ((two) + 1) <= (a)->M) { \
-            LPT_STORE(0, o_, ld4_); \
-            LPT_STORE(1, o_ + 16, ld4_); \
-            if (two) { \
-                LPT_STORE(2, o_ + 16 * (a)->ldc, ld4_); \
-                LPT_STORE(3, o_ + 16 * (a)->ldc + 16, ld4_); \
-            } \
-        } else { \
-            LPT_STORE(0, (buf), 128); \
-            LPT_STORE(1, (buf) + 16, 128); \
-            if (two) { \
-                LPT_STORE(2, (buf) + 16 * 32, 128); \
-                LPT_STORE(3, (buf) + 16 * 32 + 16, 128); \
-            } \
-            for (int r_ = 0; (m0) + r_ < (a)->M; r_++) \
-                memcpy(o_ + (size_t)r_ * (a)->ldc, (buf) + 32 * r_, 32 * 4); \
-        } \
-    } while (0)
+/* The sums of a block (tiles 0..3: tile = 2*(row half) + column half)
+ * into S at rows m0.., columns j0..: straight when the block lies inside
+ * S's M rows and n columns, else through buf (32 x 32 int32) keeping only
+ * what lies inside. */
+static inline __attribute__((always_inline)) void
+lpt_store(const lpt_args *a, int m0, size_t j0, size_t n, const int tr, const int tc, int32_t *buf)
+{
+    const size_t ld4 = a->ldc * 4;
+    int32_t *o = a->S + (size_t)m0 * a->ldc + j0;
+    if (m0 + 16 * tr <= a->M && j0 + 16 * (size_t)tc <= n) {
+        LPT_STORE(0, o, ld4);
+        if (tc > 1)
+            LPT_STORE(1, o + 16, ld4);
+        if (tr > 1)
+            LPT_STORE(2, o + 16 * a->ldc, ld4);
+        if (tr > 1 && tc > 1)
+            LPT_STORE(3, o + 16 * a->ldc + 16, ld4);
+        return;
+    }
+    LPT_STORE(0, buf, 128);
+    if (tc > 1)
+        LPT_STORE(1, buf + 16, 128);
+    if (tr > 1)
+        LPT_STORE(2, buf + 16 * 32, 128);
+    if (tr > 1 && tc > 1)
+        LPT_STORE(3, buf + 16 * 32 + 16, 128);
+    const size_t w = n - j0 < 16 * (size_t)tc ? n - j0 : 16 * (size_t)tc;
+    for (int r = 0; r < 16 * tr && m0 + r < a->M; r++)
+        memcpy(o + (size_t)r * a->ldc, buf + 32 * r, w * 4);
+}
 
-/* One 32 x 32 block of S (two: 32 rows; else 16 rows, tiles 0, 1, 4). */
+/* One block of S: tr x tc tiles of 16 x 16 sums (tr, tc 1 or 2) at rows
+ * m0 and columns j0: per group and depth block, tc B tiles, tr A tiles and
+ * tr*tc products. */
 static inline __attribute__((always_inline)) void lpt_block(const lpt_args *a, int m0, size_t j0,
-                                                            const int two, int32_t *buf)
+                                                            size_t n, const int tr, const int tc,
+                                                            int32_t *buf)
 {
     const size_t lda = (size_t)a->kr * 4, ldb = a->rs * 4;
     LPT_ZERO(0);
-    LPT_ZERO(1);
-    if (two) {
+    if (tc > 1)
+        LPT_ZERO(1);
+    if (tr > 1)
         LPT_ZERO(2);
+    if (tr > 1 && tc > 1)
         LPT_ZERO(3);
-    }
     for (int g = 0; g < a->G; g++)
         for (int kb = 0; kb < a->KB; kb++) {
             const uint32_t *ab =
@@ -98,22 +107,58 @@ static inline __attribute__((always_inline)) void lpt_block(const lpt_args *a, i
             const uint32_t *bb = a->B + a->goff[g] + (ptrdiff_t)((size_t)kb * a->kr * a->rs) +
                                  (ptrdiff_t)j0;
             LPT_LOAD(6, bb, ldb);
-            LPT_LOAD(7, bb + 16, ldb);
+            if (tc > 1)
+                LPT_LOAD(7, bb + 16, ldb);
             LPT_LOAD(4, ab, lda);
             LPT_DP(0, 4, 6);
-            LPT_DP(1, 4, 7);
-            if (two) {
+            if (tc > 1)
+                LPT_DP(1, 4, 7);
+            if (tr > 1) {
                 LPT_LOAD(5, ab + 16 * (size_t)a->kr, lda);
                 LPT_DP(2, 5, 6);
-                LPT_DP(3, 5, 7);
+                if (tc > 1)
+                    LPT_DP(3, 5, 7);
             }
         }
-    LPT_STORE_BLOCK(a, m0, j0, two, buf);
+    lpt_store(a, m0, j0, n, tr, tc, buf);
 }
 
-/* The whole product for n >= 32 (lp_tile.h). */
+/* Every row block of the columns [j0, j0 + 16*tc). */
+static inline __attribute__((always_inline)) void lpt_cols(const lpt_args *a, size_t j0,
+                                                           size_t n, const int tc, int32_t *buf)
+{
+    int m0 = 0;
+    for (; m0 + 16 < a->M; m0 += 32)
+        lpt_block(a, m0, j0, n, 2, tc, buf);
+    if (m0 < a->M)
+        lpt_block(a, m0, j0, n, 1, tc, buf);
+}
+
+/* n < 16: the G*R rows of B copied into 16-lane rows of zeros (bl), the
+ * product on them, stored through the buffer. */
+static void lpt_narrow(const lpt_args *a, size_t n, uint32_t *bl, int32_t *buf)
+{
+    const int R = a->KB * a->kr;
+    ptrdiff_t goff[LP_TILE_MAXG];
+    memset(bl, 0, (size_t)a->G * R * 16 * 4);
+    for (int g = 0; g < a->G; g++) {
+        goff[g] = (ptrdiff_t)g * R * 16;
+        for (int r = 0; r < R; r++)
+            memcpy(bl + goff[g] + r * 16, a->B + a->goff[g] + (ptrdiff_t)((size_t)r * a->rs),
+                   n * 4);
+    }
+    lpt_args c = *a;
+    c.B = bl;
+    c.goff = goff;
+    c.rs = 16;
+    __asm__ volatile("" ::: "memory"); /* the tile loads read bl */
+    lpt_cols(&c, 0, n, 1, buf);
+}
+
+/* The whole product (lp_tile.h); bl: LP_TILE_MAXG*R*16 lanes of scratch
+ * for n < 16. */
 static void lpt_kernel(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
-                       const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
+                       const ptrdiff_t *goff, int G, int R, size_t rs, size_t n, uint32_t *bl)
 {
     const int kr = lp_tile_depth(R);
     const lpt_args a = {S, ldc, Ap, B, goff, M, lp_tile_mp(M), G, R / kr, kr, rs};
@@ -122,13 +167,15 @@ static void lpt_kernel(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const 
     lpt_config(&cfg, kr);
     __asm__ volatile("" ::: "memory"); /* the tile loads read what C wrote */
     LPT_CFG(&cfg);
-    for (size_t j = 0; j < n; j += 32) {
-        const size_t j0 = j + 32 <= n ? j : n - 32; /* the last block ends at n */
-        int m0 = 0;
-        for (; m0 + 16 < M; m0 += 32)
-            lpt_block(&a, m0, j0, 1, buf);
-        if (m0 < M)
-            lpt_block(&a, m0, j0, 0, buf);
+    if (n >= 32) {
+        for (size_t j = 0; j < n; j += 32)
+            lpt_cols(&a, j + 32 <= n ? j : n - 32, n, 2, buf); /* the last block ends at n */
+    } else if (n >= 16) {
+        lpt_cols(&a, 0, n, 1, buf);
+        if (n > 16)
+            lpt_cols(&a, n - 16, n, 1, buf);
+    } else {
+        lpt_narrow(&a, n, bl, buf);
     }
     LPT_RELEASE();
 }

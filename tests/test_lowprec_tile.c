@@ -3,8 +3,8 @@
  * - The kernel's own sequence of tile operations, run on the software tile
  *   model, equals the plain twin exactly (int32) over shapes that hit
  *   every branch: rows below, at and past 16 and 32 (the buffered row
- *   blocks), columns from 32 to non-multiples of 32 (the last block moved
- *   back to end at n), depths with every tile depth kr (R = 1, 3, 12, 16,
+ *   blocks), columns from 1 to non-multiples of 32 (the last block moved
+ *   back to end at n; 16-column blocks; B copied for n < 16), depths with every tile depth kr (R = 1, 3, 12, 16,
  *   20, 24, 48), one and several groups, negative group offsets.  B and S
  *   are allocated to exactly what the contract lets the kernel touch, so
  *   the sanitizer build catches a tile load or store past it.
@@ -78,7 +78,7 @@ static void s_sweep(s_gemm_fn fn, const char *what)
 {
     static const int Ms[] = {1, 5, 16, 17, 31, 32, 33, 48, 70};
     static const int Rs[] = {1, 3, 12, 16, 20, 24, 48};
-    static const size_t ns[] = {32, 33, 47, 64, 100, 257};
+    static const size_t ns[] = {1, 7, 15, 16, 17, 31, 32, 33, 47, 64, 100, 257};
     uint64_t seed = 1;
     for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
         for (size_t b = 0; b < sizeof Rs / sizeof *Rs; b++)
