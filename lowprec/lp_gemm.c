@@ -7,10 +7,30 @@
 
 #include "nn/nn_cpu.h"
 #include "lowprec/lp_simd.h"
+#include "lowprec/lp_tile.h"
+
+static int s_tile_model, s_tile_faults;
+
+void lp_gemm_force_tile_model(int on)
+{
+    s_tile_model = on;
+    s_tile_faults = 0;
+}
+
+int lp_gemm_tile_model_faults(void)
+{
+    return s_tile_faults;
+}
+
+/* Byte offset of packed A's tile part (lp_gemm.h). */
+static size_t s_tile_part(int M, int K)
+{
+    return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_mp(M) * (4 + 8);
+}
 
 size_t lp_gemm_pack_a_bytes(int M, int K)
 {
-    return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_mp(M) * (4 + 8);
+    return s_tile_part(M, K) + lp_tile_pack_lanes(M, 1, lp_gemm_k4(K)) * 4;
 }
 
 size_t lp_gemm_pack_b_bytes(int K, int N)
@@ -24,6 +44,7 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
     const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
     memset(Ap, 0, lp_gemm_pack_a_bytes(M, K));
     uint16_t *A16 = (uint16_t *)(void *)(Ap + (size_t)K4 * Mp * 4);
+    int8_t *At = Ap + s_tile_part(M, K);
     for (int m = 0; m < M; m++) {
         int32_t s = 0;
         const uint8_t *row = A + m * rs;
@@ -34,6 +55,7 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
             /* row tile m/4, group k4, row m%4, lane k&1, half (k&2 ? high : low) */
             A16[((((size_t)(m >> 2) * K4 + (k >> 2)) * 4 + (m & 3)) * 2 + (k & 1)) * 2 +
                 ((k >> 1) & 1)] = (uint16_t)v;
+            At[lp_tile_a_at(M, K4, m, 0, k >> 2) * 4 + (k & 3)] = (int8_t)(v - 128);
         }
         if (rowsum)
             rowsum[m] = s;
@@ -102,12 +124,56 @@ void lp_gemm_kernel_portable(int32_t *C, int ldc, const int8_t *Ap, const uint8_
     }
 }
 
+/* The product on AMX tiles (lp_tile.h with one group: B's K4 rows of Np
+ * lanes are the rows, A's tile part the weights), then the 128 shift of A
+ * restored with B's column sums.  model: on the software tile model. */
+static void s_gemm_tile(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N,
+                        int K, int32_t *colsum, int model)
+{
+    const int K4 = lp_gemm_k4(K), Np = lp_gemm_np(N);
+    const uint32_t *At = (const uint32_t *)(const void *)(Ap + s_tile_part(M, K));
+    const uint32_t *B = (const uint32_t *)(const void *)Bp;
+    const ptrdiff_t goff[1] = {0};
+    if (!model)
+        lp_tilegemm(C, (size_t)ldc, At, M, B, goff, 1, K4, (size_t)Np, (size_t)N);
+    else if (lp_tilegemm_emu(C, (size_t)ldc, At, M, B, goff, 1, K4, (size_t)Np, (size_t)N) != 0)
+        s_tile_faults++;
+    int32_t cs[LP_GEMM_NR];
+    for (int n0 = 0; n0 < N; n0 += LP_GEMM_NR) {
+        const int w = N - n0 < LP_GEMM_NR ? N - n0 : LP_GEMM_NR;
+        for (int n = 0; n < w; n++)
+            cs[n] = 0;
+        for (int k4 = 0; k4 < K4; k4++) {
+            const uint8_t *b = Bp + ((size_t)k4 * Np + n0) * 4;
+            for (int n = 0; n < w; n++)
+                cs[n] += b[4 * n] + b[4 * n + 1] + b[4 * n + 2] + b[4 * n + 3];
+        }
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < w; n++)
+                C[(size_t)m * ldc + n0 + n] += 128 * cs[n];
+        if (colsum)
+            memcpy(colsum + n0, cs, (size_t)w * 4);
+    }
+}
+
+/* Tiles pay where a tile's depth holds at least 4 of the K4 rows (16
+ * codes) or all of them. */
+static int s_tile_pays(int K)
+{
+    const int K4 = lp_gemm_k4(K), kr = lp_tile_depth(K4);
+    return kr >= 4 || kr == K4;
+}
+
 void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N, int K,
                   int32_t *colsum)
 {
     assert(M >= 1 && N >= 1 && K >= 1 && K <= LP_GEMM_MAX_K && ldc >= N);
+    if (s_tile_model || (nn_cpu_level() >= NN_CPU_AMX && s_tile_pays(K))) {
+        s_gemm_tile(C, ldc, Ap, Bp, M, N, K, colsum, nn_cpu_level() < NN_CPU_AMX);
+        return;
+    }
     switch (nn_cpu_level()) {
-    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
+    case NN_CPU_AMX: /* a depth the tiles would waste: vpdpbusd */
     case NN_CPU_AVX512VNNI:
         lp_gemm_kernel_avx512(C, ldc, Ap, Bp, M, N, K, colsum);
         return;

@@ -23,13 +23,22 @@
  *               [Mp/4][K4][4][2]: lane 0 = (A(m, 4k4), A(m, 4k4+2)), lane 1 =
  *               (A(m, 4k4+1), A(m, 4k4+3)) (a tile's panel is contiguous:
  *               with the k-major layout above a 512-row A strides 4 KB, a
- *               page, per k group); both parts are always written, so a
- *               packed A serves every CPU level
+ *               page, per k group); then, at byte K4*Mp*12, the shifted
+ *               codes again in the AMX tile layout (lp_tile.h, one group
+ *               of K4 rows: the lane of A(m, 4k4..4k4+3) at
+ *               lp_tile_a_at(M, K4, m, 0, k4)); all parts are always
+ *               written, so a packed A serves every CPU level
  *     B packed: uint8 [K4][Np][4],  Bp[(k4*Np + n)*4 + j] = B(4*k4+j, n)
  * The AVX2 path has no vpdpbusd, and vpmaddubsw saturates on full bytes:
  * it splits each 32-bit group of B into its even and odd bytes as int16
  * (one and, one shift, shared by the rows of a tile) and multiplies them
  * with the int16 pairs of A by vpmaddwd (exact, 16 products each).
+ *
+ * At the AMX level the product runs on tiles (lp_tile.h): packed B's K4
+ * rows of Np lanes are the tile GEMM's rows at stride Np (B tiles load
+ * them as they are), A comes from its tile part, and the 128 shift is
+ * restored with B's column sums after; where the largest tile depth that
+ * divides K4 is under 4 rows (and not all of K4) vpdpbusd does it.
  *
  * Range: |C| <= 255*255*K < 2^31 requires K <= LP_GEMM_MAX_K.
  *
@@ -73,6 +82,12 @@ void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, i
  * 1 <= K <= LP_GEMM_MAX_K, M, N >= 1. */
 void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N, int K,
                   int32_t *colsum);
+/* Tests only: on != 0 makes lp_gemm_u8u8 run the AMX tile path on the
+ * software tile model at any level; faults counts the calls that broke a
+ * tile rule since.  Not thread-safe. */
+void lp_gemm_force_tile_model(int on);
+int  lp_gemm_tile_model_faults(void);
+
 /* Plain twin on row-major A (M, K) and B (K, N): C (M, N) = A * B. */
 void lp_gemm_u8u8_ref(int32_t *C, const uint8_t *A, const uint8_t *B, int M, int N, int K);
 

@@ -64,16 +64,22 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
             t += A[(size_t)m * K + k];
         assert_int_equal(rows[m], t);
     }
-    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
-        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+    /* every level, then (lv == NN_CPU_LEVELS) the AMX path on the tile model */
+    for (int lv = 0; lv <= NN_CPU_LEVELS; lv++) {
+        const char *name = lv < NN_CPU_LEVELS ? nn_cpu_name((nn_cpu_t)lv) : "tile model";
+        if (lv < NN_CPU_LEVELS && nn_cpu_force(name) != 0)
             continue;
+        lp_gemm_force_tile_model(lv == NN_CPU_LEVELS);
         memset(C, 0x5a, (size_t)M * ldc * sizeof(int32_t));
+        memset(cols, 0x5a, (size_t)N * sizeof(int32_t));
         lp_gemm_u8u8(C, ldc, Ap, Bp, M, N, K, cols);
+        assert_int_equal(lp_gemm_tile_model_faults(), 0);
+        lp_gemm_force_tile_model(0);
         for (int m = 0; m < M; m++) {
             for (int n = 0; n < N; n++)
                 if (C[(size_t)m * ldc + n] != ref[(size_t)m * N + n])
-                    fail_msg("%s M=%d N=%d K=%d: C[%d][%d] = %d, ref %d", nn_cpu_name((nn_cpu_t)lv), M, N,
-                             K, m, n, C[(size_t)m * ldc + n], ref[(size_t)m * N + n]);
+                    fail_msg("%s M=%d N=%d K=%d: C[%d][%d] = %d, ref %d", name, M, N, K, m, n,
+                             C[(size_t)m * ldc + n], ref[(size_t)m * N + n]);
             for (int n = N; n < ldc; n++) /* beyond N untouched */
                 assert_int_equal((uint32_t)C[(size_t)m * ldc + n], 0x5a5a5a5au);
         }

@@ -253,29 +253,46 @@ static void s_conv_fwd_bwd(float *o, float *dx, const nn_conv_dims *d, uint64_t 
     free(x); free(w); free(g); free(saved); free(scratch);
 }
 
-/* The AMX tile layout and kernel (on the software tile model, any CPU)
- * give the same floats as the level's own shift path, forward and input
- * gradient, and match the fake-quant twin; no tile rule broken. */
-static void test_conv_tile_model(void **state)
+static void s_linear_case(int N, int F, int OF, int train);
+
+static void s_tile_models(int on)
+{
+    lp_conv2d_force_tile_model(on);
+    lp_gemm_force_tile_model(on);
+}
+
+static void s_tile_model_clean(void)
+{
+    assert_int_equal(lp_conv2d_tile_model_faults(), 0);
+    assert_int_equal(lp_gemm_tile_model_faults(), 0);
+}
+
+/* The AMX paths (the tile layout of the shift path, lp_gemm on tiles for
+ * im2col convs and linear layers), run on the software tile model at every
+ * level, give the same floats as the level's own paths, forward and input
+ * gradient, and match the fake-quant twins; no tile rule broken. */
+static void test_tile_model_layers(void **state)
 {
     (void)state;
-    static const int cs[][6] = {/* N, C, H, W, OC, K */
-                                {3, 6, 9, 7, 10, 3},  {2, 16, 8, 8, 16, 3}, {1, 1, 28, 28, 16, 3},
-                                {2, 32, 8, 8, 40, 3}, {3, 7, 5, 9, 5, 5},   {13, 4, 4, 4, 3, 3},
-                                {2, 3, 1, 1, 6, 3}};
+    static const int cs[][8] = {/* N, C, H, W, OC, K, stride, pad */
+                                {3, 6, 9, 7, 10, 3, 1, 1},  {2, 16, 8, 8, 16, 3, 1, 1},
+                                {1, 1, 28, 28, 16, 3, 1, 1}, {2, 32, 8, 8, 40, 3, 1, 1},
+                                {3, 7, 5, 9, 5, 5, 1, 2},   {13, 4, 4, 4, 3, 3, 1, 1},
+                                {2, 3, 1, 1, 6, 3, 1, 1},   {2, 16, 9, 9, 32, 3, 2, 1},
+                                {3, 16, 8, 8, 32, 1, 2, 0}, {2, 5, 6, 7, 4, 3, 1, 0}};
     for (int lv = 0; lv < NN_CPU_AMX; lv++) {
         if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
             continue;
         for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
             const int *c = cs[i];
-            nn_conv_dims d = nn_conv_dims_make(c[0], c[1], c[2], c[3], c[4], c[5], 1, c[5] / 2);
+            nn_conv_dims d = nn_conv_dims_make(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
             size_t xn = (size_t)d.N * d.C * d.H * d.W, on = (size_t)d.N * d.OC * d.OH * d.OW;
             float *o1 = nn_xmalloc(on * 4), *o2 = nn_xmalloc(on * 4);
             float *dx1 = nn_xmalloc(xn * 4), *dx2 = nn_xmalloc(xn * 4);
             s_conv_fwd_bwd(o1, dx1, &d, 50 + i);
-            lp_conv2d_force_tile_model(1);
+            s_tile_models(1);
             s_conv_fwd_bwd(o2, dx2, &d, 50 + i);
-            assert_int_equal(lp_conv2d_tile_model_faults(), 0);
+            s_tile_model_clean();
             for (size_t k = 0; k < on; k++)
                 if (o1[k] != o2[k])
                     fail_msg("%s case %zu: out[%zu] = %.9g with tiles, %.9g without",
@@ -284,11 +301,16 @@ static void test_conv_tile_model(void **state)
                 if (dx1[k] != dx2[k])
                     fail_msg("%s case %zu: din[%zu] = %.9g with tiles, %.9g without",
                              nn_cpu_name((nn_cpu_t)lv), i, k, dx2[k], dx1[k]);
-            s_conv_case(c[0], c[1], c[2], c[3], c[4], c[5], 1, c[5] / 2, 1, 1);
-            assert_int_equal(lp_conv2d_tile_model_faults(), 0);
-            lp_conv2d_force_tile_model(0);
+            s_conv_case(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], 1, 1);
+            s_tile_model_clean();
+            s_tile_models(0);
             free(o1); free(o2); free(dx1); free(dx2);
         }
+        s_tile_models(1);
+        s_linear_case(5, 64, 10, 1);
+        s_linear_case(32, 33, 17, 1);
+        s_tile_model_clean();
+        s_tile_models(0);
     }
     nn_cpu_force("auto");
 }
@@ -771,7 +793,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_matches_fake_quant),
         cmocka_unit_test(test_conv_paths_identical),
-        cmocka_unit_test(test_conv_tile_model),
+        cmocka_unit_test(test_tile_model_layers),
         cmocka_unit_test(test_conv_wgrad_bf16),
         cmocka_unit_test(test_pair_rows),
         cmocka_unit_test(test_quad_rows),
