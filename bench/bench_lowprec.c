@@ -165,18 +165,18 @@ int main(int argc, char **argv)
 {
     (void)argv;
     const int batch = 32, reps = argc > 1 ? 2 : 5;
-    const char *lv[] = {"portable", "avx2", "avx512vnni"};
+    const char *lv[] = {"portable", "avx2", "avx512vnni", "amx"}; /* 0.0: not on this CPU */
     printf("GEMM, batch %d: int8 GOPS per level vs sgemm GFLOPS (ratio = int8/sgemm)\n", batch);
-    printf("%-20s %4s %5s %6s | %9s %9s %9s | %9s | %s\n", "shape", "M", "K", "N", "portable",
-           "avx2", "avx512", "sgemm", "best ratio");
+    printf("%-20s %4s %5s %6s | %9s %9s %9s %9s | %9s | %s\n", "shape", "M", "K", "N",
+           "portable", "avx2", "avx512", "amx", "sgemm", "best ratio");
     double tot_int8 = 0, tot_sgemm = 0;
     for (size_t i = 0; i < sizeof s_shapes / sizeof s_shapes[0]; i++) {
         const conv_shape *s = &s_shapes[i];
         int OH = (s->H + 2 * (s->k / 2) - s->k) / s->stride + 1;
         int M = s->OC, K = s->C * s->k * s->k, P = OH * OH, N = batch * P;
         double ops = 2.0 * M * N * K;
-        double g[3] = {0, 0, 0}, best = 1e30;
-        for (int l = 0; l < 3; l++) {
+        double g[4] = {0, 0, 0, 0}, best = 1e30;
+        for (int l = 0; l < 4; l++) {
             if (nn_cpu_force(lv[l]) != 0)
                 continue;
             double t = s_time_gemm_int8(M, P, K, batch, l == 0 ? 1 : reps);
@@ -188,8 +188,8 @@ int main(int argc, char **argv)
         double gs = ops / ts * 1e-9;
         tot_int8 += best * s->count;
         tot_sgemm += ts * s->count;
-        printf("%-20s %4d %5d %6d | %9.1f %9.1f %9.1f | %9.1f | %.2fx\n", s->name, M, K, N, g[0],
-               g[1], g[2], gs, (ops / best * 1e-9) / gs);
+        printf("%-20s %4d %5d %6d | %9.1f %9.1f %9.1f %9.1f | %9.1f | %.2fx\n", s->name, M, K, N,
+               g[0], g[1], g[2], g[3], gs, (ops / best * 1e-9) / gs);
     }
     printf("resnet20 forward convs: int8 GEMM %.2f ms, sgemm %.2f ms, time ratio %.2f\n",
            tot_int8 * 1e3, tot_sgemm * 1e3, tot_int8 / tot_sgemm);

@@ -145,8 +145,13 @@ int main(int argc, char **argv)
         int first = 1;
         for (int l = NN_CPU_LEVELS - 1; l >= 0; l--) {
             const char *lv = nn_cpu_name((nn_cpu_t)l);
-            if (nn_cpu_force(lv) != 0 || (argc > 4 && strcmp(argv[4], lv) != 0))
+            if (argc > 4 && strcmp(argv[4], lv) != 0)
                 continue;
+            if (nn_cpu_force(lv) != 0) {
+                if (a == 0 || argc > 3)
+                    printf("# level %s: not available on this CPU, skipped\n", lv);
+                continue;
+            }
             for (int wg = LP_WGRAD_BF16; wg >= LP_WGRAD_FP32; wg--) {
                 if (lp_wgrad_set((lp_wgrad_t)wg, err, sizeof err) != 0)
                     continue;
