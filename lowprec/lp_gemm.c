@@ -168,7 +168,7 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
                   int32_t *colsum)
 {
     assert(M >= 1 && N >= 1 && K >= 1 && K <= LP_GEMM_MAX_K && ldc >= N);
-    if (s_tile_model || (nn_cpu_level() >= NN_CPU_AMX && s_tile_pays(K))) {
+    if (s_tile_model || (s_tile_pays(K) && lp_tile_ready())) {
         s_gemm_tile(C, ldc, Ap, Bp, M, N, K, colsum, nn_cpu_level() < NN_CPU_AMX);
         return;
     }

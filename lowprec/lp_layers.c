@@ -390,9 +390,9 @@ static s_conv_rows s_rows(void)
         r.tap_isum_row = lp_tap_isum_row_avx512;
         r.dequant_row_q = lp_dequant_row_q_avx512;
     }
-    if (nn_cpu_level() >= NN_CPU_AMX || s_force_tile) {
+    if (lp_tile_ready() || s_force_tile) {
         r.quad = r.tile = 1;
-        r.model = nn_cpu_level() < NN_CPU_AMX;
+        r.model = !lp_tile_ready();
     }
     return r;
 }

@@ -74,7 +74,24 @@ static inline size_t lp_tile_a_at(int M, int R, int m, int g, int r)
            (size_t)(r % kr);
 }
 
-/* The product above.  Every B[goff[g] + r*rs + j], j < n, must be
+/* 1 when the tile kernel runs here: level NN_CPU_AMX (nn_cpu.h: CPUID, the
+ * OS's tile state, the kernel's permission) and the kernel passed its
+ * start-up check, made once per process in a forked child against the
+ * twin (a fault or a wrong sum there: 0, with one line on stderr, and the
+ * int8 GEMMs run on vpdpbusd).  Below NN_CPU_AMX: 0, no check. */
+int         lp_tile_ready(void);
+/* For the run's "kernels:" line: "" below NN_CPU_AMX, else whether the
+ * GEMMs run on tiles. */
+const char *lp_tile_status(void);
+/* The start-up check on any kernel of lp_tilegemm's contract (tests give
+ * it the model, a wrong kernel, one that dies): 1 when it matched the twin
+ * in a forked child, else 0 with the line on stderr. */
+typedef void (*lp_tile_fn)(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                           const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
+int         lp_tile_selfcheck(lp_tile_fn fn);
+
+/* The product above (the tile kernel where lp_tile_ready(), else the
+ * twin).  Every B[goff[g] + r*rs + j], j < n, must be
  * readable (goff may be negative).  1 <= R; 1 <= G <= LP_TILE_MAXG;
  * 4*G*R <= LP_GEMM_MAX_K. */
 void lp_tilegemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lowprec/lp_bf16.h"
+#include "lowprec/lp_tile.h"
 #include "nn/nn_cpu.h"
 #include "topology/topo.h"
 
@@ -600,8 +601,8 @@ int node_opts_main(node_command cmd, int argc, char **argv, int (*run)(const nod
     node_opts o;
     int rc = node_opts_parse(&o, cmd, argc, argv);
     if (rc < 0) {
-        printf("kernels: CPU level %s (LPGOSSIP_CPU caps it), int8 weight gradients %s\n",
-               nn_cpu_name(nn_cpu_level()), lp_wgrad_name());
+        printf("kernels: CPU level %s (LPGOSSIP_CPU caps it)%s, int8 weight gradients %s\n",
+               nn_cpu_name(nn_cpu_level()), lp_tile_status(), lp_wgrad_name());
         rc = run(&o);
     }
     node_opts_free(&o);

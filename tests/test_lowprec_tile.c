@@ -11,9 +11,13 @@
  * - The model enforces the hardware's rules: shapes that do not agree,
  *   tiles that are not distinct, a bad configuration and a tile used
  *   before configuration are refused, and a valid product is computed.
- * - On a CPU with AMX (the level is then supported) the real tiles give
- *   the same sums; elsewhere that test skips, saying so. */
+ * - The start-up check accepts the kernel on the model and refuses a
+ *   kernel with one wrong sum or one that dies of SIGILL, in a child.
+ * - On a CPU with AMX (the level is then supported) the kernel passes its
+ *   start-up check and the real tiles give the same sums; elsewhere that
+ *   test skips, saying so. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -104,6 +108,9 @@ static void test_tile_amx_matches_twin(void **state)
                       "tile state)\n");
         skip();
     }
+    /* a kernel that fails its start-up check here is a bug to see, not
+     * a fallback to take quietly */
+    assert_int_equal(lp_tile_ready(), 1);
     s_sweep(s_run_dispatch, "amx");
     nn_cpu_force("auto");
 }
@@ -152,11 +159,46 @@ static void test_tile_model_rules(void **state)
     }
 }
 
+static void s_model_fn(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                       const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
+{
+    if (lp_tilegemm_emu(S, ldc, Ap, M, B, goff, G, R, rs, n) != 0)
+        abort();
+}
+
+static void s_wrong_fn(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                       const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
+{
+    lp_tilegemm_ref(S, ldc, Ap, M, B, goff, G, R, rs, n);
+    S[ldc * (size_t)(M - 1) + n - 1] ^= 1; /* one sum off by one bit */
+}
+
+static void s_dying_fn(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                       const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
+{
+    (void)S, (void)ldc, (void)Ap, (void)M, (void)B, (void)goff, (void)G, (void)R, (void)rs, (void)n;
+    raise(SIGILL); /* what a tile instruction does without the tile state */
+}
+
+/* The start-up check (run in a forked child) accepts the kernel's sequence
+ * on the model and refuses a kernel with one wrong sum or one that dies;
+ * the calling process lives on either way. */
+static void test_tile_selfcheck(void **state)
+{
+    (void)state;
+    assert_int_equal(lp_tile_selfcheck(s_model_fn), 1);
+    assert_int_equal(lp_tile_selfcheck(s_wrong_fn), 0);
+    assert_int_equal(lp_tile_selfcheck(s_dying_fn), 0);
+    if (!nn_cpu_supports(NN_CPU_AMX))
+        assert_int_equal(lp_tile_ready(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tile_model_matches_twin),
         cmocka_unit_test(test_tile_model_rules),
+        cmocka_unit_test(test_tile_selfcheck),
         cmocka_unit_test(test_tile_amx_matches_twin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
