@@ -61,7 +61,7 @@ Q := $(if $(V),,@)
 SIMD_AVX2   := -mavx2 -mfma
 SIMD_AVX512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 SIMD_BF16   := $(SIMD_AVX512) -mavx512bf16
-SIMD_AMX    := $(SIMD_AVX512) -mamx-tile -mamx-int8
+SIMD_AMX    := $(SIMD_AVX512) -mamx-tile -mamx-int8 -mamx-bf16
 
 .PHONY: all test unit-test run bench install clean deps fuzz repro compare drill valgrind
 # Objects of tests and benchmarks are not intermediates to delete.

@@ -127,6 +127,12 @@ void lp_tap_isum_row_avx512(int32_t *sb, const int32_t *s, const int *off, int T
 /* The AMX tile kernel of lp_tilegemm (lp_tile.h), for n >= 32. */
 void lp_tilegemm_amx(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                      const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
+/* The AMX-BF16 tile kernel of lp_tiledot_bf16 (lp_tile.h), on packed pairs. */
+void lp_tiledot_bf16_amx(float *D, size_t ldd, const uint16_t *Yp, int M, const uint16_t *B,
+                         size_t ldb, int nch, const int *toff, int T, size_t n);
+int  lp_tiledot_bf16_emu_packed(float *D, size_t ldd, const uint16_t *Yp, int M,
+                                const uint16_t *B, size_t ldb, int nch, const int *toff, int T,
+                                size_t n);
 void lp_shiftgemm_q_avx512(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                            size_t ldb, int nq, const int *toff, int T, size_t n);
 void lp_dequant_row_q_avx512(float *out, const int32_t *S, const int32_t *SB, double c,

@@ -10,9 +10,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <math.h>
+#include <stdlib.h>
+
+#include "lowprec/lp_bf16.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_simd.h"
+#include "nn/nn_core.h"
 #include "nn/nn_cpu.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 void lp_tilegemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                      const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
@@ -32,20 +41,53 @@ void lp_tilegemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const ui
         }
 }
 
-/* The start-up check: a forked child runs the tile kernel on a fixed
- * problem that takes every block shape (two- and one-tile rows, a moved
- * last column block, rows past M) and compares it with the twin; a wrong
- * sum, a fault or a signal (SIGILL where the kernel withheld the tile
- * state, say) in the child leaves the tiles unused.  The child touches
- * only static buffers (no malloc: the parent may have threads) and ends
- * with _exit. */
+/* Runs child(arg) in a forked child: 1 when it exits 0, else 0 with a line
+ * on stderr naming kernel and the fallback.  The child's fault signals are
+ * reset to their defaults first, whatever handlers the parent set, and it
+ * touches only static buffers (no malloc: the parent may have threads)
+ * and ends with _exit. */
+static int s_in_child(int (*child)(const void *), const void *arg, const char *kernel,
+                      const char *fallback)
+{
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid < 0)
+        return 0;
+    if (pid == 0) {
+        static const int sigs[] = {SIGILL, SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGSYS};
+        for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+            signal(sigs[i], SIG_DFL);
+        _exit(child(arg));
+    }
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return 0;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        return 1;
+    if (WIFSIGNALED(st))
+        fprintf(stderr, "lpgossip: the %s died of signal %d (%s) in its start-up check; %s\n",
+                kernel, WTERMSIG(st), strsignal(WTERMSIG(st)), fallback);
+    else
+        fprintf(stderr, "lpgossip: the %s gave wrong sums in its start-up check; %s\n", kernel,
+                fallback);
+    return 0;
+}
+
+/* The integer kernel's check: a fixed problem that takes every block shape
+ * (two- and one-tile rows, a moved last column block, rows past M) against
+ * the twin, exactly. */
 #define S_PM 40
 #define S_PG 2
 #define S_PR 12
 #define S_PN 45
 #define S_PRS 50
 
-static int s_probe_child(lp_tile_fn fn)
+typedef struct {
+    lp_tile_fn fn;
+} s_fn_arg;
+
+static int s_probe_child(const void *arg)
 {
     static uint32_t A[S_PM / 16 * 16 + 16][S_PG * S_PR], B[S_PG * S_PR * S_PRS];
     static int32_t  S[S_PM * S_PN], E[S_PM * S_PN];
@@ -55,36 +97,15 @@ static int s_probe_child(lp_tile_fn fn)
     for (size_t i = 0; i < sizeof B / 4; i++)
         B[i] = x = x * 1664525u + 1013904223u;
     const ptrdiff_t goff[S_PG] = {0, (ptrdiff_t)S_PR * S_PRS};
-    fn(S, S_PN, &A[0][0], S_PM, B, goff, S_PG, S_PR, S_PRS, S_PN);
+    ((const s_fn_arg *)arg)->fn(S, S_PN, &A[0][0], S_PM, B, goff, S_PG, S_PR, S_PRS, S_PN);
     lp_tilegemm_ref(E, S_PN, &A[0][0], S_PM, B, goff, S_PG, S_PR, S_PRS, S_PN);
     return memcmp(S, E, sizeof S) == 0 ? 0 : 2;
 }
 
 int lp_tile_selfcheck(lp_tile_fn fn)
 {
-    fflush(NULL);
-    const pid_t pid = fork();
-    if (pid < 0)
-        return 0;
-    if (pid == 0) { /* faults end the child, whatever handlers the parent set */
-        static const int sigs[] = {SIGILL, SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGSYS};
-        for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-            signal(sigs[i], SIG_DFL);
-        _exit(s_probe_child(fn));
-    }
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return 0;
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-        return 1;
-    if (WIFSIGNALED(st))
-        fprintf(stderr, "lpgossip: the AMX tile kernel died of signal %d (%s) in its start-up "
-                        "check; the int8 GEMMs use vpdpbusd\n", WTERMSIG(st), strsignal(WTERMSIG(st)));
-    else
-        fprintf(stderr, "lpgossip: the AMX tile kernel gave wrong sums in its start-up check; "
-                        "the int8 GEMMs use vpdpbusd\n");
-    return 0;
+    const s_fn_arg arg = {fn};
+    return s_in_child(s_probe_child, &arg, "AMX tile kernel", "the int8 GEMMs use vpdpbusd");
 }
 
 static void s_amx_kernel(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
@@ -119,4 +140,115 @@ void lp_tilegemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32
         lp_tilegemm_amx(S, ldc, Ap, M, B, goff, G, R, rs, n);
     else
         lp_tilegemm_ref(S, ldc, Ap, M, B, goff, G, R, rs, n);
+}
+
+/* ---- bf16 dot ------------------------------------------------------------- */
+
+/* Elements of A (M, n) packed as column pairs in 32-column blocks. */
+static size_t s_pairs_len(int M, size_t n)
+{
+    return (n + 31) / 32 * 16 * (size_t)lp_tile_mp(M) * 2;
+}
+
+/* Y = A (M, n at lda) as column pairs (lp_tile.h; zero past n and M). */
+static void s_pairs(uint16_t *Y, const uint16_t *A, size_t lda, int M, size_t n)
+{
+    const size_t Mp = (size_t)lp_tile_mp(M);
+    memset(Y, 0, s_pairs_len(M, n) * 2);
+    for (int m = 0; m < M; m++)
+        for (size_t j = 0; j < n; j++)
+            Y[((j / 2) * Mp + (size_t)m) * 2 + (j & 1)] = A[(size_t)m * lda + j];
+}
+
+/* s_pairs into a buffer of this thread that grows as needed and is kept. */
+static const uint16_t *s_pack_pairs(const uint16_t *A, size_t lda, int M, size_t n)
+{
+    static __thread uint16_t *s_buf;
+    static __thread size_t    s_cap;
+    const size_t len = s_pairs_len(M, n);
+    if (len > s_cap) {
+        free(s_buf);
+        s_buf = nn_xmalloc(len * 2);
+        s_cap = len;
+    }
+    s_pairs(s_buf, A, lda, M, n);
+    return s_buf;
+}
+
+/* The start-up check of the bf16 kernel, as lp_tile_selfcheck's: a fixed
+ * problem (channels and rows past one block, a column tail, several
+ * chunks) against the twin within the budget. */
+#define S_BM 20
+#define S_BC 19
+#define S_BN 1100
+static int s_bf16_probe_child(const void *arg)
+{
+    (void)arg;
+    static uint16_t A[S_BM * S_BN], B[S_BC * (S_BN + 8)], Y[(S_BN + 31) / 32 * 16 * 32 * 2];
+    static float    D[S_BM * S_BC * 2], E[S_BM * S_BC * 2], mag[S_BM * S_BC * 2];
+    const int toff[2] = {0, 3};
+    uint32_t x = 777;
+    for (size_t i = 0; i < sizeof A / 2; i++)
+        A[i] = lp_bf16_from_f32((float)((x = x * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f);
+    for (size_t i = 0; i < sizeof B / 2; i++)
+        B[i] = lp_bf16_from_f32((float)((x = x * 1664525u + 1013904223u) >> 24));
+    s_pairs(Y, A, S_BN, S_BM, S_BN);
+    lp_tiledot_bf16_amx(D, S_BC * 2, Y, S_BM, B, S_BN + 8, S_BC, toff, 2, S_BN);
+    lp_shiftdot_bf16_ref(E, S_BC * 2, A, S_BN, S_BM, B, S_BN + 8, S_BC, toff, 2, S_BN);
+    for (int m = 0; m < S_BM; m++)
+        for (int c = 0; c < S_BC; c++)
+            for (int t = 0; t < 2; t++) {
+                double s = 0;
+                for (int j = 0; j < S_BN; j++)
+                    s += fabs((double)lp_bf16_to_f32(A[m * S_BN + j]) *
+                              lp_bf16_to_f32(B[c * (S_BN + 8) + toff[t] + j]));
+                mag[(m * S_BC + c) * 2 + t] = (float)s;
+            }
+    for (size_t i = 0; i < S_BM * S_BC * 2; i++)
+        if (!(fabsf(D[i] - E[i]) <= ldexpf(mag[i], -14)))
+            return 2;
+    return 0;
+}
+
+
+static int s_cpu_amx_bf16(void)
+{
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));
+#else
+    return 0;
+#endif
+}
+
+int lp_tile_bf16_ready(void)
+{
+    static int s_ready = -1;
+    if (!lp_tile_ready() || !lp_bf16_supported())
+        return 0;
+    if (s_ready < 0)
+        s_ready = s_cpu_amx_bf16() &&
+                  s_in_child(s_bf16_probe_child, NULL, "AMX-BF16 tile kernel",
+                             "the bf16 weight gradients use vdpbf16ps");
+    return s_ready;
+}
+
+void lp_tiledot_bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
+                     const uint16_t *B, size_t ldb, int nch, const int *toff, int T, size_t n)
+{
+    if (n == 0)
+        return;
+    if (lp_tile_bf16_ready())
+        lp_tiledot_bf16_amx(D, ldd, s_pack_pairs(A, lda, M, n), M, B, ldb, nch, toff, T, n);
+    else
+        lp_shiftdot_bf16_ref(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+}
+
+int lp_tiledot_bf16_emu(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
+                        const uint16_t *B, size_t ldb, int nch, const int *toff, int T, size_t n)
+{
+    if (n == 0)
+        return 0;
+    return lp_tiledot_bf16_emu_packed(D, ldd, s_pack_pairs(A, lda, M, n), M, B, ldb, nch, toff,
+                                      T, n);
 }

@@ -49,6 +49,7 @@
 
 #define LP_TILE_MAXR 16 /* rows of a tile, and the most depth rows (64 bytes) */
 #define LP_TILE_MAXG 8  /* most groups */
+#define LP_TILE_DOTJ 512 /* columns the bf16 tiles sum before adding into D */
 
 static inline int lp_tile_depth(int R)
 {
@@ -106,6 +107,28 @@ int         lp_tilegemm_emu(int32_t *S, size_t ldc, const uint32_t *Ap, int M, c
 const char *lp_tile_emu_fault(void);
 /* The model's rules alone (tests): LDTILECFG of the 64 bytes at cfg, then
  * one TDPBSUD tmm c, tmm a, tmm b.  Returns 0, or -1 with the fault named. */
-int         lp_tile_emu_check(const void *cfg, int c, int a, int b);
+int         lp_tile_emu_check(const void *cfg, int c, int a, int b, int bf16);
+
+/* ---- bf16 weight gradients on AMX-BF16 (TDPBF16PS) ------------------------
+ * The contract of lp_shiftdot_bf16 (lp_bf16.h):
+ *   D[m*ldd + c*T + t] += sum_{j < n} A[m*lda + j] * B[c*ldb + toff[t] + j]
+ * Roles: the channel rows of B at one tap are a tile's rows at stride ldb
+ * (X: 16 channels x 32 columns, loaded from B as it is), and A is packed
+ * once per call into pairs of columns (Y: row r of column block jb holds
+ * (A[m][32 jb + 2r], A[m][32 jb + 2r + 1]) for 16 rows m; zero past n and
+ * M), so one TDPBF16PS adds 16 x 16 sums of 32 exact products.  Blocks of
+ * 32 channels x 32 rows of A at a tap; channel rows past nch or columns
+ * past n go through a zeroed buffer (nothing read past the operands); the
+ * FP32 tile sums are added into D every LP_TILE_DOTJ columns, which bounds
+ * the rounding: |tiles - twin| <= 2^-14 * sum_j |A B| per entry (the
+ * products are exact; at most 512 rounded adds in a tile, then one per
+ * chunk in D).  Used where lp_tile_bf16_ready(). */
+int  lp_tile_bf16_ready(void);
+void lp_tiledot_bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
+                     const uint16_t *B, size_t ldb, int nch, const int *toff, int T, size_t n);
+/* The same on the tile model (any CPU); -1 when a tile rule broke. */
+int  lp_tiledot_bf16_emu(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
+                         const uint16_t *B, size_t ldb, int nch, const int *toff, int T,
+                         size_t n);
 
 #endif

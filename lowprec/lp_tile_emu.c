@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lowprec/lp_simd.h"
 #include "lowprec/lp_tile.h"
 
 static struct {
@@ -115,6 +116,54 @@ static void s_dp(int c, int a, int b)
         }
 }
 
+/* bf16 bits as FP32, a denormal read as zero (DAZ). */
+static float s_bf(const uint8_t *p)
+{
+    uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
+    if ((u & 0x7f800000u) == 0)
+        u &= 0x80000000u;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* A denormal result flushed to zero (FTZ). */
+static float s_ftz(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0)
+        u &= 0x80000000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* TDPBF16PS c, a, b: for each k < a.colsb / 4 in order, c[m][n] +=
+ * a[m][2k] * b[k][2n], then += a[m][2k+1] * b[k][2n+1] (FP32, each add
+ * rounded to nearest even, DAZ / FTZ), as Intel's pseudo-code has it. */
+static void s_dpbf(int c, int a, int b)
+{
+    if (!s_ok(c, "TDPBF16PS") || !s_ok(a, "TDPBF16PS") || !s_ok(b, "TDPBF16PS"))
+        return;
+    if (c == a || c == b || a == b || s_u.colsb[a] % 4 || s_u.colsb[c] % 4 ||
+        s_u.colsb[a] / 4 != s_u.rows[b] || s_u.colsb[c] != s_u.colsb[b] ||
+        s_u.rows[c] != s_u.rows[a]) {
+        s_fault("TDPBF16PS tmm%d, tmm%d, tmm%d: shapes %dx%d += %dx%d . %dx%d (#UD)", c, a, b,
+                s_u.rows[c], s_u.colsb[c], s_u.rows[a], s_u.colsb[a], s_u.rows[b], s_u.colsb[b]);
+        return;
+    }
+    for (int m = 0; m < s_u.rows[c]; m++)
+        for (int k = 0; k < s_u.colsb[a] / 4; k++)
+            for (int n = 0; n < s_u.colsb[c] / 4; n++) {
+                float acc;
+                memcpy(&acc, &s_u.t[c][m][4 * n], 4);
+                for (int i = 0; i < 2; i++)
+                    acc = s_ftz(acc + s_bf(&s_u.t[a][m][4 * k + 2 * i]) *
+                                          s_bf(&s_u.t[b][k][4 * n + 2 * i]));
+                memcpy(&s_u.t[c][m][4 * n], &acc, 4);
+            }
+}
+
 static void s_release(void)
 {
     s_u.on = 0;
@@ -126,6 +175,7 @@ static void s_release(void)
 #define LPT_LOAD(t, p, s)  s_load(t, p, s)
 #define LPT_STORE(t, p, s) s_store(t, p, s)
 #define LPT_DP(c, a, b)    s_dp(c, a, b)
+#define LPT_DPBF(c, a, b)  s_dpbf(c, a, b)
 #define LPT_RELEASE()      s_release()
 
 #include "lowprec/lp_tile_kern.h"
@@ -141,12 +191,23 @@ int lp_tilegemm_emu(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uin
     return s_u.fault[0] ? -1 : 0;
 }
 
-int lp_tile_emu_check(const void *cfg, int c, int a, int b)
+int lp_tiledot_bf16_emu_packed(float *D, size_t ldd, const uint16_t *Yp, int M, const uint16_t *B,
+                        size_t ldb, int nch, const int *toff, int T, size_t n)
+{
+    s_u.fault[0] = 0;
+    lpt_dot_kernel(D, ldd, Yp, M, B, ldb, nch, toff, T, n);
+    return s_u.fault[0] ? -1 : 0;
+}
+
+int lp_tile_emu_check(const void *cfg, int c, int a, int b, int bf16)
 {
     s_u.fault[0] = 0;
     s_u.on = 0;
     s_cfg(cfg);
-    s_dp(c, a, b);
+    if (bf16)
+        s_dpbf(c, a, b);
+    else
+        s_dp(c, a, b);
     s_release();
     return s_u.fault[0] ? -1 : 0;
 }

@@ -9,9 +9,12 @@
  *   LPT_LOAD(t, p, s)   tile t <- its rows from p, one every s bytes
  *   LPT_STORE(t, p, s)  tile t -> p, one row every s bytes
  *   LPT_DP(c, a, b)     c += a (signed bytes) . b (unsigned bytes), TDPBSUD
+ *   LPT_DPBF(c, a, b)   c += a . b on bf16 pairs into FP32, TDPBF16PS
  *   LPT_RELEASE()       back to the init state
- * Tiles: 0-3 sums (16 x 16 int32), 4-5 A (16 rows x kr lanes), 6-7 B (kr
- * rows x 16 lanes).  Not for use outside lowprec/. */
+ * Integer kernel tiles: 0-3 sums (16 x 16 int32), 4-5 A (16 rows x kr
+ * lanes), 6-7 B (kr rows x 16 lanes).  bf16 kernel tiles: 0-3 sums (16
+ * channels x 16 rows of A, FP32), 4-5 X (16 channel rows x 32 bf16), 6-7 Y
+ * (16 pair rows x 16 rows of A x 2 bf16).  Not for use outside lowprec/. */
 #ifndef LP_TILE_KERN_H
 #define LP_TILE_KERN_H
 
@@ -153,6 +156,123 @@ static void lpt_narrow(const lpt_args *a, size_t n, uint32_t *bl, int32_t *buf)
     c.rs = 16;
     __asm__ volatile("" ::: "memory"); /* the tile loads read bl */
     lpt_cols(&c, 0, n, 1, buf);
+}
+
+/* ---- the bf16 weight-gradient dot (lp_tiledot_bf16, lp_tile.h) ---------- */
+
+typedef struct {
+    float          *D;
+    size_t          ldd, ldb, n;
+    const uint16_t *Yp, *B;
+    const int      *toff;
+    int             M, Mp, nch, T;
+} lpt_dargs;
+
+/* X tile t from the channel rows [c0, c0+16) at tap t, columns [j, j+32):
+ * straight from B when all of it lies inside (channels < nch, columns
+ * < n), else from xb, those rows and columns copied into zeros. */
+#define LPT_LOAD_X(tile, a, c0, t, j, xb) \
+    do { \
+        const uint16_t *x_ = (a)->B + (size_t)(c0) * (a)->ldb + (a)->toff[t] + (ptrdiff_t)(j); \
+        if ((c0) + 16 <= (a)->nch && (j) + 32 <= (a)->n) { \
+            LPT_LOAD(tile, x_, (a)->ldb * 2); \
+        } else { \
+            const size_t w_ = (a)->n - (j) < 32 ? (a)->n - (j) : 32; \
+            memset((xb), 0, 16 * 32 * 2); \
+            for (int r_ = 0; r_ < 16 && (c0) + r_ < (a)->nch; r_++) \
+                memcpy((xb) + 32 * r_, x_ + (size_t)r_ * (a)->ldb, w_ * 2); \
+            __asm__ volatile("" ::: "memory"); \
+            LPT_LOAD(tile, (xb), 64); \
+        } \
+    } while (0)
+
+/* Adds the sums of tiles 0..3 (channels c0.. x rows m0..) into D at tap t. */
+static inline __attribute__((always_inline)) void
+lpt_dot_flush(const lpt_dargs *a, int c0, int m0, int t, const int tr, const int tc, float *buf)
+{
+    LPT_STORE(0, buf, 128);
+    if (tc > 1)
+        LPT_STORE(1, buf + 16, 128);
+    if (tr > 1)
+        LPT_STORE(2, buf + 16 * 32, 128);
+    if (tr > 1 && tc > 1)
+        LPT_STORE(3, buf + 16 * 32 + 16, 128);
+    for (int r = 0; r < 16 * tr && c0 + r < a->nch; r++)
+        for (int q = 0; q < 16 * tc && m0 + q < a->M; q++)
+            a->D[(size_t)(m0 + q) * a->ldd + (size_t)(c0 + r) * a->T + t] += buf[32 * r + q];
+}
+
+/* Channels [c0, c0 + 16 tr) x rows of A [m0, m0 + 16 tc) at tap t, the
+ * sums flushed into D every LP_TILE_DOTJ columns. */
+static inline __attribute__((always_inline)) void
+lpt_dot_block(const lpt_dargs *a, int c0, int m0, int t, const int tr, const int tc,
+              uint16_t *xb, float *buf)
+{
+    const size_t ldy = (size_t)a->Mp * 4;
+    for (size_t j0 = 0; j0 < a->n; j0 += LP_TILE_DOTJ) {
+        const size_t j1 = j0 + LP_TILE_DOTJ < a->n ? j0 + LP_TILE_DOTJ : a->n;
+        LPT_ZERO(0);
+        if (tc > 1)
+            LPT_ZERO(1);
+        if (tr > 1)
+            LPT_ZERO(2);
+        if (tr > 1 && tc > 1)
+            LPT_ZERO(3);
+        for (size_t j = j0; j < j1; j += 32) {
+            const uint16_t *y = a->Yp + ((j / 32) * 16 * (size_t)a->Mp + (size_t)m0) * 2;
+            LPT_LOAD(6, y, ldy);
+            if (tc > 1)
+                LPT_LOAD(7, y + 32, ldy);
+            LPT_LOAD_X(4, a, c0, t, j, xb);
+            LPT_DPBF(0, 4, 6);
+            if (tc > 1)
+                LPT_DPBF(1, 4, 7);
+            if (tr > 1) {
+                LPT_LOAD_X(5, a, c0 + 16, t, j, xb + 16 * 32);
+                LPT_DPBF(2, 5, 6);
+                if (tc > 1)
+                    LPT_DPBF(3, 5, 7);
+            }
+        }
+        lpt_dot_flush(a, c0, m0, t, tr, tc, buf);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+lpt_dot_rows(const lpt_dargs *a, int c0, int t, const int tr, uint16_t *xb, float *buf)
+{
+    int m0 = 0;
+    for (; m0 + 16 < a->M; m0 += 32)
+        lpt_dot_block(a, c0, m0, t, tr, 2, xb, buf);
+    if (m0 < a->M)
+        lpt_dot_block(a, c0, m0, t, tr, 1, xb, buf);
+}
+
+/* D += the product of lp_tiledot_bf16 with A already packed as pairs in Yp
+ * (lp_tile.h). */
+static void lpt_dot_kernel(float *D, size_t ldd, const uint16_t *Yp, int M, const uint16_t *B,
+                           size_t ldb, int nch, const int *toff, int T, size_t n)
+{
+    const lpt_dargs a = {D, ldd, ldb, n, Yp, B, toff, M, lp_tile_mp(M), nch, T};
+    uint16_t xb[2 * 16 * 32];
+    float    buf[32 * 32];
+    lpt_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int k = 0; k < 8; k++) {
+        cfg.rows[k]  = 16;
+        cfg.colsb[k] = 64;
+    }
+    __asm__ volatile("" ::: "memory");
+    LPT_CFG(&cfg);
+    for (int t = 0; t < T; t++) {
+        int c0 = 0;
+        for (; c0 + 16 < nch; c0 += 32)
+            lpt_dot_rows(&a, c0, t, 2, xb, buf);
+        if (c0 < nch)
+            lpt_dot_rows(&a, c0, t, 1, xb, buf);
+    }
+    LPT_RELEASE();
 }
 
 /* The whole product (lp_tile.h); bl: LP_TILE_MAXG*R*16 lanes of scratch

@@ -186,16 +186,23 @@ static void s_wgrad_case(int N, int C, int H, int W, int OC, int K, int stride, 
     free(x); free(w); free(o); free(g); free(dwb); free(dwf); free(xd); free(saved); free(scratch);
 }
 
+/* ... with vdpbf16ps, then on the AMX-BF16 tiles (the tile model). */
 static void test_conv_wgrad_bf16(void **state)
 {
     (void)state;
     if (!lp_bf16_supported())
         skip();
-    s_wgrad_case(9, 6, 11, 13, 5, 3, 1, 1); /* shifted grids, two chunks */
-    s_wgrad_case(3, 3, 7, 9, 4, 5, 1, 2);   /* 5x5 same */
-    s_wgrad_case(4, 5, 9, 9, 7, 3, 2, 1);   /* strided: im2col of the codes */
-    s_wgrad_case(3, 8, 8, 8, 6, 1, 2, 0);   /* 1x1 stride 2 (resnet shortcut) */
-    s_wgrad_case(2, 4, 6, 6, 3, 3, 1, 0);   /* valid conv, stride 1 */
+    for (int model = 0; model < 2; model++) {
+        lp_bf16_force_tile_model(model);
+        s_wgrad_case(9, 6, 11, 13, 5, 3, 1, 1); /* shifted grids, two chunks */
+        s_wgrad_case(3, 3, 7, 9, 4, 5, 1, 2);   /* 5x5 same */
+        s_wgrad_case(4, 5, 9, 9, 7, 3, 2, 1);   /* strided: im2col of the codes */
+        s_wgrad_case(3, 8, 8, 8, 6, 1, 2, 0);   /* 1x1 stride 2 (resnet shortcut) */
+        s_wgrad_case(2, 4, 6, 6, 3, 3, 1, 0);   /* valid conv, stride 1 */
+        s_wgrad_case(2, 20, 8, 8, 36, 3, 1, 1); /* past one tile block both ways */
+        assert_int_equal(lp_bf16_tile_model_faults(), 0);
+    }
+    lp_bf16_force_tile_model(0);
 }
 
 /* The shift and im2col paths of the forward give the same floats at every
@@ -259,18 +266,22 @@ static void s_tile_models(int on)
 {
     lp_conv2d_force_tile_model(on);
     lp_gemm_force_tile_model(on);
+    lp_bf16_force_tile_model(on);
 }
 
 static void s_tile_model_clean(void)
 {
     assert_int_equal(lp_conv2d_tile_model_faults(), 0);
     assert_int_equal(lp_gemm_tile_model_faults(), 0);
+    assert_int_equal(lp_bf16_tile_model_faults(), 0);
 }
 
 /* The AMX paths (the tile layout of the shift path, lp_gemm on tiles for
- * im2col convs and linear layers), run on the software tile model at every
- * level, give the same floats as the level's own paths, forward and input
- * gradient, and match the fake-quant twins; no tile rule broken. */
+ * im2col convs and linear layers, and where the level has AVX-512 BF16 the
+ * bf16 weight gradients on TDPBF16PS), run on the software tile model at
+ * every level, give the same floats as the level's own paths, forward and
+ * input gradient, and match the fake-quant twins (weight gradients too);
+ * no tile rule broken. */
 static void test_tile_model_layers(void **state)
 {
     (void)state;
