@@ -128,8 +128,10 @@ const char *lp_tile_status(void)
 {
     if (nn_cpu_level() < NN_CPU_AMX)
         return "";
-    return lp_tile_ready() ? ", int8 GEMMs on AMX tiles"
-                           : ", AMX tiles failed their start-up check (vpdpbusd instead)";
+    if (!lp_tile_ready())
+        return ", AMX tiles failed their start-up check (vpdpbusd instead)";
+    return lp_tile_bf16_ready() ? ", int8 GEMMs and bf16 weight gradients on AMX tiles"
+                                : ", int8 GEMMs on AMX tiles";
 }
 
 void lp_tilegemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,

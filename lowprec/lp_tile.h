@@ -1,5 +1,6 @@
-/* lp_tile — the AMX-INT8 integer GEMM of the shift-path convolutions, and
- * a software model of the tile unit that runs the same kernel anywhere.
+/* lp_tile — the AMX kernels of the int8 layers (the integer GEMMs on
+ * AMX-INT8, the bf16 weight gradients on AMX-BF16), and a software model
+ * of the tile unit that runs the same kernels anywhere.
  *
  * Owns:    the tile layout of the packed weights, the grouped strided-row
  *          GEMM on AMX tiles (lp_tile_amx.c: TDPBSUD, 16 x 16 int32 sums
@@ -7,10 +8,12 @@
  *          the tile model (lp_tile_emu.c) that executes the kernel's exact
  *          sequence of tile loads, products and stores in C, checking
  *          every shape rule the hardware enforces (#UD / #GP there).
- * Exposes: lp_tilegemm (dispatch: AMX at NN_CPU_AMX, else the twin), its
- *          _ref twin, the _emu run of the kernel, the layout helpers.
- * Callers: lp_layers.c (stride-1 "same" convs, forward and input gradient,
- *          at NN_CPU_AMX), tests, bench.
+ * Exposes: lp_tilegemm (dispatch: AMX where lp_tile_ready(), else the
+ *          twin), its _ref twin, the _emu run of the kernel, the layout
+ *          helpers, the start-up checks; lp_tiledot_bf16 (below).
+ * Callers: lp_layers.c (stride-1 "same" convs, forward and input gradient),
+ *          lp_gemm.c (lp_gemm_u8u8), lp_bf16.c (lp_shiftdot_bf16), the
+ *          CLI's kernels: line, tests, bench.
  *
  * The product.  B is a grid of 32-bit lanes of four codes each (unsigned
  * bytes; lp_quad); G groups of R rows read it at offsets goff[g] + r*rs:
