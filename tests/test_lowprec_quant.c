@@ -254,7 +254,7 @@ static void test_dispatch_edges(void **state)
                        -3e9f * p.scale, p.min - 0.25f * p.scale, p.min - 0.5f * p.scale,
                        p.min + 255.4f * p.scale, p.min + 255.6f * p.scale, 1.0f, -1.0f,
                        p.min + 254.5f * p.scale, -0.0f, 0.0f, p.min - 0.75f * p.scale};
-    enum { NE = sizeof e / sizeof e[0], N = 4 * 64 + 5 };
+    enum { NE = sizeof e / sizeof e[0], N = 4 * 64 + 16 + 5 }; /* 64-, 16- and 1-value steps */
     float x[N], y0[N], y1[N];
     uint8_t q0[N], q1[N];
     int tested = 0;
