@@ -222,12 +222,13 @@ lp_qparams lp_act_qparams(float *run_range, const float *x, int N, size_t per, i
     return lp_qparams_from_range(mn, mx);
 }
 
-/* The AVX-512 levels run the AVX2 kernels (the fused passes are memory-
- * and hash-bound; one kernel keeps one twin to test). */
+/* AVX512 without VNNI runs the AVX2 kernels, as everywhere in lp_quant. */
 void lp_fake_quant_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
                       uint64_t seed, uint32_t first)
 {
-    if (nn_cpu_level() >= NN_CPU_AVX2)
+    if (nn_cpu_level() >= NN_CPU_AVX512VNNI)
+        lp_fake_quant_sr_avx512(y, q, x, n, p, seed, first);
+    else if (nn_cpu_level() >= NN_CPU_AVX2)
         lp_fake_quant_sr_avx2(y, q, x, n, p, seed, first);
     else
         lp_fake_quant_sr_ref(y, q, x, n, p, seed, first);
@@ -236,7 +237,9 @@ void lp_fake_quant_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams
 void lp_fake_quant_sr_add(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
                           uint32_t first)
 {
-    if (nn_cpu_level() >= NN_CPU_AVX2)
+    if (nn_cpu_level() >= NN_CPU_AVX512VNNI)
+        lp_fake_quant_sr_add_avx512(y, x, n, p, seed, first);
+    else if (nn_cpu_level() >= NN_CPU_AVX2)
         lp_fake_quant_sr_add_avx2(y, x, n, p, seed, first);
     else
         lp_fake_quant_sr_add_ref(y, x, n, p, seed, first);

@@ -1,5 +1,5 @@
 /* lp_quant_avx512 — AVX-512 versions of the lp_quant kernels (16 floats per
- * step).  Same operation order as the _ref twins in lp_quant.c, so codes
+ * step; called at AVX512VNNI and above).  Same operation order as the _ref twins in lp_quant.c, so codes
  * and values are bit-identical; the tails run the scalar reference. */
 #include <immintrin.h>
 
@@ -112,6 +112,55 @@ void lp_quantize_sr_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p, u
     }
     if (i < n)
         lp_quantize_sr_ref(q + i, x + i, n - i, p, seed, (uint32_t)(first + i));
+}
+
+/* lp_fake_quant_sr's body: 16 values a step, the codes of s_sr16 (the 0
+ * clamp by vpmaxsd), their values as in lp_dequantize_avx512 (mul, then
+ * add: no FMA); add: y += them; q (may be NULL): the codes. */
+static inline __attribute__((always_inline)) void
+s_fq_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+        uint32_t first, const int add)
+{
+    uint32_t k1, k2;
+    lp_seed_keys(seed, &k1, &k2);
+    const __m512 vmin = _mm512_set1_ps(p.min), vs = _mm512_set1_ps(p.scale);
+    const __m512i vk2 = _mm512_set1_epi32((int)k2), zero = _mm512_setzero_si512();
+    __m512i wv = _mm512_add_epi32(
+        _mm512_set1_epi32((int)(first * LP_WEYL + k1)),
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+                                             15),
+                           _mm512_set1_epi32((int)LP_WEYL)));
+    const __m512i s16 = _mm512_set1_epi32((int)(16u * LP_WEYL));
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i c = _mm512_max_epi32(s_sr16(x + i, wv, vk2, vmin, vs), zero);
+        __m512 v = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(c), vs), vmin);
+        if (add)
+            v = _mm512_add_ps(_mm512_loadu_ps(y + i), v);
+        _mm512_storeu_ps(y + i, v);
+        if (q)
+            _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtusepi32_epi8(c));
+        wv = _mm512_add_epi32(wv, s16);
+    }
+    if (i < n) {
+        if (add)
+            lp_fake_quant_sr_add_ref(y + i, x + i, n - i, p, seed, (uint32_t)(first + i));
+        else
+            lp_fake_quant_sr_ref(y + i, q ? q + i : NULL, x + i, n - i, p, seed,
+                                 (uint32_t)(first + i));
+    }
+}
+
+void lp_fake_quant_sr_avx512(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                             uint64_t seed, uint32_t first)
+{
+    s_fq_sr(y, q, x, n, p, seed, first, 0);
+}
+
+void lp_fake_quant_sr_add_avx512(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                                 uint32_t first)
+{
+    s_fq_sr(y, NULL, x, n, p, seed, first, 1);
 }
 
 void lp_dequantize_avx512(float *x, const uint8_t *q, size_t n, lp_qparams p)

@@ -58,6 +58,10 @@ void lp_quantize_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p);
 void lp_quantize_sr_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
                            uint32_t first);
 void lp_dequantize_avx512(float *x, const uint8_t *q, size_t n, lp_qparams p);
+void lp_fake_quant_sr_avx512(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                             uint64_t seed, uint32_t first);
+void lp_fake_quant_sr_add_avx512(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                                 uint32_t first);
 
 /* GEMM micro-kernels: see lp_gemm.c for the packed layouts. */
 void lp_gemm_kernel_avx2(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N,
