@@ -31,6 +31,7 @@ for src in nn/*.c lowprec/*.c topology/*.c gossip/*.c; do
         *_avx2.c)   extra="-mavx2 -mfma" ;;
         *_avx512.c) extra="-mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni" ;;
         *_avx512bf16.c) extra="-mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16" ;;
+        *_amx.c)    extra="-mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16" ;;
     esac
     obj="$out/obj/${src%.c}.o"
     mkdir -p "$(dirname "$obj")"
