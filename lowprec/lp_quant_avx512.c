@@ -56,6 +56,17 @@ static inline __m512i s_hash(__m512i h)
     return h;
 }
 
+/* Weyl values (first + l)*LP_WEYL + k1 of the 16 lanes l (then stepped by
+ * adds). */
+static inline __m512i s_weyl16(uint32_t first, uint32_t k1)
+{
+    return _mm512_add_epi32(
+        _mm512_set1_epi32((int)(first * LP_WEYL + k1)),
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+                                             15),
+                           _mm512_set1_epi32((int)LP_WEYL)));
+}
+
 /* 4 x 16 int32 codes (<= 255; negative ones saturate to 0) -> 64 bytes in
  * order (the packs interleave the 128-bit lanes; one permute restores). */
 static inline void s_store64(uint8_t *q, __m512i a, __m512i b, __m512i c, __m512i d)
@@ -87,12 +98,7 @@ void lp_quantize_sr_avx512(uint8_t *q, const float *x, size_t n, lp_qparams p, u
     lp_seed_keys(seed, &k1, &k2);
     const __m512 vmin = _mm512_set1_ps(p.min), vs = _mm512_set1_ps(p.scale);
     const __m512i vk2 = _mm512_set1_epi32((int)k2);
-    /* Weyl values (first + i)*LP_WEYL + k1 of the 16 lanes, stepped by adds */
-    __m512i wv = _mm512_add_epi32(
-        _mm512_set1_epi32((int)(first * LP_WEYL + k1)),
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
-                                             15),
-                           _mm512_set1_epi32((int)LP_WEYL)));
+    __m512i wv = s_weyl16(first, k1);
     const __m512i s16 = _mm512_set1_epi32((int)(16u * LP_WEYL));
     const __m512i s32 = _mm512_add_epi32(s16, s16), s48 = _mm512_add_epi32(s32, s16);
     const __m512i s64 = _mm512_add_epi32(s32, s32);
@@ -125,11 +131,7 @@ s_fq_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t s
     lp_seed_keys(seed, &k1, &k2);
     const __m512 vmin = _mm512_set1_ps(p.min), vs = _mm512_set1_ps(p.scale);
     const __m512i vk2 = _mm512_set1_epi32((int)k2), zero = _mm512_setzero_si512();
-    __m512i wv = _mm512_add_epi32(
-        _mm512_set1_epi32((int)(first * LP_WEYL + k1)),
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
-                                             15),
-                           _mm512_set1_epi32((int)LP_WEYL)));
+    __m512i wv = s_weyl16(first, k1);
     const __m512i s16 = _mm512_set1_epi32((int)(16u * LP_WEYL));
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {

@@ -90,19 +90,29 @@ static void s_store(int t, void *p, size_t stride)
         memcpy((uint8_t *)p + (size_t)r * stride, s_u.t[t][r], (size_t)s_u.colsb[t]);
 }
 
+/* The rules of the dot-product instructions (#UD otherwise): configured,
+ * distinct tiles; a's 4-byte groups as many as b's rows; c as many rows
+ * as a and as wide as b. */
+static int s_dp_ok(const char *op, int c, int a, int b)
+{
+    if (!s_ok(c, op) || !s_ok(a, op) || !s_ok(b, op))
+        return 0;
+    if (c == a || c == b || a == b || s_u.colsb[a] % 4 || s_u.colsb[c] % 4 ||
+        s_u.colsb[a] / 4 != s_u.rows[b] || s_u.colsb[c] != s_u.colsb[b] ||
+        s_u.rows[c] != s_u.rows[a]) {
+        s_fault("%s tmm%d, tmm%d, tmm%d: shapes %dx%d += %dx%d . %dx%d (#UD)", op, c, a, b,
+                s_u.rows[c], s_u.colsb[c], s_u.rows[a], s_u.colsb[a], s_u.rows[b], s_u.colsb[b]);
+        return 0;
+    }
+    return 1;
+}
+
 /* TDPBSUD c, a, b: c[m][n] += sum_k sum_i s8(a[m][4k+i]) * u8(b[k][4n+i]),
  * k < a.colsb / 4, int32 with wrap-around. */
 static void s_dp(int c, int a, int b)
 {
-    if (!s_ok(c, "TDPBSUD") || !s_ok(a, "TDPBSUD") || !s_ok(b, "TDPBSUD"))
+    if (!s_dp_ok("TDPBSUD", c, a, b))
         return;
-    if (c == a || c == b || a == b || s_u.colsb[a] % 4 || s_u.colsb[c] % 4 ||
-        s_u.colsb[a] / 4 != s_u.rows[b] || s_u.colsb[c] != s_u.colsb[b] ||
-        s_u.rows[c] != s_u.rows[a]) {
-        s_fault("TDPBSUD tmm%d, tmm%d, tmm%d: shapes %dx%d += %dx%d . %dx%d (#UD)", c, a, b,
-                s_u.rows[c], s_u.colsb[c], s_u.rows[a], s_u.colsb[a], s_u.rows[b], s_u.colsb[b]);
-        return;
-    }
     for (int m = 0; m < s_u.rows[c]; m++)
         for (int n = 0; n < s_u.colsb[c] / 4; n++) {
             int32_t acc;
@@ -143,15 +153,8 @@ static float s_ftz(float f)
  * rounded to nearest even, DAZ / FTZ), as Intel's pseudo-code has it. */
 static void s_dpbf(int c, int a, int b)
 {
-    if (!s_ok(c, "TDPBF16PS") || !s_ok(a, "TDPBF16PS") || !s_ok(b, "TDPBF16PS"))
+    if (!s_dp_ok("TDPBF16PS", c, a, b))
         return;
-    if (c == a || c == b || a == b || s_u.colsb[a] % 4 || s_u.colsb[c] % 4 ||
-        s_u.colsb[a] / 4 != s_u.rows[b] || s_u.colsb[c] != s_u.colsb[b] ||
-        s_u.rows[c] != s_u.rows[a]) {
-        s_fault("TDPBF16PS tmm%d, tmm%d, tmm%d: shapes %dx%d += %dx%d . %dx%d (#UD)", c, a, b,
-                s_u.rows[c], s_u.colsb[c], s_u.rows[a], s_u.colsb[a], s_u.rows[b], s_u.colsb[b]);
-        return;
-    }
     for (int m = 0; m < s_u.rows[c]; m++)
         for (int k = 0; k < s_u.colsb[a] / 4; k++)
             for (int n = 0; n < s_u.colsb[c] / 4; n++) {

@@ -57,6 +57,30 @@ static void lpt_config(lpt_cfg *c, int kr)
     }
 }
 
+/* Zeroes tiles 0..3 of a tr x tc block. */
+#define LPT_ZERO_BLOCK(tr, tc) \
+    do { \
+        LPT_ZERO(0); \
+        if ((tc) > 1) \
+            LPT_ZERO(1); \
+        if ((tr) > 1) \
+            LPT_ZERO(2); \
+        if ((tr) > 1 && (tc) > 1) \
+            LPT_ZERO(3); \
+    } while (0)
+
+/* Tiles 0..3 of a tr x tc block into buf, 32 x 32 four-byte sums. */
+#define LPT_STORE_BUF(buf, tr, tc) \
+    do { \
+        LPT_STORE(0, (buf), 128); \
+        if ((tc) > 1) \
+            LPT_STORE(1, (buf) + 16, 128); \
+        if ((tr) > 1) \
+            LPT_STORE(2, (buf) + 16 * 32, 128); \
+        if ((tr) > 1 && (tc) > 1) \
+            LPT_STORE(3, (buf) + 16 * 32 + 16, 128); \
+    } while (0)
+
 /* The sums of a block (tiles 0..3: tile = 2*(row half) + column half)
  * into S at rows m0.., columns j0..: straight when the block lies inside
  * S's M rows and n columns, else through buf (32 x 32 int32) keeping only
@@ -76,13 +100,7 @@ lpt_store(const lpt_args *a, int m0, size_t j0, size_t n, const int tr, const in
             LPT_STORE(3, o + 16 * a->ldc + 16, ld4);
         return;
     }
-    LPT_STORE(0, buf, 128);
-    if (tc > 1)
-        LPT_STORE(1, buf + 16, 128);
-    if (tr > 1)
-        LPT_STORE(2, buf + 16 * 32, 128);
-    if (tr > 1 && tc > 1)
-        LPT_STORE(3, buf + 16 * 32 + 16, 128);
+    LPT_STORE_BUF(buf, tr, tc);
     const size_t w = n - j0 < 16 * (size_t)tc ? n - j0 : 16 * (size_t)tc;
     for (int r = 0; r < 16 * tr && m0 + r < a->M; r++)
         memcpy(o + (size_t)r * a->ldc, buf + 32 * r, w * 4);
@@ -96,13 +114,7 @@ static inline __attribute__((always_inline)) void lpt_block(const lpt_args *a, i
                                                             int32_t *buf)
 {
     const size_t lda = (size_t)a->kr * 4, ldb = a->rs * 4;
-    LPT_ZERO(0);
-    if (tc > 1)
-        LPT_ZERO(1);
-    if (tr > 1)
-        LPT_ZERO(2);
-    if (tr > 1 && tc > 1)
-        LPT_ZERO(3);
+    LPT_ZERO_BLOCK(tr, tc);
     for (int g = 0; g < a->G; g++)
         for (int kb = 0; kb < a->KB; kb++) {
             const uint32_t *ab =
@@ -190,13 +202,7 @@ typedef struct {
 static inline __attribute__((always_inline)) void
 lpt_dot_flush(const lpt_dargs *a, int c0, int m0, int t, const int tr, const int tc, float *buf)
 {
-    LPT_STORE(0, buf, 128);
-    if (tc > 1)
-        LPT_STORE(1, buf + 16, 128);
-    if (tr > 1)
-        LPT_STORE(2, buf + 16 * 32, 128);
-    if (tr > 1 && tc > 1)
-        LPT_STORE(3, buf + 16 * 32 + 16, 128);
+    LPT_STORE_BUF(buf, tr, tc);
     for (int r = 0; r < 16 * tr && c0 + r < a->nch; r++)
         for (int q = 0; q < 16 * tc && m0 + q < a->M; q++)
             a->D[(size_t)(m0 + q) * a->ldd + (size_t)(c0 + r) * a->T + t] += buf[32 * r + q];
@@ -211,13 +217,7 @@ lpt_dot_block(const lpt_dargs *a, int c0, int m0, int t, const int tr, const int
     const size_t ldy = (size_t)a->Mp * 4;
     for (size_t j0 = 0; j0 < a->n; j0 += LP_TILE_DOTJ) {
         const size_t j1 = j0 + LP_TILE_DOTJ < a->n ? j0 + LP_TILE_DOTJ : a->n;
-        LPT_ZERO(0);
-        if (tc > 1)
-            LPT_ZERO(1);
-        if (tr > 1)
-            LPT_ZERO(2);
-        if (tr > 1 && tc > 1)
-            LPT_ZERO(3);
+        LPT_ZERO_BLOCK(tr, tc);
         for (size_t j = j0; j < j1; j += 32) {
             const uint16_t *y = a->Yp + ((j / 32) * 16 * (size_t)a->Mp + (size_t)m0) * 2;
             LPT_LOAD(6, y, ldy);
