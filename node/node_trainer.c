@@ -33,10 +33,12 @@ int node_trainer_init(node_trainer *t, const node_train_opts *o, const node_data
 }
 
 /* The gradient-norm guard: 1 when a step of norm `norm` (finite) is to be
- * refused; else norm joins the running level. */
+ * refused; else norm joins the running level.  A level of 0 (only zero
+ * gradients so far) refuses nothing. */
 static int s_guard_refuses(node_trainer *t, double norm)
 {
-    if (t->guard > 0 && t->gnorm_n >= NODE_GUARD_WARMUP && norm > t->guard * t->gnorm_ema)
+    if (t->guard > 0 && t->gnorm_n >= NODE_GUARD_WARMUP && t->gnorm_ema > 0 &&
+        norm > t->guard * t->gnorm_ema)
         return 1;
     t->gnorm_n++;
     uint64_t k = t->gnorm_n < NODE_GUARD_WARMUP ? t->gnorm_n : NODE_GUARD_WARMUP;
