@@ -1338,6 +1338,21 @@ static float s_range_c(int T)
     return (float)(0.5 * 0.35 * (1.0 + sqrt(M_PI * log(4.0))) / sqrt(2.0 * log(L)));
 }
 
+/* The floor of a group's range R when its values are quantized with step
+ * qstep: sigma = R*c (the range's estimate of the standard deviation) is
+ * never taken below the standard deviation of the quantization noise,
+ * qstep/sqrt(12).  Below that the range is not resolved: a group whose
+ * values all fell on one code (clamped at 0 or 255 by the batch range, or
+ * a near-constant group) had R = 0, s = 1/1e-5 = 1e5, an output 1e5 times
+ * its input and d s/d R = -c s^2 ~ 1e9 (the int8 blow-up).  With the floor
+ * s <= sqrt(12)/qstep and d s/d R = 0 there (the max's flat side).  qstep 0
+ * (float input): no floor.  Normal groups span many codes, R*c >> qstep,
+ * so they are untouched (bit-identical). */
+static float s_range_floor(float qstep, float c)
+{
+    return qstep > 0.0f ? qstep / (c * 3.46410162f) : 0.0f;
+}
+
 size_t lp_ren_saved_bytes(int N, int C, int HW, int G)
 {
     return (size_t)N * C * HW + 2 * (size_t)N * G * sizeof(float);
@@ -1468,15 +1483,16 @@ static const float *s_vals_at(s_vals v, size_t off, size_t n, float *buf)
     return buf;
 }
 
-/* lp_ren_core_forward on x in either form; buf: T floats when x is codes. */
+/* lp_ren_core_forward on x in either form; buf: T floats when x is codes;
+ * qstep: the quantization step of x (s_range_floor; 0: none). */
 static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float *gamma,
                           const float *beta, const float *v, int N, int C, int HW, int G,
-                          int quant_s, float *buf)
+                          int quant_s, float qstep, float *buf)
 {
     assert(G > 0 && C % G == 0);
     const int cg = C / G, T = cg * HW;
     assert(T >= 32);
-    const float c = s_range_c(T);
+    const float c = s_range_c(T), rmin = s_range_floor(qstep, c);
     float lut[256];
     if (!x.f)
         lp_dequantize_lut(lut, x.p);
@@ -1500,6 +1516,7 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
                 smin += mn;
             }
             float R = smax / 16.0f - smin / 16.0f;
+            R = R < rmin ? rmin : R;
             s[n * G + g] = 1.0f / (R * c + 1e-5f);
         }
     if (quant_s)
@@ -1549,14 +1566,38 @@ static void s_chunk_argext(size_t *amax, size_t *amin, s_vals x, const float *xg
     *amin = st + s_find_u8(q, len, 0, (uint8_t)hi);
 }
 
+/* The range term of the input gradient of one group: R's gradient dR goes
+ * to the first arg-max (+dR/16) and arg-min (-dR/16) of each chunk.  R is
+ * recomputed from the extremes, as the forward summed them; below the
+ * floor rmin (s_range_floor) R was replaced by rmin and gets no gradient. */
+static void s_ren_range_grad(float *dg, float dR, float rmin, s_vals x, const float *xg,
+                             size_t off, int T, const float lut[256])
+{
+    size_t amax[16], amin[16];
+    float smax = 0, smin = 0;
+    for (int j = 0; j < 16; j++) {
+        int st, len;
+        lp_ren_chunk(T, j, &st, &len);
+        s_chunk_argext(&amax[j], &amin[j], x, xg, off, (size_t)st, (size_t)len, lut);
+        smax += xg[amax[j]];
+        smin += xg[amin[j]];
+    }
+    if (smax / 16.0f - smin / 16.0f < rmin)
+        return;
+    for (int j = 0; j < 16; j++) {
+        dg[amax[j]] += dR / 16.0f;
+        dg[amin[j]] -= dR / 16.0f;
+    }
+}
+
 /* lp_ren_core_backward on g and x in either form; buf: 2*T floats when
- * they are codes. */
+ * they are codes; qstep as s_ren_forward's. */
 static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_vals gv,
                            s_vals x, const float *s, const float *sq, const float *gamma,
-                           const float *v, int N, int C, int HW, int G, float *buf)
+                           const float *v, int N, int C, int HW, int G, float qstep, float *buf)
 {
     const int cg = C / G, T = cg * HW;
-    const float c = s_range_c(T);
+    const float c = s_range_c(T), rmin = s_range_floor(qstep, c);
     float lut[256];
     if (!x.f)
         lp_dequantize_lut(lut, x.p);
@@ -1585,14 +1626,7 @@ static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_
             /* s = 1/(R c + eps): ds/dR = -c s^2; R = mean(max) - mean(min) */
             const float sv = s[n * G + gr];
             const float dR = (float)(dsq * -(double)c * sv * sv);
-            for (int j = 0; j < 16; j++) {
-                int st, len;
-                lp_ren_chunk(T, j, &st, &len);
-                size_t amax, amin;
-                s_chunk_argext(&amax, &amin, x, xg, off, (size_t)st, (size_t)len, lut);
-                dg[amax] += dR / 16.0f;
-                dg[amin] -= dR / 16.0f;
-            }
+            s_ren_range_grad(dg, dR, rmin, x, xg, off, T, lut);
         }
 }
 
@@ -1600,16 +1634,30 @@ void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const 
                          const float *beta, const float *v, int N, int C, int HW, int G,
                          int quant_s)
 {
+    lp_ren_core_forward_q(out, s, sq, x, gamma, beta, v, N, C, HW, G, quant_s, 0.0f);
+}
+
+void lp_ren_core_forward_q(float *out, float *s, float *sq, const float *x, const float *gamma,
+                           const float *beta, const float *v, int N, int C, int HW, int G,
+                           int quant_s, float qstep)
+{
     s_vals xv = {x, NULL, {0, 0}};
-    s_ren_forward(out, s, sq, xv, gamma, beta, v, N, C, HW, G, quant_s, NULL);
+    s_ren_forward(out, s, sq, xv, gamma, beta, v, N, C, HW, G, quant_s, qstep, NULL);
 }
 
 void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
                           const float *x, const float *s, const float *sq, const float *gamma,
                           const float *v, int N, int C, int HW, int G)
 {
+    lp_ren_core_backward_q(dx, dgamma, dbeta, dv, g, x, s, sq, gamma, v, N, C, HW, G, 0.0f);
+}
+
+void lp_ren_core_backward_q(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
+                            const float *x, const float *s, const float *sq, const float *gamma,
+                            const float *v, int N, int C, int HW, int G, float qstep)
+{
     s_vals gv = {g, NULL, {0, 0}}, xv = {x, NULL, {0, 0}};
-    s_ren_backward(dx, dgamma, dbeta, dv, gv, xv, s, sq, gamma, v, N, C, HW, G, NULL);
+    s_ren_backward(dx, dgamma, dbeta, dv, gv, xv, s, sq, gamma, v, N, C, HW, G, qstep, NULL);
 }
 
 /* scratch: [2*C*HW floats: group buffers | N*C*HW codes | gamma, beta, v (3C)] */
@@ -1625,7 +1673,7 @@ void lp_range_evonorm_forward(float *out, lp_ren_saved *sv, float *run_range, co
     s_param_fq(bq, beta, (size_t)C);
     s_param_fq(vq, v, (size_t)C);
     s_vals xv = {NULL, sv->xq, sv->xp};
-    s_ren_forward(out, sv->s, sv->sq, xv, gq, bq, vq, N, C, HW, G, 1, buf);
+    s_ren_forward(out, sv->s, sv->sq, xv, gq, bq, vq, N, C, HW, G, 1, sv->xp.scale, buf);
 }
 
 void lp_range_evonorm_backward(float *din, float *dgamma, float *dbeta, float *dv,
@@ -1641,7 +1689,8 @@ void lp_range_evonorm_backward(float *din, float *dgamma, float *dbeta, float *d
     s_param_fq(gq, gamma, (size_t)C);
     s_param_fq(vq, v, (size_t)C);
     s_vals gv = {NULL, codes, gp}, xv = {NULL, sv->xq, sv->xp};
-    s_ren_backward(din, dgamma, dbeta, dv, gv, xv, sv->s, sv->sq, gq, vq, N, C, HW, G, buf);
+    s_ren_backward(din, dgamma, dbeta, dv, gv, xv, sv->s, sv->sq, gq, vq, N, C, HW, G,
+                   sv->xp.scale, buf);
 }
 
 /* ---- quantized residual add -------------------------------------------- */

@@ -127,10 +127,14 @@ void lp_linear_backward_fq(float *din, float *dw, float *db, const float *dout, 
  *   x = Q_act(in);  nrm = x * hardsigmoid(v*x),  hardsigmoid(u) = clamp(u/6 + 1/2, 0, 1)
  *   the T values split into 16 chunks (lp_ren_chunk); R = mean(chunk max) - mean(chunk min)
  *   s = 1 / (R*c + 1e-5),  c = 0.5*0.35*(1 + sqrt(pi ln 4)) / sqrt(2 ln L),  L = T/16
+ *   (int8 and fake-quant: R is floored at qstep/(c sqrt 12), qstep = the input's
+ *   quantization step: R*c, the estimate of the group's standard deviation, is
+ *   never below that of the quantization noise; a group on one code no longer
+ *   gets s = 1e5.  Groups spanning a few codes or more are untouched.)
  *   sq = Q(s) over all N*G values (nearest);  out = nrm * sq * Q(gamma) + Q(beta)
  * Backward: dout quantized (SR, batch min/max); max/min gradients to the
  * first arg-max/arg-min of each chunk; d sq/d s = 1 (straight-through),
- * d s/d R = -c s^2 with the unquantized s. */
+ * d s/d R = -c s^2 with the unquantized s (0 where R was floored). */
 
 typedef struct {
     uint8_t   *xq;   /* N*C*HW input codes */
@@ -168,6 +172,16 @@ void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const 
 void lp_ren_core_backward(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
                           const float *x, const float *s, const float *sq, const float *gamma,
                           const float *v, int N, int C, int HW, int G);
+
+/* The core with R's floor for input values quantized with step qstep
+ * (> 0; 0 is the plain core above): what the int8 layer computes on its
+ * codes and the fake-quant twin on its fake-quantized input. */
+void lp_ren_core_forward_q(float *out, float *s, float *sq, const float *x, const float *gamma,
+                           const float *beta, const float *v, int N, int C, int HW, int G,
+                           int quant_s, float qstep);
+void lp_ren_core_backward_q(float *dx, float *dgamma, float *dbeta, float *dv, const float *g,
+                            const float *x, const float *s, const float *sq, const float *gamma,
+                            const float *v, int N, int C, int HW, int G, float qstep);
 
 /* Row kernels of the core (one channel row of n values; the core loops
  * over them and dispatches by CPU level):

@@ -490,8 +490,8 @@ static void s_ren_fq_fwd(nn_op *op, nn_model *m, int N)
                            h->train);
     lp_fake_quant(xf, in, n, h->xp, h->train, h->fseed);
     s_ren_fq_params(pq, m, op);
-    lp_ren_core_forward(nn_model_act(m, op->out), sv.s, sv.sq, xf, pq, pq + C, pq + 2 * C, N,
-                        (int)C, s_hw(op), op->groups, 1);
+    lp_ren_core_forward_q(nn_model_act(m, op->out), sv.s, sv.sq, xf, pq, pq + C, pq + 2 * C, N,
+                          (int)C, s_hw(op), op->groups, 1, h->xp.scale);
 }
 
 static void s_ren_fq_bwd(nn_op *op, nn_model *m, int N, float *din)
@@ -504,9 +504,9 @@ static void s_ren_fq_bwd(nn_op *op, nn_model *m, int N, float *din)
     lp_fake_quant(xf, nn_model_act(m, op->in), n, h->xp, h->train, h->fseed);
     lp_fake_quant(gf, dout, n, lp_tensor_qparams(dout, n), 1, h->bseed);
     s_ren_fq_params(pq, m, op);
-    lp_ren_core_backward(din, nn_model_grad(m, op->p[0]), nn_model_grad(m, op->p[1]),
-                         nn_model_grad(m, op->p[2]), gf, xf, sv.s, sv.sq, pq, pq + 2 * C, N,
-                         (int)C, s_hw(op), op->groups);
+    lp_ren_core_backward_q(din, nn_model_grad(m, op->p[0]), nn_model_grad(m, op->p[1]),
+                           nn_model_grad(m, op->p[2]), gf, xf, sv.s, sv.sq, pq, pq + 2 * C, N,
+                           (int)C, s_hw(op), op->groups, h->xp.scale);
 }
 LP_OP_WRAPPERS(s_ren_fq)
 

@@ -35,6 +35,7 @@ enum {
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
     F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
+    F_GRAD_GUARD,
 };
 
 typedef struct {
@@ -60,6 +61,7 @@ static const s_flag s_flags[] = {
     {"wgrad", 1, F_WGRAD, G_RUN},
     {"metrics", 1, F_METRICS, G_RUN},        {"save", 1, F_SAVE, G_RUN},
     {"eval-every", 1, F_EVAL_EVERY, G_RUN},  {"no-eval", 0, F_NO_EVAL, G_RUN},
+    {"grad-guard", 1, F_GRAD_GUARD, G_RUN},
     {"debug-nan-at", 1, F_NAN_AT, G_DEBUG_RUN},
     {"topology", 1, F_TOPO, G_GOSSIP},       {"algo", 1, F_ALGO, G_GOSSIP},
     {"compress", 1, F_COMP, G_GOSSIP},       {"eta", 1, F_ETA, G_GOSSIP},
@@ -143,7 +145,10 @@ static const char s_help_run[] =
 "  --eval-every N      evaluate every N iterations          [once per epoch]\n"
 "  --no-eval           no test-set evaluation; one metrics line at the end\n"
 "  --metrics FILE      append one JSON object per evaluation (docs/node.md)\n"
-"  --save FILE         write the final model (simulate: the average model)\n";
+"  --save FILE         write the final model (simulate: the average model)\n"
+"  --grad-guard F      refuse (skip, as a non-finite one) a local step whose\n"
+"                      gradient L2 norm is above F x the running mean of the\n"
+"                      accepted steps' norms, after 50 accepted steps; 0: off [100]\n";
 
 static const char s_help_gossip[] =
 "gossip:\n"
@@ -363,6 +368,8 @@ static int s_run_flag(node_train_opts *o, int code, const char *arg, char *err, 
     case F_NO_EVAL: o->no_eval = 1; return 0;
     case F_NAN_AT:
         return node_parse_int("--debug-nan-at", arg, 0, 1L << 40, &o->debug_nan_at, err, errlen);
+    case F_GRAD_GUARD:
+        return node_parse_double("--grad-guard", arg, 0, 1e30, &o->grad_guard, err, errlen);
     default: return 1;
     }
 }
@@ -494,6 +501,7 @@ static void s_defaults(node_opts *o, node_command cmd, int argc)
     t->seed = 1;
     t->threads = 1;
     t->debug_nan_at = -1;
+    t->grad_guard = NODE_GUARD_DEFAULT;
     gossip_config_default(&o->g.gc);
     o->g.gc.algo = GOSSIP_CHOCO;
     o->g.gc.eta = -1;

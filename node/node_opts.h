@@ -35,6 +35,11 @@ typedef enum { NODE_CMD_TRAIN, NODE_CMD_SIMULATE, NODE_CMD_NODE } node_command;
  * ("Bounded staleness"). */
 #define NODE_DEFAULT_STALENESS 2
 
+/* --grad-guard when not given: a local step whose gradient norm is over 100x
+ * its running level is refused (node_trainer.h; docs/node.md "Gradient-norm
+ * guard" for the choice). */
+#define NODE_GUARD_DEFAULT 100.0
+
 /* model, optimisation, run and debug-run flags (every training command) */
 typedef struct {
     node_model_opts mo;
@@ -46,6 +51,7 @@ typedef struct {
     long            eval_every;    /* 0: once per epoch */
     int             no_eval;       /* no test-set evaluation, one line at the end */
     long            debug_nan_at;  /* -1, or the iteration whose batch gets a NaN */
+    double          grad_guard;    /* --grad-guard F (node_trainer_step); 0: off */
     char            metrics[512];  /* "" or the metrics file (appended) */
     char            save[512];     /* "" or the final model file */
 } node_train_opts;

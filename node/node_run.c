@@ -100,6 +100,7 @@ void node_metrics_write(FILE *f, const node_metrics *m)
         {"loss", "%.6f", m->loss},             {"train_acc", "%.6f", m->train_acc},
         {"test_acc", "%.6f", acc},             {"test_loss", "%.6f", loss},
         {"skipped_steps", "%.0f", (double)m->skipped_steps},
+        {"skipped_large_grad", "%.0f", (double)m->skipped_large},
         {"samples_per_s", "%.1f", m->samples_per_s}, {"seconds", "%.3f", m->seconds},
         {"seconds_compute", "%.3f", m->tm.compute},  {"seconds_gossip", "%.3f", m->tm.gossip},
     };
@@ -220,6 +221,7 @@ void node_run_eval(node_run *r, node_metrics *m)
     m->epoch = (double)(r->it + 1) / (double)r->steps;
     m->lr = r->lr;
     m->skipped_steps = r->skipped;
+    m->skipped_large = r->skipped_large;
     m->steps_skipped = r->catchup;
     m->seconds = nn_now() - r->t0;
     m->tm = r->tm;
@@ -262,17 +264,27 @@ static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
             continue;
         }
         r->skipped++;
+        const node_trainer *t = &r->tr[i];
+        int large = t->refused == NODE_STEP_LARGE;
+        r->skipped_large += (uint64_t)large;
         if ((++run[i] <= 3 || run[i] == NODE_RUN_MAX_SKIPPED) && r->log) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "iteration %llu: the loss or a gradient is not finite "
-                     "(loss %g, lr %g): step skipped, the model is unchanged and nothing "
-                     "non-finite is sent", (unsigned long long)r->it, loss, r->lr);
+            char msg[320];
+            if (large)
+                snprintf(msg, sizeof msg, "iteration %llu: the gradient norm %.4g is %.3gx its "
+                         "running level %.4g (above --grad-guard %g; lr %g): step skipped, the "
+                         "model is unchanged", (unsigned long long)r->it, t->last_gnorm,
+                         t->last_gnorm / t->gnorm_ema, t->gnorm_ema, t->guard, r->lr);
+            else
+                snprintf(msg, sizeof msg, "iteration %llu: the loss or a gradient is not finite "
+                         "(loss %g, lr %g): step skipped, the model is unchanged and nothing "
+                         "non-finite is sent", (unsigned long long)r->it, loss, r->lr);
             r->log(r->hook_arg, r->rank0 + i, msg);
         }
         if (run[i] >= NODE_RUN_MAX_SKIPPED) {
             r->tm.compute += nn_now() - a;
-            return nn_errf(err, errlen, "%d steps in a row were not finite: training diverged; "
-                           "try a smaller --lr or --eta", NODE_RUN_MAX_SKIPPED);
+            return nn_errf(err, errlen, "%d steps in a row were refused (not finite, or a "
+                           "gradient above --grad-guard): training diverged; try a smaller "
+                           "--lr or --eta", NODE_RUN_MAX_SKIPPED);
         }
     }
     r->tm.compute += nn_now() - a;

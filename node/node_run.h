@@ -9,8 +9,9 @@
  *          every H steps a gossip round, done by a node_round (none, the
  *          in-process gossip_sim or the ZeroMQ gossip_link); then
  *          nn_sgd_after_mix on every rank (quasi-global momentum, with or
- *          without gossip); a step whose loss or gradient is not finite is
- *          skipped (x unchanged, nothing non-finite is sent) and
+ *          without gossip); a step whose loss or gradient is not finite, or
+ *          whose gradient norm the trainer's guard refuses (--grad-guard),
+ *          is skipped (x unchanged, nothing non-finite is sent) and
  *          NODE_RUN_MAX_SKIPPED in a row on one rank end the run; at every
  *          eval_every iterations and at the end: evaluation (node_run_eval)
  *          and one metrics line (node_metrics_write, keys in docs/node.md).
@@ -35,7 +36,7 @@
 #include "gossip/gossip_node.h"
 #include "node/node_trainer.h"
 
-#define NODE_RUN_MAX_SKIPPED 20 /* non-finite steps in a row that end the run */
+#define NODE_RUN_MAX_SKIPPED 20 /* refused steps in a row that end the run */
 
 /* Cumulative wall-clock seconds of a run's phases. */
 typedef struct {
@@ -79,7 +80,8 @@ typedef struct {
     double      samples_per_s;    /* of the local steps since the last line */
     int         evaluated;        /* 0: test_acc/test_loss are null */
     double      test_acc, test_loss; /* the model (simulate: the average model) */
-    uint64_t    skipped_steps;
+    uint64_t    skipped_steps;    /* refused local steps: non-finite or guard */
+    uint64_t    skipped_large;    /*   of which refused by the gradient-norm guard */
     double      seconds;          /* since the run started */
     node_times  tm;
     const char *model, *precision;
@@ -145,7 +147,8 @@ struct node_run {
     double slow;             /* --debug-slow F (node); 0 or 1: full speed */
     /* ---- state ---- */
     node_times tm;
-    uint64_t   skipped;      /* non-finite steps, all ranks */
+    uint64_t   skipped;      /* refused steps (non-finite or guard), all ranks */
+    uint64_t   skipped_large; /*   of which refused by the gradient-norm guard */
     uint64_t   catchup;      /* local steps skipped by skip(), all ranks */
     int        interrupted;  /* stopped by *stop */
     double     t0, t_line, compute_line;

@@ -28,6 +28,21 @@ int node_trainer_init(node_trainer *t, const node_train_opts *o, const node_data
     t->yb = nn_xmalloc((size_t)t->batch);
     t->shard_n = n;
     t->steps_per_epoch = (long)((n + (size_t)t->batch - 1) / (size_t)t->batch);
+    t->guard = o->grad_guard;
+    return 0;
+}
+
+/* The gradient-norm guard: 1 when a step of norm `norm` (finite) is to be
+ * refused; else norm joins the running level.  A level of 0 (only zero
+ * gradients so far) refuses nothing. */
+static int s_guard_refuses(node_trainer *t, double norm)
+{
+    if (t->guard > 0 && t->gnorm_n >= NODE_GUARD_WARMUP && t->gnorm_ema > 0 &&
+        norm > t->guard * t->gnorm_ema)
+        return 1;
+    t->gnorm_n++;
+    uint64_t k = t->gnorm_n < NODE_GUARD_WARMUP ? t->gnorm_n : NODE_GUARD_WARMUP;
+    t->gnorm_ema += (norm - t->gnorm_ema) / (double)k;
     return 0;
 }
 
@@ -40,15 +55,25 @@ float node_trainer_step(node_trainer *t, const node_data *d, float *x, float lr)
         t->poison_next = 0;
         t->xb[0] = NAN;
     }
+    t->refused = NODE_STEP_NONFINITE;
+    t->last_gnorm = NAN;
     float loss = nn_model_forward(t->model, t->xb, t->yb, t->batch, 1);
     if (!isfinite(loss))
         return loss;
     t->correct += (size_t)nn_model_correct(t->model, t->yb, t->batch);
     nn_model_backward(t->model);
     const nn_arena *gr = nn_model_grads(t->model);
+    double ss = 0; /* a non-finite element makes it non-finite; |g| < 3.4e38: no overflow */
     for (size_t k = 0; k < gr->numel; k++)
-        if (!isfinite(gr->data[k]))
-            return NAN; /* x untouched: nothing non-finite reaches the neighbours */
+        ss += (double)gr->data[k] * gr->data[k];
+    if (!isfinite(ss))
+        return NAN; /* x untouched: nothing non-finite reaches the neighbours */
+    t->last_gnorm = sqrt(ss);
+    if (s_guard_refuses(t, t->last_gnorm)) {
+        t->refused = NODE_STEP_LARGE;
+        return NAN; /* x untouched: the wild step reaches neither model nor neighbours */
+    }
+    t->refused = NODE_STEP_OK;
     nn_sgd_step_at(&t->sgd, x, nn_model_grads(t->model)->data, nn_model_params(t->model)->data,
                    lr);
     t->loss_sum += (double)loss * t->batch;

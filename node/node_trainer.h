@@ -28,10 +28,23 @@ typedef struct {
     size_t     shard_n;
     long       steps_per_epoch;
     int        poison_next; /* fault injection: the next batch gets a NaN pixel */
+    /* gradient-norm guard (node_trainer_step): refuse a step whose gradient
+     * L2 norm is above guard x gnorm_ema once NODE_GUARD_WARMUP steps were
+     * accepted; gnorm_ema is the running mean of the accepted steps' norms,
+     * then an EMA with weight 1/NODE_GUARD_WARMUP */
+    double     guard;       /* --grad-guard F; 0: off */
+    double     gnorm_ema;
+    uint64_t   gnorm_n;     /* accepted steps in gnorm_ema */
+    double     last_gnorm;  /* the last step's norm (NaN: not finite) */
+    int        refused;     /* why the last step returned NaN: NODE_STEP_* */
     /* running statistics since node_trainer_reset_stats */
     double     loss_sum;
     size_t     seen, correct;
 } node_trainer;
+
+/* node_trainer.refused: why the last node_trainer_step was refused. */
+enum { NODE_STEP_OK = 0, NODE_STEP_NONFINITE, NODE_STEP_LARGE };
+#define NODE_GUARD_WARMUP 50     /* accepted steps before the norm guard acts */
 
 /* Builds and initialises (seed o->seed: identical weights on every rank) the
  * model, the optimiser over `layout`-shaped parameters and a sampler over
@@ -42,7 +55,13 @@ int  node_trainer_init(node_trainer *t, const node_train_opts *o, const node_dat
 /* One local step at learning rate lr: a batch from the shard, forward and
  * backward at the model's parameters (z), then the SGD update of x (weight
  * decay at z; x may be the model's own parameter vector).  Returns the batch
- * loss; a non-finite loss or gradient leaves x untouched and returns NaN. */
+ * loss.  Refused steps leave x (and the momentum) untouched and return NaN,
+ * t->refused saying why: a non-finite loss or gradient (NODE_STEP_NONFINITE),
+ * or a finite gradient whose L2 norm is above t->guard times the recent
+ * level (NODE_STEP_LARGE; see the fields above), which one wild batch (an
+ * int8 blow-up, a diverging local run) would otherwise apply to the model
+ * and send to the neighbours.  The norm comes from the pass that checks
+ * finiteness (a double sum in a fixed order: deterministic). */
 float node_trainer_step(node_trainer *t, const node_data *d, float *x, float lr);
 void node_trainer_reset_stats(node_trainer *t);
 void node_trainer_free(node_trainer *t);

@@ -772,6 +772,93 @@ static void test_ren_quantized_is_ste(void **state)
     nn_cpu_force("auto");
 }
 
+static float s_maxabs(const float *x, size_t n)
+{
+    float m = 0;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(isfinite(x[i]));
+        m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    }
+    return m;
+}
+
+/* The int8 blow-up: one sample's group lies above the batch's mean
+ * per-sample maximum, so all its values are clamped to code 255 and its
+ * range R was 0: s = 1/1e-5 = 1e5, an output 1e5 times the input and an
+ * input gradient ~1e9 larger than the float layer's.  R is floored at
+ * qstep/(c sqrt 12) (lp_layers.h): s <= sqrt(12)/qstep, the output's gain
+ * is bounded by it, and output and gradients stay within a bounded factor
+ * of the float Range EvoNorm on the unquantized input (max |out|, |din|,
+ * |dgamma|: measured 14x, 10x, 15x, bound 20x; the clamp itself loses the
+ * group's true range of 1.0; the old code: 1.0e4x, 7600x, 1.1e4x).  The
+ * integer layer and the fake-quant core with the floor agree bit for bit. */
+static void test_ren_degenerate_group(void **state)
+{
+    (void)state;
+    const int N = 4, C = 16, HW = 49, G = 8, cg = C / G;
+    const size_t n = (size_t)N * C * HW;
+    nn_rng r;
+    nn_rng_seed(&r, 24);
+    float *x = nn_xmalloc(n * 4), *g = nn_xmalloc(n * 4), *o1 = nn_xmalloc(n * 4),
+          *o2 = nn_xmalloc(n * 4), *dx1 = nn_xmalloc(n * 4), *dx2 = nn_xmalloc(n * 4),
+          *oref = nn_xmalloc(n * 4), *dxref = nn_xmalloc(n * 4), *xf = nn_xmalloc(n * 4),
+          *gf = nn_xmalloc(n * 4);
+    float gam[16], bet[16], v[16], gq[16], bq[16], vq[16], s2[32], sq2[32], sr[32], sqr[32];
+    float dg[3][16] = {{0}}, db[3][16] = {{0}}, dv[3][16] = {{0}};
+    s_fill(&r, x, n, -2, 3);
+    s_fill(&r, x, (size_t)cg * HW, 8, 9); /* sample 0, group 0: above every code */
+    s_fill(&r, g, n, -0.01f, 0.01f);
+    s_fill(&r, gam, C, 0.5f, 1.5f);
+    s_fill(&r, bet, C, -0.2f, 0.2f);
+    s_fill(&r, v, C, 0.8f, 1.2f);
+    uint8_t *saved = nn_xmalloc(lp_ren_saved_bytes(N, C, HW, G));
+    lp_ren_saved sv = {saved, {0, 0}, (float *)(void *)(saved + n), NULL};
+    sv.sq = sv.s + N * G;
+    float *scratch = nn_xmalloc(lp_ren_scratch_floats(N, C, HW) * 4);
+    float run[2] = {0, 0};
+    lp_mode mode = {1, 41};
+    lp_range_evonorm_forward(o1, &sv, run, x, gam, bet, v, N, C, HW, G, mode, scratch);
+    lp_range_evonorm_backward(dx1, dg[0], db[0], dv[0], g, &sv, gam, v, N, C, HW, G, 42,
+                              scratch);
+    const float qstep = sv.xp.scale, cap = 3.4641016f / qstep;
+    for (int i = 0; i < cg * HW; i++) /* the case: the whole group on code 255 */
+        assert_int_equal(sv.xq[i], 255);
+    assert_true(sv.s[0] <= cap && sv.s[0] > 0.9f * cap); /* floored (old: 1e5) */
+    for (int i = 1; i < N * G; i++)
+        assert_true(sv.s[i] < 0.2f * cap); /* the others are far from the floor */
+    /* gain bound: |out - beta| <= |gamma| |x| s, s <= cap (sq: 1% for Q(s)) */
+    float xmax = fabsf(sv.xp.min) + 255 * qstep;
+    assert_true(s_maxabs(o1, n) <= 0.2f + 1.5f * xmax * cap * 1.01f);
+    /* the float layer on the unquantized input */
+    lp_ren_core_forward(oref, sr, sqr, x, gam, bet, v, N, C, HW, G, 0);
+    lp_ren_core_backward(dxref, dg[2], db[2], dv[2], g, x, sr, sqr, gam, v, N, C, HW, G);
+    float om = s_maxabs(o1, n), omr = s_maxabs(oref, n);
+    float dm = s_maxabs(dx1, n), dmr = s_maxabs(dxref, n);
+    float gm = s_maxabs(dg[0], 16), gmr = s_maxabs(dg[2], 16);
+    print_message("degenerate group: max|out| %g (float %g), max|din| %g (float %g), "
+                  "max|dgamma| %g (float %g), s %g (cap %g)\n", om, omr, dm, dmr, gm, gmr,
+                  sv.s[0], cap);
+    assert_true(om <= 20 * omr && dm <= 20 * dmr && gm <= 20 * gmr);
+    /* the fake-quant core with the floor: bit for bit */
+    lp_fake_quant(xf, x, n, sv.xp, 1, 41);
+    lp_fake_quant(gq, gam, C, lp_tensor_qparams(gam, C), 0, 0);
+    lp_fake_quant(bq, bet, C, lp_tensor_qparams(bet, C), 0, 0);
+    lp_fake_quant(vq, v, C, lp_tensor_qparams(v, C), 0, 0);
+    lp_ren_core_forward_q(o2, s2, sq2, xf, gq, bq, vq, N, C, HW, G, 1, qstep);
+    assert_memory_equal(o1, o2, n * 4);
+    lp_fake_quant(gf, g, n, lp_tensor_qparams(g, n), 1, 42);
+    lp_ren_core_backward_q(dx2, dg[1], db[1], dv[1], gf, xf, s2, sq2, gq, vq, N, C, HW, G, qstep);
+    assert_memory_equal(dx1, dx2, n * 4);
+    assert_memory_equal(dg[0], dg[1], sizeof dg[0]);
+    assert_memory_equal(dv[0], dv[1], sizeof dv[0]);
+    /* the case is real: the core without the floor (the old layer, bit for
+     * bit) on the same codes gives s = 1e5 and ~1e4 times the float output */
+    lp_ren_core_forward(o2, s2, sq2, xf, gq, bq, vq, N, C, HW, G, 1);
+    assert_true(s2[0] > 0.99e5f && s_maxabs(o2, n) > 1000 * omr);
+    free(x); free(g); free(o1); free(o2); free(dx1); free(dx2); free(oref); free(dxref);
+    free(xf); free(gf); free(saved); free(scratch);
+}
+
 static void test_add(void **state)
 {
     (void)state;
@@ -816,6 +903,7 @@ int main(void)
         cmocka_unit_test(test_find_eq),
         cmocka_unit_test(test_u8_chunk_kernels),
         cmocka_unit_test(test_ren_quantized_is_ste),
+        cmocka_unit_test(test_ren_degenerate_group),
         cmocka_unit_test(test_add),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
