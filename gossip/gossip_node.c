@@ -523,6 +523,30 @@ static void s_psi_floor(gossip_node *g, float *x)
     g->stats.psi_resets++;
 }
 
+/* Push-sum with every in-neighbour down: no mass comes in any more, so psi
+ * only keeps what the rounds before left it (with bounded staleness each
+ * round while the neighbours fell silent, and before they were declared
+ * down, kept only W_ii of it: 0.35 -> 0.05 in six rounds of complete4),
+ * and the local step on z = x/psi is lr/psi, or lr/psi_mean with the step
+ * scale: up to 20x the schedule, which diverged in the SGP freeze drill.  A
+ * node that is alone trains alone: z is kept, psi = 1 (and its mean), so
+ * its step is the schedule's, as in `train`.  Neighbours that come back
+ * mix with that psi, as after s_psi_floor. */
+static void s_psi_alone(gossip_node *g, float *x)
+{
+    if (!g->cfg.push_sum || g->psi == 1.0)
+        return;
+    for (int k = 0; k < g->nin; k++)
+        if (!s_in(g, k)->in_down)
+            return;
+    size_t d = g->layout->numel;
+    double inv = 1.0 / g->psi;
+    for (size_t k = 0; k < d; k++)
+        x[k] = (float)((double)x[k] * inv);
+    g->psi = g->psi_mean = 1.0;
+    g->stats.psi_resets++;
+}
+
 /* ---- receiving ------------------------------------------------------------ */
 
 /* RESYNC (choco): the sender's whole public copy xhat_j, holding its updates
@@ -971,6 +995,7 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
             g->psi += eta * (psi_acc - g->psi);
     }
     s_psi_floor(g, x);
+    s_psi_alone(g, x);
     if (g->cfg.staleness) /* averages over ~4(S+1) mixes (gossip_node_step_scale) */
         g->psi_mean += (g->psi - g->psi_mean) / (4.0 * (g->cfg.staleness + 1));
     g->stats.iter_bytes_sent = g->cur_sent;

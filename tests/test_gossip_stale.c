@@ -509,6 +509,57 @@ static void test_sgp_step_scale(void **state)
     }
 }
 
+/* An SGP node whose in-neighbours fell silent (messages in flight, within
+ * S) loses psi round by round; once all of them are declared down, its next
+ * mix keeps z = x/psi and sets psi (and the step scale) back to 1, so it
+ * trains alone at the scheduled step (the SGP freeze drill diverged at 20x
+ * it: docs/node.md). */
+static void test_sgp_alone(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = s_named("complete4");
+    nn_arena L;
+    s_layout(&L);
+    const size_t d = L.numel;
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.algo = GOSSIP_DPSGD;
+    snprintf(cfg.compressor, sizeof cfg.compressor, "identity");
+    cfg.push_sum = 1;
+    cfg.staleness = 2;
+    gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
+    if (!g)
+        fail_msg("%s", err);
+    float **x = s_vectors(1, d, 17), *z0 = nn_xcalloc(d, sizeof(float));
+    float *z1 = nn_xcalloc(d, sizeof(float));
+    uint64_t it = 0;
+    for (; it < 2; it++) { /* nothing arrives: the neighbours' mass is in flight */
+        assert_int_equal(gossip_node_prepare(g, x[0], it, err, sizeof err), 0);
+        if (gossip_node_mix(g, x[0], it, err, sizeof err) != 0)
+            fail_msg("mix(%llu): %s", (unsigned long long)it, err);
+    }
+    assert_true(gossip_node_psi(g) < 0.1); /* 0.25^2 of it is left */
+    gossip_node_debias(g, x[0], z0);
+    for (int j = 1; j < t->n; j++)
+        gossip_node_peer_down(g, j);
+    assert_int_equal(gossip_node_prepare(g, x[0], it, err, sizeof err), 0);
+    if (gossip_node_mix(g, x[0], it, err, sizeof err) != 0)
+        fail_msg("mix(%llu) alone: %s", (unsigned long long)it, err);
+    assert_true(gossip_node_psi(g) == 1.0);
+    assert_true(gossip_node_step_scale(g) == 1.0);
+    gossip_node_debias(g, x[0], z1);
+    for (size_t k = 0; k < d; k++)
+        if (!(fabsf(z1[k] - z0[k]) <= 1e-6f * fabsf(z0[k]) + 1e-7f))
+            fail_msg("z[%zu] moved from %.9g to %.9g when the node became alone", k, z0[k], z1[k]);
+    free(z0);
+    free(z1);
+    s_vectors_free(x, 1);
+    gossip_node_destroy(&g);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -522,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_choco_exact_average),
         cmocka_unit_test(test_deepsqueeze_bound),
         cmocka_unit_test(test_sgp_step_scale),
+        cmocka_unit_test(test_sgp_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
