@@ -1,17 +1,16 @@
-/* lp_tile — see lp_tile.h: the plain twin, the start-up check and the
- * dispatch. */
+/* lp_tile — see lp_tile.h: the plain twins, the start-up checks, the
+ * bf16 pair packing and the dispatch. */
 #include "lowprec/lp_tile.h"
 
 #include <assert.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <math.h>
-#include <stdlib.h>
 
 #include "lowprec/lp_bf16.h"
 #include "lowprec/lp_gemm.h"
@@ -108,19 +107,13 @@ int lp_tile_selfcheck(lp_tile_fn fn)
     return s_in_child(s_probe_child, &arg, "AMX tile kernel", "the int8 GEMMs use vpdpbusd");
 }
 
-static void s_amx_kernel(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
-                         const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
-{
-    lp_tilegemm_amx(S, ldc, Ap, M, B, goff, G, R, rs, n);
-}
-
 int lp_tile_ready(void)
 {
     static int s_ready = -1;
     if (nn_cpu_level() < NN_CPU_AMX)
         return 0;
     if (s_ready < 0)
-        s_ready = lp_tile_selfcheck(s_amx_kernel);
+        s_ready = lp_tile_selfcheck(lp_tilegemm_amx);
     return s_ready;
 }
 
@@ -211,7 +204,6 @@ static int s_bf16_probe_child(const void *arg)
             return 2;
     return 0;
 }
-
 
 static int s_cpu_amx_bf16(void)
 {
