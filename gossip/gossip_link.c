@@ -381,8 +381,12 @@ static void s_answer_resync(gossip_link *l, int o)
         s_log(l, "RESYNC to %s: %s", s_id(l, o), err);
         return;
     }
-    if (rc == 0)
-        return; /* its queue is full: it will ask again */
+    if (rc == 0) { /* its queue is full or the connection down: it will ask again */
+        if (l->st.resyncs_unsent++ < 5)
+            s_log(l, "RESYNC to %s not sent: our connection to it takes nothing now (queue "
+                  "full or not connected); it will ask again", s_id(l, o));
+        return;
+    }
     l->p[o].resync_iter = at + 1;
     l->p[o].sent_dealer = nn_now();
     l->st.resyncs_sent++;
