@@ -146,6 +146,9 @@ static void s_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
         else
             l->p[j].sent_dealer = nn_now();
     }
+    if (rc <= 0 && l->st.ctl_unsent++ < 5) /* evidence: which control message did not go */
+        s_log(l, "control message (kind %d) to %s (rank %d) not sent: %s", kind, s_id(l, j), j,
+              rc < 0 ? err : "our connection to it takes nothing now");
 }
 
 /* Adaptive deadline: median + S_MAD_K x MAD of a neighbour's last

@@ -67,7 +67,7 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"rejected_auth", ns->rejected_auth},   {"refused_nonfinite", ls->refused_nonfinite},
         {"peers_down", ls->peers_down},        {"down_events", ls->down_events},
         {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
-        {"resyncs_unsent", ls->resyncs_unsent},
+        {"resyncs_unsent", ls->resyncs_unsent}, {"ctl_unsent", ls->ctl_unsent},
         {"isolated_rounds", ls->isolated_rounds},
         {"states_sent", ls->states_sent},      {"state_refused", ls->state_refused},
         {"joined", (uint64_t)ls->joined},      {"join_iter", ls->join_iter},
