@@ -146,8 +146,8 @@ static void s_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
         else
             l->p[j].sent_dealer = nn_now();
     }
-    if (rc <= 0 && l->st.ctl_unsent++ < 5) /* evidence: which control message did not go */
-        s_log(l, "control message (kind %d) to %s (rank %d) not sent: %s", kind, s_id(l, j), j,
+    if (rc <= 0 && kind == GOSSIP_MSG_RESYNC_REQ && l->st.ctl_unsent++ < 5)
+        s_log(l, "RESYNC_REQ to %s (rank %d) not sent: %s", s_id(l, j), j,
               rc < 0 ? err : "our connection to it takes nothing now");
 }
 

@@ -151,8 +151,8 @@ typedef struct {
     uint64_t resyncs_sent;     /* RESYNC sent */
     uint64_t resyncs_unsent;   /* RESYNC answers the DEALER took not (queue
                                   full or no connection: the asker retries) */
-    uint64_t ctl_unsent;       /* control messages (PING, RESYNC_REQ, ...)
-                                  not sent: an unroutable reply, a full queue */
+    uint64_t ctl_unsent;       /* RESYNC_REQs not sent: an unroutable
+                                  ROUTER reply, a full queue */
     uint64_t resync_bytes;     /* bytes of those */
     uint64_t dropped_full;     /* GOSSIP not sent: the peer's queue was full */
     uint64_t dropped_test;     /* GOSSIP dropped by drop_gossip */
