@@ -510,17 +510,24 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
 #define S_PSI_MIN 1e-4
 #define S_PSI_MAX 1e4
 
-static void s_psi_floor(gossip_node *g, float *x)
+/* Folds psi into x: x /= psi, psi = 1 (z = x/psi kept); counted.  Returns
+ * the factor 1/psi. */
+static double s_psi_fold(gossip_node *g, float *x)
 {
-    if (!g->cfg.push_sum || (g->psi >= S_PSI_MIN && g->psi <= S_PSI_MAX))
-        return;
     size_t d = g->layout->numel;
     double inv = 1.0 / g->psi;
     for (size_t k = 0; k < d; k++)
         x[k] = (float)((double)x[k] * inv);
-    g->psi_mean *= inv;
     g->psi = 1.0;
     g->stats.psi_resets++;
+    return inv;
+}
+
+static void s_psi_floor(gossip_node *g, float *x)
+{
+    if (!g->cfg.push_sum || (g->psi >= S_PSI_MIN && g->psi <= S_PSI_MAX))
+        return;
+    g->psi_mean *= s_psi_fold(g, x);
 }
 
 /* Push-sum with every in-neighbour down: no mass comes in any more, so psi
@@ -539,12 +546,8 @@ static void s_psi_alone(gossip_node *g, float *x)
     for (int k = 0; k < g->nin; k++)
         if (!s_in(g, k)->in_down)
             return;
-    size_t d = g->layout->numel;
-    double inv = 1.0 / g->psi;
-    for (size_t k = 0; k < d; k++)
-        x[k] = (float)((double)x[k] * inv);
-    g->psi = g->psi_mean = 1.0;
-    g->stats.psi_resets++;
+    s_psi_fold(g, x);
+    g->psi_mean = 1.0;
 }
 
 /* ---- receiving ------------------------------------------------------------ */
