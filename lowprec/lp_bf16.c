@@ -115,27 +115,13 @@ void lp_shiftdot_bf16_ref(float *D, size_t ldd, const uint16_t *A, size_t lda, i
             }
 }
 
-static int s_tile_model, s_tile_faults;
-
-void lp_bf16_force_tile_model(int on)
-{
-    s_tile_model = on;
-    s_tile_faults = 0;
-}
-
-int lp_bf16_tile_model_faults(void)
-{
-    return s_tile_faults;
-}
-
 void lp_shiftdot_bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
                       const uint16_t *B, size_t ldb, int nch, const int *toff, int T, size_t n)
 {
     assert(M >= 1 && nch >= 1 && T >= 1);
-    if (s_tile_model) {
-        if (lp_tiledot_bf16_emu(D, ldd, A, lda, M, B, ldb, nch, toff, T, n) != 0)
-            s_tile_faults++;
-    } else if (lp_tile_bf16_ready())
+    if (lp_tile_model_forced())
+        (void)lp_tiledot_bf16_emu(D, ldd, A, lda, M, B, ldb, nch, toff, T, n); /* counted */
+    else if (lp_tile_bf16_ready())
         lp_tiledot_bf16(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
     else if (lp_bf16_supported())
         lp_shiftdot_bf16_avx512bf16(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);

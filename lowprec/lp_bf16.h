@@ -72,11 +72,8 @@ void lp_shiftdot_bf16_ref(float *D, size_t ldd, const uint16_t *A, size_t lda, i
                           const uint16_t *B, size_t ldb, int nch, const int *toff, int T,
                           size_t n);
 /* (Where lp_tile_bf16_ready(), lp_shiftdot_bf16 runs on AMX-BF16 tiles,
- * lp_tiledot_bf16, whose budget against the twin is 2^-14 instead.)
- * Tests only: on != 0 runs it on the software tile model at any level;
- * faults counts the calls that broke a tile rule since.  Not thread-safe. */
-void lp_bf16_force_tile_model(int on);
-int  lp_bf16_tile_model_faults(void);
+ * lp_tiledot_bf16, whose budget against the twin is 2^-14 instead; tests
+ * run that path on the tile model at any level, lp_tile_force_model.) */
 
 /* The AVX-512 BF16 kernels behind the dispatchers (lp_bf16_avx512bf16.c);
  * call only when lp_bf16_supported(). */

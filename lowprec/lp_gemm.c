@@ -9,19 +9,6 @@
 #include "lowprec/lp_simd.h"
 #include "lowprec/lp_tile.h"
 
-static int s_tile_model, s_tile_faults;
-
-void lp_gemm_force_tile_model(int on)
-{
-    s_tile_model = on;
-    s_tile_faults = 0;
-}
-
-int lp_gemm_tile_model_faults(void)
-{
-    return s_tile_faults;
-}
-
 /* Byte offset of packed A's tile part (lp_gemm.h). */
 static size_t s_tile_part(int M, int K)
 {
@@ -136,8 +123,8 @@ static void s_gemm_tile(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp
     const ptrdiff_t goff[1] = {0};
     if (!model)
         lp_tilegemm(C, (size_t)ldc, At, M, B, goff, 1, K4, (size_t)Np, (size_t)N);
-    else if (lp_tilegemm_emu(C, (size_t)ldc, At, M, B, goff, 1, K4, (size_t)Np, (size_t)N) != 0)
-        s_tile_faults++;
+    else /* a broken tile rule is counted by the model */
+        (void)lp_tilegemm_emu(C, (size_t)ldc, At, M, B, goff, 1, K4, (size_t)Np, (size_t)N);
     int32_t cs[LP_GEMM_NR];
     for (int n0 = 0; n0 < N; n0 += LP_GEMM_NR) {
         const int w = N - n0 < LP_GEMM_NR ? N - n0 : LP_GEMM_NR;
@@ -168,7 +155,7 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
                   int32_t *colsum)
 {
     assert(M >= 1 && N >= 1 && K >= 1 && K <= LP_GEMM_MAX_K && ldc >= N);
-    if (s_tile_model || (s_tile_pays(K) && lp_tile_ready())) {
+    if (lp_tile_model_forced() || (s_tile_pays(K) && lp_tile_ready())) {
         s_gemm_tile(C, ldc, Ap, Bp, M, N, K, colsum, nn_cpu_level() < NN_CPU_AMX);
         return;
     }

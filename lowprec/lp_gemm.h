@@ -82,11 +82,8 @@ void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, i
  * 1 <= K <= LP_GEMM_MAX_K, M, N >= 1. */
 void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N, int K,
                   int32_t *colsum);
-/* Tests only: on != 0 makes lp_gemm_u8u8 run the AMX tile path on the
- * software tile model at any level; faults counts the calls that broke a
- * tile rule since.  Not thread-safe. */
-void lp_gemm_force_tile_model(int on);
-int  lp_gemm_tile_model_faults(void);
+/* (Tests run its AMX tile path on the tile model at any level:
+ * lp_tile_force_model, lp_tile.h.) */
 
 /* Plain twin on row-major A (M, K) and B (K, N): C (M, N) = A * B. */
 void lp_gemm_u8u8_ref(int32_t *C, const uint8_t *A, const uint8_t *B, int M, int N, int K);

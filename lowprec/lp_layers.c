@@ -77,22 +77,11 @@ size_t lp_conv2d_saved_bytes(const nn_conv_dims *d)
 
 #define LP_SHIFT_TMAX 49 /* most taps (K*K) the shift path takes */
 
-static int s_force_im2col, s_force_tile, s_tile_faults;
+static int s_force_im2col;
 
 void lp_conv2d_force_im2col(int on)
 {
     s_force_im2col = on;
-}
-
-void lp_conv2d_force_tile_model(int on)
-{
-    s_force_tile = on;
-    s_tile_faults = 0;
-}
-
-int lp_conv2d_tile_model_faults(void)
-{
-    return s_tile_faults;
 }
 
 /* Channel counts up to which the shift path's tile working set (4 rows of
@@ -390,7 +379,7 @@ static s_conv_rows s_rows(void)
         r.tap_isum_row = lp_tap_isum_row_avx512;
         r.dequant_row_q = lp_dequant_row_q_avx512;
     }
-    if (lp_tile_ready() || s_force_tile) {
+    if (lp_tile_ready() || lp_tile_model_forced()) {
         r.quad = r.tile = 1;
         r.model = !lp_tile_ready();
     }
@@ -619,8 +608,8 @@ static void s_shift_tilegemm(int32_t *S, const uint32_t *Ap, int M, const uint32
     const int R = g->np * g->K;
     if (!rows->model)
         lp_tilegemm(S, g->vlen, Ap, M, B, goff, g->K, R, g->vlen + 1, n);
-    else if (lp_tilegemm_emu(S, g->vlen, Ap, M, B, goff, g->K, R, g->vlen + 1, n) != 0)
-        s_tile_faults++;
+    else /* a broken tile rule is counted by the model */
+        (void)lp_tilegemm_emu(S, g->vlen, Ap, M, B, goff, g->K, R, g->vlen + 1, n);
 }
 
 /* out (N, M, H, W) = the stride-1 same conv (K x K, pad = (K-1)/2) of the

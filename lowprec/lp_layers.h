@@ -83,13 +83,8 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
  * lp_gemm path (the one every other conv takes) instead of the shift path.
  * Not thread-safe; set it while no kernel runs. */
 void lp_conv2d_force_im2col(int on);
-/* Tests only: on != 0 makes the shift path use the AMX tile layout and
- * kernel (lp_tile.h) on the software tile model, at any CPU level below
- * NN_CPU_AMX (at NN_CPU_AMX the tiles run anyway); faults counts the calls
- * in which the kernel broke a tile rule since it was set.  Not
- * thread-safe. */
-void lp_conv2d_force_tile_model(int on);
-int  lp_conv2d_tile_model_faults(void);
+/* (Tests run the shift path's AMX tile layout and kernel on the tile
+ * model at any level: lp_tile_force_model, lp_tile.h.) */
 
 /* Fake-quant twins: same quantization (same seeds, same codes) then plain
  * FP32 loops.  scratch: lp_conv2d_fq_scratch_floats floats. */

@@ -108,6 +108,14 @@ void lp_tilegemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const ui
 int         lp_tilegemm_emu(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                             const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
 const char *lp_tile_emu_fault(void);
+/* Tests: on (1), every product that has a tile path (lp_gemm_u8u8, the
+ * shift-path convs, the bf16 weight gradients) runs it on the model at any
+ * level, bit-identical to the level's own kernels (weight gradients within
+ * the budget); 0: dispatch as usual.  Resets the count of model runs that
+ * broke a rule since, lp_tile_model_faults(). */
+void        lp_tile_force_model(int on);
+int         lp_tile_model_forced(void);
+int         lp_tile_model_faults(void);
 /* The model's rules alone (tests): LDTILECFG of the 64 bytes at cfg, then
  * one TDPBSUD tmm c, tmm a, tmm b.  Returns 0, or -1 with the fault named. */
 int         lp_tile_emu_check(const void *cfg, int c, int a, int b, int bf16);

@@ -24,6 +24,34 @@ static struct {
     char    fault[160];
 } s_u;
 
+static int s_forced, s_faults; /* lp_tile_force_model */
+
+void lp_tile_force_model(int on)
+{
+    s_forced = on;
+    s_faults = 0;
+}
+
+int lp_tile_model_forced(void)
+{
+    return s_forced;
+}
+
+int lp_tile_model_faults(void)
+{
+    return s_faults;
+}
+
+/* The end of one kernel run on the model: 0, or -1 (counted) when it broke
+ * a rule. */
+static int s_ran(void)
+{
+    if (!s_u.fault[0])
+        return 0;
+    s_faults++;
+    return -1;
+}
+
 static void s_fault(const char *fmt, ...)
 {
     if (s_u.fault[0])
@@ -191,7 +219,7 @@ int lp_tilegemm_emu(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uin
     uint32_t *bl = n < 16 ? nn_xmalloc((size_t)G * R * 16 * 4) : NULL;
     lpt_kernel(S, ldc, Ap, M, B, goff, G, R, rs, n, bl);
     free(bl);
-    return s_u.fault[0] ? -1 : 0;
+    return s_ran();
 }
 
 int lp_tiledot_bf16_emu_packed(float *D, size_t ldd, const uint16_t *Yp, int M, const uint16_t *B,
@@ -199,7 +227,7 @@ int lp_tiledot_bf16_emu_packed(float *D, size_t ldd, const uint16_t *Yp, int M, 
 {
     s_u.fault[0] = 0;
     lpt_dot_kernel(D, ldd, Yp, M, B, ldb, nch, toff, T, n);
-    return s_u.fault[0] ? -1 : 0;
+    return s_ran();
 }
 
 int lp_tile_emu_check(const void *cfg, int c, int a, int b, int bf16)

@@ -19,6 +19,7 @@
 
 #include "nn/nn_cpu.h"
 #include "lowprec/lp_gemm.h"
+#include "lowprec/lp_tile.h"
 #include "nn/nn_core.h"
 
 
@@ -69,12 +70,12 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
         const char *name = lv < NN_CPU_LEVELS ? nn_cpu_name((nn_cpu_t)lv) : "tile model";
         if (lv < NN_CPU_LEVELS && nn_cpu_force(name) != 0)
             continue;
-        lp_gemm_force_tile_model(lv == NN_CPU_LEVELS);
+        lp_tile_force_model(lv == NN_CPU_LEVELS);
         memset(C, 0x5a, (size_t)M * ldc * sizeof(int32_t));
         memset(cols, 0x5a, (size_t)N * sizeof(int32_t));
         lp_gemm_u8u8(C, ldc, Ap, Bp, M, N, K, cols);
-        assert_int_equal(lp_gemm_tile_model_faults(), 0);
-        lp_gemm_force_tile_model(0);
+        assert_int_equal(lp_tile_model_faults(), 0);
+        lp_tile_force_model(0);
         for (int m = 0; m < M; m++) {
             for (int n = 0; n < N; n++)
                 if (C[(size_t)m * ldc + n] != ref[(size_t)m * N + n])

@@ -26,10 +26,11 @@
 #include <cmocka.h>
 
 #include "lowprec/lp_bf16.h"
-#include "nn/nn_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_simd.h"
+#include "lowprec/lp_tile.h"
+#include "nn/nn_cpu.h"
 #include "nn/nn_core.h"
 
 static void s_fill(nn_rng *r, float *x, size_t n, float lo, float hi)
@@ -193,16 +194,16 @@ static void test_conv_wgrad_bf16(void **state)
     if (!lp_bf16_supported())
         skip();
     for (int model = 0; model < 2; model++) {
-        lp_bf16_force_tile_model(model);
+        lp_tile_force_model(model);
         s_wgrad_case(9, 6, 11, 13, 5, 3, 1, 1); /* shifted grids, two chunks */
         s_wgrad_case(3, 3, 7, 9, 4, 5, 1, 2);   /* 5x5 same */
         s_wgrad_case(4, 5, 9, 9, 7, 3, 2, 1);   /* strided: im2col of the codes */
         s_wgrad_case(3, 8, 8, 8, 6, 1, 2, 0);   /* 1x1 stride 2 (resnet shortcut) */
         s_wgrad_case(2, 4, 6, 6, 3, 3, 1, 0);   /* valid conv, stride 1 */
         s_wgrad_case(2, 20, 8, 8, 36, 3, 1, 1); /* past one tile block both ways */
-        assert_int_equal(lp_bf16_tile_model_faults(), 0);
+        assert_int_equal(lp_tile_model_faults(), 0);
     }
-    lp_bf16_force_tile_model(0);
+    lp_tile_force_model(0);
 }
 
 /* The shift and im2col paths of the forward give the same floats at every
@@ -262,18 +263,9 @@ static void s_conv_fwd_bwd(float *o, float *dx, const nn_conv_dims *d, uint64_t 
 
 static void s_linear_case(int N, int F, int OF, int train);
 
-static void s_tile_models(int on)
-{
-    lp_conv2d_force_tile_model(on);
-    lp_gemm_force_tile_model(on);
-    lp_bf16_force_tile_model(on);
-}
-
 static void s_tile_model_clean(void)
 {
-    assert_int_equal(lp_conv2d_tile_model_faults(), 0);
-    assert_int_equal(lp_gemm_tile_model_faults(), 0);
-    assert_int_equal(lp_bf16_tile_model_faults(), 0);
+    assert_int_equal(lp_tile_model_faults(), 0);
 }
 
 /* The AMX paths (the tile layout of the shift path, lp_gemm on tiles for
@@ -301,7 +293,7 @@ static void test_tile_model_layers(void **state)
             float *o1 = nn_xmalloc(on * 4), *o2 = nn_xmalloc(on * 4);
             float *dx1 = nn_xmalloc(xn * 4), *dx2 = nn_xmalloc(xn * 4);
             s_conv_fwd_bwd(o1, dx1, &d, 50 + i);
-            s_tile_models(1);
+            lp_tile_force_model(1);
             s_conv_fwd_bwd(o2, dx2, &d, 50 + i);
             s_tile_model_clean();
             for (size_t k = 0; k < on; k++)
@@ -314,14 +306,14 @@ static void test_tile_model_layers(void **state)
                              nn_cpu_name((nn_cpu_t)lv), i, k, dx2[k], dx1[k]);
             s_conv_case(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], 1, 1);
             s_tile_model_clean();
-            s_tile_models(0);
+            lp_tile_force_model(0);
             free(o1); free(o2); free(dx1); free(dx2);
         }
-        s_tile_models(1);
+        lp_tile_force_model(1);
         s_linear_case(5, 64, 10, 1);
         s_linear_case(32, 33, 17, 1);
         s_tile_model_clean();
-        s_tile_models(0);
+        lp_tile_force_model(0);
     }
     nn_cpu_force("auto");
 }
