@@ -1273,10 +1273,10 @@ static int s_rejoin_resyncs(gossip_link *l, char *err, size_t errlen)
         }
     }
     /* Bounded by twice the peer floor (--peer-timeout), not the run's
-     * --timeout: after a freeze a neighbour's answer could be lost to the
-     * reconnect (twice in three drills it never came, and the whole run
-     * waited the 60 s); down, it is taken back and asked again on its next
-     * message (s_revive, s_ask_resyncs), 70 ms later in those drills. */
+     * --timeout: after a freeze a neighbour's new connection is usable only
+     * once gossip_net reaped the unidentified one (2 s, docs/node.md "The
+     * re-join stall"); one still missing then is declared down, and taken
+     * back and asked again on its next message (s_revive, s_ask_resyncs). */
     const double wait = fmin(l->cfg.timeout, 2.0 * l->cfg.peer_floor);
     const double t0 = nn_now(), until = t0 + wait;
     while (s_resyncs_missing(l, 0)) {

@@ -43,9 +43,10 @@ struct gossip_net {
     FILE       *log;
     unsigned    logged[5];
     /* ROUTER connections (s_reap): per fd below S_FD_MAX, when we learnt it
-     * was accepted (0: not open), when it last delivered a message and
-     * when it was closed */
-    double     *fd_open, *fd_delivered, *fd_closed;
+     * was accepted (0: not open or looked at) and when it last delivered a
+     * message that was its own (s_delivered) */
+    double     *fd_open, *fd_delivered;
+    double      router_empty; /* a poll that began then found the ROUTER empty */
     double      next_reap;
     char        endpoint[TOPO_ENDPOINT_MAX];
     gossip_net_stats st;
@@ -259,8 +260,7 @@ static void s_monitor_event(gossip_net *net)
     if (ev == ZMQ_EVENT_ACCEPTED || ev == ZMQ_EVENT_DISCONNECTED) {
         if (val < S_FD_MAX) {
             net->fd_open[val] = ev == ZMQ_EVENT_ACCEPTED ? nn_now() : 0;
-            if (ev == ZMQ_EVENT_DISCONNECTED)
-                net->fd_closed[val] = nn_now();
+            net->fd_delivered[val] = 0;
         }
         return;
     }
@@ -274,17 +274,18 @@ static void s_monitor_event(gossip_net *net)
 }
 
 
-/* Connections to the ROUTER that delivered no message S_REAP_S seconds
- * after they were accepted are shut down (libzmq then closes them as if
- * the peer had): a second connection under a live in-neighbour's routing id
- * (libzmq never identifies it, so its frames would pile up unread), or a
- * client that connects and says nothing.  A real neighbour's DEALER sends
- * its HELLO or PING at once; one that was shut down reconnects by itself.
- * Counted in rejected_contested.  An fd is only touched while it is still
- * the accepted TCP connection to our port (getsockname); a delivery seen
- * after its last close counts for the connection now open on it
- * (fail-open: the event order between the monitor and the data may
- * differ). */
+/* Connections to the ROUTER that delivered no message of their own
+ * S_REAP_S seconds after they were accepted are shut down (libzmq then
+ * closes them as if the peer had): a second connection under a live
+ * in-neighbour's routing id, which libzmq never identifies, not even once
+ * the connection that held the id is gone (its frames pile up unread), or
+ * a client that connects and says nothing.  The first happens to a node
+ * that was frozen while a neighbour gave up on the old connection and
+ * reconnected: the old connection holds the id until its last messages
+ * are read.  A real neighbour's DEALER sends its HELLO or PING at once;
+ * one that was shut down reconnects by itself and gets its id.  Counted in
+ * rejected_contested.  An fd is only touched while it is still the
+ * accepted TCP connection to our port (getsockname). */
 static void s_reap(gossip_net *net)
 {
     double now = nn_now();
@@ -293,7 +294,7 @@ static void s_reap(gossip_net *net)
     net->next_reap = now + 0.25;
     for (int fd = 0; fd < S_FD_MAX; fd++) {
         double open = net->fd_open[fd];
-        if (open <= 0 || now - open < S_REAP_S || net->fd_delivered[fd] > net->fd_closed[fd])
+        if (open <= 0 || now - open < S_REAP_S || net->fd_delivered[fd] >= open)
             continue;
         net->fd_open[fd] = 0;
         struct sockaddr_storage la, pa;
@@ -326,11 +327,16 @@ static void s_reap(gossip_net *net)
     }
 }
 
-/* Notes a message delivered by the ROUTER (its connection is not stuck). */
+/* Notes a message delivered by the ROUTER.  It is the message of the
+ * connection now open on its fd only if the ROUTER was seen empty since we
+ * learnt of that connection: before, it can be one of the last messages
+ * of an earlier connection on the same fd number (closed while we did not
+ * read; libzmq pushed them before it reported the close, and we learn of
+ * the close before the accept that reuses the number). */
 static void s_delivered(gossip_net *net, zmq_msg_t *m)
 {
     int fd = zmq_msg_get(m, ZMQ_SRCFD);
-    if (fd >= 0 && fd < S_FD_MAX)
+    if (fd >= 0 && fd < S_FD_MAX && net->router_empty >= net->fd_open[fd])
         net->fd_delivered[fd] = nn_now();
 }
 
@@ -572,7 +578,6 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
     net->have_cur = 1;
     net->fd_open = nn_xcalloc(S_FD_MAX, sizeof(double));
     net->fd_delivered = nn_xcalloc(S_FD_MAX, sizeof(double));
-    net->fd_closed = nn_xcalloc(S_FD_MAX, sizeof(double));
     if (s_context(net, err, errlen) != 0 || s_router(net, &cfg, bind, err, errlen) != 0)
         goto fail;
     for (int k = 0; k < net->nout; k++)
@@ -619,7 +624,6 @@ void gossip_net_destroy(gossip_net **self_p)
     free(net->is_in);
     free(net->fd_open);
     free(net->fd_delivered);
-    free(net->fd_closed);
     free(net);
     *self_p = NULL;
 }
@@ -821,12 +825,15 @@ int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_
     for (;;) {
         double left = deadline - nn_now();
         long wait = left > 0 ? (long)(left * 1000.0 + 0.999) : 0;
+        double began = nn_now();
         int rc = zmq_poll(net->items, nitems + 1 + !!net->disc, wait);
         if (rc < 0) {
             if (zmq_errno() == EINTR)
                 return 0;
             return s_zerr(err, errlen, "poll in", net->t->nodes[net->rank].id);
         }
+        if (!(net->items[0].revents & ZMQ_POLLIN))
+            net->router_empty = began; /* s_delivered */
         if (net->items[nitems].revents & ZMQ_POLLIN) {
             s_monitor_event(net);
             rc--;

@@ -29,13 +29,16 @@
  * taken).  libzmq then takes the newcomer's first message for its routing
  * id; what follows arrives under that id, which is an lpgossip header
  * naming the contested neighbour: refused, counted in rejected_contested
- * and logged with the peer's address.  A restarted peer gets its id back
- * as soon as the old connection is gone (closed by the kernel when the old
- * process died, or after the heartbeat TTL).  A ROUTER connection that
- * delivered no message 2 s after it was accepted (a newcomer under a live
- * id whose frames libzmq never identifies, or a silent client) is shut
- * down, logged with its address and counted in rejected_contested; a real
- * peer's DEALER reconnects by itself.  The DEALERs do NOT use ZMQ_IMMEDIATE: with it, libzmq
+ * and logged with the peer's address.  A ROUTER connection that delivered
+ * no message of its own 2 s after it was accepted (a newcomer under a live
+ * id, whose frames libzmq never identifies even once the old connection is
+ * gone, or a silent client) is shut down, logged with its address and
+ * counted in rejected_contested; a real peer's DEALER reconnects by itself
+ * and gets its id back if the old connection is gone (closed by the
+ * kernel when the old process died, by the peer after a heartbeat
+ * timeout, or after the heartbeat TTL).  This is what brings back a
+ * neighbour that reconnected while this node was frozen: the old
+ * connection held the id until its last messages were read.  The DEALERs do NOT use ZMQ_IMMEDIATE: with it, libzmq
  * terminates a DEALER's pipe when its peer disconnects, dropping replies
  * that arrived but were not read yet (a peer's last ack before it exits).
  * Without it, a message sent before the peer is up waits in the DEALER's

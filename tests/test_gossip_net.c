@@ -58,6 +58,7 @@ static gossip_net *s_net(const topo *t, int rank, size_t max_msg)
     cfg.max_msg = max_msg;
     cfg.send_timeout_ms = 2000;
     cfg.linger_ms = 100;
+    cfg.log = getenv("TK_NETLOG") ? stderr : NULL;
     gossip_net *net = gossip_net_new(t, rank, &cfg, err, sizeof err);
     if (!net)
         fprintf(stderr, "gossip_net_new: %s\n", err);
@@ -270,6 +271,88 @@ static void test_rejections(void **state)
     zmq_close(anon);
     zmq_close(fake0);
     zmq_close(fat);
+    zmq_ctx_term(ctx);
+    gossip_net_destroy(&n1);
+    topo_destroy(&t);
+}
+
+/* Receives for up to `s` seconds (new0 sends a tagged message every 50
+ * ms meanwhile): the messages from rank 0 tagged 'o' (the old connection's)
+ * are counted; 1 once one tagged 'n' (new0's) arrived from rank 0. */
+static int s_hear_new(gossip_net *n1, void *new0, double s, int *stale)
+{
+    char err[512];
+    double deadline = nn_now() + s, next = 0;
+    while (nn_now() < deadline) {
+        if (nn_now() >= next) {
+            zmq_send(new0, "n", 1, ZMQ_DONTWAIT);
+            next = nn_now() + 0.05;
+        }
+        int from;
+        gossip_net_dir dir;
+        const uint8_t *msg;
+        size_t len;
+        int rc = gossip_net_recv(n1, 20, &from, &dir, &msg, &len, err, sizeof err);
+        assert_true(rc >= 0);
+        if (rc == 1 && from == 0 && len == 1 && msg[0] == 'o')
+            (*stale)++;
+        if (rc == 1 && from == 0 && len == 1 && msg[0] == 'n')
+            return 1;
+    }
+    return 0;
+}
+
+/* n1 is frozen (does not read) while its in-neighbour n0 gives up on the
+ * old connection and reconnects: the new connection reaches libzmq while
+ * the old one still holds n0's routing id (the old connection's last
+ * messages are still unread), so libzmq never identifies it.  Once n1
+ * runs again it reads the old connection's last messages (with the fd
+ * number the new connection now has), and must still close the new
+ * connection that delivers nothing (s_reap), so that n0 reconnects and is
+ * n0 again, both ways.  Before the fix the stale messages counted as the
+ * new connection's and it stayed cut off for good. */
+static void test_reconnect_while_frozen(void **state)
+{
+    (void)state;
+    topo *t = s_ring(3);
+    gossip_net *n1 = s_net(t, 1, 1000); /* in-neighbour: n0 only */
+    const char *ep = gossip_net_endpoint(n1);
+    void *ctx = zmq_ctx_new();
+    void *old0 = s_impostor(ctx, "n0", ep);
+    int linger = 1000;
+    zmq_setsockopt(old0, ZMQ_LINGER, &linger, sizeof linger);
+    assert_int_equal(zmq_send(old0, "o", 1, 0), 1);
+    int from, stale = 0;
+    gossip_net_dir dir;
+    const uint8_t *msg;
+    size_t len;
+    s_recv(n1, &from, &dir, &msg, &len);
+    assert_int_equal(from, 0);
+    /* frozen from here: the old connection's last messages, its close and
+     * the new connection all happen while n1 does not read */
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(zmq_send(old0, "o", 1, 0), 1);
+    zmq_close(old0);
+    usleep(200000);
+    void *new0 = s_impostor(ctx, "n0", ep);
+    usleep(300000);
+    /* runs again */
+    int heard = s_hear_new(n1, new0, 8.0, &stale);
+    gossip_net_stats st;
+    gossip_net_stats_get(n1, &st);
+    printf("stale messages of the old connection read: %d; new connection heard: %d; "
+           "connections closed as contested or silent: %llu\n", stale, heard,
+           (unsigned long long)st.rejected_contested);
+    assert_int_equal(stale, 5);
+    assert_true(heard);
+    char err[512];
+    assert_int_equal(gossip_net_reply(n1, 0, (const uint8_t *)"ack", 3, err, sizeof err), 0);
+    int tmo = 2000;
+    zmq_setsockopt(new0, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    char back[8];
+    assert_int_equal(zmq_recv(new0, back, sizeof back, 0), 3);
+    assert_memory_equal(back, "ack", 3);
+    zmq_close(new0);
     zmq_ctx_term(ctx);
     gossip_net_destroy(&n1);
     topo_destroy(&t);
@@ -505,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_curve),
         cmocka_unit_test(test_ring_exchange),
         cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_reconnect_while_frozen),
         cmocka_unit_test(test_timeouts_and_errors),
         cmocka_unit_test(test_max_msg_size),
         cmocka_unit_test(test_discovery_endpoints_known),
