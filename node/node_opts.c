@@ -223,7 +223,8 @@ static const char s_help_node[] =
 static const char s_help_debug_run[] =
 "fault injection (tests):\n"
 "  --debug-nan-at T    a NaN in the input of iteration T's batch (of the first\n"
-"                      rank this process drives): exercises the non-finite step guard\n";
+"                      rank this process drives; a mix-only catch-up iteration has no\n"
+"                      batch: then the next one's): exercises the non-finite step guard\n";
 
 static const char s_help_debug_link[] =
 "  --debug-drop P      drop a fraction P of the outgoing gossip messages\n"
