@@ -694,10 +694,10 @@ int gossip_net_reply(gossip_net *net, int to_rank, const uint8_t *msg, size_t le
 
 /* ---- receiving ---------------------------------------------------------- */
 
-/* A routing id that is an lpgossip header: the ROUTER refused the
- * connection's routing id because a live connection holds it (no
- * ZMQ_ROUTER_HANDOVER), and then took its first message for its id.  The
- * rank that header claims (an in-neighbour's), or -1. */
+/* A routing id that is an lpgossip header: should a libzmq take the first
+ * message of a newcomer whose routing id a live connection holds (no
+ * ZMQ_ROUTER_HANDOVER) for its id (gossip_net.h).  The rank that header
+ * claims (an in-neighbour's), or -1. */
 static int s_contested(const gossip_net *net, const uint8_t *id, size_t len)
 {
     if (len < GOSSIP_HEADER_BYTES || memcmp(id, "LPGS", 4) != 0)

@@ -26,19 +26,22 @@
  * claims the routing id of a live one never takes it over (an impostor
  * cannot cut a neighbour off, and libzmq's handover path, which could be
  * driven from the network into the `!_io_error` assertion, is never
- * taken).  libzmq then takes the newcomer's first message for its routing
- * id; what follows arrives under that id, which is an lpgossip header
- * naming the contested neighbour: refused, counted in rejected_contested
- * and logged with the peer's address.  A ROUTER connection that delivered
- * no message of its own 2 s after it was accepted (a newcomer under a live
- * id, whose frames libzmq never identifies even once the old connection is
- * gone, or a silent client) is shut down, logged with its address and
- * counted in rejected_contested; a real peer's DEALER reconnects by itself
- * and gets its id back if the old connection is gone (closed by the
- * kernel when the old process died, by the peer after a heartbeat
- * timeout, or after the heartbeat TTL).  This is what brings back a
- * neighbour that reconnected while this node was frozen: the old
- * connection held the id until its last messages were read.  The DEALERs do NOT use ZMQ_IMMEDIATE: with it, libzmq
+ * taken).  libzmq 4.3 then leaves the newcomer unidentified: its frames
+ * pile up unread, even once the connection that held the id is gone
+ * (router.cpp, identify_peer reads the id once).  Should a libzmq take
+ * its first message for its routing id instead, what follows arrives under
+ * an lpgossip header naming the contested neighbour: refused, counted in
+ * rejected_contested and logged with the peer's address.  A ROUTER
+ * connection that delivered no message of its own 2 s after it was
+ * accepted (such a newcomer, or a silent client) is shut down, logged
+ * with its address and counted in rejected_contested; a real peer's
+ * DEALER reconnects by itself and gets its id if the old connection is
+ * gone (closed by the kernel when the old process died, by the peer after
+ * a heartbeat timeout, or after the heartbeat TTL).  This is what brings
+ * back a neighbour that reconnected while this node was frozen: the old
+ * connection held the id until its last messages were read.
+ *
+ * The DEALERs do NOT use ZMQ_IMMEDIATE: with it, libzmq
  * terminates a DEALER's pipe when its peer disconnects, dropping replies
  * that arrived but were not read yet (a peer's last ack before it exits).
  * Without it, a message sent before the peer is up waits in the DEALER's

@@ -6,7 +6,10 @@
  * an unknown routing id, the id of a node that is not an in-neighbour,
  * multipart messages, empty and oversized frames: all are rejected and
  * counted, never delivered, and a valid message still gets through after.
- * Receive timeouts are bounded; bad configurations fail with a message.
+ * A neighbour that reconnects while the node is frozen is cut off for 2 s
+ * at most (test_reconnect_while_frozen).  Receive timeouts are bounded;
+ * bad configurations fail with a message.  TK_NETLOG=1 logs the nodes'
+ * rejections on stderr.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
