@@ -1,5 +1,6 @@
-/* test_nn_safetensors — round trips, atomic replace, the writer's failure paths,
- * and malformed files (each rejected with a message naming the problem).
+/* test_nn_safetensors — round trips, atomic replace, the writer's failure
+ * paths, interop with Python, and malformed files (each rejected with a
+ * message naming the problem).
  *
  * Files live in a mkdtemp() directory removed at the end.  The interop test
  * runs /usr/bin/python3 (json + struct, and numpy when importable) on a file
