@@ -181,16 +181,25 @@ static void test_roundtrip(void **state)
     unlink(path);
 }
 
+/* Arena A filled from seed and saved as NAME in the test directory (the
+ * old file that a failed save must leave as it was); path gets its path. */
+static void s_saved_a(char *path, size_t pathlen, const char *name, nn_arena *a, uint64_t seed)
+{
+    char err[512];
+    s_path(path, pathlen, name);
+    s_make_a(a);
+    s_fill(a, seed, 0);
+    const nn_arena *one[1] = {a};
+    assert_int_equal(nn_safetensors_save(path, one, 1, NULL, err, sizeof err), 0);
+}
+
 static void test_save_failures_keep_old_file(void **state)
 {
     (void)state;
     char path[512], err[512];
-    s_path(path, sizeof path, "keep.safetensors");
     nn_arena a, a2, m;
-    s_make_a(&a);
-    s_fill(&a, 4, 0);
+    s_saved_a(path, sizeof path, "keep.safetensors", &a, 4);
     const nn_arena *one[1] = {&a};
-    assert_int_equal(nn_safetensors_save(path, one, 1, NULL, err, sizeof err), 0);
 
     /* Same layout twice without prefixes: duplicate names, nothing written. */
     nn_arena_init(&m);
@@ -245,12 +254,9 @@ static void test_save_errors(void **state)
 {
     (void)state;
     char path[512], err[512], sub[512];
-    s_path(path, sizeof path, "errs.safetensors");
     nn_arena a, r, a2;
-    s_make_a(&a);
-    s_fill(&a, 6, 0);
+    s_saved_a(path, sizeof path, "errs.safetensors", &a, 6);
     const nn_arena *one[1] = {&a};
-    assert_int_equal(nn_safetensors_save(path, one, 1, NULL, err, sizeof err), 0);
 
     /* Refusals before anything is written. */
     nn_arena_init(&r);
