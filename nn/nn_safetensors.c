@@ -702,12 +702,13 @@ static void s_full_name(char *out, size_t outlen, const char *prefix, const char
     snprintf(out, outlen, "%s%s", prefix ? prefix : "", name);
 }
 
-int nn_safetensors_save_prefixed(const char *path, const nn_arena *const *arenas,
-                                 const char *const *prefixes, int narenas,
-                                 const char *const *meta_kv, char *err, size_t errlen)
+/* Refuses a name prefix over 256 bytes, the reserved tensor name
+ * __metadata__ and a tensor name (prefix included) given twice across the
+ * arenas. */
+static int s_check_names(const char *path, const nn_arena *const *arenas, const char *const *prefixes,
+                         int narenas, char *err, size_t errlen)
 {
     char a_name[2 * NN_NAME_MAX + 256], b_name[2 * NN_NAME_MAX + 256];
-    /* Names (with prefixes) unique across arenas; metadata keys unique. */
     for (int a = 0; a < narenas; a++)
         for (size_t v = 0; v < arenas[a]->nviews; v++) {
             const char *pa = prefixes ? prefixes[a] : NULL;
@@ -726,6 +727,12 @@ int nn_safetensors_save_prefixed(const char *path, const nn_arena *const *arenas
                                        "nn_safetensors_save_prefixed)", path, a_name, b, a);
                 }
         }
+    return 0;
+}
+
+/* Refuses a metadata key without a value and a key given twice. */
+static int s_check_meta(const char *path, const char *const *meta_kv, char *err, size_t errlen)
+{
     if (meta_kv)
         for (size_t i = 0; meta_kv[i]; i += 2) {
             if (!meta_kv[i + 1])
@@ -736,21 +743,27 @@ int nn_safetensors_save_prefixed(const char *path, const nn_arena *const *arenas
                     return nn_errf(err, errlen, "%s: duplicate metadata key '%s'", path,
                                    meta_kv[i]);
         }
+    return 0;
+}
 
-    /* Header text. */
-    s_sb hb = {0};
-    s_sb_str(&hb, "{");
+/* The header JSON into hb: __metadata__ first (when any), then every view
+ * in arena and view order with its F32 shape and data offsets, padded with
+ * spaces so that the data starts at a multiple of 8. */
+static void s_header(s_sb *hb, const nn_arena *const *arenas, const char *const *prefixes, int narenas,
+                     const char *const *meta_kv)
+{
+    s_sb_str(hb, "{");
     int first = 1;
     if (meta_kv && meta_kv[0]) {
-        s_sb_str(&hb, "\"__metadata__\":{");
+        s_sb_str(hb, "\"__metadata__\":{");
         for (size_t i = 0; meta_kv[i]; i += 2) {
             if (i)
-                s_sb_str(&hb, ",");
-            s_sb_jstr(&hb, NULL, meta_kv[i]);
-            s_sb_str(&hb, ":");
-            s_sb_jstr(&hb, NULL, meta_kv[i + 1]);
+                s_sb_str(hb, ",");
+            s_sb_jstr(hb, NULL, meta_kv[i]);
+            s_sb_str(hb, ":");
+            s_sb_jstr(hb, NULL, meta_kv[i + 1]);
         }
-        s_sb_str(&hb, "}");
+        s_sb_str(hb, "}");
         first = 0;
     }
     uint64_t off = 0;
@@ -759,27 +772,29 @@ int nn_safetensors_save_prefixed(const char *path, const nn_arena *const *arenas
             const nn_view *vw = &arenas[a]->views[v];
             char num[96];
             if (!first)
-                s_sb_str(&hb, ",");
+                s_sb_str(hb, ",");
             first = 0;
-            s_sb_jstr(&hb, prefixes ? prefixes[a] : NULL, vw->name);
-            s_sb_str(&hb, ":{\"dtype\":\"F32\",\"shape\":[");
+            s_sb_jstr(hb, prefixes ? prefixes[a] : NULL, vw->name);
+            s_sb_str(hb, ":{\"dtype\":\"F32\",\"shape\":[");
             for (int d = 0; d < vw->ndim; d++) {
                 snprintf(num, sizeof num, "%s%d", d ? "," : "", vw->shape[d]);
-                s_sb_str(&hb, num);
+                s_sb_str(hb, num);
             }
             uint64_t end = off + (uint64_t)vw->numel * 4;
             snprintf(num, sizeof num, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, end);
-            s_sb_str(&hb, num);
+            s_sb_str(hb, num);
             off = end;
         }
-    s_sb_str(&hb, "}");
-    while ((8 + hb.len) % 8)
-        s_sb_str(&hb, " ");
+    s_sb_str(hb, "}");
+    while ((8 + hb->len) % 8)
+        s_sb_str(hb, " ");
+}
 
-    /* Temp file in the same directory, then rename over path. */
+/* The directory of path, for messages and its fsync (malloc'd): "." for a
+ * bare file name, "/" for a file in the root. */
+static char *s_dir_of(const char *path)
+{
     size_t plen = strlen(path);
-    char *tmp = nn_xmalloc(plen + 16);
-    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
     char *dir = nn_xstrdup(path);
     char *slash = strrchr(dir, '/');
     if (!slash)
@@ -788,53 +803,80 @@ int nn_safetensors_save_prefixed(const char *path, const nn_arena *const *arenas
         dir[1] = 0;
     else
         *slash = 0;
+    return dir;
+}
+
+/* The whole file into the fresh temp file *fd: mode 0644, the header
+ * length (8 bytes, little-endian), the header hb, the data of every view;
+ * then fsync and close.  Returns 0, or -1 with errno from the failing call;
+ * *fd is -1 once close was called (whether it failed or not). */
+static int s_write_temp(int *fd, const s_sb *hb, const nn_arena *const *arenas, int narenas)
+{
+    unsigned char lenb[8];
+    for (int i = 0; i < 8; i++)
+        lenb[i] = (unsigned char)((uint64_t)hb->len >> (8 * i));
+    if (fchmod(*fd, 0644) != 0 || s_write_all(*fd, lenb, 8) || s_write_all(*fd, hb->s, hb->len))
+        return -1;
+    for (int a = 0; a < narenas; a++)
+        for (size_t v = 0; v < arenas[a]->nviews; v++) {
+            const nn_view *vw = &arenas[a]->views[v];
+            if (vw->numel && s_write_floats(*fd, arenas[a]->data + vw->offset, vw->numel))
+                return -1;
+        }
+    if (fsync(*fd) != 0)
+        return -1;
+    int r = close(*fd);
+    *fd = -1;
+    return r != 0 ? -1 : 0;
+}
+
+/* fsync of the directory dir after the rename (skipped when it cannot be
+ * opened).  The new file is complete either way; a failed directory sync
+ * only weakens durability across a crash, so it is reported. */
+static int s_sync_dir(const char *path, const char *dir, char *err, size_t errlen)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd < 0)
+        return 0;
+    int r = fsync(dfd);
+    int e = errno;
+    close(dfd);
+    if (r != 0)
+        return nn_errf(err, errlen, "%s: fsync of directory '%s' failed: %s", path, dir, strerror(e));
+    return 0;
+}
+
+/* Checks names and metadata (s_check_names, s_check_meta), builds the
+ * header (s_header), writes it and the data to a temp file in the same
+ * directory (s_write_temp), renames that over path and syncs the directory
+ * (s_sync_dir).  On a failed write or rename the temp file is removed and
+ * the old file at path stays. */
+int nn_safetensors_save_prefixed(const char *path, const nn_arena *const *arenas,
+                                 const char *const *prefixes, int narenas,
+                                 const char *const *meta_kv, char *err, size_t errlen)
+{
+    if (s_check_names(path, arenas, prefixes, narenas, err, errlen) != 0 ||
+        s_check_meta(path, meta_kv, err, errlen) != 0)
+        return -1;
+    s_sb hb = {0};
+    s_header(&hb, arenas, prefixes, narenas, meta_kv);
+
+    size_t plen = strlen(path);
+    char *tmp = nn_xmalloc(plen + 16);
+    snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
+    char *dir = s_dir_of(path);
     int fd = mkstemp(tmp), rc = -1;
     if (fd < 0) {
         nn_errf(err, errlen, "%s: cannot create a temp file in '%s': %s", path, dir,
                 strerror(errno));
-        goto done;
+    } else if (s_write_temp(&fd, &hb, arenas, narenas) != 0 || rename(tmp, path) != 0) {
+        nn_errf(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+    } else {
+        rc = s_sync_dir(path, dir, err, errlen);
     }
-    unsigned char lenb[8];
-    for (int i = 0; i < 8; i++)
-        lenb[i] = (unsigned char)((uint64_t)hb.len >> (8 * i));
-    if (fchmod(fd, 0644) != 0 || s_write_all(fd, lenb, 8) || s_write_all(fd, hb.s, hb.len))
-        goto io_fail;
-    for (int a = 0; a < narenas; a++)
-        for (size_t v = 0; v < arenas[a]->nviews; v++) {
-            const nn_view *vw = &arenas[a]->views[v];
-            if (vw->numel && s_write_floats(fd, arenas[a]->data + vw->offset, vw->numel))
-                goto io_fail;
-        }
-    if (fsync(fd) != 0)
-        goto io_fail;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto io_fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0)
-        goto io_fail;
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        /* The new file is complete either way; a failed directory sync only
-         * weakens durability across a crash, so it is reported. */
-        int r = fsync(dfd);
-        int e = errno;
-        close(dfd);
-        if (r != 0) {
-            nn_errf(err, errlen, "%s: fsync of directory '%s' failed: %s", path, dir,
-                    strerror(e));
-            goto done;
-        }
-    }
-    rc = 0;
-    goto done;
-io_fail:
-    nn_errf(err, errlen, "%s: write failed: %s", path, strerror(errno));
-    if (fd >= 0)
-        close(fd);
-    unlink(tmp);
-done:
     free(tmp);
     free(dir);
     free(hb.s);

@@ -1,5 +1,6 @@
-/* test_nn_safetensors — round trips, atomic replace, interop with Python,
- * and malformed files (each rejected with a message naming the problem).
+/* test_nn_safetensors — round trips, atomic replace, the writer's failure
+ * paths, interop with Python, and malformed files (each rejected with a
+ * message naming the problem).
  *
  * Files live in a mkdtemp() directory removed at the end.  The interop test
  * runs /usr/bin/python3 (json + struct, and numpy when importable) on a file
@@ -16,7 +17,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -178,16 +181,25 @@ static void test_roundtrip(void **state)
     unlink(path);
 }
 
+/* Arena A filled from seed and saved as NAME in the test directory (the
+ * old file that a failed save must leave as it was); path gets its path. */
+static void s_saved_a(char *path, size_t pathlen, const char *name, nn_arena *a, uint64_t seed)
+{
+    char err[512];
+    s_path(path, pathlen, name);
+    s_make_a(a);
+    s_fill(a, seed, 0);
+    const nn_arena *one[1] = {a};
+    assert_int_equal(nn_safetensors_save(path, one, 1, NULL, err, sizeof err), 0);
+}
+
 static void test_save_failures_keep_old_file(void **state)
 {
     (void)state;
     char path[512], err[512];
-    s_path(path, sizeof path, "keep.safetensors");
     nn_arena a, a2, m;
-    s_make_a(&a);
-    s_fill(&a, 4, 0);
+    s_saved_a(path, sizeof path, "keep.safetensors", &a, 4);
     const nn_arena *one[1] = {&a};
-    assert_int_equal(nn_safetensors_save(path, one, 1, NULL, err, sizeof err), 0);
 
     /* Same layout twice without prefixes: duplicate names, nothing written. */
     nn_arena_init(&m);
@@ -233,6 +245,73 @@ static void test_save_failures_keep_old_file(void **state)
     nn_arena_free(&a2);
     nn_arena_free(&m);
     nn_arena_free(&m2);
+    unlink(path);
+}
+
+/* Every refusal and failure path of the writer: the message names the file
+ * and the problem, no temp file is left behind and the old file stays. */
+static void test_save_errors(void **state)
+{
+    (void)state;
+    char path[512], err[512], sub[512];
+    nn_arena a, r, a2;
+    s_saved_a(path, sizeof path, "errs.safetensors", &a, 6);
+    const nn_arena *one[1] = {&a};
+
+    /* Refusals before anything is written. */
+    nn_arena_init(&r);
+    nn_arena_add(&r, "__metadata__", 1, (int[]){2});
+    nn_arena_alloc(&r);
+    const nn_arena *res[1] = {&r};
+    assert_int_equal(nn_safetensors_save(path, res, 1, NULL, err, sizeof err), -1);
+    ASSERT_HAS(err, "errs.safetensors: tensor name '__metadata__' is reserved");
+    char longp[300];
+    memset(longp, 'p', 257);
+    longp[257] = 0;
+    const char *pre[1] = {longp};
+    assert_int_equal(nn_safetensors_save_prefixed(path, one, pre, 1, NULL, err, sizeof err), -1);
+    ASSERT_HAS(err, "errs.safetensors: name prefix 'pppppppppppppppppppppppppppppppp...' too long");
+    const char *novalue[] = {"k", NULL};
+    assert_int_equal(nn_safetensors_save(path, one, 1, novalue, err, sizeof err), -1);
+    ASSERT_HAS(err, "errs.safetensors: metadata key 'k' has no value");
+
+    /* rename over a directory fails: the temp file is removed. */
+    s_path(sub, sizeof sub, "adir");
+    assert_int_equal(mkdir(sub, 0755), 0);
+    assert_int_equal(nn_safetensors_save(sub, one, 1, NULL, err, sizeof err), -1);
+    ASSERT_HAS(err, "adir: write failed: ");
+    assert_int_equal(s_count_tmp(), 0);
+    assert_int_equal(rmdir(sub), 0);
+
+    /* A write that stops half-way (file size limit, like a full disk): the
+     * old file stays as it was. */
+    nn_arena b;
+    nn_arena_init(&b);
+    nn_arena_clone_layout(&b, &a);
+    s_fill(&b, 7, 0);
+    const nn_arena *other[1] = {&b};
+    struct rlimit old_lim, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    lim = old_lim;
+    lim.rlim_cur = 512; /* past the header, inside the data */
+    void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = nn_safetensors_save(path, other, 1, NULL, err, sizeof err);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old_lim), 0);
+    signal(SIGXFSZ, old_sig);
+    assert_int_equal(rc, -1);
+    ASSERT_HAS(err, "errs.safetensors: write failed: File too large");
+    assert_int_equal(s_count_tmp(), 0);
+    nn_arena_init(&a2);
+    nn_arena_clone_layout(&a2, &a);
+    nn_arena *l1[1] = {&a2};
+    assert_int_equal(nn_safetensors_load(path, l1, 1, err, sizeof err), 0);
+    assert_memory_equal(a.data, a2.data, a.numel * 4);
+
+    nn_arena_free(&a);
+    nn_arena_free(&a2);
+    nn_arena_free(&b);
+    nn_arena_free(&r);
     unlink(path);
 }
 
@@ -487,6 +566,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_save_failures_keep_old_file),
+        cmocka_unit_test(test_save_errors),
         cmocka_unit_test(test_python_interop),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_foreign_fixture),

@@ -566,12 +566,23 @@ static int s_column_sums(s_ctx *c, const double *w, const int *sender_line, cons
     return 0;
 }
 
-static int s_edges(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *body, double *w)
+/* What the edges helpers share: which (to, from) pairs are given (has, and
+ * the line of each for duplicate messages), and per sender the line its
+ * weights are given on (sender_line, for the column-sum message; it stays
+ * body_line until an edge entry or a self key names the sender). */
+typedef struct {
+    int           *edge_line;   /* n*n, at to*n + from */
+    int           *sender_line; /* n */
+    unsigned char *has;         /* n*n, at to*n + from */
+    int            body_line;   /* line of the GRAPH mapping */
+} s_edge_set;
+
+/* Refuses the generator-only keys and reads `weights:` (only 'uniform'
+ * exists): *uniform = 1 when given, else 0. */
+static int s_edges_mode(s_ctx *c, yaml_node_t **v, const char *where, int *uniform)
 {
-    static const char *const ekeys[] = { "from", "to", "weight" };
-    int n = c->n, rc = -1, uniform = 0;
     const char *s = NULL;
-    yaml_node_t *e = v[G_EDGES];
+    *uniform = 0;
     for (int k = G_ROWS; k <= G_OFFSETS; k++)
         if (v[k])
             return s_fail(c, v[k], "%s: '%s' applies to generators only", where, s_graph_keys[k]);
@@ -581,174 +592,200 @@ static int s_edges(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *bo
         if (strcmp(s, "uniform") != 0)
             return s_fail(c, v[G_WEIGHTS], "%s: weights: the only choice is 'uniform' (or give a weight per edge)",
                           where);
-        uniform = 1;
+        *uniform = 1;
     }
-    if (e->type != YAML_SEQUENCE_NODE)
-        return s_fail(c, e, "edges: expected a list of {from, to, weight}, got %s", s_type_name(e));
-    int *edge_line = nn_xcalloc((size_t)n * (size_t)n, sizeof *edge_line);
-    int *sender_line = nn_xcalloc((size_t)n, sizeof *sender_line);
-    unsigned char *has = nn_xcalloc((size_t)n * (size_t)n, 1);
-    for (int j = 0; j < n; j++)
-        sender_line[j] = s_line(body);
-    for (yaml_node_item_t *it = e->data.sequence.items.start; it < e->data.sequence.items.top; it++) {
-        yaml_node_t *item = s_get(c, *it), *ev[3];
-        if (s_keys(c, item, "edge", ekeys, 3, ev) != 0)
-            goto done;
-        if (!ev[0] || !ev[1]) {
-            s_fail(c, item, "edge: needs from and to");
-            goto done;
-        }
-        int from, to;
-        double weight = 0;
-        if (s_node_ref(c, ev[0], "from", &from) != 0)
-            goto done;
-        if (uniform && ev[2]) {
-            s_fail(c, ev[2], "edge: no weight with weights: uniform (each sender splits its mass evenly)");
-            goto done;
-        }
-        if (!uniform) {
-            if (!ev[2]) {
-                s_fail(c, item, "edge from %s: missing weight (or set weights: uniform)", c->t->nodes[from].id);
-                goto done;
-            }
-            if (s_want_number(c, ev[2], "weight", &weight) != 0)
-                goto done;
-            if (!(weight >= 0 && weight <= 1)) {
-                s_fail(c, ev[2], "edge from %s: weight %g out of [0, 1]", c->t->nodes[from].id, weight);
-                goto done;
-            }
-        }
-        /* to: one id or a list of ids */
-        yaml_node_item_t *t0 = NULL, *t1 = NULL;
-        yaml_node_item_t single = 0;
-        if (ev[1]->type == YAML_SEQUENCE_NODE) {
-            t0 = ev[1]->data.sequence.items.start;
-            t1 = ev[1]->data.sequence.items.top;
-            if (t0 == t1) {
-                s_fail(c, ev[1], "edge from %s: empty 'to' list", c->t->nodes[from].id);
-                goto done;
-            }
+    return 0;
+}
+
+/* The weight of the edge entry item (ev = its from, to, weight) sent by
+ * node `from`: none allowed with weights: uniform (*weight = 0), else
+ * required and in [0, 1]. */
+static int s_edge_weight(s_ctx *c, yaml_node_t *item, yaml_node_t **ev, int from, int uniform, double *weight)
+{
+    *weight = 0;
+    if (uniform && ev[2])
+        return s_fail(c, ev[2], "edge: no weight with weights: uniform (each sender splits its mass evenly)");
+    if (uniform)
+        return 0;
+    if (!ev[2])
+        return s_fail(c, item, "edge from %s: missing weight (or set weights: uniform)", c->t->nodes[from].id);
+    if (s_want_number(c, ev[2], "weight", weight) != 0)
+        return -1;
+    if (!(*weight >= 0 && *weight <= 1))
+        return s_fail(c, ev[2], "edge from %s: weight %g out of [0, 1]", c->t->nodes[from].id, *weight);
+    return 0;
+}
+
+/* Stores the edge from -> (the node named by tn) with its weight in w,
+ * refusing an edge to itself and a duplicate; the sender's line becomes
+ * the entry's (item) if no earlier entry set it. */
+static int s_edge_store(s_ctx *c, s_edge_set *es, yaml_node_t *item, yaml_node_t *tn, int from, double weight,
+                        double *w)
+{
+    int n = c->n, to;
+    if (s_node_ref(c, tn, "to", &to) != 0)
+        return -1;
+    if (to == from)
+        return s_fail(c, tn, "edge %s -> %s: a node's own share goes under 'self', not in edges",
+                      c->t->nodes[from].id, c->t->nodes[to].id);
+    size_t at = (size_t)to * n + from;
+    if (es->has[at])
+        return s_fail(c, tn, "duplicate edge %s -> %s (first at line %d)", c->t->nodes[from].id,
+                      c->t->nodes[to].id, es->edge_line[at]);
+    es->has[at] = 1;
+    es->edge_line[at] = s_line(tn);
+    w[at] = weight;
+    if (es->sender_line[from] == es->body_line)
+        es->sender_line[from] = s_line(item);
+    return 0;
+}
+
+/* One entry {from, to: ID | [ID, ...], weight} of the edges list into w. */
+static int s_edge_entry(s_ctx *c, s_edge_set *es, yaml_node_t *item, int uniform, double *w)
+{
+    static const char *const ekeys[] = { "from", "to", "weight" };
+    yaml_node_t *ev[3];
+    int from;
+    double weight;
+    if (s_keys(c, item, "edge", ekeys, 3, ev) != 0)
+        return -1;
+    if (!ev[0] || !ev[1])
+        return s_fail(c, item, "edge: needs from and to");
+    if (s_node_ref(c, ev[0], "from", &from) != 0 || s_edge_weight(c, item, ev, from, uniform, &weight) != 0)
+        return -1;
+    if (ev[1]->type != YAML_SEQUENCE_NODE)
+        return s_edge_store(c, es, item, ev[1], from, weight, w);
+    yaml_node_item_t *t0 = ev[1]->data.sequence.items.start, *t1 = ev[1]->data.sequence.items.top;
+    if (t0 == t1)
+        return s_fail(c, ev[1], "edge from %s: empty 'to' list", c->t->nodes[from].id);
+    for (yaml_node_item_t *tp = t0; tp < t1; tp++)
+        if (s_edge_store(c, es, item, s_get(c, *tp), from, weight, w) != 0)
+            return -1;
+    return 0;
+}
+
+/* weights: uniform: sender j keeps `self` (one number for every node;
+ * default 1/(out-degree + 1)) and splits the rest evenly over its edges
+ * (has); a node without edges must keep everything. */
+static int s_edges_uniform(s_ctx *c, yaml_node_t **v, const char *where, const unsigned char *has, double *w)
+{
+    int n = c->n;
+    double self = -1;
+    if (v[G_SELF] && v[G_SELF]->type != YAML_SCALAR_NODE)
+        return s_fail(c, v[G_SELF], "%s: with weights: uniform, self is one number for every node", where);
+    if (v[G_SELF]) {
+        if (s_want_number(c, v[G_SELF], "self", &self) != 0)
+            return -1;
+        if (!(self > 0 && self <= 1))
+            return s_fail(c, v[G_SELF], "%s: self weight %g must be in (0, 1]", where, self);
+    }
+    for (int j = 0; j < n; j++) {
+        int deg = 0;
+        for (int i = 0; i < n; i++)
+            deg += has[(size_t)i * n + j];
+        double sj = self < 0 ? 1.0 / (deg + 1) : self;
+        if (deg == 0 && sj != 1.0)
+            return s_fail(c, v[G_SELF], "%s: node %s sends to nobody, so its self weight must be 1", where,
+                          c->t->nodes[j].id);
+        w[(size_t)j * n + j] = sj;
+        for (int i = 0; i < n; i++)
+            if (has[(size_t)i * n + j])
+                w[(size_t)i * n + j] = (1.0 - sj) / deg;
+    }
+    return 0;
+}
+
+/* self: {ID: W, ...} into w's diagonal: every node exactly once, W in
+ * [0, 1]; a node's key line becomes its sender line if no edge set it. */
+static int s_self_map(s_ctx *c, yaml_node_t *sv, const char *where, s_edge_set *es, double *w)
+{
+    int n = c->n, bad = 0;
+    unsigned char *seen = nn_xcalloc((size_t)n, 1);
+    for (yaml_node_pair_t *p = sv->data.mapping.pairs.start; p < sv->data.mapping.pairs.top && !bad; p++) {
+        yaml_node_t *key = s_get(c, p->key), *val = s_get(c, p->value);
+        int j;
+        double x;
+        if (s_node_ref(c, key, "self", &j) != 0 || s_want_number(c, val, "self weight", &x) != 0) {
+            bad = 1;
+        } else if (seen[j]) {
+            s_fail(c, key, "self: duplicate self weight for node %s", c->t->nodes[j].id);
+            bad = 1;
+        } else if (!(x >= 0 && x <= 1)) {
+            s_fail(c, val, "self weight %g of node %s out of [0, 1]", x, c->t->nodes[j].id);
+            bad = 1;
         } else {
-            t0 = &single;
-            t1 = &single + 1;
-        }
-        for (yaml_node_item_t *tp = t0; tp < t1; tp++) {
-            yaml_node_t *tn = tp == &single ? ev[1] : s_get(c, *tp);
-            int to_i;
-            if (s_node_ref(c, tn, "to", &to_i) != 0)
-                goto done;
-            to = to_i;
-            if (to == from) {
-                s_fail(c, tn, "edge %s -> %s: a node's own share goes under 'self', not in edges",
-                       c->t->nodes[from].id, c->t->nodes[to].id);
-                goto done;
-            }
-            size_t at = (size_t)to * n + from;
-            if (has[at]) {
-                s_fail(c, tn, "duplicate edge %s -> %s (first at line %d)", c->t->nodes[from].id,
-                       c->t->nodes[to].id, edge_line[at]);
-                goto done;
-            }
-            has[at] = 1;
-            edge_line[at] = s_line(tn);
-            w[at] = weight;
-            if (sender_line[from] == s_line(body))
-                sender_line[from] = s_line(item);
+            seen[j] = 1;
+            w[(size_t)j * n + j] = x;
+            if (es->sender_line[j] == es->body_line)
+                es->sender_line[j] = s_line(key);
         }
     }
-    if (uniform) {
-        double self = -1;
-        if (v[G_SELF] && v[G_SELF]->type != YAML_SCALAR_NODE) {
-            s_fail(c, v[G_SELF], "%s: with weights: uniform, self is one number for every node", where);
-            goto done;
+    for (int j = 0; j < n && !bad; j++)
+        if (!seen[j]) {
+            s_fail(c, sv, "%s: missing self weight for node %s", where, c->t->nodes[j].id);
+            bad = 1;
         }
-        if (v[G_SELF]) {
-            if (s_want_number(c, v[G_SELF], "self", &self) != 0)
-                goto done;
-            if (!(self > 0 && self <= 1)) {
-                s_fail(c, v[G_SELF], "%s: self weight %g must be in (0, 1]", where, self);
-                goto done;
-            }
-        }
-        for (int j = 0; j < n; j++) {
-            int deg = 0;
-            for (int i = 0; i < n; i++)
-                deg += has[(size_t)i * n + j];
-            double sj = self < 0 ? 1.0 / (deg + 1) : self;
-            if (deg == 0 && sj != 1.0) {
-                s_fail(c, v[G_SELF], "%s: node %s sends to nobody, so its self weight must be 1",
-                       where, c->t->nodes[j].id);
-                goto done;
-            }
-            w[(size_t)j * n + j] = sj;
-            for (int i = 0; i < n; i++)
-                if (has[(size_t)i * n + j])
-                    w[(size_t)i * n + j] = (1.0 - sj) / deg;
-        }
-        rc = 0;
-        goto done;
-    }
-    /* explicit weights: self weights required */
+    free(seen);
+    return bad ? -1 : 0;
+}
+
+/* Explicit weights: the self weights are required (self: W for every node
+ * or self: {ID: W, ...}) and must be positive; then every column must sum
+ * to 1. */
+static int s_edges_self(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *body, s_edge_set *es, double *w)
+{
+    int n = c->n;
     yaml_node_t *sv = v[G_SELF];
-    if (!sv) {
-        s_fail(c, body, "%s: missing self weights: add 'self: W' (every node) or 'self: {id: W, ...}'", where);
-        goto done;
-    }
+    if (!sv)
+        return s_fail(c, body, "%s: missing self weights: add 'self: W' (every node) or 'self: {id: W, ...}'",
+                      where);
     if (sv->type == YAML_SCALAR_NODE) {
         double self;
         if (s_want_number(c, sv, "self", &self) != 0)
-            goto done;
-        if (!(self >= 0 && self <= 1)) {
-            s_fail(c, sv, "%s: self weight %g out of [0, 1]", where, self);
-            goto done;
-        }
+            return -1;
+        if (!(self >= 0 && self <= 1))
+            return s_fail(c, sv, "%s: self weight %g out of [0, 1]", where, self);
         for (int j = 0; j < n; j++)
             w[(size_t)j * n + j] = self;
     } else if (sv->type == YAML_MAPPING_NODE) {
-        unsigned char *seen = nn_xcalloc((size_t)n, 1);
-        int bad = 0;
-        for (yaml_node_pair_t *p = sv->data.mapping.pairs.start; p < sv->data.mapping.pairs.top && !bad; p++) {
-            yaml_node_t *key = s_get(c, p->key), *val = s_get(c, p->value);
-            int j;
-            double x;
-            if (s_node_ref(c, key, "self", &j) != 0 || s_want_number(c, val, "self weight", &x) != 0) {
-                bad = 1;
-            } else if (seen[j]) {
-                s_fail(c, key, "self: duplicate self weight for node %s", c->t->nodes[j].id);
-                bad = 1;
-            } else if (!(x >= 0 && x <= 1)) {
-                s_fail(c, val, "self weight %g of node %s out of [0, 1]", x, c->t->nodes[j].id);
-                bad = 1;
-            } else {
-                seen[j] = 1;
-                w[(size_t)j * n + j] = x;
-                if (sender_line[j] == s_line(body))
-                    sender_line[j] = s_line(key);
-            }
-        }
-        for (int j = 0; j < n && !bad; j++)
-            if (!seen[j]) {
-                s_fail(c, sv, "%s: missing self weight for node %s", where, c->t->nodes[j].id);
-                bad = 1;
-            }
-        free(seen);
-        if (bad)
-            goto done;
+        if (s_self_map(c, sv, where, es, w) != 0)
+            return -1;
     } else {
-        s_fail(c, sv, "self: expected a number or a mapping {id: weight}, got %s", s_type_name(sv));
-        goto done;
+        return s_fail(c, sv, "self: expected a number or a mapping {id: weight}, got %s", s_type_name(sv));
     }
     for (int j = 0; j < n; j++)
-        if (!(w[(size_t)j * n + j] > 0)) {
-            s_fail(c, sv, "%s: missing self weight: node %s has self weight 0 (must be positive)", where,
-                   c->t->nodes[j].id);
-            goto done;
-        }
-    rc = s_column_sums(c, w, sender_line, where);
-done:
-    free(edge_line);
-    free(sender_line);
-    free(has);
+        if (!(w[(size_t)j * n + j] > 0))
+            return s_fail(c, sv, "%s: missing self weight: node %s has self weight 0 (must be positive)", where,
+                          c->t->nodes[j].id);
+    return s_column_sums(c, w, es->sender_line, where);
+}
+
+/* GRAPH given by `edges:` into w: the mode (s_edges_mode), every entry of
+ * the list in order (s_edge_entry), then the self weights, uniform
+ * (s_edges_uniform) or explicit (s_edges_self). */
+static int s_edges(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *body, double *w)
+{
+    int n = c->n, rc = 0, uniform;
+    yaml_node_t *e = v[G_EDGES];
+    if (s_edges_mode(c, v, where, &uniform) != 0)
+        return -1;
+    if (e->type != YAML_SEQUENCE_NODE)
+        return s_fail(c, e, "edges: expected a list of {from, to, weight}, got %s", s_type_name(e));
+    s_edge_set es = {
+        .edge_line   = nn_xcalloc((size_t)n * (size_t)n, sizeof *es.edge_line),
+        .sender_line = nn_xcalloc((size_t)n, sizeof *es.sender_line),
+        .has         = nn_xcalloc((size_t)n * (size_t)n, 1),
+        .body_line   = s_line(body),
+    };
+    for (int j = 0; j < n; j++)
+        es.sender_line[j] = es.body_line;
+    for (yaml_node_item_t *it = e->data.sequence.items.start; it < e->data.sequence.items.top && rc == 0; it++)
+        rc = s_edge_entry(c, &es, s_get(c, *it), uniform, w);
+    if (rc == 0)
+        rc = uniform ? s_edges_uniform(c, v, where, es.has, w) : s_edges_self(c, v, where, body, &es, w);
+    free(es.edge_line);
+    free(es.sender_line);
+    free(es.has);
     return rc;
 }
 
