@@ -499,10 +499,11 @@ static int s_check_entry(const char *path, const char *name, const s_jval *v, s_
     return 0;
 }
 
-/* Reads and validates the whole header of the open file fd. */
-static int s_hdr_read(int fd, const char *path, s_hdr *h, char *err, size_t errlen)
+/* Checks the file and its 8-byte length N, then reads the N header bytes
+ * into *buf (owned by the caller) and sets h->data_start, h->data_len. */
+static int s_hdr_bytes(int fd, const char *path, s_hdr *h, unsigned char **buf, uint64_t *N,
+                       char *err, size_t errlen)
 {
-    memset(h, 0, sizeof *h);
     struct stat st;
     if (fstat(fd, &st) != 0)
         return nn_errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
@@ -513,65 +514,75 @@ static int s_hdr_read(int fd, const char *path, s_hdr *h, char *err, size_t errl
     if (fsize < 8 || pread(fd, lenb, 8, 0) != 8)
         return nn_errf(err, errlen, "%s: truncated: %" PRIu64 " bytes, shorter than the 8-byte "
                        "header length", path, fsize);
-    uint64_t N = 0;
+    uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
-        N = N << 8 | lenb[i];
-    if (N < 2 || N > S_MAX_HEADER)
-        return nn_errf(err, errlen, "%s: header length %" PRIu64 " not in 2..%u", path, N,
+        n = n << 8 | lenb[i];
+    if (n < 2 || n > S_MAX_HEADER)
+        return nn_errf(err, errlen, "%s: header length %" PRIu64 " not in 2..%u", path, n,
                        (unsigned)S_MAX_HEADER);
-    if (N > fsize - 8)
+    if (n > fsize - 8)
         return nn_errf(err, errlen,
                        "%s: header length %" PRIu64 " runs past the end of the file (%" PRIu64
-                       " bytes)", path, N, fsize);
-    unsigned char *buf = nn_xmalloc((size_t)N);
-    ssize_t got = pread(fd, buf, (size_t)N, 8);
-    if (got != (ssize_t)N) {
-        free(buf);
+                       " bytes)", path, n, fsize);
+    unsigned char *b = nn_xmalloc((size_t)n);
+    ssize_t got = pread(fd, b, (size_t)n, 8);
+    if (got != (ssize_t)n) {
+        free(b);
         return nn_errf(err, errlen, "%s: cannot read the header: %s", path,
                        got < 0 ? strerror(errno) : "short read");
     }
-    h->data_start = 8 + N;
-    h->data_len = fsize - 8 - N;
+    h->data_start = 8 + n;
+    h->data_len = fsize - 8 - n;
+    *buf = b;
+    *N = n;
+    return 0;
+}
 
+/* Parses the N header bytes in buf as exactly one JSON object into h->root. */
+static int s_hdr_parse(const unsigned char *buf, uint64_t N, const char *path, s_hdr *h,
+                       char *err, size_t errlen)
+{
     s_jparser ps = {buf, buf, buf + N, path, err, errlen};
-    if (buf[0] != '{') {
-        s_jerr(&ps, "header does not start with '{'");
-        goto fail;
-    }
+    if (buf[0] != '{')
+        return s_jerr(&ps, "header does not start with '{'");
     if (s_jvalue(&ps, &h->root, 0))
-        goto fail;
+        return -1;
     s_jws(&ps);
-    if (ps.p != ps.end) {
-        s_jerr(&ps, "trailing characters after the header object");
-        goto fail;
-    }
-    free(buf);
-    buf = NULL;
+    if (ps.p != ps.end)
+        return s_jerr(&ps, "trailing characters after the header object");
+    return 0;
+}
 
+/* Walks the root object: checks __metadata__ (into h->meta) and every
+ * tensor entry (into h->e, h->ne), in the file's key order. */
+static int s_hdr_entries(const char *path, s_hdr *h, char *err, size_t errlen)
+{
     h->e = nn_xmalloc((h->root.n ? h->root.n : 1) * sizeof *h->e);
     for (size_t i = 0; i < h->root.n; i++) {
         const char *key = h->root.keys[i];
         const s_jval *v = &h->root.items[i];
         if (strcmp(key, "__metadata__") == 0) {
-            if (v->t != J_OBJ) {
-                nn_errf(err, errlen, "%s: __metadata__ is not an object", path);
-                goto fail;
-            }
+            if (v->t != J_OBJ)
+                return nn_errf(err, errlen, "%s: __metadata__ is not an object", path);
             for (size_t j = 0; j < v->n; j++)
-                if (v->items[j].t != J_STR) {
-                    nn_errf(err, errlen, "%s: __metadata__ value of '%s' is not a string", path,
-                            v->keys[j]);
-                    goto fail;
-                }
+                if (v->items[j].t != J_STR)
+                    return nn_errf(err, errlen, "%s: __metadata__ value of '%s' is not a string",
+                                   path, v->keys[j]);
             h->meta = &h->root.items[i];
             continue;
         }
         if (s_check_entry(path, key, v, &h->e[h->ne], h->data_len, err, errlen))
-            goto fail;
+            return -1;
         h->ne++;
     }
-    /* The ranges, sorted by begin, must tile [0, data_len) exactly. */
-    s_entry **ord = nn_xmalloc((h->ne ? h->ne : 1) * sizeof *ord);
+    return 0;
+}
+
+/* Checks that the entries' ranges, sorted by begin, tile [0, data_len)
+ * exactly: no overlap, no hole, no trailing bytes. */
+static int s_hdr_tiles(const char *path, const s_hdr *h, char *err, size_t errlen)
+{
+    const s_entry **ord = nn_xmalloc((h->ne ? h->ne : 1) * sizeof *ord);
     for (size_t i = 0; i < h->ne; i++)
         ord[i] = &h->e[i];
     qsort(ord, h->ne, sizeof *ord, s_cmp_entry);
@@ -587,19 +598,32 @@ static int s_hdr_read(int fd, const char *path, s_hdr *h, char *err, size_t errl
                         ", leaving a hole after byte %" PRIu64, path, ord[i]->name,
                         ord[i]->begin, at);
             free(ord);
-            goto fail;
+            return -1;
         }
         at = ord[i]->end;
     }
     free(ord);
-    if (at != h->data_len) {
-        nn_errf(err, errlen, "%s: tensors cover %" PRIu64 " bytes but the data section holds %"
-                PRIu64 " (truncated or trailing bytes)", path, at, h->data_len);
+    if (at != h->data_len)
+        return nn_errf(err, errlen, "%s: tensors cover %" PRIu64 " bytes but the data section "
+                       "holds %" PRIu64 " (truncated or trailing bytes)", path, at, h->data_len);
+    return 0;
+}
+
+/* Reads and validates the whole header of the open file fd. On failure h
+ * is left empty (nothing to free) and err says what was wrong. */
+static int s_hdr_read(int fd, const char *path, s_hdr *h, char *err, size_t errlen)
+{
+    memset(h, 0, sizeof *h);
+    unsigned char *buf = NULL;
+    uint64_t N = 0;
+    if (s_hdr_bytes(fd, path, h, &buf, &N, err, errlen))
         goto fail;
-    }
+    int bad = s_hdr_parse(buf, N, path, h, err, errlen);
+    free(buf);
+    if (bad || s_hdr_entries(path, h, err, errlen) || s_hdr_tiles(path, h, err, errlen))
+        goto fail;
     return 0;
 fail:
-    free(buf);
     s_hdr_free(h);
     return -1;
 }

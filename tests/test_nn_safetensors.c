@@ -475,6 +475,14 @@ static void test_malformed(void **state)
                                              sizeof err),
                          -1);
         ASSERT_HAS(err, "/nonexistent_lpg.safetensors: cannot open");
+        /* A directory opens read-only but is no model file. */
+        char dir[512];
+        s_path(dir, sizeof dir, "adir.safetensors");
+        assert_int_equal(mkdir(dir, 0700), 0);
+        assert_int_equal(nn_safetensors_load(dir, l, 1, err, sizeof err), -1);
+        ASSERT_HAS(err, dir);
+        ASSERT_HAS(err, "not a regular file");
+        assert_int_equal(rmdir(dir), 0);
         nn_arena_free(&a);
         unlink(path);
     }
