@@ -523,6 +523,21 @@ static void test_untrusted(void **state)
     /* psi not finite */
     s_forge(&r, 0, ident, path, bad, NULL, "psi", "nan");
     s_expect_refused(&r, &c, bad, (const char *const[]){ "psi", NULL });
+    /* scalars that do not parse (valid checksum): refused by key and value */
+    s_forge(&r, 0, ident, path, bad, NULL, "sampler_pos", "-1");
+    s_expect_refused(&r, &c, bad, (const char *const[]){ "sampler_pos = '-1'",
+                                                         "not an unsigned integer", NULL });
+    s_forge(&r, 0, ident, path, bad, NULL, "sgd_last_lr", "0.1x");
+    s_expect_refused(&r, &c, bad, (const char *const[]){ "sgd_last_lr = '0.1x'",
+                                                         "not a number", NULL });
+    s_forge(&r, 0, ident, path, bad, NULL, "rng_aug", "abc");
+    s_expect_refused(&r, &c, bad, (const char *const[]){ "rng_aug = 'abc'",
+                                                         "not 64 hex digits", NULL });
+    /* another --gossip-every than the one the file was written with */
+    c.gossip_every = 2;
+    s_expect_refused(&r, &c, path, (const char *const[]){ "--gossip-every 1",
+                                                          "this run has 2", NULL });
+    c.gossip_every = 0;
     /* a version-1 file (no checksum) */
     s_forge(&r, 0, ident, path, bad, NULL, "version", "1");
     s_expect_refused(&r, &c, bad, (const char *const[]){ "version 1", "afresh", NULL });
