@@ -381,120 +381,164 @@ static int s_check_identity(const char *path, const node_ckpt *c, char *err, siz
     return 0;
 }
 
-int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, size_t errlen)
+/* The checksummed scalars of a checkpoint, indexed like s_crc_keys. */
+enum { V_ITER, V_PSI, V_RM, V_RA, V_RC, V_POS, V_LR, V_EVERY, V_DIGEST, V_PARTS };
+
+/* The scalar state of a checkpoint, read and checked by s_read_scalars. */
+typedef struct {
+    char     sv[S_NCRC_KEYS][128]; /* the values as written, for the checksum */
+    char     crc_txt[32];          /* the recorded crc32 */
+    uint64_t H;                    /* this run's gossip_every, at least 1 */
+    uint64_t it, pos;              /* iter, sampler_pos */
+    double   psi, lr;              /* psi, sgd_last_lr */
+    nn_rng   rm, ra, rcomp;        /* rng_model, rng_aug, rng_comp */
+} s_scalars;
+
+/* Step 3 of node_ckpt_load: the scalars, kept as written for the checksum;
+ * checks the run digest, gossip_every, iter, psi, lr and the rng states. */
+static int s_read_scalars(const char *path, const node_ckpt *c, s_scalars *s, char *err,
+                          size_t errlen)
 {
-    char e[512];
-    if (s_check_identity(path, c, err, errlen) != 0)
-        return -1;
-    /* 3. scalars, kept as written for the checksum */
-    enum { V_ITER, V_PSI, V_RM, V_RA, V_RC, V_POS, V_LR, V_EVERY, V_DIGEST, V_PARTS };
-    char sv[S_NCRC_KEYS][128], crc_txt[32], want_digest[17];
-    const char *vals[S_NCRC_KEYS];
-    for (size_t k = 0; k < S_NCRC_KEYS; k++) {
-        if (s_meta(path, s_crc_keys[k], sv[k], sizeof sv[k], err, errlen) != 0)
+    char want_digest[17];
+    for (size_t k = 0; k < S_NCRC_KEYS; k++)
+        if (s_meta(path, s_crc_keys[k], s->sv[k], sizeof s->sv[k], err, errlen) != 0)
             return -1;
-        vals[k] = sv[k];
-    }
-    if (s_meta(path, "crc32", crc_txt, sizeof crc_txt, err, errlen) != 0)
+    if (s_meta(path, "crc32", s->crc_txt, sizeof s->crc_txt, err, errlen) != 0)
         return -1;
     s_run_digest(c->ident, want_digest);
-    if (strcmp(sv[V_DIGEST], want_digest) != 0)
+    if (strcmp(s->sv[V_DIGEST], want_digest) != 0)
         return nn_errf(err, errlen, "cannot resume from %s: its run digest %s differs from this "
                        "run's %s (the run is defined by other values: another lpgossip version, "
-                       "or edited metadata)", path, sv[V_DIGEST], want_digest);
-    uint64_t every, H = c->gossip_every ? c->gossip_every : 1;
-    if (s_u64(path, "gossip_every", sv[V_EVERY], &every, err, errlen) != 0)
+                       "or edited metadata)", path, s->sv[V_DIGEST], want_digest);
+    uint64_t every;
+    s->H = c->gossip_every ? c->gossip_every : 1;
+    if (s_u64(path, "gossip_every", s->sv[V_EVERY], &every, err, errlen) != 0)
         return -1;
-    if (every != H)
+    if (every != s->H)
         return nn_errf(err, errlen, "cannot resume from %s: it was written with --gossip-every "
                        "%llu, this run has %llu", path, (unsigned long long)every,
-                       (unsigned long long)H);
-    uint64_t it, pos;
-    double psi, lr;
-    nn_rng rm, ra, rcomp;
-    if (s_u64(path, "iter", sv[V_ITER], &it, err, errlen) ||
-        s_u64(path, "sampler_pos", sv[V_POS], &pos, err, errlen) ||
-        s_dbl(path, "psi", sv[V_PSI], &psi, err, errlen) ||
-        s_dbl(path, "sgd_last_lr", sv[V_LR], &lr, err, errlen))
+                       (unsigned long long)s->H);
+    if (s_u64(path, "iter", s->sv[V_ITER], &s->it, err, errlen) ||
+        s_u64(path, "sampler_pos", s->sv[V_POS], &s->pos, err, errlen) ||
+        s_dbl(path, "psi", s->sv[V_PSI], &s->psi, err, errlen) ||
+        s_dbl(path, "sgd_last_lr", s->sv[V_LR], &s->lr, err, errlen))
         return -1;
-    if (c->max_iter && it > c->max_iter)
+    if (c->max_iter && s->it > c->max_iter)
         return nn_errf(err, errlen, "cannot resume from %s: it records iteration %llu, beyond the "
-                       "%llu iterations of this run", path, (unsigned long long)it,
+                       "%llu iterations of this run", path, (unsigned long long)s->it,
                        (unsigned long long)c->max_iter);
-    if (!isfinite(psi) || !(psi > 0) || !isfinite(lr))
+    if (!isfinite(s->psi) || !(s->psi > 0) || !isfinite(s->lr))
         return nn_errf(err, errlen, "cannot resume from %s: psi %g and learning rate %g must be "
-                       "finite (psi positive)", path, psi, lr);
+                       "finite (psi positive)", path, s->psi, s->lr);
     static const int rk[3] = {V_RM, V_RA, V_RC};
-    nn_rng *rr[3] = {&rm, &ra, &rcomp};
+    nn_rng *rr[3] = {&s->rm, &s->ra, &s->rcomp};
     for (int k = 0; k < 3; k++)
-        if (s_rng_parse(sv[rk[k]], rr[k]) != 0)
+        if (s_rng_parse(s->sv[rk[k]], rr[k]) != 0)
             return nn_errf(err, errlen, "checkpoint %s: metadata %s = '%s' is not 64 hex digits", path,
-                           s_crc_keys[rk[k]], sv[rk[k]]);
-    /* 4. the same state parts (x, momentum, gossip vectors, ...)? */
-    s_parts p;
-    s_parts_make(&p, c);
+                           s_crc_keys[rk[k]], s->sv[rk[k]]);
+    return 0;
+}
+
+/* Step 4: makes the state parts this run needs into *p and checks that the
+ * file holds the same set (its signature file_sig).  On failure p is freed. */
+static int s_check_parts(const char *path, const node_ckpt *c, const char *file_sig, s_parts *p,
+                         char *err, size_t errlen)
+{
+    s_parts_make(p, c);
     char sig[40], list[256];
-    s_parts_sig(&p, sig, list, sizeof list);
-    if (strcmp(sig, sv[V_PARTS]) != 0) {
-        s_parts_free(&p);
+    s_parts_sig(p, sig, list, sizeof list);
+    if (strcmp(sig, file_sig) != 0) {
+        s_parts_free(p);
         return nn_errf(err, errlen, "cannot resume from %s: it holds another set of state "
                        "tensors (%s) than this run needs (%s: %s): another --qgm, --no-gossip "
-                       "or gossip state", path, sv[V_PARTS], sig, list);
+                       "or gossip state", path, file_sig, sig, list);
     }
-    /* 5. tensors into temporaries; checksum; finite values */
-    nn_arena *tmp = nn_xcalloc((size_t)p.n, sizeof *tmp);
-    nn_arena **ptrs = nn_xcalloc((size_t)p.n, sizeof *ptrs);
-    for (int k = 0; k < p.n; k++) {
+    return 0;
+}
+
+/* Step 5: lays out tmp[0..p->n) like the parts (the caller frees them, also
+ * on failure), loads the tensors into them, checks checksum and finiteness. */
+static int s_load_tensors(const char *path, const s_parts *p, const s_scalars *s, nn_arena *tmp,
+                          char *err, size_t errlen)
+{
+    char e[512];
+    nn_arena **ptrs = nn_xcalloc((size_t)p->n, sizeof *ptrs);
+    for (int k = 0; k < p->n; k++) {
         nn_arena_init(&tmp[k]);
-        nn_arena_clone_layout(&tmp[k], &p.a[k]);
+        nn_arena_clone_layout(&tmp[k], &p->a[k]);
         ptrs[k] = &tmp[k];
     }
-    int rc = nn_safetensors_load_prefixed(path, ptrs, (const char *const *)p.pre, p.n, e, sizeof e);
+    int rc = nn_safetensors_load_prefixed(path, ptrs, (const char *const *)p->pre, p->n, e,
+                                          sizeof e);
+    free(ptrs);
     if (rc != 0)
-        nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
+        return nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
+    const char *vals[S_NCRC_KEYS];
+    for (size_t k = 0; k < S_NCRC_KEYS; k++)
+        vals[k] = s->sv[k];
     char have_crc[16];
-    if (rc == 0) {
-        snprintf(have_crc, sizeof have_crc, "%08x", (unsigned)s_crc(tmp, p.n, vals));
-        if (strcmp(have_crc, crc_txt) != 0)
-            rc = nn_errf(err, errlen, "cannot resume from %s: checksum mismatch (crc32 %s "
-                         "recorded, %s computed): the file is corrupt or was edited", path,
-                         crc_txt, have_crc);
-    }
-    for (int k = 0; rc == 0 && k < p.n; k++)
-        if (nn_arena_check_finite(&tmp[k], NULL, p.pre[k], e, sizeof e) != 0)
-            rc = nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
-    /* 6. gossip state first (the only step that can still refuse), then the rest */
+    snprintf(have_crc, sizeof have_crc, "%08x", (unsigned)s_crc(tmp, p->n, vals));
+    if (strcmp(have_crc, s->crc_txt) != 0)
+        return nn_errf(err, errlen, "cannot resume from %s: checksum mismatch (crc32 %s "
+                       "recorded, %s computed): the file is corrupt or was edited", path,
+                       s->crc_txt, have_crc);
+    for (int k = 0; k < p->n; k++)
+        if (nn_arena_check_finite(&tmp[k], NULL, p->pre[k], e, sizeof e) != 0)
+            return nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
+    return 0;
+}
+
+/* Step 6: the gossip state first (the only step that can still refuse),
+ * then the rest of tmp into the live node, the rngs, sampler, lr, *iter. */
+static int s_apply(const char *path, node_ckpt *c, const s_parts *p, const nn_arena *tmp,
+                   const s_scalars *s, uint64_t *iter, char *err, size_t errlen)
+{
     int first_g = 2 + (c->sgd->prev.numel ? 1 : 0);
-    if (rc == 0 && c->g) {
-        int nv = gossip_node_nvec(c->g);
+    int nv = c->g ? gossip_node_nvec(c->g) : 0;
+    if (c->g) {
+        char e[512];
         const float **vec = nn_xcalloc((size_t)(nv ? nv : 1), sizeof *vec);
         for (int k = 0; k < nv; k++)
             vec[k] = tmp[first_g + k].data;
-        gossip_node_state gs = {it / H, psi, rcomp};
-        if (gossip_node_import(c->g, &gs, vec, e, sizeof e) != 0)
-            rc = nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
+        gossip_node_state gs = {s->it / s->H, s->psi, s->rcomp};
+        int rc = gossip_node_import(c->g, &gs, vec, e, sizeof e);
         free(vec);
+        if (rc != 0)
+            return nn_errf(err, errlen, "cannot resume from %s: %s", path, e);
     }
-    if (rc == 0) {
-        int nv = c->g ? gossip_node_nvec(c->g) : 0;
-        for (int k = 0; k < p.n; k++) {
-            if (k >= first_g && k < first_g + nv)
-                continue; /* imported above */
-            memcpy(p.live[k], tmp[k].data, tmp[k].numel * sizeof(float));
-        }
-        if (c->model_rng)
-            *c->model_rng = rm;
-        if (c->aug_rng)
-            *c->aug_rng = ra;
-        if (c->sampler)
-            nn_sampler_seek(c->sampler, pos);
-        c->sgd->last_lr = (float)lr;
-        *iter = it;
+    for (int k = 0; k < p->n; k++) {
+        if (k >= first_g && k < first_g + nv)
+            continue; /* imported above */
+        memcpy(p->live[k], tmp[k].data, tmp[k].numel * sizeof(float));
     }
+    if (c->model_rng)
+        *c->model_rng = s->rm;
+    if (c->aug_rng)
+        *c->aug_rng = s->ra;
+    if (c->sampler)
+        nn_sampler_seek(c->sampler, s->pos);
+    c->sgd->last_lr = (float)s->lr;
+    *iter = s->it;
+    return 0;
+}
+
+int node_ckpt_load(const char *path, node_ckpt *c, uint64_t *iter, char *err, size_t errlen)
+{
+    if (s_check_identity(path, c, err, errlen) != 0)
+        return -1;
+    s_scalars s;
+    if (s_read_scalars(path, c, &s, err, errlen) != 0)
+        return -1;
+    s_parts p;
+    if (s_check_parts(path, c, s.sv[V_PARTS], &p, err, errlen) != 0)
+        return -1;
+    nn_arena *tmp = nn_xcalloc((size_t)p.n, sizeof *tmp);
+    int rc = s_load_tensors(path, &p, &s, tmp, err, errlen);
+    if (rc == 0)
+        rc = s_apply(path, c, &p, tmp, &s, iter, err, errlen);
     for (int k = 0; k < p.n; k++)
         nn_arena_free(&tmp[k]);
     free(tmp);
-    free(ptrs);
     s_parts_free(&p);
     return rc;
 }
