@@ -94,6 +94,136 @@ static void s_text_degrees(FILE *f, const topo *t, const int *d)
     fprintf(f, "%s)", t->n > 24 ? ", ..." : "");
 }
 
+/* The product of the graphs over one period (a schedule of p > 1 graphs). */
+typedef struct {
+    double l2, gap;     /* |lambda_2| and spectral gap of the product */
+    double per_iter;    /* 1 - |lambda_2|^(1/p) */
+} s_period;
+
+/* Fills *pp for a schedule (all zero for one graph); -1 if lambda_2 failed. */
+static int s_period_of(const topo *t, s_period *pp)
+{
+    int n = t->n, p = t->nsched;
+    memset(pp, 0, sizeof *pp);
+    if (p <= 1)
+        return 0;
+    double *prod = nn_xmalloc((size_t)n * (size_t)n * sizeof *prod);
+    topo_period_product(t, prod);
+    pp->l2 = topo_lambda2(prod, n);
+    free(prod);
+    pp->gap = 1 - pp->l2;
+    pp->per_iter = 1 - pow(fmax(pp->l2, 0.0), 1.0 / p);
+    return pp->l2 < 0 ? -1 : 0;
+}
+
+/* One element of the JSON "graphs" array: graph s of n nodes. */
+static void s_json_graph(FILE *f, const s_stats *st, int s, int n)
+{
+    fprintf(f, "%s{\"index\":%d,\"edges\":%d,\"in_degree\":", s ? "," : "", s, st->edges);
+    s_json_ints(f, st->in_deg, n);
+    fprintf(f, ",\"out_degree\":");
+    s_json_ints(f, st->out_deg, n);
+    fprintf(f,
+            ",\"column_stochastic\":%s,\"max_column_error\":%.9g,\"row_stochastic\":%s,"
+            "\"max_row_error\":%.9g,\"lambda2\":%.12g,\"spectral_gap\":%.12g}",
+            st->col_err <= TOPO_SUM_TOL ? "true" : "false", st->col_err,
+            st->row_err <= TOPO_SUM_TOL ? "true" : "false", st->row_err, st->lambda2, st->gap);
+}
+
+/* The report as one JSON object and a newline (fields: docs/topology.md). */
+static void s_report_json(FILE *f, const topo *t, const s_stats *st, const s_period *pp,
+                          int doubly)
+{
+    int n = t->n, p = t->nsched;
+    fprintf(f, "{\"file\":");
+    s_json_str(f, t->name);
+    fprintf(f, ",\"description\":");
+    s_json_str(f, t->description);
+    fprintf(f, ",\"n\":%d,\"security\":\"%s\",\"discovery\":\"%s\",\"discovery_port\":%d,"
+            "\"nodes\":[", n, t->security_curve ? "curve" : "none",
+            t->discovery == TOPO_DISCOVERY_LAN ? "lan" : "none", t->discovery_port);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "%s{\"id\":", i ? "," : "");
+        s_json_str(f, t->nodes[i].id);
+        fprintf(f, ",\"endpoint\":");
+        s_json_str(f, t->nodes[i].endpoint);
+        fprintf(f, ",\"key\":");
+        s_json_str(f, t->nodes[i].pubkey);
+        fprintf(f, "}");
+    }
+    fprintf(f, "],\"period\":%d,\"graphs\":[", p);
+    for (int s = 0; s < p; s++)
+        s_json_graph(f, &st[s], s, n);
+    fprintf(f, "],\"doubly_stochastic\":%s,\"push_sum_required\":%s,\"period_product\":",
+            doubly ? "true" : "false", doubly ? "false" : "true");
+    if (p > 1)
+        fprintf(f, "{\"lambda2\":%.12g,\"spectral_gap\":%.12g,\"gap_per_iteration\":%.12g}", pp->l2,
+                pp->gap, pp->per_iter);
+    else
+        fprintf(f, "null");
+    fprintf(f, "}\n");
+}
+
+/* The text lines of graph s of a schedule of p graphs. */
+static void s_text_graph(FILE *f, const topo *t, const s_stats *st, int s, int p)
+{
+    if (p == 1)
+        fprintf(f, "graph       ");
+    else
+        fprintf(f, "graph %-5d ", s);
+    fprintf(f, "%d edges\n            in-degree ", st->edges);
+    s_text_degrees(f, t, st->in_deg);
+    fprintf(f, "\n            out-degree ");
+    s_text_degrees(f, t, st->out_deg);
+    fprintf(f, "\n            columns sum to 1 (max error %.1e); rows %s (max error %.1e)\n",
+            st->col_err, st->row_err <= TOPO_SUM_TOL ? "sum to 1" : "do not sum to 1", st->row_err);
+    fprintf(f, "            %s\n", st->row_err <= TOPO_SUM_TOL ? "doubly stochastic" : "column stochastic only");
+    fprintf(f, "            |lambda_2| %.9f   spectral gap %.9f\n", st->lambda2, st->gap);
+}
+
+/* The report as text for people: nodes, security, schedule, each graph. */
+static void s_report_text(FILE *f, const topo *t, const s_stats *st, const s_period *pp,
+                          int doubly)
+{
+    int n = t->n, p = t->nsched;
+    int with_ep = 0, with_key = 0;
+    for (int i = 0; i < n; i++) {
+        with_ep += t->nodes[i].endpoint[0] != 0;
+        with_key += t->nodes[i].pubkey[0] != 0;
+    }
+    fprintf(f, "topology    %s\n", t->name);
+    if (t->description[0])
+        fprintf(f, "about       %s\n", t->description);
+    fprintf(f, "nodes       %d:", n);
+    for (int i = 0; i < n && i < 16; i++)
+        fprintf(f, " %s", t->nodes[i].id);
+    fprintf(f, "%s\n", n > 16 ? " ..." : "");
+    if (with_ep || with_key)
+        for (int i = 0; i < n; i++)
+            fprintf(f, "            %-12s %s%s%s\n", t->nodes[i].id,
+                    t->nodes[i].endpoint[0]                  ? t->nodes[i].endpoint
+                    : t->discovery == TOPO_DISCOVERY_LAN ? "(found by discovery)"
+                                                         : "(endpoint from launcher)",
+                    t->nodes[i].pubkey[0] ? "  key " : "", t->nodes[i].pubkey);
+    fprintf(f, "security    %s\n", t->security_curve ? "curve (CURVE keys of every node)" : "none");
+    if (t->discovery == TOPO_DISCOVERY_LAN)
+        fprintf(f, "discovery   lan (UDP broadcast beacons on port %d)\n", t->discovery_port);
+    if (p == 1)
+        fprintf(f, "schedule    static (one graph)\n");
+    else
+        fprintf(f, "schedule    %d graphs in turn (iteration t uses graph t mod %d)\n", p, p);
+    for (int s = 0; s < p; s++)
+        s_text_graph(f, t, &st[s], s, p);
+    if (p > 1)
+        fprintf(f,
+                "period      product of the %d graphs: |lambda_2| %.9f   spectral gap %.9f\n"
+                "            (per iteration: 1 - |lambda_2|^(1/%d) = %.9f)\n",
+                p, pp->l2, pp->gap, p, pp->per_iter);
+    fprintf(f, "mixing      %s\n",
+            doubly ? "doubly stochastic: every algorithm works; push-sum weights stay 1"
+                   : "not doubly stochastic: needs push-sum (rows do not sum to 1)");
+}
+
 int topo_report(const topo *t, FILE *f, int json)
 {
     int n = t->n, p = t->nsched, rc = 0;
@@ -101,110 +231,18 @@ int topo_report(const topo *t, FILE *f, int json)
     for (int s = 0; s < p; s++)
         if (s_stats_of(t->sched[s].w, n, &st[s]) != 0)
             rc = -1;
-    double prod_l2 = 0, prod_gap = 0, per_iter = 0;
-    if (p > 1) {
-        double *prod = nn_xmalloc((size_t)n * (size_t)n * sizeof *prod);
-        topo_period_product(t, prod);
-        prod_l2 = topo_lambda2(prod, n);
-        free(prod);
-        if (prod_l2 < 0)
-            rc = -1;
-        prod_gap = 1 - prod_l2;
-        per_iter = 1 - pow(fmax(prod_l2, 0.0), 1.0 / p);
-    }
-    if (rc != 0)
-        goto done;
-    int doubly = topo_is_doubly_stochastic(t);
-    int with_ep = 0, with_key = 0;
-    for (int i = 0; i < n; i++) {
-        with_ep += t->nodes[i].endpoint[0] != 0;
-        with_key += t->nodes[i].pubkey[0] != 0;
-    }
-    if (json) {
-        fprintf(f, "{\"file\":");
-        s_json_str(f, t->name);
-        fprintf(f, ",\"description\":");
-        s_json_str(f, t->description);
-        fprintf(f, ",\"n\":%d,\"security\":\"%s\",\"discovery\":\"%s\",\"discovery_port\":%d,"
-                "\"nodes\":[", n, t->security_curve ? "curve" : "none",
-                t->discovery == TOPO_DISCOVERY_LAN ? "lan" : "none", t->discovery_port);
-        for (int i = 0; i < n; i++) {
-            fprintf(f, "%s{\"id\":", i ? "," : "");
-            s_json_str(f, t->nodes[i].id);
-            fprintf(f, ",\"endpoint\":");
-            s_json_str(f, t->nodes[i].endpoint);
-            fprintf(f, ",\"key\":");
-            s_json_str(f, t->nodes[i].pubkey);
-            fprintf(f, "}");
-        }
-        fprintf(f, "],\"period\":%d,\"graphs\":[", p);
-        for (int s = 0; s < p; s++) {
-            fprintf(f, "%s{\"index\":%d,\"edges\":%d,\"in_degree\":", s ? "," : "", s, st[s].edges);
-            s_json_ints(f, st[s].in_deg, n);
-            fprintf(f, ",\"out_degree\":");
-            s_json_ints(f, st[s].out_deg, n);
-            fprintf(f,
-                    ",\"column_stochastic\":%s,\"max_column_error\":%.9g,\"row_stochastic\":%s,"
-                    "\"max_row_error\":%.9g,\"lambda2\":%.12g,\"spectral_gap\":%.12g}",
-                    st[s].col_err <= TOPO_SUM_TOL ? "true" : "false", st[s].col_err,
-                    st[s].row_err <= TOPO_SUM_TOL ? "true" : "false", st[s].row_err, st[s].lambda2, st[s].gap);
-        }
-        fprintf(f, "],\"doubly_stochastic\":%s,\"push_sum_required\":%s,\"period_product\":",
-                doubly ? "true" : "false", doubly ? "false" : "true");
-        if (p > 1)
-            fprintf(f, "{\"lambda2\":%.12g,\"spectral_gap\":%.12g,\"gap_per_iteration\":%.12g}", prod_l2,
-                    prod_gap, per_iter);
-        else
-            fprintf(f, "null");
-        fprintf(f, "}\n");
-    } else {
-        fprintf(f, "topology    %s\n", t->name);
-        if (t->description[0])
-            fprintf(f, "about       %s\n", t->description);
-        fprintf(f, "nodes       %d:", n);
-        for (int i = 0; i < n && i < 16; i++)
-            fprintf(f, " %s", t->nodes[i].id);
-        fprintf(f, "%s\n", n > 16 ? " ..." : "");
-        if (with_ep || with_key)
-            for (int i = 0; i < n; i++)
-                fprintf(f, "            %-12s %s%s%s\n", t->nodes[i].id,
-                        t->nodes[i].endpoint[0]                  ? t->nodes[i].endpoint
-                        : t->discovery == TOPO_DISCOVERY_LAN ? "(found by discovery)"
-                                                             : "(endpoint from launcher)",
-                        t->nodes[i].pubkey[0] ? "  key " : "", t->nodes[i].pubkey);
-        fprintf(f, "security    %s\n", t->security_curve ? "curve (CURVE keys of every node)" : "none");
-        if (t->discovery == TOPO_DISCOVERY_LAN)
-            fprintf(f, "discovery   lan (UDP broadcast beacons on port %d)\n", t->discovery_port);
-        if (p == 1)
-            fprintf(f, "schedule    static (one graph)\n");
-        else
-            fprintf(f, "schedule    %d graphs in turn (iteration t uses graph t mod %d)\n", p, p);
-        for (int s = 0; s < p; s++) {
-            if (p == 1)
-                fprintf(f, "graph       ");
-            else
-                fprintf(f, "graph %-5d ", s);
-            fprintf(f, "%d edges\n            in-degree ", st[s].edges);
-            s_text_degrees(f, t, st[s].in_deg);
-            fprintf(f, "\n            out-degree ");
-            s_text_degrees(f, t, st[s].out_deg);
-            fprintf(f, "\n            columns sum to 1 (max error %.1e); rows %s (max error %.1e)\n",
-                    st[s].col_err, st[s].row_err <= TOPO_SUM_TOL ? "sum to 1" : "do not sum to 1", st[s].row_err);
-            fprintf(f, "            %s\n", st[s].row_err <= TOPO_SUM_TOL ? "doubly stochastic" : "column stochastic only");
-            fprintf(f, "            |lambda_2| %.9f   spectral gap %.9f\n", st[s].lambda2, st[s].gap);
-        }
-        if (p > 1)
-            fprintf(f,
-                    "period      product of the %d graphs: |lambda_2| %.9f   spectral gap %.9f\n"
-                    "            (per iteration: 1 - |lambda_2|^(1/%d) = %.9f)\n",
-                    p, prod_l2, prod_gap, p, per_iter);
-        fprintf(f, "mixing      %s\n",
-                doubly ? "doubly stochastic: every algorithm works; push-sum weights stay 1"
-                       : "not doubly stochastic: needs push-sum (rows do not sum to 1)");
-    }
-    if (ferror(f))
+    s_period pp;
+    if (s_period_of(t, &pp) != 0)
         rc = -1;
-done:
+    if (rc == 0) {
+        int doubly = topo_is_doubly_stochastic(t);
+        if (json)
+            s_report_json(f, t, st, &pp, doubly);
+        else
+            s_report_text(f, t, st, &pp, doubly);
+        if (ferror(f))
+            rc = -1;
+    }
     for (int s = 0; s < p; s++)
         s_stats_free(&st[s]);
     free(st);
