@@ -15,6 +15,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version of the training arithmetic: bump it with any change that
+ * alters the floats of a training step at a given CPU level (a kernel's
+ * summation order, a quantizer's rounding, an initialisation, the data
+ * order).  `lpgossip version` prints it, and scripts/repro keys its stored
+ * results by it, so a result of other arithmetic is never mixed into a
+ * table. */
+#define NN_ARITH_VERSION 1
+
 /* ---- memory ------------------------------------------------------------ */
 
 void *nn_xmalloc_at(size_t bytes, const char *file, int line);

@@ -8,6 +8,13 @@ directory keyed by the command line, so an interrupted grid resumes where
 it stopped and an unchanged configuration is never run twice.  Runs go
 WORKERS at a time (default 2, one per core), each with
 OPENBLAS_NUM_THREADS=1.
+
+A configuration with a "fingerprint" (the arithmetic it must be made with,
+see `lpgossip version`) is a stored result instead: keyed by the command
+line relative to the repository and the fingerprint (so results made in
+another clone or on another machine with the same arithmetic count, and
+results of other arithmetic never do), and written with the machine, the
+date and the fingerprint, small enough to keep in git.
 """
 import hashlib
 import json
@@ -22,6 +29,64 @@ ROOT = os.path.dirname(HERE)
 
 def key_of(cmd):
     return hashlib.sha1("\0".join(cmd).encode()).hexdigest()[:16]
+
+
+def relative(args):
+    """args with paths inside the repository written relative to it."""
+    return [a[len(ROOT) + 1:] if a.startswith(ROOT + os.sep) else a for a in args]
+
+
+def result_path(cache, binary, c):
+    """Where configuration c's result lives (see the module's comment)."""
+    if "fingerprint" in c:
+        key = key_of(["simulate"] + relative(c["args"]) + ["fingerprint=" + c["fingerprint"]] +
+                     [_file_digest(c["args"][i + 1]) for i, a in enumerate(c["args"][:-1])
+                      if a == "--topology"])
+    else:
+        key = key_of([binary, "simulate"] + c["args"])
+    return os.path.join(cache, key + ".json")
+
+
+def _file_digest(path):
+    """The topology file's bytes are part of a stored result's identity."""
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha1(f.read()).hexdigest()[:16]
+    except OSError:
+        return "missing:" + path
+
+
+def version_of(binary):
+    """`lpgossip version --json` of binary: protocol, arith, wgrad, cpu_level."""
+    out = subprocess.run([binary, "version", "--json"], capture_output=True, text=True,
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    if out.returncode != 0:
+        sys.exit("lpgexp: %s version failed: %s" % (binary, out.stderr.strip()))
+    return json.loads(out.stdout)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def _stamp(res, c, binary):
+    """Adds what a stored result must say about how it was made."""
+    if "fingerprint" not in c:
+        return res
+    v = version_of(binary)
+    res.update({"args": relative(c["args"]), "cmd": ["lpgossip", "simulate"] +
+                relative(c["args"]), "fingerprint": c["fingerprint"],
+                "cpu_level": v.get("cpu_level"), "cpu": cpu_model(),
+                "cores": len(os.sched_getaffinity(0)),
+                "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())})
+    return res
 
 
 def read_jsonl(path):
@@ -52,7 +117,7 @@ def run_grid(configs, cache, binary=None, workers=2, log=print, keep_going=False
     results, todo = {}, []
     for c in configs:
         cmd = [binary, "simulate"] + c["args"]
-        path = os.path.join(cache, key_of(cmd) + ".json")
+        path = result_path(cache, binary, c)
         if os.path.exists(path):
             with open(path) as f:
                 results[c["name"]] = json.load(f)
@@ -94,7 +159,7 @@ def run_grid(configs, cache, binary=None, workers=2, log=print, keep_going=False
                            "log_tail": tail, "seconds": round(time.time() - t0, 1)}
                     if "diverged" in tail:
                         with open(path, "w") as f:
-                            json.dump(res, f)
+                            json.dump(_stamp(res, c, binary), f)
                     results[c["name"]] = res
                     log("lpgexp: FAILED %s (status %d): %s" % (c["name"], p.returncode,
                                                                tail.strip().splitlines()[-1:]))
@@ -103,7 +168,10 @@ def run_grid(configs, cache, binary=None, workers=2, log=print, keep_going=False
                 res = {"name": c["name"], "args": c["args"], "cmd": full, "rows": rows,
                        "final": rows[-1] if rows else {}, "seconds": round(time.time() - t0, 1)}
                 with open(path, "w") as f:
-                    json.dump(res, f)
+                    json.dump(_stamp(res, c, binary), f)
+                for tmp in (metrics, path[:-5] + ".log"):
+                    if "fingerprint" in c and os.path.exists(tmp):
+                        os.remove(tmp)
                 results[c["name"]] = res
                 fin = res["final"]
                 log("lpgexp: done %s in %.0f s: averaged model %.2f%%, %.2f MB sent per node "
