@@ -137,9 +137,9 @@ int main(int argc, char **argv)
            openblas_get_corename(), threads, batch, steps);
     printf("%-9s %-11s %-5s %9s %9s %8s %8s\n", "model", "level", "wgrad", "fp32 ms", "int8 ms",
            "int8/fp32", "(turns)");
-    static const char *archs[2] = {"resnet20", "vgg11"};
+    static const char *archs[3] = {"cnn", "resnet20", "vgg11"};
     char err[256];
-    for (int a = 0; a < 2; a++) {
+    for (int a = 0; a < 3; a++) {
         if (argc > 3 && strcmp(argv[3], archs[a]) != 0)
             continue;
         int first = 1;
