@@ -8,7 +8,8 @@
 # matching -m flags; the code in them is only called after a run-time CPU
 # check (nn/nn_cpu.c, lowprec/lp_bf16.c).
 #
-#   make                 build/lpgossip and the library
+#   make                 build/lpgossip, tests and benchmarks (after check-deps:
+#                        missing libraries are named with their Debian packages)
 #   make test            install missing packages, build, run every test
 #   make run             install missing packages, build, run the default experiment
 #   make bench           benchmark programs (ratios printed, no pass/fail)
@@ -27,7 +28,12 @@ BUILD    ?= build/san
 OPT      ?= -O1
 endif
 
-PKGS     := libczmq libzmq yaml-0.1 openblas zlib
+# Build dependencies: one `pkg-config-name:debian-package` pair each.  To add
+# one, append it here (and the Debian package to scripts/deps.sh's PKGS).
+# cmocka is only for the test programs; every other entry goes into PKGS.
+DEPS     := libczmq:libczmq-dev libzmq:libzmq3-dev yaml-0.1:libyaml-dev \
+            openblas:libopenblas-dev zlib:zlib1g-dev cmocka:libcmocka-dev
+PKGS     := $(filter-out cmocka,$(foreach d,$(DEPS),$(firstword $(subst :, ,$(d)))))
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
@@ -63,32 +69,32 @@ SIMD_AVX512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 SIMD_BF16   := $(SIMD_AVX512) -mavx512bf16
 SIMD_AMX    := $(SIMD_AVX512) -mamx-tile -mamx-int8 -mamx-bf16
 
-.PHONY: all test unit-test run bench install clean deps fuzz repro compare drill valgrind
+.PHONY: all test unit-test run bench install clean deps check-deps fuzz repro compare drill valgrind
 # Objects of tests and benchmarks are not intermediates to delete.
 .SECONDARY:
 all: $(BIN) $(TESTS) $(BENCHES)
 
-$(BUILD)/obj/%_avx2.o: %_avx2.c
+$(BUILD)/obj/%_avx2.o: %_avx2.c | check-deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) $(SIMD_AVX2) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%_avx512.o: %_avx512.c
+$(BUILD)/obj/%_avx512.o: %_avx512.c | check-deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) $(SIMD_AVX512) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%_avx512bf16.o: %_avx512bf16.c
+$(BUILD)/obj/%_avx512bf16.o: %_avx512bf16.c | check-deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) $(SIMD_BF16) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%_amx.o: %_amx.c
+$(BUILD)/obj/%_amx.o: %_amx.c | check-deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) $(SIMD_AMX) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c | check-deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -114,6 +120,24 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIB)
 
 deps:
 	@scripts/deps.sh
+
+# Every compile waits for this check (an order-only prerequisite), so a
+# machine without the libraries gets the list of Debian packages to install
+# instead of a compiler error.  `make test` and `make run` install them first.
+check-deps:
+	@command -v pkg-config >/dev/null 2>&1 || { \
+	  echo "lpgossip: pkg-config is not installed (Debian package pkg-config)." >&2; \
+	  echo "Install the build dependencies with:  make deps   (or scripts/deps.sh; as root)" >&2; \
+	  exit 1; }
+	@missing=""; for d in $(DEPS); do \
+	  pkg-config --exists "$${d%%:*}" || missing="$$missing $${d#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "lpgossip: missing build dependencies (Debian packages):$$missing" >&2; \
+	  echo "Install them with:  make deps   (or scripts/deps.sh; as root)" >&2; \
+	  echo "  or by hand:       apt-get install$$missing" >&2; \
+	  exit 1; \
+	fi
 
 # Unit and integration tests; the last line printed is "N passed, N failed".
 test: deps
@@ -152,7 +176,7 @@ drill: $(BIN)
 
 # libFuzzer targets: clang only, bounded time each (FUZZ_SECONDS).
 FUZZ_SECONDS ?= 20
-fuzz:
+fuzz: check-deps
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # Every test program under valgrind memcheck (slow: tens of minutes).

@@ -6,7 +6,7 @@
  * BF16 is there, fp32): median ms per training step (forward + backward +
  * SGD update) with the FP32 ops and with the int8 ops (lowprec/lp_model.h),
  * and the int8/fp32 ratio of the medians and as the median of the per-turn
- * ratios (issue goals, resnet20, 1 thread: <= 0.7 at avx512vnni, <= 0.85 at
+ * ratios (goals, resnet20, 1 thread: <= 0.7 at avx512vnni, <= 0.85 at
  * avx2); once per model the saved-activation and prepared-byte ratios.
  * Also prints the OpenBLAS core that ran.  BENCH_ONLY=int8|fp32 runs only
  * that model's steps (2*steps of them, nothing timed), for profilers, with

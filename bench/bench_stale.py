@@ -8,7 +8,7 @@ the medians over REPS interleaved repetitions:
                  node's last metrics line, `seconds`: the training loop,
                  start barrier excluded)
   vs S=0 even    its ratio to the undisturbed synchronous run of the same
-                 nodes and algorithm (the issue's goal: <= 1.2 with one slow
+                 nodes and algorithm (the goal: <= 1.2 with one slow
                  node; <= 1.05 for S > 0 with equal speeds)
   others' wait   of that, the mean seconds their rounds waited (sending and
                  waiting, `seconds_wait`): less sensitive than wall time to

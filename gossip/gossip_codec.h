@@ -1,4 +1,4 @@
-/* gossip_codec — the gossip wire format (DESIGN §4, §9): explicit
+/* gossip_codec — the gossip wire format (docs/design.md §4, §9): explicit
  * little-endian encode/decode, no struct casts, a decoder that trusts nothing.
  *
  * Owns:    message header and per-tensor block encoding, Golomb-Rice coded

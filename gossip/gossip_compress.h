@@ -1,4 +1,4 @@
-/* gossip_compress — compressors for gossip messages (DESIGN §4).
+/* gossip_compress — compressors for gossip messages (docs/design.md §4).
  *
  * Owns:    the compressor spec strings and their parser (a table, so new
  *          compressors are one row), the per-tensor kernels (top-k with a

@@ -684,7 +684,7 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
 }
 
 /* ---- bounded staleness ------------------------------------------------------
- * The rules are at the top of gossip_node.h and, in DESIGN terms, in
+ * The rules are at the top of gossip_node.h and, as formulas, in
  * docs/gossip.md "Bounded staleness". */
 
 /* W_r[i][j] of iteration r. */

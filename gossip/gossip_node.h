@@ -1,5 +1,5 @@
 /* gossip_node — one node's gossip algorithm as a pure state machine over
- * byte messages (DESIGN §3).  No sockets, no threads, no clocks beyond
+ * byte messages (docs/design.md §3).  No sockets, no threads, no clocks beyond
  * timing counters: the in-process simulator (gossip_sim.h) and the ZeroMQ
  * node drive the very same object.
  *

@@ -3,7 +3,7 @@
  * Owns:    nn_xmalloc & co. (out of memory aborts with file:line, STYLE),
  *          nn_rng (xoshiro256**, seeded through splitmix64: reproducible
  *          across machines), and nn_arena: one contiguous float vector with
- *          named tensor views (DESIGN §2).  Parameters, gradients, optimizer
+ *          named tensor views (docs/design.md §2).  Parameters, gradients, optimizer
  *          state, public copies and error buffers are all arenas with the
  *          same layout, so every whole-model operation is one loop.
  * Exposes: the functions below.

@@ -6,7 +6,7 @@
  *          float mini-batches with normalization and augmentation (random
  *          crop with zero padding, horizontal flip, centred padding to a
  *          larger canvas); the reference's non-IID "skew" partition of the
- *          training set over nodes (DESIGN §7); and a deterministic epoch
+ *          training set over nodes (docs/design.md §7); and a deterministic epoch
  *          sampler that can be resumed at any position.
  * Exposes: the functions below.  Everything read from disk is validated;
  *          errors come back as -1 with a message (naming the file and what
@@ -114,7 +114,7 @@ void nn_data_batch(const nn_dataset *d, const uint32_t *idx, int N, const float 
                    const float *std, const nn_augment *aug, nn_rng *rng, float *x_out,
                    uint8_t *y_out);
 
-/* ---- non-IID partition (DESIGN §7, the reference's skew_sort) --------- */
+/* ---- non-IID partition (docs/design.md §7, the reference's skew_sort) -- */
 
 /* Splits the n training samples over `nodes` nodes with skew s in [0, 1]:
  *   1. indices sorted by label (stable: ascending index within a class);

@@ -88,7 +88,7 @@ void nn_linear_backward(float *din, float *dw, float *db, const float *dout, con
 void nn_linear_backward_ref(float *din, float *dw, float *db, const float *dout, const float *in,
                             const float *w, int N, int F, int OF);
 
-/* ---- EvoNorm-S0 (DESIGN §5, full precision) ------------------------------ */
+/* ---- EvoNorm-S0 (docs/design.md §5, full precision) ---------------------- */
 /* out = x * sigmoid(v*x) / sqrt(var_group(x) + eps) * gamma + beta,
  * population variance per sample per group of C/G consecutive channels.
  * save_istd (N*G) receives 1/sqrt(var+eps) for backward. eps = 1e-5. */

@@ -2,7 +2,7 @@
  *
  * Owns:    the op graph (ops in forward order, each reading one or two
  *          activation slots and writing one), the parameter / gradient /
- *          buffer arenas (DESIGN §2: one flat vector each; buffers hold
+ *          buffer arenas (docs/design.md §2: one flat vector each; buffers hold
  *          non-trainable state such as BatchNorm running statistics and
  *          activation ranges), activation and activation-gradient storage,
  *          op-private saved state and one shared scratch area.  Everything is

@@ -1,4 +1,4 @@
-/* nn_models — the architectures of DESIGN §6, written once against the
+/* nn_models — the architectures of docs/design.md §6, written once against the
  * nn_b_* builders so that the FP32 and the 8-bit models share their shape.
  *
  *   cnn       conv3x3(in->32)+norm, maxpool2, conv3x3(32->64)+norm, maxpool2,

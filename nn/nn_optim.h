@@ -6,9 +6,9 @@
  * Exposes: nn_sgd_* and nn_lr_*.
  * Callers: node/ training loops (single node, simulator, gossip node).
  *
- * Local step (PyTorch's SGD, DESIGN §3):  d = g + wd*x;  buf = mu*buf + d;
+ * Local step (PyTorch's SGD, docs/design.md §3):  d = g + wd*x;  buf = mu*buf + d;
  *   x -= lr * (nesterov ? d + mu*buf : buf).
- * Quasi-global momentum (Lin et al. 2021, DESIGN §3): the step uses the
+ * Quasi-global momentum (Lin et al. 2021, docs/design.md §3): the step uses the
  *   buffer m as above, but m is not updated from the local gradient: after
  *   the gossip step, m = beta*m + (1-beta)*(x_t - x_{t+1})/lr, per element
  *   (x_t saved by nn_sgd_step, x_{t+1} the mixed parameters).

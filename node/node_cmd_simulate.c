@@ -1,6 +1,6 @@
 /* node_cmd_simulate — `lpgossip simulate`: a whole decentralized run in one
  * process.  Every rank of the topology gets its own model, optimiser and
- * data shard (the skew partition, DESIGN §7); the run loop is node_run's,
+ * data shard (the skew partition, docs/design.md §7); the run loop is node_run's,
  * with gossip rounds through the in-process transport (gossip_sim), which
  * runs exactly the gossip code the ZeroMQ node runs, messages going through
  * the encoder and the validating decoder.

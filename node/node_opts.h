@@ -94,7 +94,7 @@ typedef struct {
 
 /* Parses argv[1..argc) (argv[0] is the command name) for cmd into o, with
  * the defaults derived from the typed values (milestones 50% and 75% of
- * --epochs; eta 1, or 0.01 with a sparsifier, DESIGN §3).  Returns -1 when
+ * --epochs; eta 1, or 0.01 with a sparsifier, docs/design.md §3).  Returns -1 when
  * the command should go on, else the exit code: 0 after --help or
  * --help-debug, 2 after a usage error (message on stderr).  Free with
  * node_opts_free. */

@@ -1,4 +1,4 @@
-/* test_gossip_join — joining a run in progress (issue 15), in one process.
+/* test_gossip_join — joining a run in progress, in one process.
  *
  *   - the wire: STATE, STATE_REQ and HELLO_ACK with a status word round-trip
  *     through the codec; malformed ones (short, empty or oversized chunks,

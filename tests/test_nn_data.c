@@ -384,7 +384,7 @@ static int s_cmp_li(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* DESIGN §7 written out independently (qsort instead of a counting sort). */
+/* docs/design.md §7 written out independently (qsort instead of a counting sort). */
 static void s_ref_partition(const uint8_t *labels, size_t n, int nodes, double s, uint64_t seed,
                             uint32_t **out, size_t *cnt)
 {

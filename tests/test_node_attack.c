@@ -1,5 +1,5 @@
 /* test_node_attack — a hostile peer on 127.0.0.1 speaking under a live
- * neighbour's routing id (issue 12, the link half).
+ * neighbour's routing id (the transport's side of the hostile-peer checks).
  *
  *   contested id: three real `lpgossip node` processes on an undirected
  *     ring; the test connects DEALERs to n1's ROUTER with the routing id

@@ -498,7 +498,7 @@ static void test_untrusted(void **state)
         fail_msg("forged copy refused: %s", err);
     assert_int_equal(it, 3);
 
-    /* tensor bytes overwritten (the 1e30): checksum */
+    /* tensor bytes overwritten (a 1e30 planted in them): checksum */
     s_forge(&r, 0, ident, path, bad, NULL, NULL, NULL);
     s_poke_float(bad, -4, 1e30f);
     s_expect_refused(&r, &c, bad, (const char *const[]){ "checksum mismatch", NULL });
@@ -665,7 +665,7 @@ static void s_writer(const char *path)
 static void test_kill_during_write(void **state)
 {
     (void)state;
-    /* LPGOSSIP_CKPT_TRIALS overrides the count (the 100-trial run) */
+    /* LPGOSSIP_CKPT_TRIALS overrides the count (100 for the long kill -9 drill) */
     const char *env = getenv("LPGOSSIP_CKPT_TRIALS");
     int trials = env && atoi(env) > 0 ? atoi(env) : tk_quick() ? 4 : 20, loaded = 0;
     char path[128], junk[160], err[512];

@@ -1,5 +1,5 @@
 /* test_node_guards — what a careless operator (or a bad file) cannot do to
- * a node: issue 12's checks outside the network link.
+ * a node: the hostile-input checks outside the network link.
  *
  *   one live process per rank and --out: node_lock refuses a second holder
  *     (another open in the same process, another process), the kernel frees

@@ -1,5 +1,5 @@
 /* test_node_join — quorum start and latecomers with `lpgossip node`
- * processes on 127.0.0.1 (issue 15).
+ * processes on 127.0.0.1.
  *
  *   a latecomer joins: 3 of the 4 nodes of a complete graph start, pass
  *     their start window with a quorum (the 4th is declared down), and

@@ -3,7 +3,7 @@
  * Owns:    topo (nodes, optional endpoints and CURVE keys, one or more mixing
  *          matrices used in turn: a schedule), the generators, validation and
  *          the report (degrees, stochasticity, spectral gap).
- * Exposes: the functions below; W convention (DESIGN §3, §8):
+ * Exposes: the functions below; W convention (docs/design.md §3, §8):
  *          w[i*n + j] = weight node i gives to what it receives from node j
  *          (self included, j == i).  Columns sum to 1 (each sender splits its
  *          mass); rows sum to 1 too when the matrix is doubly stochastic.
