@@ -455,12 +455,9 @@ static int s_order(s_ctx *c)
     char who[128];
     for (int i = 0; i < mf->n && rc == 0; i++) {
         const node_layer *L = &mf->layers[i];
-        if (i < mf->n - 1 && !used[i])
+        if (i < mf->n - 1 && !used[i]) /* (then the last feeds none: no cycle) */
             rc = s_fail_line(c, L->line, "%s: its output is never used (only the last layer, "
                              "the class scores, may feed nothing)", s_who(L, who, sizeof who));
-        else if (i == mf->n - 1 && used[i])
-            rc = s_fail_line(c, L->line, "%s: the last layer gives the class scores and cannot "
-                             "feed another layer", s_who(L, who, sizeof who));
     }
     free(placed);
     free(used);
@@ -715,10 +712,15 @@ static int s_walk(const node_mf *mf, nn_shape in, int classes, nn_shape *shapes,
                   size_t errlen)
 {
     if ((mf->in_c && mf->in_c != in.c) || (mf->in_h && mf->in_h != in.h) ||
-        (mf->in_w && mf->in_w != in.w))
-        return nn_errf(err, errlen, "%s:%d: input: the model takes %dx%dx%d but the data "
-                       "gives %dx%dx%d", mf->file, mf->in_line, mf->in_c, mf->in_h, mf->in_w,
-                       in.c, in.h, in.w);
+        (mf->in_w && mf->in_w != in.w)) {
+        char want[3][16];
+        const int dims[3] = {mf->in_c, mf->in_h, mf->in_w};
+        for (int k = 0; k < 3; k++)
+            snprintf(want[k], sizeof want[k], dims[k] ? "%d" : "any", dims[k]);
+        return nn_errf(err, errlen, "%s:%d: input: the model takes [%s, %s, %s] but the data "
+                       "gives %dx%dx%d", mf->file, mf->in_line, want[0], want[1], want[2], in.c,
+                       in.h, in.w);
+    }
     for (int k = 0; k < mf->n; k++) {
         const node_layer *L = &mf->layers[mf->order[k]];
         nn_shape a = L->in[0] < 0 ? in : shapes[L->in[0]];
@@ -792,5 +794,8 @@ int node_mf_build(nn_model *m, const void *ctx, char *err, size_t errlen)
         return s_lfail(mf, &mf->layers[mf->n - 1], err, errlen, "with --norm %s this last layer "
                        "computes nothing; end the model with a linear or conv layer",
                        cfg->norm == NN_NORM_NONE ? "none" : "evonorm");
+    if (nn_model_params(m)->nviews == 0)
+        return nn_errf(err, errlen, "%s: no layer with parameters (conv, linear, norm, "
+                       "batchnorm)", mf->file);
     return 0;
 }
