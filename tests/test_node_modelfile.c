@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "nn/nn_safetensors.h"
+#include "node/node_ckpt.h"
 #include "node/node_modelio.h"
 #include "node/node_opts.h"
 #include "tk.h"
@@ -224,6 +225,44 @@ static void test_graph(void **state)
     m = s_build(o, 3, 4, 4, 2);
     s_train(m, 2, 2);
     nn_model_destroy(&m);
+    free(o);
+}
+
+/* Every layer kind in one graph trains in every precision and norm. */
+static void test_all_layers(void **state)
+{
+    (void)state;
+    char err[1024];
+    node_model_opts *o = s_text("input: [3, 12, 12]\nlayers:\n"
+                                "  - conv: {name: stem, out: 16, kernel: 3, pad: 1}\n"
+                                "  - norm: {}\n"
+                                "  - conv: {out: 16, kernel: 3, pad: 1, bias: false}\n"
+                                "  - batchnorm: {name: bn}\n"
+                                "  - add: {name: sum, from: [stem, bn]}\n"
+                                "  - act: {}\n"
+                                "  - maxpool: {kernel: 2}\n"
+                                "  - avgpool: {kernel: 3, stride: 1}\n"
+                                "  - relu: {}\n"
+                                "  - flatten: {}\n"
+                                "  - dropout: {p: 0.2}\n"
+                                "  - linear: {out: 8}\n"
+                                "  - gap: {}\n"
+                                "  - linear: {out: classes, bias: false}\n", err, sizeof err);
+    if (!o)
+        fail_msg("%s", err);
+    for (int prec = 0; prec < 3; prec++)
+        for (int norm = 0; norm < 3; norm++) {
+            o->precision = (node_precision)prec;
+            o->norm = (nn_norm_kind)norm;
+            nn_model *m = s_build(o, 3, 12, 12, 5);
+            s_train(m, 2, 3);
+            const nn_arena *p = nn_model_params(m);
+            for (size_t k = 0; k < p->numel; k++)
+                if (!isfinite(p->data[k]))
+                    fail_msg("%s/%s: parameter %zu not finite", node_precision_name(o->precision),
+                             node_norm_name(o->norm), k);
+            nn_model_destroy(&m);
+        }
     free(o);
 }
 
@@ -472,6 +511,44 @@ static void test_saved_model(void **state)
     tk_rmtree(dir);
 }
 
+/* The run identity: model_digest and init_digest only when given, so a
+ * built-in run's identity (and its checkpoints) stay as they were. */
+static const char *s_ident_get(const node_ckpt_ident *id, const char *key)
+{
+    for (int k = 0; id->kv[k]; k += 2)
+        if (!strcmp(id->kv[k], key))
+            return id->kv[k + 1];
+    return NULL;
+}
+
+static void test_identity(void **state)
+{
+    (void)state;
+    char err[1024], digest[17];
+    const char *topo_path = "topologies/complete4.yaml";
+    node_model_opts *o = s_opts("models/mlp.yaml", NN_NORM_EVONORM, NODE_PREC_FP32);
+    node_model_digest(o, digest);
+    node_ckpt_run run = {"file", "evonorm", "fp32", "fashion-mnist", 8, "choco", "identity", 1, 1,
+                         0, 0, 1, 32, 0x1234u, topo_path, 4, 0, digest,
+                         "tests/fixtures/mlp_init.safetensors"};
+    node_ckpt_ident a, b;
+    assert_int_equal(node_ckpt_ident_make(&a, &run, err, sizeof err), 0);
+    assert_string_equal(s_ident_get(&a, "model_digest"), digest);
+    assert_int_equal(strlen(s_ident_get(&a, "init_digest")), 16);
+    run.init_path = "tests/fixtures/mlp_init_i64.safetensors";
+    assert_int_equal(node_ckpt_ident_make(&b, &run, err, sizeof err), 0);
+    assert_string_not_equal(s_ident_get(&a, "init_digest"), s_ident_get(&b, "init_digest"));
+    run.init_path = "nowhere.safetensors";
+    assert_int_equal(node_ckpt_ident_make(&b, &run, err, sizeof err), -1);
+    assert_non_null(strstr(err, "cannot read the --init file nowhere.safetensors"));
+    run.model_digest = "";
+    run.init_path = NULL;
+    assert_int_equal(node_ckpt_ident_make(&b, &run, err, sizeof err), 0);
+    assert_null(s_ident_get(&b, "model_digest"));
+    assert_null(s_ident_get(&b, "init_digest"));
+    free(o);
+}
+
 /* What make_init_weights.py stores at element i of tensor k. */
 static float s_fixture(int k, size_t i, int f64)
 {
@@ -533,10 +610,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_cnn),     cmocka_unit_test(test_builtin_resnet20),
         cmocka_unit_test(test_builtin_vgg11),   cmocka_unit_test(test_mlp_names),
-        cmocka_unit_test(test_graph),           cmocka_unit_test(test_gradients),
+        cmocka_unit_test(test_graph),           cmocka_unit_test(test_all_layers),           cmocka_unit_test(test_gradients),
         cmocka_unit_test(test_errors),          cmocka_unit_test(test_build_errors),
         cmocka_unit_test(test_cli),             cmocka_unit_test(test_saved_model),
-        cmocka_unit_test(test_init),
+        cmocka_unit_test(test_init),            cmocka_unit_test(test_identity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
