@@ -29,6 +29,7 @@
 #include "node/node_ckpt.h"
 #include "node/node_modelio.h"
 #include "node/node_opts.h"
+#include "node/node_trainer.h"
 #include "tk.h"
 
 static node_model_opts *s_opts(const char *model, nn_norm_kind norm, node_precision prec)
@@ -511,6 +512,41 @@ static void test_saved_model(void **state)
     tk_rmtree(dir);
 }
 
+/* With gossip every node starts from the same weights: node_ranks_init
+ * builds each rank's trainer from the same --init file over the same seeded
+ * initialisation (the skipped head included). */
+static void test_init_ranks(void **state)
+{
+    (void)state;
+    char dir[256], path[512], err[1024];
+    assert_int_equal(tk_mkdtemp(dir, sizeof dir, "mf"), 0);
+    snprintf(path, sizeof path, "%s/w.safetensors", dir);
+    node_opts opts;
+    char *argv[] = {"simulate", "--model", "models/cnn.yaml", "--topology",
+                    "topologies/complete4.yaml", "--train-subset", "64", "--init", path,
+                    "--init-skip", "^fc2\\.", NULL};
+    assert_int_equal(node_opts_parse(&opts, NODE_CMD_SIMULATE, 11, argv), -1);
+    nn_model *w = s_build(&opts.t.mo, 1, 28, 28, 10);
+    nn_model_init_params(w, 12345);
+    const nn_arena *wa = nn_model_params(w);
+    assert_int_equal(nn_safetensors_save(path, &wa, 1, NULL, err, sizeof err), 0);
+    node_ranks r;
+    if (node_ranks_init(&r, &opts.t, 4, 0.0, 0, 3, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    const nn_arena *p0 = nn_model_params(r.tr[0].model);
+    size_t head = p0->views[p0->nviews - 2].offset; /* fc2.weight, fc2.bias */
+    assert_string_equal(p0->views[p0->nviews - 2].name, "fc2.weight");
+    assert_memory_equal(p0->data, wa->data, head * sizeof(float));
+    assert_memory_not_equal(p0->data + head, wa->data + head, (p0->numel - head) * sizeof(float));
+    for (int k = 1; k < 3; k++)
+        assert_memory_equal(nn_model_params(r.tr[k].model)->data, p0->data,
+                            p0->numel * sizeof(float));
+    node_ranks_free(&r);
+    nn_model_destroy(&w);
+    node_opts_free(&opts);
+    tk_rmtree(dir);
+}
+
 /* The run identity: model_digest and init_digest only when given, so a
  * built-in run's identity (and its checkpoints) stay as they were. */
 static const char *s_ident_get(const node_ckpt_ident *id, const char *key)
@@ -614,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_errors),          cmocka_unit_test(test_build_errors),
         cmocka_unit_test(test_cli),             cmocka_unit_test(test_saved_model),
         cmocka_unit_test(test_init),            cmocka_unit_test(test_identity),
+        cmocka_unit_test(test_init_ranks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
