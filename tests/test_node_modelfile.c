@@ -547,6 +547,39 @@ static void test_init_ranks(void **state)
     tk_rmtree(dir);
 }
 
+/* What a model file asks of the data: vgg11.yaml's input [any, 32, 32]
+ * pads 28x28 images to 32 and its augment: true turns augmentation on
+ * under --augment auto, as the built-in vgg11; cnn.yaml asks nothing. */
+static void test_data_hints(void **state)
+{
+    (void)state;
+    char err[1024];
+    node_model_opts *o = s_opts("models/vgg11.yaml", NN_NORM_EVONORM, NODE_PREC_FP32);
+    node_data d;
+    if (node_data_load(o, &d, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(d.in_h, 32);
+    assert_int_equal(d.in_w, 32);
+    assert_int_equal(d.aug_train.hflip, 1);
+    node_data_free(&d);
+    o->augment = 0; /* --augment off wins */
+    o->pad_to = 30;  /* --pad-to wins (and then the model refuses 30x30) */
+    assert_int_equal(node_data_load(o, &d, err, sizeof err), 0);
+    assert_int_equal(d.in_h, 30);
+    assert_int_equal(d.aug_train.hflip, 0);
+    assert_null(node_model_build(o, d.in_c, d.in_h, d.in_w, 10, err, sizeof err));
+    assert_non_null(strstr(err, "models/vgg11.yaml:5: input: the model takes [any, 32, 32] but "
+                            "the data gives 1x30x30"));
+    node_data_free(&d);
+    free(o);
+    o = s_opts("models/cnn.yaml", NN_NORM_EVONORM, NODE_PREC_FP32);
+    assert_int_equal(node_data_load(o, &d, err, sizeof err), 0);
+    assert_int_equal(d.in_h, 28);
+    assert_int_equal(d.aug_train.hflip, 0);
+    node_data_free(&d);
+    free(o);
+}
+
 /* The run identity: model_digest and init_digest only when given, so a
  * built-in run's identity (and its checkpoints) stay as they were. */
 static const char *s_ident_get(const node_ckpt_ident *id, const char *key)
@@ -650,7 +683,7 @@ int main(void)
         cmocka_unit_test(test_errors),          cmocka_unit_test(test_build_errors),
         cmocka_unit_test(test_cli),             cmocka_unit_test(test_saved_model),
         cmocka_unit_test(test_init),            cmocka_unit_test(test_identity),
-        cmocka_unit_test(test_init_ranks),
+        cmocka_unit_test(test_init_ranks),      cmocka_unit_test(test_data_hints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
