@@ -2,9 +2,12 @@
  *
  * Inside: a tiny strict JSON reader building a tree (s_j*), the header
  * model (s_hdr: tensor entries and metadata, validated as a whole), the
- * writer (header text + data, through a temp file) and the loaders.
+ * writer (header text + data, through a temp file), the module-internal
+ * reader of nn_safetensors_int.h (nn_st_*: a validated file read tensor by
+ * tensor, also used by nn_safetensors_weights.c) and the loaders.
  */
 #include "nn/nn_safetensors.h"
+#include "nn/nn_safetensors_int.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -20,7 +23,7 @@
 
 #define S_MAX_HEADER (100u << 20)
 #define S_MAX_DEPTH  8
-#define S_MAX_DIMS   32
+#define S_MAX_DIMS   NN_ST_MAX_DIMS
 
 /* ---- strict JSON tree --------------------------------------------------- */
 
@@ -383,14 +386,7 @@ static int s_jvalue(s_jparser *ps, s_jval *v, int depth)
 
 /* ---- the header model --------------------------------------------------- */
 
-typedef struct {
-    const char *name;       /* borrowed from the JSON tree */
-    const char *dtype;
-    size_t      esize;
-    int         ndim;
-    uint64_t    shape[S_MAX_DIMS];
-    uint64_t    begin, end; /* relative to the data section */
-} s_entry;
+typedef nn_st_entry s_entry;
 
 typedef struct {
     s_jval   root;
@@ -923,18 +919,70 @@ static int s_open(const char *path, char *err, size_t errlen)
     return fd;
 }
 
+/* ---- the module-internal reader (nn_safetensors_int.h) ------------------ */
+
+struct nn_st_file {
+    int   fd;
+    s_hdr h;
+};
+
+nn_st_file *nn_st_open(const char *path, char *err, size_t errlen)
+{
+    int fd = s_open(path, err, errlen);
+    if (fd < 0)
+        return NULL;
+    nn_st_file *f = nn_xcalloc(1, sizeof *f);
+    f->fd = fd;
+    if (s_hdr_read(fd, path, &f->h, err, errlen) != 0) {
+        close(fd);
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+void nn_st_close(nn_st_file **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    s_hdr_free(&(*self_p)->h);
+    close((*self_p)->fd);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+const nn_st_entry *nn_st_find(const nn_st_file *f, const char *name)
+{
+    for (size_t i = 0; i < f->h.ne; i++)
+        if (strcmp(f->h.e[i].name, name) == 0)
+            return &f->h.e[i];
+    return NULL;
+}
+
+int nn_st_read(const nn_st_file *f, const nn_st_entry *e, void *buf, const char *path, char *err,
+               size_t errlen)
+{
+    size_t bytes = (size_t)(e->end - e->begin), got = 0;
+    while (got < bytes) {
+        ssize_t r = pread(f->fd, (char *)buf + got, bytes - got,
+                          (off_t)(f->h.data_start + e->begin + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return nn_errf(err, errlen, "%s: tensor '%s': read failed: %s", path, e->name,
+                           r < 0 ? strerror(errno) : "unexpected end of file");
+        got += (size_t)r;
+    }
+    return 0;
+}
+
 int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
                                  const char *const *prefixes, int narenas, char *err,
                                  size_t errlen)
 {
-    int fd = s_open(path, err, errlen);
-    if (fd < 0)
+    nn_st_file *f = nn_st_open(path, err, errlen);
+    if (!f)
         return -1;
-    s_hdr h;
-    if (s_hdr_read(fd, path, &h, err, errlen)) {
-        close(fd);
-        return -1;
-    }
     int rc = -1;
     char full[2 * NN_NAME_MAX + 256];
     for (int a = 0; a < narenas; a++) {
@@ -943,10 +991,7 @@ int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
         for (size_t v = 0; v < ar->nviews; v++) {
             const nn_view *vw = &ar->views[v];
             s_full_name(full, sizeof full, prefixes ? prefixes[a] : NULL, vw->name);
-            const s_entry *en = NULL;
-            for (size_t i = 0; i < h.ne && !en; i++)
-                if (strcmp(h.e[i].name, full) == 0)
-                    en = &h.e[i];
+            const s_entry *en = nn_st_find(f, full);
             if (!en) {
                 nn_errf(err, errlen, "%s: tensor '%s' missing", path, full);
                 goto done;
@@ -972,21 +1017,9 @@ int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
                         got, want);
                 goto done;
             }
-            size_t bytes = vw->numel * 4;
             float *dst = ar->data + vw->offset;
-            size_t got_total = 0;
-            while (got_total < bytes) {
-                ssize_t r = pread(fd, (char *)dst + got_total, bytes - got_total,
-                                  (off_t)(h.data_start + en->begin + got_total));
-                if (r < 0 && errno == EINTR)
-                    continue;
-                if (r <= 0) {
-                    nn_errf(err, errlen, "%s: tensor '%s': read failed: %s", path, full,
-                            r < 0 ? strerror(errno) : "unexpected end of file");
-                    goto done;
-                }
-                got_total += (size_t)r;
-            }
+            if (nn_st_read(f, en, dst, path, err, errlen) != 0)
+                goto done;
             if (!s_host_le()) {
                 unsigned char *b = (unsigned char *)dst;
                 for (size_t i = 0; i < vw->numel; i++) {
@@ -999,8 +1032,7 @@ int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
     }
     rc = 0;
 done:
-    s_hdr_free(&h);
-    close(fd);
+    nn_st_close(&f);
     return rc;
 }
 
@@ -1008,130 +1040,6 @@ int nn_safetensors_load(const char *path, nn_arena *const *arenas, int narenas, 
                         size_t errlen)
 {
     return nn_safetensors_load_prefixed(path, arenas, NULL, narenas, err, errlen);
-}
-
-/* "[a,b,c]" of a file entry's shape. */
-static void s_shape_str(char *buf, size_t len, const uint64_t *shape, int ndim)
-{
-    size_t l = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < ndim && l + 24 < len; d++)
-        l += (size_t)snprintf(buf + l, len - l, "%s%" PRIu64, d ? "," : "", shape[d]);
-    snprintf(buf + l, len - l, "]");
-}
-
-/* IEEE binary16 -> float (subnormals, infinities and NaN included). */
-static float s_half(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023u, u;
-    if (e == 31) {
-        u = sign | 0x7f800000u | (m << 13);
-    } else if (e) {
-        u = sign | ((e + 112) << 23) | (m << 13);
-    } else { /* zero or subnormal: m * 2^-24, exact in float */
-        float f = (float)m * 0x1p-24f;
-        return sign ? -f : f;
-    }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Reads en's numel values into dst as F32, converting F16 / BF16 / F64. */
-static int s_read_converted(int fd, const s_hdr *h, const s_entry *en, float *dst, size_t numel,
-                            const char *path, char *err, size_t errlen)
-{
-    size_t bytes = numel * en->esize;
-    unsigned char *raw = nn_xmalloc(bytes ? bytes : 1);
-    size_t got = 0;
-    while (got < bytes) {
-        ssize_t r = pread(fd, raw + got, bytes - got, (off_t)(h->data_start + en->begin + got));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            free(raw);
-            return nn_errf(err, errlen, "%s: tensor '%s': read failed: %s", path, en->name,
-                           r < 0 ? strerror(errno) : "unexpected end of file");
-        }
-        got += (size_t)r;
-    }
-    for (size_t i = 0; i < numel; i++) {
-        const unsigned char *b = raw + i * en->esize;
-        uint64_t u = 0;
-        for (size_t k = 0; k < en->esize; k++)
-            u |= (uint64_t)b[k] << (8 * k);
-        if (en->esize == 8) {
-            double d;
-            memcpy(&d, &u, 8);
-            dst[i] = (float)d;
-        } else if (en->esize == 4) {
-            uint32_t u32 = (uint32_t)u;
-            memcpy(&dst[i], &u32, 4);
-        } else if (!strcmp(en->dtype, "BF16")) {
-            uint32_t u32 = (uint32_t)u << 16;
-            memcpy(&dst[i], &u32, 4);
-        } else {
-            dst[i] = s_half((uint16_t)u);
-        }
-    }
-    free(raw);
-    return 0;
-}
-
-/* One wanted view: 1 filled, 0 absent and not required, -1 error. */
-static int s_load_weight(int fd, const s_hdr *h, nn_arena *a, size_t v, int required,
-                         const char *path, char *err, size_t errlen)
-{
-    const nn_view *vw = &a->views[v];
-    const s_entry *en = NULL;
-    for (size_t i = 0; i < h->ne && !en; i++)
-        if (strcmp(h->e[i].name, vw->name) == 0)
-            en = &h->e[i];
-    if (!en)
-        return required ? nn_errf(err, errlen, "%s: tensor '%s' missing", path, vw->name) : 0;
-    if (strcmp(en->dtype, "F32") && strcmp(en->dtype, "F16") && strcmp(en->dtype, "BF16") &&
-        strcmp(en->dtype, "F64"))
-        return nn_errf(err, errlen, "%s: tensor '%s': dtype %s cannot be loaded as weights "
-                       "(F32, F16, BF16 and F64 can)", path, vw->name, en->dtype);
-    int same = en->ndim == vw->ndim;
-    for (int d = 0; same && d < vw->ndim; d++)
-        same = en->shape[d] == (uint64_t)vw->shape[d];
-    if (!same) {
-        uint64_t want[NN_MAX_NDIM];
-        char gs[256], ws[256];
-        for (int d = 0; d < vw->ndim; d++)
-            want[d] = (uint64_t)vw->shape[d];
-        s_shape_str(gs, sizeof gs, en->shape, en->ndim);
-        s_shape_str(ws, sizeof ws, want, vw->ndim);
-        return nn_errf(err, errlen, "%s: tensor '%s': shape %s, the model's is %s", path,
-                       vw->name, gs, ws);
-    }
-    return s_read_converted(fd, h, en, a->data + vw->offset, vw->numel, path, err, errlen) ? -1
-                                                                                         : 1;
-}
-
-int nn_safetensors_load_weights(const char *path, nn_arena *a, const unsigned char *want,
-                                int required, size_t *loaded, char *err, size_t errlen)
-{
-    int fd = s_open(path, err, errlen);
-    if (fd < 0)
-        return -1;
-    s_hdr h;
-    if (s_hdr_read(fd, path, &h, err, errlen)) {
-        close(fd);
-        return -1;
-    }
-    size_t n = 0;
-    int rc = 0;
-    for (size_t v = 0; v < a->nviews && rc >= 0; v++)
-        if (!want || want[v]) {
-            rc = s_load_weight(fd, &h, a, v, required, path, err, errlen);
-            n += rc > 0;
-        }
-    s_hdr_free(&h);
-    close(fd);
-    if (loaded)
-        *loaded = n;
-    return rc < 0 ? -1 : 0;
 }
 
 int nn_safetensors_meta(const char *path, const char *key, char *val, size_t vallen, char *err,
