@@ -44,11 +44,13 @@ int node_model_opt_set(node_model_opts *o, const char *flag, const char *value, 
                        size_t errlen)
 {
     struct stat st;
+    if (node_arch_parse(flag, value, &o->model, err, errlen) == 0) {
+        o->model_path[0] = o->model_yaml[0] = 0; /* a built-in name wins over a file */
+        return 0;
+    }
     int is_file = s_ends_with(value, ".yaml") || s_ends_with(value, ".yml") ||
                   (stat(value, &st) == 0 && S_ISREG(st.st_mode));
     if (!is_file) {
-        if (node_arch_parse(flag, value, &o->model, err, errlen) == 0)
-            return 0;
         size_t l = strlen(err);
         snprintf(err + l, errlen - l, ", or a model file FILE.yaml (docs/models.md)");
         return -1;

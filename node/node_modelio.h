@@ -16,8 +16,9 @@
 #include "node/node_common.h"
 #include "node/node_modelfile.h"
 
-/* --model VALUE: a built-in name (cnn, resnet20, vgg11) or a model file (a
- * value ending in .yaml or .yml, or naming an existing file): the file is
+/* --model VALUE: a built-in name (cnn, resnet20, vgg11; these win over
+ * files of the same name) or a model file (a value ending in .yaml or .yml,
+ * or naming an existing file): the file is
  * read, parsed and validated, and when it gives its whole input (`input:`
  * without `any`) its shapes are checked too.  0, or -1 with a message
  * ("FILE:LINE: layer 'NAME' (KIND): ..." for errors in the file). */
