@@ -140,6 +140,10 @@ int node_model_init_from(nn_model *m, const char *path, const char *skip, size_t
     if (skip)
         regfree(&re);
     free(want);
+    char e[512];
+    for (int k = 0; rc == 0 && k < 2; k++) /* a non-finite weight is no start */
+        if (nn_arena_check_finite(k ? b : p, NULL, NULL, e, sizeof e) != 0)
+            rc = nn_errf(err, errlen, "%s: %s", path, e);
     if (rc == 0 && loaded)
         *loaded = np + nb;
     return rc;

@@ -50,7 +50,8 @@ void node_model_data_hints(const node_model_opts *o, int img_h, int img_w, int *
  * F32).  Parameters whose names match the POSIX extended regular
  * expression `skip` (NULL: none) keep their values (fresh initialisation:
  * a new classifier head).  A parameter the file lacks or holds with
- * another shape is named in the error.  *loaded (may be NULL) gets the
+ * another shape, and a weight that is not finite, is named in the error.
+ * *loaded (may be NULL) gets the
  * number of tensors read.  Deterministic: the same file gives the same
  * weights on every node. */
 int node_model_init_from(nn_model *m, const char *path, const char *skip, size_t *loaded,

@@ -666,6 +666,17 @@ static void test_init(void **state)
     nn_model *cnn = s_build(c, 1, 8, 8, 3);
     assert_int_equal(node_model_init_from(cnn, fx, NULL, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "tensor 'conv1.weight' missing"));
+    /* a non-finite weight is refused, naming the tensor */
+    char dir[256], bad[512];
+    assert_int_equal(tk_mkdtemp(dir, sizeof dir, "mf"), 0);
+    snprintf(bad, sizeof bad, "%s/nan.safetensors", dir);
+    nn_arena *kp = nn_model_params(k4);
+    kp->data[kp->views[2].offset + 5] = NAN;
+    const nn_arena *kc = kp;
+    assert_int_equal(nn_safetensors_save(bad, &kc, 1, NULL, err, sizeof err), 0);
+    assert_int_equal(node_model_init_from(k4, bad, NULL, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "layers.3.weight[5] = nan is not finite"));
+    tk_rmtree(dir);
     nn_model_destroy(&cnn);
     nn_model_destroy(&k4);
     nn_model_destroy(&m);
