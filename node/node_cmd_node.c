@@ -400,8 +400,10 @@ static void s_report(void *arg, const node_run *r, node_metrics *m)
 static int s_prepare(s_node *s, uint64_t *it, int *usage, char *err, size_t errlen)
 {
     const node_opts *o = s->o;
-    if (node_ranks_init(&s->k, &o->t, s->t->n, o->g.skew, s->me, 1, err, errlen) != 0)
+    if (node_ranks_init(&s->k, &o->t, s->t->n, o->g.skew, s->me, 1, err, errlen) != 0) {
+        *usage = node_model_file_error(&o->t.mo, err); /* the model file does not fit */
         return -1;
+    }
     gossip_config gc = o->g.gc;
     const uint64_t H = (uint64_t)o->g.gossip_every; /* local steps per gossip round */
     gc.iters_per_epoch = (uint64_t)s->k.steps / H ? (uint64_t)s->k.steps / H : 1; /* rounds */

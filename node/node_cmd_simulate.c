@@ -140,8 +140,10 @@ static int s_run(const node_opts *o, const topo *t, FILE *mf, int *usage, char *
     gossip_sim *sim = NULL;
     nn_model *avg = NULL;
     int rc = -1;
-    if (node_ranks_init(&k, to, t->n, o->g.skew, 0, t->n, err, errlen) != 0)
+    if (node_ranks_init(&k, to, t->n, o->g.skew, 0, t->n, err, errlen) != 0) {
+        *usage = node_model_file_error(&to->mo, err); /* the model file does not fit */
         goto done;
+    }
     gossip_config gc = o->g.gc;
     const uint64_t H = (uint64_t)o->g.gossip_every; /* local steps per gossip round */
     gc.iters_per_epoch = (uint64_t)k.steps / H ? (uint64_t)k.steps / H : 1; /* dgc warm-up */

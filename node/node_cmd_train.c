@@ -59,6 +59,7 @@ static int s_train(const node_opts *o)
     node_set_threads((int)t->threads);
     if (node_ranks_init(&k, t, 1, 0, 0, 1, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip train: %s\n", err);
+        rc = node_model_file_error(&t->mo, err) ? 2 : 1; /* the model file does not fit */
         goto done;
     }
     if (t->metrics[0] && !(mf = fopen(t->metrics, "a"))) {

@@ -110,6 +110,12 @@ void node_model_data_hints(const node_model_opts *o, int img_h, int img_w, int *
     node_mf_destroy(&mf);
 }
 
+int node_model_file_error(const node_model_opts *o, const char *err)
+{
+    size_t l = strlen(o->model_path);
+    return o->model == NODE_ARCH_FILE && l && !strncmp(err, o->model_path, l) && err[l] == ':';
+}
+
 int node_model_init_from(nn_model *m, const char *path, const char *skip, size_t *loaded,
                          char *err, size_t errlen)
 {

@@ -43,6 +43,11 @@ void node_model_digest(const node_model_opts *o, char hex[17]);
 void node_model_data_hints(const node_model_opts *o, int img_h, int img_w, int *pad_to,
                            int *augment);
 
+/* 1 when err is about o's model file ("FILE:LINE: ...", a shape that does
+ * not fit the data): a bad configuration, exit code 2, rather than a
+ * runtime failure.  0 otherwise (and for built-in models). */
+int node_model_file_error(const node_model_opts *o, const char *err);
+
 /* --init: fills m's parameters (and those buffers the file holds, e.g.
  * BatchNorm running statistics) from the tensors of the same name in a
  * safetensors file (a PyTorch state_dict saved with safetensors.torch's

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -465,6 +466,27 @@ static void test_cli(void **state)
     assert_string_equal(opts.t.init, "w.safetensors");
     assert_string_equal(opts.t.init_skip, "^layers\\.5\\.");
     node_opts_free(&opts);
+    /* a shape that fails only against the data: found when it is loaded,
+     * still exit code 2 with FILE:LINE */
+    char big[512], log[600];
+    snprintf(big, sizeof big, "%s/big.yaml", dir);
+    snprintf(log, sizeof log, "%s/train.log", dir);
+    f = fopen(big, "w");
+    assert_non_null(f);
+    fputs("layers:\n  - conv: {name: wide, out: 4, kernel: 30}\n  - linear: {out: classes}\n", f);
+    fclose(f);
+    const char *bin = tk_bin();
+    assert_non_null(bin);
+    char *args[] = {"lpgossip", "train", "--model", big, "--train-subset", "64", NULL};
+    pid_t pid = tk_spawn(NULL, args, log, -1);
+    assert_true(pid > 0);
+    assert_int_equal(tk_wait(pid, 120), 2);
+    char *out = tk_slurp(log);
+    snprintf(want, sizeof want, "%s:2: layer 'wide' (conv): kernel 30 (pad 0) does not fit the "
+             "1x28x28 input", big);
+    if (!strstr(out, want))
+        fail_msg("log lacks '%s':\n%s", want, out);
+    free(out);
     free(o);
     tk_rmtree(dir);
 }
