@@ -184,9 +184,11 @@ valgrind: all
 	@scripts/valgrind.sh $(BUILD)
 
 install: $(BIN)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/lpgossip/topologies
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/lpgossip/topologies \
+		$(DESTDIR)$(PREFIX)/share/lpgossip/models
 	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/lpgossip
 	install -m 644 topologies/*.yaml $(DESTDIR)$(PREFIX)/share/lpgossip/topologies/
+	install -m 644 models/*.yaml $(DESTDIR)$(PREFIX)/share/lpgossip/models/
 
 clean:
 	rm -rf build

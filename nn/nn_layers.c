@@ -549,6 +549,24 @@ void nn_add_forward(float *out, const float *a, const float *b, size_t n)
         out[i] = a[i] + b[i];
 }
 
+void nn_dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float p,
+                        nn_rng *r)
+{
+    assert(p >= 0.0f && p < 1.0f);
+    const float scale = 1.0f / (1.0f - p);
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = nn_rng_uniform(r) >= p;
+        out[i] = mask[i] ? in[i] * scale : 0.0f;
+    }
+}
+
+void nn_dropout_backward(float *din, const float *dout, const uint8_t *mask, size_t n, float p)
+{
+    const float scale = 1.0f / (1.0f - p);
+    for (size_t i = 0; i < n; i++)
+        din[i] = mask[i] ? dout[i] * scale : 0.0f;
+}
+
 /* ---- pooling -------------------------------------------------------------- */
 
 void nn_maxpool_forward(float *out, uint32_t *argmax, const float *in, int N, int C, int H, int W,

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nn/nn_core.h"
+
 /* ---- conv2d (im2col + OpenBLAS sgemm) ---------------------------------- */
 
 typedef struct {
@@ -129,6 +131,14 @@ void nn_relu_backward(float *din, const float *dout, const float *in, size_t n);
 
 /* out = a + b. */
 void nn_add_forward(float *out, const float *a, const float *b, size_t n);
+
+/* Inverted dropout with drop probability p (0 <= p < 1): mask[i] = 1 keeps
+ * element i (drawn from r: kept when nn_rng_uniform(r) >= p, one draw per
+ * element in order), out = in * mask / (1 - p), overwritten. */
+void nn_dropout_forward(float *out, uint8_t *mask, const float *in, size_t n, float p,
+                        nn_rng *r);
+/* din = dout * mask / (1 - p), overwritten. */
+void nn_dropout_backward(float *din, const float *dout, const uint8_t *mask, size_t n, float p);
 
 /* Max pooling K x K, stride S, no padding: out (N,C,OH,OW), OH = (H-K)/S+1.
  * argmax (N*C*OH*OW) records the flat input index (within the plane) of the

@@ -229,12 +229,13 @@ static void s_evo_forward(nn_op *op, nn_model *m, int N, int train)
 
 static void s_evo_backward(nn_op *op, nn_model *m, int N)
 {
-    float *din = nn_model_din(m, op->in);
+    float *din = m->needs[op->in] ? nn_model_din(m, op->in) : NULL;
     nn_evonorm_s0_backward(din, nn_model_grad(m, op->p[0]), nn_model_grad(m, op->p[1]),
                            nn_model_grad(m, op->p[2]), m->dact[op->out], m->act[op->in], op->state,
                            nn_model_param(m, op->p[0]), nn_model_param(m, op->p[2]), N,
                            op->ishape.c, op->ishape.h * op->ishape.w, op->groups);
-    nn_model_din_done(m, op->in, din);
+    if (din)
+        nn_model_din_done(m, op->in, din);
 }
 
 static const nn_op_class s_evo_class = {
@@ -269,11 +270,12 @@ static void s_bn_backward(nn_op *op, nn_model *m, int N)
 {
     int C = op->ishape.c, HW = op->ishape.h * op->ishape.w;
     float *st = op->state;
-    float *din = nn_model_din(m, op->in);
+    float *din = m->needs[op->in] ? nn_model_din(m, op->in) : NULL;
     nn_batchnorm_backward(din, nn_model_grad(m, op->p[0]), nn_model_grad(m, op->p[1]),
                           m->dact[op->out], m->act[op->in], st, st + C,
                           nn_model_param(m, op->p[0]), N, C, HW);
-    nn_model_din_done(m, op->in, din);
+    if (din)
+        nn_model_din_done(m, op->in, din);
 }
 
 static const nn_op_class s_bn_class = {
@@ -375,6 +377,55 @@ static const nn_op_class s_gap_class = {
     .forward = s_gap_forward, .backward = s_gap_backward,
 };
 
+/* Flatten: a copy; backward copies the gradient back. */
+static void s_flatten_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    (void)train;
+    memcpy(m->act[op->out], m->act[op->in],
+           (size_t)N * nn_shape_numel(op->ishape) * sizeof(float));
+}
+
+static void s_flatten_backward(nn_op *op, nn_model *m, int N)
+{
+    float *din = nn_model_din(m, op->in);
+    memcpy(din, m->dact[op->out], (size_t)N * nn_shape_numel(op->ishape) * sizeof(float));
+    nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_flatten_class = {
+    .kind = "flatten", .saved_bytes = s_no_saved,
+    .forward = s_flatten_forward, .backward = s_flatten_backward,
+};
+
+/* Dropout: fparam = p; state = the keep mask of the last training forward
+ * (one byte per element); an evaluation forward copies. */
+static size_t s_dropout_state(const nn_op *op, int N)
+{
+    return (size_t)N * nn_shape_numel(op->ishape);
+}
+
+static void s_dropout_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    size_t n = (size_t)N * nn_shape_numel(op->ishape);
+    if (train)
+        nn_dropout_forward(m->act[op->out], op->state, m->act[op->in], n, op->fparam, &m->rng);
+    else
+        memcpy(m->act[op->out], m->act[op->in], n * sizeof(float));
+}
+
+static void s_dropout_backward(nn_op *op, nn_model *m, int N)
+{
+    float *din = nn_model_din(m, op->in);
+    nn_dropout_backward(din, m->dact[op->out], op->state, (size_t)N * nn_shape_numel(op->ishape),
+                        op->fparam);
+    nn_model_din_done(m, op->in, din);
+}
+
+static const nn_op_class s_dropout_class = {
+    .kind = "dropout", .state_bytes = s_dropout_state,
+    .forward = s_dropout_forward, .backward = s_dropout_backward,
+};
+
 static void s_add_forward(nn_op *op, nn_model *m, int N, int train)
 {
     (void)train;
@@ -446,6 +497,22 @@ int nn_fp32_linear(nn_model *m, const char *name, int in, int of, int bias)
     return op->out;
 }
 
+static int s_bn_build(nn_model *m, const char *name, int in, int zero_gamma)
+{
+    int C = m->shapes[in].c;
+    char pn[NN_NAME_MAX];
+    nn_op *op = nn_model_add_op(m, &s_bn_class, name, in, -1, m->shapes[in]);
+    s_pname(pn, sizeof pn, name, "weight");
+    op->p[0] = nn_model_add_param(m, pn, 1, &C, zero_gamma ? NN_INIT_ZERO : NN_INIT_ONE, 1);
+    s_pname(pn, sizeof pn, name, "bias");
+    op->p[1] = nn_model_add_param(m, pn, 1, &C, NN_INIT_ZERO, 1);
+    s_pname(pn, sizeof pn, name, "running_mean");
+    op->b[0] = nn_model_add_buffer(m, pn, 1, &C);
+    s_pname(pn, sizeof pn, name, "running_var");
+    op->b[1] = nn_model_add_buffer(m, pn, 1, &C);
+    return op->out;
+}
+
 int nn_fp32_norm(nn_model *m, const char *name, int in, int zero_gamma)
 {
     nn_shape is = m->shapes[in];
@@ -453,18 +520,8 @@ int nn_fp32_norm(nn_model *m, const char *name, int in, int zero_gamma)
     char pn[NN_NAME_MAX];
     if (m->cfg.norm == NN_NORM_NONE)
         return in;
-    if (m->cfg.norm == NN_NORM_BATCHNORM) {
-        nn_op *op = nn_model_add_op(m, &s_bn_class, name, in, -1, is);
-        s_pname(pn, sizeof pn, name, "weight");
-        op->p[0] = nn_model_add_param(m, pn, 1, &C, zero_gamma ? NN_INIT_ZERO : NN_INIT_ONE, 1);
-        s_pname(pn, sizeof pn, name, "bias");
-        op->p[1] = nn_model_add_param(m, pn, 1, &C, NN_INIT_ZERO, 1);
-        s_pname(pn, sizeof pn, name, "running_mean");
-        op->b[0] = nn_model_add_buffer(m, pn, 1, &C);
-        s_pname(pn, sizeof pn, name, "running_var");
-        op->b[1] = nn_model_add_buffer(m, pn, 1, &C);
-        return op->out;
-    }
+    if (m->cfg.norm == NN_NORM_BATCHNORM)
+        return s_bn_build(m, name, in, zero_gamma);
     nn_op *op = nn_model_add_op(m, &s_evo_class, name, in, -1, is);
     op->groups = m->cfg.groups < C ? m->cfg.groups : C;
     while (C % op->groups)
@@ -551,6 +608,25 @@ int nn_b_gap(nn_model *m, const char *name, int in)
     return nn_model_add_op(m, &s_gap_class, name, in, -1, (nn_shape){is.c, 1, 1})->out;
 }
 
+int nn_b_batchnorm(nn_model *m, const char *name, int in)
+{
+    return s_bn_build(m, name, in, 0);
+}
+
+int nn_b_flatten(nn_model *m, const char *name, int in)
+{
+    nn_shape os = {(int)nn_shape_numel(m->shapes[in]), 1, 1};
+    return nn_model_add_op(m, &s_flatten_class, name, in, -1, os)->out;
+}
+
+int nn_b_dropout(nn_model *m, const char *name, int in, float p)
+{
+    assert(p >= 0.0f && p < 1.0f);
+    nn_op *op = nn_model_add_op(m, &s_dropout_class, name, in, -1, m->shapes[in]);
+    op->fparam = p;
+    return op->out;
+}
+
 /* ---- life cycle ----------------------------------------------------------- */
 
 nn_model *nn_model_new(const nn_model_config *cfg, char *err, size_t errlen)
@@ -573,13 +649,25 @@ nn_model *nn_model_new(const nn_model_config *cfg, char *err, size_t errlen)
     if (f->input)
         in = f->input(m, in);
     (void)in;
-    if (nn_arch_build(m, &m->cfg, err, errlen) != 0) {
+    m->cfg.build = NULL;
+    m->cfg.build_ctx = NULL;
+    int rc = cfg->build ? cfg->build(m, cfg->build_ctx, err, errlen)
+                        : nn_arch_build(m, &m->cfg, err, errlen);
+    if (rc == 0 && (m->nops == 0 || m->params.nviews == 0))
+        rc = nn_errf(err, errlen, "model: no layer with parameters");
+    if (rc != 0) {
         nn_model_destroy(&m);
         return NULL;
     }
     m->logits_slot = m->ops[m->nops - 1].out;
     nn_shape ls = m->shapes[m->logits_slot];
-    assert(ls.c == cfg->classes && ls.h == 1 && ls.w == 1);
+    if (ls.c != cfg->classes || ls.h != 1 || ls.w != 1) {
+        assert(cfg->build && "a built-in architecture ends in its logits");
+        nn_errf(err, errlen, "model: the last layer gives %dx%dx%d values, expected the %d "
+                "class scores (%dx1x1)", ls.c, ls.h, ls.w, cfg->classes, cfg->classes);
+        nn_model_destroy(&m);
+        return NULL;
+    }
     nn_arena_alloc(&m->params);
     nn_arena_clone_layout(&m->grads, &m->params);
     if (m->buffers.nviews)

@@ -67,6 +67,7 @@ struct nn_op {
     int      b[4];              /* buffer view indices, -1 = none */
     int      k, stride, pad, groups;
     int      flag;              /* op-class specific (e.g. zero-init gamma) */
+    float    fparam;            /* op-class specific (dropout probability) */
     void    *state;             /* state_bytes(maxN) bytes, set by prepare */
     int      tag;               /* layer index for per-layer rngs, etc. */
 };
@@ -105,6 +106,14 @@ typedef struct {
      * (what the reference does for its 8-bit ResNet), 0 = at 1 like every
      * other norm.  The same for every precision. */
     int          zero_init_residual;
+    /* A graph not in nn_models.c (model files, built in node/): when set,
+     * nn_model_new calls build(m, build_ctx, ...) instead of nn_arch_build.
+     * It appends ops through the nn_b_* builders (the last op's output is
+     * the logits, of shape classes x 1 x 1) and returns 0, or -1 with a
+     * message; it must check shapes itself (the builders assert).  Used
+     * during nn_model_new only: the model's copy of cfg has both cleared. */
+    int        (*build)(nn_model *m, const void *ctx, char *err, size_t errlen);
+    const void  *build_ctx;
 } nn_model_config;
 
 /* Builds the named architecture.  NULL with a message for an unknown name or
@@ -195,6 +204,16 @@ int nn_b_relu(nn_model *m, const char *name, int in);
 int nn_b_maxpool(nn_model *m, const char *name, int in, int k, int stride);
 int nn_b_avgpool(nn_model *m, const char *name, int in, int k, int stride);
 int nn_b_gap(nn_model *m, const char *name, int in);
+/* BatchNorm whatever cfg.norm says (nn_b_norm follows cfg.norm): FP32 in
+ * every precision, parameters NAME.weight, NAME.bias, buffers
+ * NAME.running_mean, NAME.running_var. */
+int nn_b_batchnorm(nn_model *m, const char *name, int in);
+/* (C,H,W) -> (C*H*W,1,1), a copy in the same element order (as
+ * torch.flatten(x, 1)); linear layers flatten their input themselves. */
+int nn_b_flatten(nn_model *m, const char *name, int in);
+/* Inverted dropout with drop probability p in [0, 1) while training, the
+ * identity at evaluation.  Masks come from nn_model_rng(m). */
+int nn_b_dropout(nn_model *m, const char *name, int in, float p);
 
 /* FP32 op builders (what nn_factory_fp32 points at), for factories that
  * override only some layers. */

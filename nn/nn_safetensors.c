@@ -2,9 +2,12 @@
  *
  * Inside: a tiny strict JSON reader building a tree (s_j*), the header
  * model (s_hdr: tensor entries and metadata, validated as a whole), the
- * writer (header text + data, through a temp file) and the loaders.
+ * writer (header text + data, through a temp file), the module-internal
+ * reader of nn_safetensors_int.h (nn_st_*: a validated file read tensor by
+ * tensor, also used by nn_safetensors_weights.c) and the loaders.
  */
 #include "nn/nn_safetensors.h"
+#include "nn/nn_safetensors_int.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -20,7 +23,7 @@
 
 #define S_MAX_HEADER (100u << 20)
 #define S_MAX_DEPTH  8
-#define S_MAX_DIMS   32
+#define S_MAX_DIMS   NN_ST_MAX_DIMS
 
 /* ---- strict JSON tree --------------------------------------------------- */
 
@@ -383,14 +386,7 @@ static int s_jvalue(s_jparser *ps, s_jval *v, int depth)
 
 /* ---- the header model --------------------------------------------------- */
 
-typedef struct {
-    const char *name;       /* borrowed from the JSON tree */
-    const char *dtype;
-    size_t      esize;
-    int         ndim;
-    uint64_t    shape[S_MAX_DIMS];
-    uint64_t    begin, end; /* relative to the data section */
-} s_entry;
+typedef nn_st_entry s_entry;
 
 typedef struct {
     s_jval   root;
@@ -923,18 +919,70 @@ static int s_open(const char *path, char *err, size_t errlen)
     return fd;
 }
 
+/* ---- the module-internal reader (nn_safetensors_int.h) ------------------ */
+
+struct nn_st_file {
+    int   fd;
+    s_hdr h;
+};
+
+nn_st_file *nn_st_open(const char *path, char *err, size_t errlen)
+{
+    int fd = s_open(path, err, errlen);
+    if (fd < 0)
+        return NULL;
+    nn_st_file *f = nn_xcalloc(1, sizeof *f);
+    f->fd = fd;
+    if (s_hdr_read(fd, path, &f->h, err, errlen) != 0) {
+        close(fd);
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+void nn_st_close(nn_st_file **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    s_hdr_free(&(*self_p)->h);
+    close((*self_p)->fd);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+const nn_st_entry *nn_st_find(const nn_st_file *f, const char *name)
+{
+    for (size_t i = 0; i < f->h.ne; i++)
+        if (strcmp(f->h.e[i].name, name) == 0)
+            return &f->h.e[i];
+    return NULL;
+}
+
+int nn_st_read(const nn_st_file *f, const nn_st_entry *e, void *buf, const char *path, char *err,
+               size_t errlen)
+{
+    size_t bytes = (size_t)(e->end - e->begin), got = 0;
+    while (got < bytes) {
+        ssize_t r = pread(f->fd, (char *)buf + got, bytes - got,
+                          (off_t)(f->h.data_start + e->begin + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return nn_errf(err, errlen, "%s: tensor '%s': read failed: %s", path, e->name,
+                           r < 0 ? strerror(errno) : "unexpected end of file");
+        got += (size_t)r;
+    }
+    return 0;
+}
+
 int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
                                  const char *const *prefixes, int narenas, char *err,
                                  size_t errlen)
 {
-    int fd = s_open(path, err, errlen);
-    if (fd < 0)
+    nn_st_file *f = nn_st_open(path, err, errlen);
+    if (!f)
         return -1;
-    s_hdr h;
-    if (s_hdr_read(fd, path, &h, err, errlen)) {
-        close(fd);
-        return -1;
-    }
     int rc = -1;
     char full[2 * NN_NAME_MAX + 256];
     for (int a = 0; a < narenas; a++) {
@@ -943,10 +991,7 @@ int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
         for (size_t v = 0; v < ar->nviews; v++) {
             const nn_view *vw = &ar->views[v];
             s_full_name(full, sizeof full, prefixes ? prefixes[a] : NULL, vw->name);
-            const s_entry *en = NULL;
-            for (size_t i = 0; i < h.ne && !en; i++)
-                if (strcmp(h.e[i].name, full) == 0)
-                    en = &h.e[i];
+            const s_entry *en = nn_st_find(f, full);
             if (!en) {
                 nn_errf(err, errlen, "%s: tensor '%s' missing", path, full);
                 goto done;
@@ -972,21 +1017,9 @@ int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
                         got, want);
                 goto done;
             }
-            size_t bytes = vw->numel * 4;
             float *dst = ar->data + vw->offset;
-            size_t got_total = 0;
-            while (got_total < bytes) {
-                ssize_t r = pread(fd, (char *)dst + got_total, bytes - got_total,
-                                  (off_t)(h.data_start + en->begin + got_total));
-                if (r < 0 && errno == EINTR)
-                    continue;
-                if (r <= 0) {
-                    nn_errf(err, errlen, "%s: tensor '%s': read failed: %s", path, full,
-                            r < 0 ? strerror(errno) : "unexpected end of file");
-                    goto done;
-                }
-                got_total += (size_t)r;
-            }
+            if (nn_st_read(f, en, dst, path, err, errlen) != 0)
+                goto done;
             if (!s_host_le()) {
                 unsigned char *b = (unsigned char *)dst;
                 for (size_t i = 0; i < vw->numel; i++) {
@@ -999,8 +1032,7 @@ int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
     }
     rc = 0;
 done:
-    s_hdr_free(&h);
-    close(fd);
+    nn_st_close(&f);
     return rc;
 }
 

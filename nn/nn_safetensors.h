@@ -65,6 +65,17 @@ int nn_safetensors_load_prefixed(const char *path, nn_arena *const *arenas,
                                  const char *const *prefixes, int narenas, char *err,
                                  size_t errlen);
 
+/* Pretrained weights: fills view v of `a` (allocated) from the file's
+ * tensor of the same name where want[v] is nonzero (want NULL: every
+ * view).  F32 tensors load as they are; F16, BF16 (exact) and F64 (rounded
+ * to nearest) are converted to F32; other dtypes are refused.  A wanted
+ * view the file lacks is an error when `required`, else left as it is.
+ * The shape must equal the view's.  *loaded (may be NULL) gets the number
+ * of views filled.  0, or -1 with a message naming the file, the tensor
+ * and the problem. */
+int nn_safetensors_load_weights(const char *path, nn_arena *a, const unsigned char *want,
+                                int required, size_t *loaded, char *err, size_t errlen);
+
 /* CRC-32 (zlib's) of every view of the arena, in view order, as the bytes
  * save writes (little-endian F32), continuing from crc (start with 0). */
 uint32_t nn_safetensors_crc32(uint32_t crc, const nn_arena *a);

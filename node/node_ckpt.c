@@ -124,11 +124,12 @@ static uint64_t s_fnv(uint64_t h, const void *p, size_t n)
 #define S_FNV_INIT 0xcbf29ce484222325ULL
 
 /* FNV-1a 64 of the file's bytes into hex[17]. */
-static int s_file_digest(const char *path, char hex[17], char *err, size_t errlen)
+static int s_file_digest(const char *what, const char *path, char hex[17], char *err,
+                         size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return nn_errf(err, errlen, "cannot read the topology file %s: %s", path, strerror(errno));
+        return nn_errf(err, errlen, "cannot read the %s %s: %s", what, path, strerror(errno));
     uint64_t h = S_FNV_INIT;
     unsigned char buf[65536];
     size_t got;
@@ -137,7 +138,7 @@ static int s_file_digest(const char *path, char hex[17], char *err, size_t errle
     int bad = ferror(f);
     fclose(f);
     if (bad)
-        return nn_errf(err, errlen, "cannot read the topology file %s", path);
+        return nn_errf(err, errlen, "cannot read the %s %s", what, path);
     snprintf(hex, 17, "%016" PRIx64, h);
     return 0;
 }
@@ -177,7 +178,10 @@ int node_ckpt_ident_make(node_ckpt_ident *id, const node_ckpt_run *run, char *er
     char digest[17], eta[32], skew[32];
     s_fmt_double(run->eta, eta, sizeof eta);
     s_fmt_double(run->skew, skew, sizeof skew);
-    if (s_file_digest(run->topology_path, digest, err, errlen) != 0)
+    char init[17] = "";
+    if (s_file_digest("topology file", run->topology_path, digest, err, errlen) != 0 ||
+        (run->init_path && run->init_path[0] &&
+         s_file_digest("--init file", run->init_path, init, err, errlen) != 0))
         return -1;
     size_t used = 0;
     int m = 0;
@@ -199,6 +203,10 @@ int node_ckpt_ident_make(node_ckpt_ident *id, const node_ckpt_run *run, char *er
     s_ident_add(id, &used, &m, "rank", "%d", run->rank);
     s_ident_add(id, &used, &m, "seed", "%ld", run->seed);
     s_ident_add(id, &used, &m, "batch", "%ld", run->batch);
+    if (run->model_digest && run->model_digest[0])
+        s_ident_add(id, &used, &m, "model_digest", "%.16s", run->model_digest);
+    if (init[0])
+        s_ident_add(id, &used, &m, "init_digest", "%s", init);
     return 0;
 }
 
@@ -216,6 +224,8 @@ static const char *s_ident_hint(const char *key)
 {
     if (!strcmp(key, "topology_digest"))
         return " (the topology file's contents changed since the checkpoint was written)";
+    if (!strcmp(key, "model_digest"))
+        return " (the model file's contents changed since the checkpoint was written)";
     if (!strcmp(key, "skew") || !strcmp(key, "train_subset") || !strcmp(key, "seed"))
         return " (another data partition)";
     return "";

@@ -88,6 +88,8 @@ typedef struct {
     uint32_t    layout;                          /* gossip_node_fingerprint */
     const char *topology_path;                   /* its contents are digested */
     int         nodes, rank;
+    const char *model_digest;  /* "" / NULL, or a model file's digest (node_model_digest) */
+    const char *init_path;     /* "" / NULL, or the --init file (its contents are digested) */
 } node_ckpt_run;
 
 /* The identity pairs of a run: kv is {key0, value0, ..., NULL} pointing
@@ -100,7 +102,8 @@ typedef struct {
 /* Fills id from run: model, norm, precision, data, groups, algo,
  * compressor, eta, push_sum, skew, train_subset, seed, batch, layout,
  * topology ("NAME (N nodes)"), topology_digest (FNV-1a 64 of the file's
- * bytes), rank.  0, or -1 with a message when the topology file cannot be
+ * bytes), rank, and model_digest / init_digest (of init_path) when given (model files,
+ * --init: absent otherwise, so built-in runs keep their identity).  0, or -1 with a message when the topology file cannot be
  * read. */
 int node_ckpt_ident_make(node_ckpt_ident *id, const node_ckpt_run *run, char *err,
                          size_t errlen);

@@ -108,7 +108,8 @@ int node_cmd_eval(int argc, char **argv)
             fprintf(stderr, "lpgossip eval: %s\n", err);
             return 2;
         }
-        if (other.model != mo.model || other.norm != mo.norm || other.groups != mo.groups) {
+        if (other.model != mo.model || other.norm != mo.norm || other.groups != mo.groups ||
+            strcmp(other.model_yaml, mo.model_yaml) != 0) { /* model files: the same graph */
             fprintf(stderr, "lpgossip eval: %s is a %s/%s model but %s is %s/%s: cannot "
                     "average\n", files[i], node_arch_name(other.model),
                     node_norm_name(other.norm), files[0], node_arch_name(mo.model),

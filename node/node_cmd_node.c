@@ -28,6 +28,7 @@
 #include "node/node_ckpt.h"
 #include "node/node_cmds.h"
 #include "node/node_lock.h"
+#include "node/node_modelio.h"
 #include "node/node_run.h"
 #include "topology/topo.h"
 
@@ -183,11 +184,14 @@ static int s_ckpt_setup(s_node *s, char *err, size_t errlen)
 {
     const node_opts *o = s->o;
     node_trainer *tr = &s->k.tr[0];
+    char model_digest[17];
+    node_model_digest(&o->t.mo, model_digest);
     node_ckpt_run run = {node_arch_name(o->t.mo.model), node_norm_name(o->t.mo.norm),
                          node_precision_name(o->t.mo.precision), o->t.mo.data, o->t.mo.groups,
                          gossip_algo_name(o->g.gc.algo), o->g.gc.compressor, o->g.gc.eta,
                          o->g.gc.push_sum, o->g.skew, o->t.subset, o->t.seed, o->t.batch,
-                         gossip_node_fingerprint(s->g), o->g.topology, s->t->n, s->me};
+                         gossip_node_fingerprint(s->g), o->g.topology, s->t->n, s->me,
+                         model_digest, o->t.init};
     if (node_ckpt_ident_make(&s->ident, &run, err, errlen) != 0)
         return -1;
     s->ck = (node_ckpt){nn_model_params(tr->model), s->k.x[0], &tr->sgd,
@@ -396,8 +400,10 @@ static void s_report(void *arg, const node_run *r, node_metrics *m)
 static int s_prepare(s_node *s, uint64_t *it, int *usage, char *err, size_t errlen)
 {
     const node_opts *o = s->o;
-    if (node_ranks_init(&s->k, &o->t, s->t->n, o->g.skew, s->me, 1, err, errlen) != 0)
+    if (node_ranks_init(&s->k, &o->t, s->t->n, o->g.skew, s->me, 1, err, errlen) != 0) {
+        *usage = node_model_file_error(&o->t.mo, err); /* the model file does not fit */
         return -1;
+    }
     gossip_config gc = o->g.gc;
     const uint64_t H = (uint64_t)o->g.gossip_every; /* local steps per gossip round */
     gc.iters_per_epoch = (uint64_t)s->k.steps / H ? (uint64_t)s->k.steps / H : 1; /* rounds */
@@ -427,7 +433,7 @@ static void s_banner(s_node *s)
           s->t->nodes[s->me].id, o->g.topology, s->t->n, s->net ? "ROUTER" : "no gossip",
           s->net ? gossip_net_endpoint(s->net) : "-", gossip_algo_name(gc->algo),
           gc->compressor, gc->eta, gc->push_sum ? "on" : "off", o->g.skew,
-          node_arch_name(o->t.mo.model), nn_model_params(s->k.tr[0].model)->numel,
+          node_model_label(&o->t.mo), nn_model_params(s->k.tr[0].model)->numel,
           s->k.count[s->me], o->t.epochs, s->k.steps, o->t.no_eval ? ", no evaluation" : "");
 }
 
@@ -461,7 +467,7 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
     if (s->link)
         r->round = (node_round){s_round, s_pump, s->link};
     r->meta = (node_metrics){.command = "node", .rank = s->me, .nodes = s->t->n,
-                             .model = node_arch_name(o->t.mo.model),
+                             .model = node_model_label(&o->t.mo),
                              .precision = node_precision_name(o->t.mo.precision), .gossip = 1,
                              .algo = gossip_algo_name(o->g.gc.algo),
                              .compress = o->g.gc.compressor, .eta = o->g.gc.eta,

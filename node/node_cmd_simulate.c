@@ -25,6 +25,7 @@
 #include "gossip/gossip_sim.h"
 #include "gossip/gossip_state.h"
 #include "node/node_cmds.h"
+#include "node/node_modelio.h"
 #include "node/node_run.h"
 #include "topology/topo.h"
 
@@ -95,7 +96,7 @@ static void s_banner(const node_opts *o, const node_ranks *k, const gossip_confi
            "parameters) on %s, %zu samples per node, %ld epochs x %ld iterations, a gossip "
            "round every %ld\n",
            k->nodes, o->g.topology, gossip_algo_name(gc->algo), gc->compressor, gc->eta,
-           gc->push_sum ? "on" : "off", gc->staleness, o->g.delays, o->g.skew, node_arch_name(t->mo.model),
+           gc->push_sum ? "on" : "off", gc->staleness, o->g.delays, o->g.skew, node_model_label(&t->mo),
            nn_model_params(k->tr[0].model)->numel, k->d.train.name, k->count[0], t->epochs,
            k->steps, o->g.gossip_every);
     fflush(stdout);
@@ -139,8 +140,10 @@ static int s_run(const node_opts *o, const topo *t, FILE *mf, int *usage, char *
     gossip_sim *sim = NULL;
     nn_model *avg = NULL;
     int rc = -1;
-    if (node_ranks_init(&k, to, t->n, o->g.skew, 0, t->n, err, errlen) != 0)
+    if (node_ranks_init(&k, to, t->n, o->g.skew, 0, t->n, err, errlen) != 0) {
+        *usage = node_model_file_error(&to->mo, err); /* the model file does not fit */
         goto done;
+    }
     gossip_config gc = o->g.gc;
     const uint64_t H = (uint64_t)o->g.gossip_every; /* local steps per gossip round */
     gc.iters_per_epoch = (uint64_t)k.steps / H ? (uint64_t)k.steps / H : 1; /* dgc warm-up */
@@ -177,7 +180,7 @@ static int s_run(const node_opts *o, const topo *t, FILE *mf, int *usage, char *
                   .report = s_report, .hook_arg = sim,
                   .skip = dl.kind == GOSSIP_DELAY_SLOW ? s_skip : NULL, .skip_arg = sim};
     r.meta = (node_metrics){.command = "simulate", .rank = -1, .nodes = t->n,
-                            .model = node_arch_name(to->mo.model),
+                            .model = node_model_label(&to->mo),
                             .precision = node_precision_name(to->mo.precision), .gossip = 1,
                             .algo = gossip_algo_name(gc.algo), .compress = gc.compressor,
                             .eta = gc.eta, .skew = o->g.skew, .sim = 1,

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "node/node_cmds.h"
+#include "node/node_modelio.h"
 #include "node/node_run.h"
 
 static void s_log(void *arg, int rank, const char *msg)
@@ -41,7 +42,7 @@ static void s_banner(const node_opts *o, const node_ranks *k)
     const node_train_opts *t = &o->t;
     printf("train: %s (%s, %s, %zu parameters) on %s: %zu train / %zu test samples, "
            "input %dx%dx%d, batch %ld, %ld epochs x %ld steps\n",
-           node_arch_name(t->mo.model), node_norm_name(t->mo.norm),
+           node_model_label(&t->mo), node_norm_name(t->mo.norm),
            node_precision_name(t->mo.precision), nn_model_params(k->tr[0].model)->numel,
            k->d.train.name, k->count[0], k->d.test.n, k->d.in_c, k->d.in_h, k->d.in_w, t->batch,
            t->epochs, k->steps);
@@ -58,6 +59,7 @@ static int s_train(const node_opts *o)
     node_set_threads((int)t->threads);
     if (node_ranks_init(&k, t, 1, 0, 0, 1, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip train: %s\n", err);
+        rc = node_model_file_error(&t->mo, err) ? 2 : 1; /* the model file does not fit */
         goto done;
     }
     if (t->metrics[0] && !(mf = fopen(t->metrics, "a"))) {
@@ -70,7 +72,7 @@ static int s_train(const node_opts *o)
                   .iters = (uint64_t)k.steps * (uint64_t)t->epochs, .eval_nodes = 1,
                   .metrics = mf, .log = s_log, .report = s_report};
     r.meta = (node_metrics){.command = "train", .nodes = 1,
-                            .model = node_arch_name(t->mo.model),
+                            .model = node_model_label(&t->mo),
                             .precision = node_precision_name(t->mo.precision)};
     if (node_run_loop(&r, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip train: %s\n", err);

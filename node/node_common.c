@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lowprec/lp_model.h"
+#include "node/node_modelio.h"
 #include "nn/nn_safetensors.h"
 
 static const char *const s_arch_names[] = {"cnn", "resnet20", "vgg11"};
@@ -18,6 +19,8 @@ static const char *const s_prec_names[] = {"fp32", "int8", "fakequant"};
 
 const char *node_arch_name(node_arch a)
 {
+    if (a == NODE_ARCH_FILE)
+        return "file";
     assert((size_t)a < S_COUNT(s_arch_names));
     return s_arch_names[a];
 }
@@ -93,7 +96,13 @@ int node_data_load(const node_model_opts *o, node_data *d, char *err, size_t err
     }
     int augment = o->augment;
     if (augment < 0) /* auto: the deeper models train long enough to profit */
-        augment = o->model != NODE_ARCH_CNN;
+        augment = o->model == NODE_ARCH_RESNET20 || o->model == NODE_ARCH_VGG11;
+    if (o->model == NODE_ARCH_FILE) { /* what the model file says: input size, augment: */
+        int pad = pad_to, aug = augment;
+        node_model_data_hints(o, d->train.h, d->train.w, &pad, &aug);
+        pad_to = o->pad_to ? pad_to : pad;
+        augment = o->augment >= 0 ? augment : aug;
+    }
     d->aug_train = (nn_augment){.crop_pad = augment ? 2 : 0, .hflip = augment, .pad_to = pad_to};
     if (augment && d->train.h >= 32)
         d->aug_train.crop_pad = 4;
@@ -121,7 +130,16 @@ nn_model *node_model_build(const node_model_opts *o, int in_c, int in_h, int in_
     snprintf(cfg.arch, sizeof cfg.arch, "%s", node_arch_name(o->model));
     cfg.norm = o->norm;
     cfg.factory = lp_factory_by_name(node_precision_name(o->precision)); /* NULL = fp32 */
-    return nn_model_new(&cfg, err, errlen);
+    node_mf *mf = NULL;
+    if (o->model == NODE_ARCH_FILE) { /* a model file: its graph through node_mf_build */
+        if (!(mf = node_model_mf(o, err, errlen)))
+            return NULL;
+        cfg.build = node_mf_build;
+        cfg.build_ctx = mf;
+    }
+    nn_model *m = nn_model_new(&cfg, err, errlen);
+    node_mf_destroy(&mf);
+    return m;
 }
 
 double node_evaluate(nn_model *m, const node_data *d, const nn_dataset *set, int batch,
@@ -179,7 +197,13 @@ int node_model_save(const char *path, nn_model *m, const node_model_opts *o, cha
     const char *meta[] = {"format", "lpgossip-model-1", "model", node_arch_name(o->model),
                           "norm", node_norm_name(o->norm), "precision",
                           node_precision_name(o->precision), "data", o->data, "input_shape", shape,
-                          "classes", classes, "groups", groups, "crc32", crc, NULL};
+                          "classes", classes, "groups", groups, "crc32", crc,
+                          NULL, NULL, NULL, NULL, NULL};
+    if (o->model == NODE_ARCH_FILE) { /* the graph travels with the weights */
+        size_t k = sizeof meta / sizeof *meta - 5;
+        meta[k] = "model_file", meta[k + 1] = o->model_path;
+        meta[k + 2] = "model_yaml", meta[k + 3] = o->model_yaml;
+    }
     return nn_safetensors_save(path, arenas, narenas, meta, err,
                                errlen);
 }
@@ -199,8 +223,19 @@ int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, s
         nn_safetensors_meta(path, "groups", groups, sizeof groups, err, errlen))
         return -1;
     snprintf(what, sizeof what, "%s: metadata", path);
-    if (node_arch_parse(what, model, &o->model, err, errlen) ||
-        node_norm_parse(what, norm, &o->norm, err, errlen) ||
+    if (!strcmp(model, "file")) { /* a model file's graph, carried as model_yaml */
+        char *yaml = nn_xmalloc(sizeof o->model_yaml), name[600];
+        snprintf(name, sizeof name, "%s (model_yaml)", path);
+        int bad = nn_safetensors_meta(path, "model_yaml", yaml, sizeof o->model_yaml, err,
+                                      errlen) != 0 ||
+                  node_model_opt_set_text(o, name, yaml, strlen(yaml), err, errlen) != 0;
+        free(yaml);
+        if (bad)
+            return -1;
+    } else if (node_arch_parse(what, model, &o->model, err, errlen)) {
+        return -1;
+    }
+    if (node_norm_parse(what, norm, &o->norm, err, errlen) ||
         node_precision_parse(what, prec, &o->precision, err, errlen))
         return -1;
     o->groups = atoi(groups);

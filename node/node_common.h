@@ -16,7 +16,8 @@
 #include "nn/nn_data.h"
 #include "nn/nn_model.h"
 
-typedef enum { NODE_ARCH_CNN = 0, NODE_ARCH_RESNET20, NODE_ARCH_VGG11 } node_arch;
+/* NODE_ARCH_FILE: a model file (--model FILE.yaml, node_modelio.h). */
+typedef enum { NODE_ARCH_CNN = 0, NODE_ARCH_RESNET20, NODE_ARCH_VGG11, NODE_ARCH_FILE } node_arch;
 typedef enum { NODE_PREC_FP32 = 0, NODE_PREC_INT8, NODE_PREC_FAKEQUANT } node_precision;
 
 /* The model identity: what the model flags say and a model file records. */
@@ -29,6 +30,10 @@ typedef struct {
     int            augment;    /* -1 auto, 0 off, 1 on (random crop 4 + flip) */
     int            groups;     /* EvoNorm groups */
     int            zero_init_residual; /* resnet20: 1 = blocks' last norm gamma starts at 0 */
+    /* model == NODE_ARCH_FILE: the model file's path (for messages) and its
+     * bytes, which a saved model carries (docs/models.md) */
+    char           model_path[512];
+    char           model_yaml[65536 + 1];
 } node_model_opts;
 
 /* Names (as on the command line and in model files) and their parsers:

@@ -9,6 +9,7 @@
 #include "lowprec/lp_bf16.h"
 #include "lowprec/lp_tile.h"
 #include "nn/nn_cpu.h"
+#include "node/node_modelio.h"
 #include "topology/topo.h"
 
 /* ---- the flag table ------------------------------------------------------ */
@@ -35,7 +36,7 @@ enum {
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
     F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
-    F_GRAD_GUARD,
+    F_GRAD_GUARD, F_INIT, F_INIT_SKIP,
 };
 
 typedef struct {
@@ -51,6 +52,7 @@ static const s_flag s_flags[] = {
     {"groups", 1, F_GROUPS, G_MODEL},        {"pad-to", 1, F_PADTO, G_MODEL},
     {"augment", 1, F_AUG, G_MODEL},          {"zero-init-residual", 1, F_ZIR, G_MODEL},
     {"train-subset", 1, F_SUBSET, G_MODEL},
+    {"init", 1, F_INIT, G_MODEL},            {"init-skip", 1, F_INIT_SKIP, G_MODEL},
     {"epochs", 1, F_EPOCHS, G_OPTIM},        {"batch", 1, F_BATCH, G_OPTIM},
     {"lr", 1, F_LR, G_OPTIM},                {"momentum", 1, F_MOM, G_OPTIM},
     {"wd", 1, F_WD, G_OPTIM},                {"no-nesterov", 0, F_NONEST, G_OPTIM},
@@ -114,17 +116,23 @@ static const char *const s_heads[] = {
 
 static const char s_help_model[] =
 "model and data:\n"
-"  --model NAME        cnn | resnet20 | vgg11                  [cnn]\n"
+"  --model NAME|FILE   cnn | resnet20 | vgg11, or a model file FILE.yaml\n"
+"                      (docs/models.md; models/ has the built-ins) [cnn]\n"
 "  --data SPEC         fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR [fashion-mnist]\n"
 "  --norm KIND         evonorm (EvoNorm-S0) | batchnorm | none [evonorm]\n"
 "  --precision P       fp32 | int8 (real 8-bit training, Range EvoNorm)\n"
 "                      | fakequant (the reference's float simulation) [fp32]\n"
 "  --groups G          EvoNorm groups                          [8]\n"
 "  --pad-to S          zero-pad images to SxS (vgg11: 32 automatically)\n"
-"  --augment MODE      on (random crop + flip) | off | auto (on except cnn) [auto]\n"
+"  --augment MODE      on (random crop + flip) | off | auto (on for resnet20\n"
+"                      and vgg11; a model file's augment: key) [auto]\n"
 "  --zero-init-residual on|off  resnet20: each block's last norm starts with\n"
 "                      gamma 0 (the reference's 8-bit ResNet) [off]\n"
-"  --train-subset N    use only the first N training samples (quick runs)\n";
+"  --train-subset N    use only the first N training samples (quick runs)\n"
+"  --init FILE         start from the weights of a safetensors file (e.g. a\n"
+"                      PyTorch state_dict); tensors matched by name\n"
+"  --init-skip REGEX   parameters whose names match (POSIX extended regex)\n"
+"                      keep their fresh initialisation (a new head)\n";
 
 static const char s_help_optim[] =
 "optimisation (SGD, DESIGN §3):\n"
@@ -299,7 +307,7 @@ static int s_float(const char *flag, const char *arg, double lo, double hi, floa
 static int s_model_flag(node_model_opts *m, int code, const char *arg, char *err, size_t errlen)
 {
     switch (code) {
-    case F_MODEL: return node_arch_parse("--model", arg, &m->model, err, errlen);
+    case F_MODEL: return node_model_opt_set(m, "--model", arg, err, errlen);
     case F_DATA: return s_copy(m->data, sizeof m->data, "--data", arg, err, errlen);
     case F_NORM: return node_norm_parse("--norm", arg, &m->norm, err, errlen);
     case F_PREC: return node_precision_parse("--precision", arg, &m->precision, err, errlen);
@@ -340,6 +348,9 @@ static int s_optim_flag(node_train_opts *o, int code, const char *arg, char *err
     case F_LR_DECAY: return s_float("--lr-decay", arg, 0, 1, &o->sched.gamma, err, errlen);
     case F_SUBSET:
         return node_parse_int("--train-subset", arg, 1, 1L << 40, &o->subset, err, errlen);
+    case F_INIT: return s_copy(o->init, sizeof o->init, "--init", arg, err, errlen);
+    case F_INIT_SKIP:
+        return s_copy(o->init_skip, sizeof o->init_skip, "--init-skip", arg, err, errlen);
     default: return 1;
     }
 }

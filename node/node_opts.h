@@ -54,6 +54,8 @@ typedef struct {
     double          grad_guard;    /* --grad-guard F (node_trainer_step); 0: off */
     char            metrics[512];  /* "" or the metrics file (appended) */
     char            save[512];     /* "" or the final model file */
+    char            init[512];     /* --init FILE: pretrained weights, or "" */
+    char            init_skip[256]; /* --init-skip REGEX, or "" */
 } node_train_opts;
 
 /* gossip flags (simulate, node) */

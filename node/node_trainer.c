@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "node/node_modelio.h"
+
 int node_trainer_init(node_trainer *t, const node_train_opts *o, const node_data *d,
                       const uint32_t *shard, size_t n, int rank, char *err, size_t errlen)
 {
@@ -17,6 +19,10 @@ int node_trainer_init(node_trainer *t, const node_train_opts *o, const node_data
     if (!t->model)
         return -1;
     nn_model_init_params(t->model, (uint64_t)o->seed);
+    /* --init: the same file and seed give every node the same weights */
+    if (o->init[0] && node_model_init_from(t->model, o->init, o->init_skip[0] ? o->init_skip
+                                           : NULL, NULL, err, errlen) != 0)
+        return -1;
     t->batch = (int)o->batch;
     nn_model_prepare(t->model, t->batch);
     nn_sgd_init(&t->sgd, nn_model_params(t->model), &o->sgd);

@@ -24,7 +24,7 @@ SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 CFLAGS="-g -O1 -std=c11 -D_GNU_SOURCE -I. $PKG_CFLAGS -fno-omit-frame-pointer -fno-strict-aliasing"
 
 objs=()
-for src in nn/*.c lowprec/*.c topology/*.c gossip/*.c; do
+for src in nn/*.c lowprec/*.c topology/*.c gossip/*.c node/node_modelfile.c; do
     [ -f "$src" ] || continue
     extra=""
     case "$src" in

@@ -806,6 +806,55 @@ static void test_relu_add(void **state)
     free(a), free(b), free(dy), free(out), free(din);
 }
 
+/* Dropout: the mask keeps about 1-p of the values, out = in * mask / (1-p),
+ * the same seed gives the same mask, and din against finite differences of
+ * sum(R * out) for that mask. */
+typedef struct {
+    const uint8_t *mask;
+    double *in, *R, scale;
+    size_t n;
+} dropout_ctx;
+
+static double s_dropout_loss(void *ctx)
+{
+    dropout_ctx *c = ctx;
+    double l = 0.0;
+    for (size_t i = 0; i < c->n; i++)
+        l += c->mask[i] ? c->R[i] * c->in[i] * c->scale : 0.0;
+    return l;
+}
+
+static void test_dropout(void **state)
+{
+    (void)state;
+    const size_t n = 4000;
+    const float p = 0.25f;
+    nn_rng r, r1, r2;
+    nn_rng_seed(&r, 61);
+    float *x = s_randn(&r, n, 1.0f), *R = s_randn(&r, n, 1.0f);
+    float *out = s_fill(n, NAN), *out2 = s_fill(n, NAN), *din = s_fill(n, NAN);
+    uint8_t *mask = malloc(n), *mask2 = malloc(n);
+    nn_rng_seed(&r1, 5);
+    nn_rng_seed(&r2, 5);
+    nn_dropout_forward(out, mask, x, n, p, &r1);
+    nn_dropout_forward(out2, mask2, x, n, p, &r2);
+    assert_memory_equal(mask, mask2, n);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        kept += mask[i];
+        assert_true(out[i] == (mask[i] ? x[i] * (1.0f / (1.0f - p)) : 0.0f));
+    }
+    assert_true(fabs((double)kept / (double)n - 0.75) < 0.03);
+    nn_dropout_backward(din, R, mask, n, p);
+    double *xd = malloc(n * sizeof *xd), *Rd = malloc(n * sizeof *Rd);
+    for (size_t i = 0; i < n; i++)
+        xd[i] = x[i], Rd[i] = R[i];
+    dropout_ctx c = {mask, xd, Rd, 1.0 / (1.0 - (double)p), n};
+    s_fd_check("dropout din", s_dropout_loss, &c, xd, n, din, NULL, 1e-3, 1e-5, 1e-5);
+    free(x), free(R), free(out), free(out2), free(din), free(mask), free(mask2), free(xd),
+        free(Rd);
+}
+
 typedef struct {
     int N, C, H, W, K, S, max;
     double *in, *R;
@@ -1006,6 +1055,7 @@ int main(void)
         cmocka_unit_test(test_evonorm_saturation),
         cmocka_unit_test(test_batchnorm),
         cmocka_unit_test(test_relu_add),
+        cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_pooling),
         cmocka_unit_test(test_maxpool_ties),
         cmocka_unit_test(test_gap),

@@ -587,7 +587,7 @@ static void test_run_identity(void **state)
     fputs("nodes: 8\ngraph: {generator: undirected_ring}\n", f);
     fclose(f);
     node_ckpt_run run = { "cnn", "evonorm", "int8", "fashion-mnist", 8, "choco", "randk:0.3",
-                          0.5, 1, 0.4, 6000, 1, 32, 0x1234abcdu, topo_path, 8, 0 };
+                          0.5, 1, 0.4, 6000, 1, 32, 0x1234abcdu, topo_path, 8, 0, NULL, NULL };
     node_ckpt_ident id, id2;
     assert_int_equal(node_ckpt_ident_make(&id, &run, err, sizeof err), 0);
     int pairs = 0;
