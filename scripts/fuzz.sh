@@ -17,7 +17,7 @@ probe="$out/probe.c"
 printf '#include <stdint.h>\n#include <stddef.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n){(void)d;(void)n;return 0;}\n' > "$probe"
 "$CLANG" -fsanitize=fuzzer "$probe" -o "$out/probe" >/dev/null 2>&1 || skip
 
-PKGS="libczmq libzmq yaml-0.1 openblas zlib"
+PKGS="libczmq libzmq yaml-0.1 openblas zlib libpng libjpeg"
 PKG_CFLAGS=$(pkg-config --cflags $PKGS 2>/dev/null)
 PKG_LIBS=$(pkg-config --libs $PKGS 2>/dev/null)
 SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
