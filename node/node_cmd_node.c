@@ -498,13 +498,13 @@ static int s_save_model(s_node *s)
     gossip_node_debias(s->g, s->k.x[0], nn_model_params(m)->data);
     if (o->g.out[0]) {
         snprintf(path, sizeof path, "%s/model-%d.safetensors", o->g.out, s->me);
-        if (node_model_save(path, m, &o->t.mo, err, sizeof err) != 0)
+        if (node_model_save_data(path, m, &o->t.mo, &s->k.d, err, sizeof err) != 0)
             s_log(s, "%s", err);
         else
             saved = 1;
     }
     if (o->t.save[0] && (saved || !o->g.out[0])) {
-        saved = node_model_save(o->t.save, m, &o->t.mo, err, sizeof err) == 0;
+        saved = node_model_save_data(o->t.save, m, &o->t.mo, &s->k.d, err, sizeof err) == 0;
         if (!saved)
             s_log(s, "%s", err);
     }

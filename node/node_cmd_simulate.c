@@ -117,12 +117,13 @@ static int s_save(const node_opts *o, const node_ranks *k, nn_model *avg, char *
     for (int i = 0; dir[0] && i < k->k; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/model-%d.safetensors", dir, i);
-        if (node_model_save(path, k->tr[i].model, &o->t.mo, err, errlen) != 0)
+        if (node_model_save_data(path, k->tr[i].model, &o->t.mo, &k->d, err, errlen) != 0)
             return -1;
     }
     if (dir[0])
         printf("saved %d models in %s\n", k->k, dir);
-    if (o->t.save[0] && node_model_save(o->t.save, avg, &o->t.mo, err, errlen) != 0)
+    if (o->t.save[0] &&
+        node_model_save_data(o->t.save, avg, &o->t.mo, &k->d, err, errlen) != 0)
         return -1;
     if (o->t.save[0])
         printf("saved the average model in %s\n", o->t.save);
