@@ -85,6 +85,12 @@ int  nn_data_load_npz(const char *path, const nn_data_opts *opts, nn_dataset *tr
                       nn_dataset *test, char *err, size_t errlen);
 int  nn_data_load_csv(const char *args, nn_dataset *train, nn_dataset *test, char *err,
                       size_t errlen);
+/* Every row of one CSV file as a set of nf features (prediction): the file
+ * has nf columns, or nf + 1 of which the label column (named `label` (may
+ * be NULL), else "label", else the last) is left out.  Labels are 0;
+ * *lines (owned) gives each row's line number. */
+int  nn_data_load_csv_rows(const char *path, const char *label, int nf, nn_dataset *d,
+                           size_t **lines, char *err, size_t errlen);
 
 /* Decodes one PNG or JPEG file into an owned uint8 array (*px, C x H x W,
  * planar) with 1 (gray) or 3 (RGB) channels: `want_c` 0 keeps the file's

@@ -184,9 +184,9 @@ static int s_number(const s_csv *c, size_t line, int col, float *out, char *err,
 /* Reads every data row of c into t (features in file order, label aside). */
 static int s_rows(s_csv *c, int ncol, int lc, s_table *t, char *err, size_t errlen)
 {
-    t->nf = ncol - 1;
+    t->nf = lc >= 0 ? ncol - 1 : ncol;
     float *f = nn_xmalloc((size_t)t->nf * sizeof(float));
-    char *lab = NULL;
+    char *lab = nn_xstrdup("");
     int rc = 0;
     while (rc == 0 && s_row_ahead(c)) {
         size_t line = c->line;
@@ -223,8 +223,10 @@ static int s_rows(s_csv *c, int ncol, int lc, s_table *t, char *err, size_t errl
     return rc;
 }
 
-static int s_read_table(const char *path, const char *label, s_table *t, char *err,
-                        size_t errlen)
+/* Reads path into t.  nf > 0: the table must have nf feature columns and
+ * may have a label column besides (used when it has nf + 1 columns). */
+static int s_read_table_nf(const char *path, const char *label, int nf, s_table *t, char *err,
+                           size_t errlen)
 {
     memset(t, 0, sizeof *t);
     s_csv c = {.path = path, .line = 1};
@@ -234,6 +236,11 @@ static int s_read_table(const char *path, const char *label, s_table *t, char *e
     c.b = (const char *)buf;
     int ncol, lc;
     int rc = s_header(&c, label, &ncol, &lc, err, errlen);
+    if (rc == 0 && nf > 0 && ncol != nf && ncol != nf + 1)
+        rc = nn_errf(err, errlen, "%s:1: %d columns, expected %d features (and perhaps a "
+                     "label)", path, ncol, nf);
+    if (rc == 0 && nf > 0 && ncol == nf)
+        lc = -1;
     if (rc == 0)
         rc = s_rows(&c, ncol, lc, t, err, errlen);
     if (rc == 0 && t->rows == 0)
@@ -243,6 +250,33 @@ static int s_read_table(const char *path, const char *label, s_table *t, char *e
     if (rc != 0)
         s_table_free(t);
     return rc;
+}
+
+static int s_read_table(const char *path, const char *label, s_table *t, char *err,
+                        size_t errlen)
+{
+    return s_read_table_nf(path, label, 0, t, err, errlen);
+}
+
+int nn_data_load_csv_rows(const char *path, const char *label, int nf, nn_dataset *d,
+                          size_t **lines, char *err, size_t errlen)
+{
+    s_table t;
+    memset(d, 0, sizeof *d);
+    *lines = NULL;
+    if (s_read_table_nf(path, label, nf, &t, err, errlen) != 0)
+        return -1;
+    d->n = t.rows;
+    d->c = t.nf;
+    d->h = d->w = 1;
+    d->xf = t.xf;
+    d->y = nn_xcalloc(t.rows + 1, 1);
+    *lines = t.line;
+    t.xf = NULL;
+    t.line = NULL;
+    s_table_free(&t);
+    snprintf(d->name, sizeof d->name, "csv");
+    return 0;
 }
 
 /* 1 if s is an integer 0..255 (value in *v). */
