@@ -162,7 +162,10 @@ int nn_zip_member(const uint8_t *buf, size_t len, const char *path, const char *
     if (e.method != 0 && e.method != 8)
         return nn_errf(err, errlen, "%s: member %s: compression method %u (expected stored "
                        "or deflate)", path, name, (unsigned)e.method);
-    if (e.usize > S_MAX_MEMBER || (e.method == 0 && e.csize != e.usize))
+    /* deflate expands at most 1032:1: a larger claim is a lie (and an
+     * allocation we must not make) */
+    if (e.usize > S_MAX_MEMBER || (e.method == 0 && e.csize != e.usize) ||
+        (e.method == 8 && e.usize / 1032 > e.csize + 1))
         return nn_errf(err, errlen, "%s: member %s: bad sizes (%llu compressed, %llu)", path,
                        name, (unsigned long long)e.csize, (unsigned long long)e.usize);
     if (e.local > len || len - e.local < 30 || s_le32(buf + e.local) != 0x04034b50u)

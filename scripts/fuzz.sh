@@ -5,6 +5,7 @@
 # when present.  Prints executions per target; exits non-zero on a crash or
 # build failure.  Without clang/libFuzzer: prints a skip line and exits 0.
 #   scripts/fuzz.sh [SECONDS]
+#   FUZZ_ONLY=fuzz_npy scripts/fuzz.sh 60     (only the targets named fuzz_npy*)
 set -u
 secs=${1:-20}
 cd "$(dirname "$0")/.."
@@ -42,7 +43,7 @@ for src in nn/*.c lowprec/*.c topology/*.c gossip/*.c; do
 done
 
 status=0
-for t in tests/fuzz/fuzz_*.c; do
+for t in tests/fuzz/${FUZZ_ONLY:-fuzz_}*.c; do
     [ -f "$t" ] || continue
     name=$(basename "$t" .c)
     bin="$out/$name"
