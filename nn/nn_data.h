@@ -127,8 +127,9 @@ int  nn_zip_member(const uint8_t *buf, size_t len, const char *path, const char 
 int  nn_data_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, char *err,
                        size_t errlen);
 
-/* Appends src to dst (same c, h, w, source type and class names; dst may be
- * empty): used to join per-site sets.  0, or -1 with a message. */
+/* Appends src to dst (same c, h, w, source type and class names, if any;
+ * classes by number: the larger count; dst may be empty): used to join
+ * per-site sets.  0, or -1 with a message. */
 int  nn_dataset_append(nn_dataset *dst, const nn_dataset *src, char *err, size_t errlen);
 /* The name of class k: the stored one or its number (buf). */
 const char *nn_dataset_class_name(const nn_dataset *d, int k, char *buf, size_t len);

@@ -6,7 +6,10 @@
  *          averaging with fractional edge weights when shrinking; separable,
  *          rounded to nearest); reading DIR/train/CLASS/FILE and
  *          DIR/test/CLASS/FILE into sets.  Classes are the training class
- *          folders sorted by byte value (their names kept); files within a
+ *          folders sorted by byte value (their names kept), or the lines of
+ *          DIR/classes.txt in their order when it exists (then a class may
+ *          lack images: per-site data with the same labels everywhere,
+ *          though a site holds only some of the classes); files within a
  *          class are read in sorted order; names starting with '.' are
  *          ignored.  Gray images stay 1 channel when every image is gray;
  *          otherwise gray ones are replicated into RGB (alpha dropped).
@@ -340,9 +343,18 @@ static int s_pile_add(s_pile *p, const char *path, int label, nn_data_opts *o, c
     return 0;
 }
 
-/* Every file of DIR/<split>/<class> onto the pile; classes from train. */
-static int s_split(const char *dir, const char *split, char **cls, size_t ncls, s_pile *p,
-                   nn_data_opts *o, char *err, size_t errlen)
+static int s_class_of(char **cls, size_t ncls, const char *name)
+{
+    for (size_t k = 0; k < ncls; k++)
+        if (!strcmp(cls[k], name))
+            return (int)k;
+    return -1;
+}
+
+/* Every file of DIR/<split>/<class> onto the pile; classes from train or
+ * classes.txt (listed: a class may have no folder or an empty one). */
+static int s_split(const char *dir, const char *split, char **cls, size_t ncls, int listed,
+                   s_pile *p, nn_data_opts *o, char *err, size_t errlen)
 {
     char sd[4300], cd[4400], fp[4600];
     snprintf(sd, sizeof sd, "%s/%s", dir, split);
@@ -352,10 +364,11 @@ static int s_split(const char *dir, const char *split, char **cls, size_t ncls, 
         return -1;
     int rc = 0;
     for (size_t k = 0; rc == 0 && k < nsub; k++) {
-        char **hit = bsearch(&sub[k], cls, ncls, sizeof *cls, s_cmp_str);
+        int label = s_class_of(cls, ncls, sub[k]);
         snprintf(cd, sizeof cd, "%s/%s", sd, sub[k]);
-        if (!hit) {
-            rc = nn_errf(err, errlen, "%s: class folder not among the training classes", cd);
+        if (label < 0) {
+            rc = nn_errf(err, errlen, "%s: class folder not among the %s", cd,
+                         listed ? "classes of classes.txt" : "training classes");
             break;
         }
         char **files;
@@ -364,11 +377,12 @@ static int s_split(const char *dir, const char *split, char **cls, size_t ncls, 
             rc = -1;
             break;
         }
-        if (nf == 0)
-            rc = nn_errf(err, errlen, "%s: empty class folder", cd);
+        if (nf == 0 && !listed)
+            rc = nn_errf(err, errlen, "%s: empty class folder (list the classes in "
+                         "classes.txt to allow it)", cd);
         for (size_t i = 0; rc == 0 && i < nf; i++) {
             snprintf(fp, sizeof fp, "%s/%s", cd, files[i]);
-            rc = s_pile_add(p, fp, (int)(hit - cls), o, err, errlen);
+            rc = s_pile_add(p, fp, label, o, err, errlen);
         }
         s_names_free(files, nf);
     }
@@ -405,6 +419,54 @@ static void s_names_copy(nn_dataset *d, char **cls, size_t n)
         d->class_names[k] = nn_xstrdup(cls[k]);
 }
 
+/* DIR/classes.txt, when present: one class name per line, in label order
+ * (1 and the names, 0 when absent, -1 when malformed). */
+static int s_classes_txt(const char *dir, char ***cls, size_t *ncls, char *err, size_t errlen)
+{
+    char path[4300];
+    uint8_t *b;
+    size_t n;
+    struct stat st;
+    snprintf(path, sizeof path, "%s/classes.txt", dir);
+    if (stat(path, &st) != 0)
+        return 0;
+    if (nn_data_read_file(path, 1 << 20, &b, &n, err, errlen) != 0)
+        return -1;
+    *cls = nn_xcalloc(257, sizeof **cls);
+    *ncls = 0;
+    size_t line = 0;
+    int rc = 1;
+    for (size_t i = 0; rc == 1 && i < n;) {
+        size_t j = i;
+        while (j < n && b[j] != '\n')
+            j++;
+        size_t e = j > i && b[j - 1] == '\r' ? j - 1 : j;
+        line++;
+        char name[256];
+        if (e - i >= sizeof name || memchr(b + i, 0, e - i) || memchr(b + i, '/', e - i))
+            rc = nn_errf(err, errlen, "%s:%zu: not a folder name", path, line);
+        else if (e > i) {
+            memcpy(name, b + i, e - i);
+            name[e - i] = 0;
+            if (s_class_of(*cls, *ncls, name) >= 0)
+                rc = nn_errf(err, errlen, "%s:%zu: class '%s' listed twice", path, line, name);
+            else if (*ncls == 256)
+                rc = nn_errf(err, errlen, "%s:%zu: more than 256 classes", path, line);
+            else
+                (*cls)[(*ncls)++] = nn_xstrdup(name);
+        }
+        i = j + 1;
+    }
+    free(b);
+    if (rc == 1 && *ncls == 0)
+        rc = nn_errf(err, errlen, "%s: no class names", path);
+    if (rc != 1) {
+        s_names_free(*cls, *ncls);
+        *cls = NULL;
+    }
+    return rc;
+}
+
 int nn_data_load_images(const char *dir, nn_data_opts *opts, nn_dataset *train,
                         nn_dataset *test, char *err, size_t errlen)
 {
@@ -418,7 +480,8 @@ int nn_data_load_images(const char *dir, nn_data_opts *opts, nn_dataset *train,
     snprintf(sd, sizeof sd, "%s/train", dir);
     char **cls;
     size_t ncls;
-    if (s_list(sd, 1, &cls, &ncls, err, errlen) != 0)
+    int listed = s_classes_txt(dir, &cls, &ncls, err, errlen);
+    if (listed < 0 || (!listed && s_list(sd, 1, &cls, &ncls, err, errlen) != 0))
         return -1;
     if (ncls == 0 || ncls > 256) {
         s_names_free(cls, ncls);
@@ -426,9 +489,9 @@ int nn_data_load_images(const char *dir, nn_data_opts *opts, nn_dataset *train,
     }
     s_pile tr = {0}, te = {0};
     opts->skipped = 0;
-    int rc = s_split(dir, "train", cls, ncls, &tr, opts, err, errlen);
+    int rc = s_split(dir, "train", cls, ncls, listed, &tr, opts, err, errlen);
     if (rc == 0)
-        rc = s_split(dir, "test", cls, ncls, &te, opts, err, errlen);
+        rc = s_split(dir, "test", cls, ncls, listed, &te, opts, err, errlen);
     if (rc == 0 && (te.h != tr.h || te.w != tr.w))
         rc = nn_errf(err, errlen, "images differ in size: %s is %dx%d, %s is %dx%d (resize "
                      "with --image-size HxW)", tr.first, tr.h, tr.w, te.first, te.h, te.w);

@@ -91,9 +91,13 @@ int nn_dataset_append(nn_dataset *dst, const nn_dataset *src, char *err, size_t 
         return nn_errf(err, errlen, "samples are %dx%dx%d (%s) where the first set's are "
                        "%dx%dx%d (%s)", src->c, src->h, src->w, src->x ? "uint8" : "float",
                        dst->c, dst->h, dst->w, dst->x ? "uint8" : "float");
-    } else if (dst->classes != src->classes || !s_same_names(dst, src)) {
-        return nn_errf(err, errlen, "%d classes whose names differ from the first set's %d",
-                       src->classes, dst->classes);
+    } else if (dst->class_names || src->class_names) {
+        if (dst->classes != src->classes || !s_same_names(dst, src))
+            return nn_errf(err, errlen, "%d classes whose names differ from the first set's "
+                           "%d (give every site the same classes.txt)", src->classes,
+                           dst->classes);
+    } else if (src->classes > dst->classes) { /* classes by number: the largest */
+        dst->classes = src->classes;
     }
     size_t per = (size_t)src->c * (size_t)src->h * (size_t)src->w, n = dst->n + src->n;
     if (src->x) {

@@ -34,6 +34,7 @@ typedef struct {
     int            skip_bad;           /* --skip-bad: undecodable images skipped */
     int            nchw;               /* --nchw: 4-D npz arrays are N,C,H,W */
     double         dirichlet;          /* --partition dirichlet:ALPHA; 0: --skew */
+    int            classes;            /* --classes N: the class count; 0: from the data */
 } node_model_opts;
 
 /* Names (as on the command line and in model files) and their parsers:

@@ -91,6 +91,16 @@ int node_data_read(const node_model_opts *o, int first, int k, node_data *d, cha
     }
     if (rc != 0)
         return -1;
+    if (o->classes > 0) { /* sites agree on the count though one lacks a class */
+        if (d->train.classes > o->classes || d->test.classes > o->classes)
+            return nn_errf(err, errlen, "%s: %d classes, more than --classes %d", o->data,
+                           d->train.classes > d->test.classes ? d->train.classes
+                                                              : d->test.classes, o->classes);
+        if (d->train.class_names && d->train.classes != o->classes)
+            return nn_errf(err, errlen, "%s: %d named classes, not --classes %d", o->data,
+                           d->train.classes, o->classes);
+        d->train.classes = d->test.classes = o->classes;
+    }
     d->mean = nn_xcalloc((size_t)d->train.c, sizeof *d->mean);
     d->std = nn_xcalloc((size_t)d->train.c, sizeof *d->std);
     nn_data_norm_stats(&d->train, d->mean, d->std);

@@ -36,7 +36,7 @@ enum {
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
     F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
     F_GRAD_GUARD,
-    F_IMAGE_SIZE, F_SKIP_BAD, F_NCHW, F_PARTITION, /* the user's data (s_data_flag) */
+    F_IMAGE_SIZE, F_SKIP_BAD, F_NCHW, F_PARTITION, F_CLASSES, /* the user's data (s_data_flag) */
 };
 
 typedef struct {
@@ -83,6 +83,7 @@ static const s_flag s_flags[] = {
     {"join", 1, F_JOIN, G_SIM},
     {"image-size", 1, F_IMAGE_SIZE, G_MODEL}, {"skip-bad", 0, F_SKIP_BAD, G_MODEL},
     {"nchw", 0, F_NCHW, G_MODEL},            {"partition", 1, F_PARTITION, G_GOSSIP},
+    {"classes", 1, F_CLASSES, G_MODEL},
 };
 
 #define S_NFLAGS (sizeof s_flags / sizeof s_flags[0])
@@ -125,6 +126,8 @@ static const char s_help_model[] =
 "  --image-size HxW    images: resize all to HxW (bilinear up, area down)\n"
 "  --skip-bad          images: skip (and count) files that do not decode\n"
 "  --nchw              npz: 4-D arrays are N,C,H,W (default N,H,W,C)\n"
+"  --classes N         the number of classes (labels 0..N-1), when a node's own\n"
+"                      data lacks the highest [the largest label + 1]\n"
 "  --norm KIND         evonorm (EvoNorm-S0) | batchnorm | none [evonorm]\n"
 "  --precision P       fp32 | int8 (real 8-bit training, Range EvoNorm)\n"
 "                      | fakequant (the reference's float simulation) [fp32]\n"
@@ -318,6 +321,7 @@ static int s_data_flag(node_model_opts *m, int code, const char *arg, char *err,
         return 0;
     case F_SKIP_BAD: m->skip_bad = 1; return 0;
     case F_NCHW: m->nchw = 1; return 0;
+    case F_CLASSES: return s_int("--classes", arg, 1, 256, &m->classes, err, errlen);
     case F_PARTITION:
         if (strncmp(arg, "dirichlet:", 10) != 0)
             return nn_errf(err, errlen, "--partition '%s': expected dirichlet:ALPHA", arg);

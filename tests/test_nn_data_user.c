@@ -230,6 +230,29 @@ static void test_images_malformed(void **state)
     mkdir(p, 0700);
     s_expect_images_err(root, &o, "test/zz: class folder not among the training classes", NULL);
     s_expect_images_err(FIX "nowhere", &o, "nowhere/train: cannot read", NULL);
+    /* classes.txt fixes names and order; a listed class may be empty */
+    snprintf(root, sizeof root, "%s/listed", g_dir);
+    s_tree(root);
+    snprintf(p, sizeof p, "%s/train/c", root);
+    mkdir(p, 0700);
+    snprintf(p, sizeof p, "%s/classes.txt", root);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("c\r\nb\na\n", f);
+    fclose(f);
+    snprintf(p, sizeof p, "images:%s", root);
+    assert_int_equal(nn_data_load_opts(p, &o, &tr, &te, err, sizeof err), 0);
+    assert_int_equal(tr.classes, 3);
+    assert_string_equal(tr.class_names[0], "c");
+    assert_int_equal(tr.y[0], 2); /* train/a/ok.png is class 'a', listed third */
+    nn_dataset_free(&tr);
+    nn_dataset_free(&te);
+    snprintf(p, sizeof p, "%s/classes.txt", root);
+    f = fopen(p, "w");
+    assert_non_null(f);
+    fputs("a\nb\na\n", f);
+    fclose(f);
+    s_expect_images_err(root, &o, "classes.txt:3: class 'a' listed twice", NULL);
 }
 
 static void test_npz_good(void **state)
