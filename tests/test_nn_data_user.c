@@ -466,6 +466,34 @@ static void test_csv_malformed(void **state)
     }
 }
 
+static void test_csv_rows(void **state)
+{
+    (void)state;
+    nn_dataset d;
+    size_t *lines;
+    char err[512];
+    /* 3 features and a label column: the label is left out */
+    assert_int_equal(nn_data_load_csv_rows(FIX "iris_test.csv", NULL, 3, &d, &lines, err,
+                                           sizeof err), 0);
+    assert_int_equal(d.n, 4);
+    assert_int_equal(d.c, 3);
+    assert_int_equal(lines[0], 2);
+    assert_int_equal(lines[3], 5);
+    free(lines);
+    nn_dataset_free(&d);
+    /* num.csv: label,a,b; as 3 features every column is one */
+    assert_int_equal(nn_data_load_csv_rows(FIX "num.csv", NULL, 3, &d, &lines, err, sizeof err), 0);
+    assert_true(d.xf[3 * 5] == 1.0f); /* row 5: label 5 % 4 */
+    free(lines);
+    nn_dataset_free(&d);
+    assert_int_equal(nn_data_load_csv_rows(FIX "num.csv", "a", 2, &d, &lines, err, sizeof err), 0);
+    assert_true(d.xf[0] == 0.0f && d.xf[1] == -5.0f); /* label, b */
+    free(lines);
+    nn_dataset_free(&d);
+    assert_int_equal(nn_data_load_csv_rows(FIX "num.csv", NULL, 5, &d, &lines, err, sizeof err), -1);
+    ASSERT_HAS(err, "num.csv:1: 3 columns, expected 5 features");
+}
+
 static void test_append(void **state)
 {
     (void)state;
@@ -555,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_images_malformed), cmocka_unit_test(test_npz_good),
         cmocka_unit_test(test_npz_malformed),  cmocka_unit_test(test_npy_header),
         cmocka_unit_test(test_csv_good),       cmocka_unit_test(test_csv_malformed),
+        cmocka_unit_test(test_csv_rows),
         cmocka_unit_test(test_append),         cmocka_unit_test(test_dirichlet),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
