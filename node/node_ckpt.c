@@ -199,6 +199,8 @@ int node_ckpt_ident_make(node_ckpt_ident *id, const node_ckpt_run *run, char *er
     s_ident_add(id, &used, &m, "rank", "%d", run->rank);
     s_ident_add(id, &used, &m, "seed", "%ld", run->seed);
     s_ident_add(id, &used, &m, "batch", "%ld", run->batch);
+    if (run->data_opts && run->data_opts[0])
+        s_ident_add(id, &used, &m, "data_opts", "%.200s", run->data_opts);
     return 0;
 }
 
@@ -216,7 +218,8 @@ static const char *s_ident_hint(const char *key)
 {
     if (!strcmp(key, "topology_digest"))
         return " (the topology file's contents changed since the checkpoint was written)";
-    if (!strcmp(key, "skew") || !strcmp(key, "train_subset") || !strcmp(key, "seed"))
+    if (!strcmp(key, "skew") || !strcmp(key, "train_subset") || !strcmp(key, "seed") ||
+        !strcmp(key, "data_opts"))
         return " (another data partition)";
     return "";
 }

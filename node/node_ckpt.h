@@ -88,6 +88,9 @@ typedef struct {
     uint32_t    layout;                          /* gossip_node_fingerprint */
     const char *topology_path;                   /* its contents are digested */
     int         nodes, rank;
+    const char *data_opts;                       /* node_data_ident: the data flags
+                                                    (--partition, --image-size, ...);
+                                                    NULL or "": none (no key) */
 } node_ckpt_run;
 
 /* The identity pairs of a run: kv is {key0, value0, ..., NULL} pointing

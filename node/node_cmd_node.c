@@ -26,6 +26,7 @@
 #include "gossip/gossip_node.h"
 #include "node/node_cert.h"
 #include "node/node_ckpt.h"
+#include "node/node_data.h"
 #include "node/node_cmds.h"
 #include "node/node_lock.h"
 #include "node/node_run.h"
@@ -183,11 +184,13 @@ static int s_ckpt_setup(s_node *s, char *err, size_t errlen)
 {
     const node_opts *o = s->o;
     node_trainer *tr = &s->k.tr[0];
+    char dopts[200]; /* the data flags (--partition, --image-size, ...) */
+    node_data_ident(&o->t.mo, dopts, sizeof dopts);
     node_ckpt_run run = {node_arch_name(o->t.mo.model), node_norm_name(o->t.mo.norm),
                          node_precision_name(o->t.mo.precision), o->t.mo.data, o->t.mo.groups,
                          gossip_algo_name(o->g.gc.algo), o->g.gc.compressor, o->g.gc.eta,
                          o->g.gc.push_sum, o->g.skew, o->t.subset, o->t.seed, o->t.batch,
-                         gossip_node_fingerprint(s->g), o->g.topology, s->t->n, s->me};
+                         gossip_node_fingerprint(s->g), o->g.topology, s->t->n, s->me, dopts};
     if (node_ckpt_ident_make(&s->ident, &run, err, errlen) != 0)
         return -1;
     s->ck = (node_ckpt){nn_model_params(tr->model), s->k.x[0], &tr->sgd,

@@ -149,6 +149,21 @@ int node_data_shards(const node_model_opts *o, long subset, long seed, const nod
                                   (uint64_t)seed, shard, count, err, errlen);
 }
 
+void node_data_ident(const node_model_opts *o, char *buf, size_t len)
+{
+    char a[48] = "", b[48] = "", c[32] = "";
+    if (o->dirichlet > 0)
+        snprintf(a, sizeof a, ",partition=dirichlet:%.17g", o->dirichlet);
+    if (o->image_h > 0)
+        snprintf(b, sizeof b, ",image_size=%dx%d", o->image_h, o->image_w);
+    if (o->classes > 0)
+        snprintf(c, sizeof c, ",classes=%d", o->classes);
+    snprintf(buf, len, "%s%s%s%s%s", a, b, c, o->skip_bad ? ",skip_bad" : "",
+             o->nchw ? ",nchw" : "");
+    if (buf[0] == ',')
+        memmove(buf, buf + 1, strlen(buf));
+}
+
 /* ---- model-file metadata --------------------------------------------------- */
 
 static char *s_floats(const float *v, int n)

@@ -35,6 +35,11 @@ int  node_data_read(const node_model_opts *o, int first, int k, node_data *d, ch
 int  node_data_shards(const node_model_opts *o, long subset, long seed, const node_data *d,
                       int nodes, uint32_t **shard, size_t *count, char *err, size_t errlen);
 
+/* The data flags that change what a rank trains on, for checkpoint and
+ * discovery identities: "" when none is given, else e.g.
+ * "partition=dirichlet:0.5,image_size=28x28". */
+void node_data_ident(const node_model_opts *o, char *buf, size_t len);
+
 /* Key/value pairs of the data metadata into kv (at most 10 entries plus
  * room for the caller's), strings owned by buf (node_data_meta_free). */
 typedef struct {
