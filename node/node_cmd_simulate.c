@@ -90,12 +90,17 @@ static void s_report(void *arg, const node_run *r, node_metrics *m)
 static void s_banner(const node_opts *o, const node_ranks *k, const gossip_config *gc)
 {
     const node_train_opts *t = &o->t;
+    char part[64]; /* the partition of the data */
+    if (t->mo.dirichlet > 0)
+        snprintf(part, sizeof part, "partition dirichlet:%g", t->mo.dirichlet);
+    else
+        snprintf(part, sizeof part, "skew %g", o->g.skew);
     printf("simulate: %d nodes (%s), %s, compress %s, eta %g, push-sum %s, staleness %d, "
-           "delays %s, skew %g; %s (%zu "
+           "delays %s, %s; %s (%zu "
            "parameters) on %s, %zu samples per node, %ld epochs x %ld iterations, a gossip "
            "round every %ld\n",
            k->nodes, o->g.topology, gossip_algo_name(gc->algo), gc->compressor, gc->eta,
-           gc->push_sum ? "on" : "off", gc->staleness, o->g.delays, o->g.skew, node_arch_name(t->mo.model),
+           gc->push_sum ? "on" : "off", gc->staleness, o->g.delays, part, node_arch_name(t->mo.model),
            nn_model_params(k->tr[0].model)->numel, k->d.train.name, k->count[0], t->epochs,
            k->steps, o->g.gossip_every);
     fflush(stdout);

@@ -102,6 +102,8 @@ void node_trainer_free(node_trainer *t)
 int node_shards_make(const node_train_opts *o, const node_data *d, int nodes, double skew,
                      uint32_t **shard, size_t *count, char *err, size_t errlen)
 {
+    if (o->mo.dirichlet > 0 && skew > 0)
+        return nn_errf(err, errlen, "--skew and --partition: give one partition");
     int r = node_data_shards(&o->mo, o->subset, o->seed, d, nodes, shard, count, err, errlen);
     if (r <= 0) /* per-site data, or the Dirichlet partition */
         return r;
