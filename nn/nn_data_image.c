@@ -271,8 +271,11 @@ static int s_list(const char *dir, int dirs, char ***out, size_t *n, char *err, 
         if (e->d_name[0] == '.')
             continue;
         struct stat st;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        int isdir = stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+        int isdir = e->d_type == DT_DIR;
+        if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) { /* ask the file system */
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            isdir = stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+        }
         if (isdir != dirs)
             continue;
         if (*n == cap) {

@@ -101,6 +101,9 @@ static int s_images(s_pred *p, const node_model_opts *mo, char **files, int n, n
     const node_data_info *in = &p->info;
     if (in->c != 1 && in->c != 3)
         return nn_errf(err, errlen, "the model takes %d channels: not images", in->c);
+    if (in->is_float)
+        return nn_errf(err, errlen, "the model was trained on float samples (npz or CSV), "
+                       "not on image files");
     memset(d, 0, sizeof *d);
     int th = mo->image_h, tw = mo->image_w;
     for (int i = 0; i < n; i++) {

@@ -193,7 +193,7 @@ int node_model_save_data(const char *path, nn_model *m, const node_model_opts *o
     for (int k = 0; k < narenas; k++)
         c = nn_safetensors_crc32(c, arenas[k]);
     snprintf(crc, sizeof crc, "%08x", (unsigned)c);
-    const char *meta[32] = {"format", "lpgossip-model-1", "model", node_arch_name(o->model),
+    const char *meta[18 + NODE_DATA_META_KV] = {"format", "lpgossip-model-1", "model", node_arch_name(o->model),
                           "norm", node_norm_name(o->norm), "precision",
                           node_precision_name(o->precision), "data", o->data, "input_shape", shape,
                           "classes", classes, "groups", groups, "crc32", crc, NULL};

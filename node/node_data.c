@@ -196,6 +196,10 @@ int node_data_meta_make(node_data_meta *m, const node_model_opts *o, const node_
         kv[n++] = "class_names";
         kv[n++] = m->names;
     }
+    if (d && d->train.xf) {
+        kv[n++] = "input_type";
+        kv[n++] = "float";
+    }
     if (d && d->mean) {
         m->mean = s_floats(d->mean, d->train.c);
         m->std = s_floats(d->std, d->train.c);
@@ -291,6 +295,8 @@ int node_data_info_read(const char *path, node_data_info *in, char *err, size_t 
     in->classes = atoi(v);
     if (in->classes < 1 || in->classes > 256)
         return nn_errf(err, errlen, "%s: bad metadata classes '%s'", path, v);
+    if (nn_safetensors_meta(path, "input_type", v, sizeof v, e, sizeof e) == 0)
+        in->is_float = !strcmp(v, "float");
     char *buf = nn_xmalloc(S_META_MAX);
     int rc = s_info_names(path, in, buf, err, errlen);
     if (rc == 0 && nn_safetensors_meta(path, "norm_mean", buf, S_META_MAX, e, sizeof e) == 0) {

@@ -45,6 +45,7 @@ void node_data_ident(const node_model_opts *o, char *buf, size_t len);
 typedef struct {
     char *names, *mean, *std, image[32], nchw[4];
 } node_data_meta;
+#define NODE_DATA_META_KV 14 /* strings node_data_meta_make may add, NULL included */
 int  node_data_meta_make(node_data_meta *m, const node_model_opts *o, const node_data *d,
                          const char **kv);
 void node_data_meta_free(node_data_meta *m);
@@ -57,6 +58,7 @@ typedef struct {
     int    c, h, w, classes;
     char **names;        /* classes names or NULL */
     float *mean, *std;   /* [c] or NULL */
+    int    is_float;     /* trained on float samples (npz float, CSV) */
     char   data[512];
 } node_data_info;
 int  node_data_info_read(const char *path, node_data_info *info, char *err, size_t errlen);
