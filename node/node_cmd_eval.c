@@ -147,6 +147,24 @@ static void s_print_classes(const node_data_info *in, int K, const size_t *conf,
     }
 }
 
+/* The options of files[0]; the others must be of the same model. */
+static int s_models_opts(char **files, int nfiles, node_model_opts *mo, char *err,
+                         size_t errlen)
+{
+    if (node_model_opts_from_file(files[0], mo, err, errlen) != 0)
+        return -1;
+    for (int i = 1; i < nfiles; i++) {
+        node_model_opts other;
+        if (node_model_opts_from_file(files[i], &other, err, errlen) != 0)
+            return -1;
+        if (other.model != mo->model || other.norm != mo->norm || other.groups != mo->groups)
+            return nn_errf(err, errlen, "%s is a %s/%s model but %s is %s/%s: cannot average",
+                           files[i], node_arch_name(other.model), node_norm_name(other.norm),
+                           files[0], node_arch_name(mo->model), node_norm_name(mo->norm));
+    }
+    return 0;
+}
+
 /* The normalisation recorded in the model file, when it fits the data. */
 static void s_recorded_norm(const node_data_info *in, node_data *d)
 {
@@ -199,23 +217,9 @@ int node_cmd_eval(int argc, char **argv)
     char **files = argv + optind;
     node_set_threads((int)threads);
     node_model_opts mo;
-    if (node_model_opts_from_file(files[0], &mo, err, sizeof err) != 0) {
+    if (s_models_opts(files, nfiles, &mo, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip eval: %s\n", err);
         return 2;
-    }
-    for (int i = 1; i < nfiles; i++) {
-        node_model_opts other;
-        if (node_model_opts_from_file(files[i], &other, err, sizeof err) != 0) {
-            fprintf(stderr, "lpgossip eval: %s\n", err);
-            return 2;
-        }
-        if (other.model != mo.model || other.norm != mo.norm || other.groups != mo.groups) {
-            fprintf(stderr, "lpgossip eval: %s is a %s/%s model but %s is %s/%s: cannot "
-                    "average\n", files[i], node_arch_name(other.model),
-                    node_norm_name(other.norm), files[0], node_arch_name(mo.model),
-                    node_norm_name(mo.norm));
-            return 2;
-        }
     }
     if (data)
         snprintf(mo.data, sizeof mo.data, "%s", data);
