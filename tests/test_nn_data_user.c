@@ -516,6 +516,52 @@ static void test_append(void **state)
     nn_dataset_free(&all);
 }
 
+/* The float batch path against the uint8 one: a float set holding
+ * pixel/255 must give the same batch (crop, flip, pad_to, normalisation,
+ * the same random draws). */
+static void test_batch_float_matches_uint8(void **state)
+{
+    (void)state;
+    enum { N = 6, C = 2, H = 5, W = 7 };
+    nn_dataset u = {.n = N, .c = C, .h = H, .w = W, .classes = 3};
+    u.x = malloc(N * C * H * W);
+    u.y = malloc(N);
+    nn_dataset f = u;
+    f.x = NULL;
+    f.xf = malloc(N * C * H * W * sizeof(float));
+    for (int i = 0; i < N * C * H * W; i++) {
+        u.x[i] = (uint8_t)(i * 37 % 256);
+        f.xf[i] = (float)u.x[i] / 255.0f;
+    }
+    for (int i = 0; i < N; i++)
+        u.y[i] = (uint8_t)(i % 3);
+    float mu[C], sd[C], mf[C], sf[C];
+    nn_data_norm_stats(&u, mu, sd);
+    nn_data_norm_stats(&f, mf, sf);
+    for (int c = 0; c < C; c++)
+        assert_true(fabsf(mu[c] - mf[c]) < 1e-6f && fabsf(sd[c] - sf[c]) < 1e-6f);
+    nn_augment aug = {.crop_pad = 2, .hflip = 1, .pad_to = 8};
+    uint32_t idx[4] = {5, 0, 3, 3};
+    size_t out = 4 * C * 8 * 8;
+    float *bu = malloc(out * sizeof(float)), *bf = malloc(out * sizeof(float));
+    uint8_t yu[4], yf[4];
+    nn_rng r1, r2;
+    nn_rng_seed(&r1, 7);
+    nn_rng_seed(&r2, 7);
+    nn_data_batch(&u, idx, 4, mu, sd, &aug, &r1, bu, yu);
+    nn_data_batch(&f, idx, 4, mu, sd, &aug, &r2, bf, yf);
+    for (size_t i = 0; i < out; i++)
+        if (fabsf(bu[i] - bf[i]) > 1e-5f * (1 + fabsf(bu[i])))
+            fail_msg("element %zu: uint8 path %g, float path %g", i, bu[i], bf[i]);
+    assert_memory_equal(yu, yf, 4);
+    assert_true(nn_rng_next(&r1) == nn_rng_next(&r2)); /* the same draws */
+    free(bu);
+    free(bf);
+    f.y = NULL; /* shared with u */
+    nn_dataset_free(&u);
+    nn_dataset_free(&f);
+}
+
 static void test_dirichlet(void **state)
 {
     (void)state;
@@ -585,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_csv_good),       cmocka_unit_test(test_csv_malformed),
         cmocka_unit_test(test_csv_rows),
         cmocka_unit_test(test_append),         cmocka_unit_test(test_dirichlet),
+        cmocka_unit_test(test_batch_float_matches_uint8),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
