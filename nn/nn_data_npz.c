@@ -171,7 +171,12 @@ int nn_zip_member(const uint8_t *buf, size_t len, const char *path, const char *
     if (e.local > len || len - e.local < 30 || s_le32(buf + e.local) != 0x04034b50u)
         return nn_errf(err, errlen, "%s: member %s: local header missing at offset %llu", path,
                        name, (unsigned long long)e.local);
-    size_t data = e.local + 30 + s_le16(buf + e.local + 26) + s_le16(buf + e.local + 28);
+    size_t ln = s_le16(buf + e.local + 26), nl = strlen(name);
+    if (ln != nl || len - e.local - 30 < ln || memcmp(buf + e.local + 30, name, nl) != 0 ||
+        s_le16(buf + e.local + 8) != e.method)
+        return nn_errf(err, errlen, "%s: member %s: the local header disagrees with the "
+                       "central directory (name or method)", path, name);
+    size_t data = e.local + 30 + ln + s_le16(buf + e.local + 28);
     if (data > len || e.csize > len - data)
         return nn_errf(err, errlen, "%s: member %s: truncated (%llu bytes of data expected)",
                        path, name, (unsigned long long)e.csize);

@@ -336,6 +336,30 @@ static void test_npz_malformed(void **state)
         assert_null(tr.x);
         assert_null(tr.xf);
     }
+    /* a stored archive edited: a local header's name, a data byte */
+    for (int k = 0; k < 2; k++) {
+        uint8_t *z;
+        size_t zn;
+        char errz[512], path[300], spec[320];
+        nn_dataset tr, te;
+        assert_int_equal(nn_data_read_file(FIX "nhw_u8.npz", 1 << 20, &z, &zn, errz,
+                                           sizeof errz), 0);
+        uint8_t *hit = memmem(z, zn, "x_train.npy", 11); /* the first local header */
+        assert_non_null(hit);
+        if (k == 0)
+            hit[0] = 'X';
+        else
+            z[zn / 8] ^= 1; /* inside the first member's data */
+        snprintf(path, sizeof path, "%s/edited%d.npz", g_dir, k);
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(z, 1, zn, f), zn);
+        fclose(f);
+        free(z);
+        snprintf(spec, sizeof spec, "npz:%s", path);
+        assert_int_equal(nn_data_load(spec, &tr, &te, errz, sizeof errz), -1);
+        ASSERT_HAS(errz, k == 0 ? "local header disagrees" : "CRC-32 mismatch");
+    }
     /* every truncation of a good archive is refused, none crashes */
     uint8_t *b;
     size_t n;
