@@ -7,7 +7,12 @@ site's test images likewise, PNGs written by PIL (values 0..16 scaled to
 0..255), the same classes.txt in every folder.  OUT/all holds everything
 (the one-node baseline).
 
-    /usr/bin/python3 bench/make_digits_sites.py OUT [SITES=4]
+    /usr/bin/python3 bench/make_digits_sites.py OUT [SITES=4] [ALPHA]
+
+With ALPHA the training images of each class are dealt over the sites in
+proportions drawn from Dir(ALPHA) (numpy, seeded) instead: sites of
+different sizes, each with most of a few classes (test images stay dealt
+at random, so every site tests every class).
 """
 import os, shutil, sys
 import numpy as np
@@ -28,6 +33,7 @@ def write(root, xs, ys):
 
 def main():
     out, sites = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 4
+    alpha = float(sys.argv[3]) if len(sys.argv) > 3 else 0
     shutil.rmtree(out, ignore_errors=True)
     d = load_digits()
     x = np.clip(np.round(d.images * 255.0 / 16.0), 0, 255).astype(np.uint8)
@@ -42,11 +48,20 @@ def main():
     tr, te = rng.permutation(tr), rng.permutation(te)
     write(os.path.join(out, "all"), (x[tr], x[te]), (y[tr], y[te]))
     ntr, nte = len(tr) // sites, len(te) // sites
+    parts = [tr[s * ntr:(s + 1) * ntr] for s in range(sites)]
+    if alpha > 0:
+        parts = [[] for _ in range(sites)]
+        for c in range(10):
+            idx = [i for i in tr if y[i] == c]
+            cut = (np.cumsum(rng.dirichlet([alpha] * sites)) * len(idx)).astype(int)
+            for s, part in enumerate(np.split(np.array(idx), cut[:-1])):
+                parts[s] += list(part)
+        parts = [rng.permutation(p) for p in parts]
     for s in range(sites):
-        a, b = tr[s * ntr:(s + 1) * ntr], te[s * nte:(s + 1) * nte]
+        a, b = np.array(parts[s], dtype=int), te[s * nte:(s + 1) * nte]
         write(os.path.join(out, "site%d" % s), (x[a], x[b]), (y[a], y[b]))
-    print("%d train / %d test images; %d sites of %d train / %d test" %
-          (len(tr), len(te), sites, ntr, nte))
+    print("%d train / %d test images; %d sites of %s train / %d test" %
+          (len(tr), len(te), sites, ", ".join(str(len(p)) for p in parts), nte))
 
 
 if __name__ == "__main__":
