@@ -32,7 +32,8 @@ endif
 # one, append it here (and the Debian package to scripts/deps.sh's PKGS).
 # cmocka is only for the test programs; every other entry goes into PKGS.
 DEPS     := libczmq:libczmq-dev libzmq:libzmq3-dev yaml-0.1:libyaml-dev \
-            openblas:libopenblas-dev zlib:zlib1g-dev cmocka:libcmocka-dev
+            openblas:libopenblas-dev zlib:zlib1g-dev libpng:libpng-dev \
+            libjpeg:libjpeg62-turbo-dev cmocka:libcmocka-dev
 PKGS     := $(filter-out cmocka,$(foreach d,$(DEPS),$(firstword $(subst :, ,$(d)))))
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)

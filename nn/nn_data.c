@@ -21,7 +21,11 @@ void nn_dataset_free(nn_dataset *d)
     if (!d)
         return;
     free(d->x);
+    free(d->xf);
     free(d->y);
+    for (int k = 0; d->class_names && k < d->classes; k++)
+        free(d->class_names[k]);
+    free(d->class_names);
     memset(d, 0, sizeof *d);
 }
 
@@ -333,17 +337,52 @@ static int s_load_cifar10(const char *dir, nn_dataset *train, nn_dataset *test, 
 
 int nn_data_load(const char *spec, nn_dataset *train, nn_dataset *test, char *err, size_t errlen)
 {
+    return nn_data_load_opts(spec, NULL, train, test, err, errlen);
+}
+
+/* The readers of the user's own formats: 1 when spec named one (its result
+ * in *rc), 0 for the built-in sets. */
+static int s_load_user(const char *spec, nn_data_opts *opts, nn_dataset *train,
+                       nn_dataset *test, int *rc, char *err, size_t errlen)
+{
+    static const char *const kinds[] = {"images:", "npz:", "csv:"};
+    nn_data_opts none = {0};
+    for (int k = 0; k < 3; k++) {
+        size_t kl = strlen(kinds[k]);
+        if (strncmp(spec, kinds[k], kl) != 0)
+            continue;
+        const char *arg = spec + kl;
+        if (!*arg)
+            *rc = nn_errf(err, errlen, "data set '%s': nothing after ':'", spec);
+        else if (k == 0)
+            *rc = nn_data_load_images(arg, opts ? opts : &none, train, test, err, errlen);
+        else if (k == 1)
+            *rc = nn_data_load_npz(arg, opts ? opts : &none, train, test, err, errlen);
+        else
+            *rc = nn_data_load_csv(arg, train, test, err, errlen);
+        return 1;
+    }
+    return 0;
+}
+
+int nn_data_load_opts(const char *spec, nn_data_opts *opts, nn_dataset *train,
+                      nn_dataset *test, char *err, size_t errlen)
+{
     memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
     if (!spec || !*spec)
         spec = "fashion-mnist";
+    int rc;
+    if (s_load_user(spec, opts, train, test, &rc, err, errlen))
+        return rc;
     const char *colon = strchr(spec, ':');
     size_t klen = colon ? (size_t)(colon - spec) : strlen(spec);
     const char *dir = colon ? colon + 1 : NULL;
     char kind[32];
     if (klen >= sizeof kind)
         return nn_errf(err, errlen, "data set '%s': unknown name (expected fashion-mnist, mnist "
-                       "or cifar10, optionally followed by :DIR)", spec);
+                       "or cifar10, optionally followed by :DIR, or images:DIR, npz:FILE, "
+                       "csv:FILE)", spec);
     memcpy(kind, spec, klen);
     kind[klen] = 0;
     if (dir && !*dir)
@@ -358,7 +397,7 @@ int nn_data_load(const char *spec, nn_dataset *train, nn_dataset *test, char *er
     }
     if (strcmp(kind, "fashion-mnist") != 0 && strcmp(kind, "mnist") != 0)
         return nn_errf(err, errlen, "data set '%s': unknown name '%s' (expected fashion-mnist, "
-                       "mnist or cifar10)", spec, kind);
+                       "mnist, cifar10, images, npz or csv)", spec, kind);
     if (!dir) {
         if (strcmp(kind, "mnist") == 0)
             return nn_errf(err, errlen, "data set 'mnist' needs a directory: mnist:DIR");
@@ -388,8 +427,36 @@ int nn_data_load(const char *spec, nn_dataset *train, nn_dataset *test, char *er
 
 /* ---- normalization and batches ----------------------------------------- */
 
+/* Float sets: two passes in double over the raw values. */
+static void s_norm_stats_f32(const nn_dataset *d, float *mean, float *std)
+{
+    size_t plane = (size_t)d->h * (size_t)d->w;
+    double cnt = (double)d->n * (double)plane;
+    for (int c = 0; c < d->c; c++) {
+        double s = 0.0, var = 0.0;
+        for (size_t i = 0; i < d->n; i++) {
+            const float *p = d->xf + (i * (size_t)d->c + (size_t)c) * plane;
+            for (size_t j = 0; j < plane; j++)
+                s += p[j];
+        }
+        double m = cnt > 0 ? s / cnt : 0.0;
+        for (size_t i = 0; i < d->n; i++) {
+            const float *p = d->xf + (i * (size_t)d->c + (size_t)c) * plane;
+            for (size_t j = 0; j < plane; j++)
+                var += (p[j] - m) * (p[j] - m);
+        }
+        var = cnt > 0 ? var / cnt : 0.0;
+        mean[c] = (float)m;
+        std[c] = var > 0 && (float)sqrt(var) > 0 ? (float)sqrt(var) : 1.0f;
+    }
+}
+
 void nn_data_norm_stats(const nn_dataset *d, float *mean, float *std)
 {
+    if (d->xf) {
+        s_norm_stats_f32(d, mean, std);
+        return;
+    }
     size_t plane = (size_t)d->h * (size_t)d->w;
     for (int c = 0; c < d->c; c++) {
         uint64_t hist[256] = {0};
@@ -443,10 +510,59 @@ int nn_data_out_hw(const nn_dataset *d, const nn_augment *aug)
     return oh;
 }
 
+/* nn_data_batch for a float set: the same geometry and draws, values
+ * (v - mean) / std with v = 0 outside the image. */
+static void s_batch_f32(const nn_dataset *d, const uint32_t *idx, int N, const float *mean,
+                        const float *std, const nn_augment *aug, nn_rng *rng, float *x_out,
+                        uint8_t *y_out)
+{
+    int OH, OW;
+    nn_data_out_shape(d, aug, &OH, &OW);
+    int C = d->c, H = d->h, W = d->w;
+    int P = aug ? aug->crop_pad : 0;
+    int flip = aug ? aug->hflip : 0;
+    assert(P >= 0 && P <= 64);
+    assert(rng || (!P && !flip));
+    int top = (OH - H) / 2, left = (OW - W) / 2;
+    size_t plane = (size_t)H * (size_t)W, oplane = (size_t)OH * (size_t)OW;
+    for (int b = 0; b < N; b++) {
+        assert(idx[b] < d->n);
+        const float *src = d->xf + (size_t)idx[b] * (size_t)C * plane;
+        int dy = 0, dx = 0, fl = 0;
+        if (P) {
+            dy = (int)nn_rng_below(rng, (uint32_t)(2 * P + 1));
+            dx = (int)nn_rng_below(rng, (uint32_t)(2 * P + 1));
+        }
+        if (flip)
+            fl = (int)nn_rng_below(rng, 2);
+        for (int c = 0; c < C; c++) {
+            const float *sp = src + (size_t)c * plane;
+            float *op = x_out + ((size_t)b * (size_t)C + (size_t)c) * oplane;
+            float m = mean[c], inv = 1.0f / std[c], zero = (0.0f - m) * inv;
+            for (int oy = 0; oy < OH; oy++) {
+                int sy = oy + dy - P - top;
+                float *orow = op + (size_t)oy * (size_t)OW;
+                for (int ox = 0; ox < OW; ox++) {
+                    int sx = (fl ? OW - 1 - ox : ox) + dx - P - left;
+                    orow[ox] = (sy >= 0 && sy < H && sx >= 0 && sx < W)
+                                   ? (sp[(size_t)sy * (size_t)W + (size_t)sx] - m) * inv
+                                   : zero;
+                }
+            }
+        }
+        if (y_out)
+            y_out[b] = d->y[idx[b]];
+    }
+}
+
 void nn_data_batch(const nn_dataset *d, const uint32_t *idx, int N, const float *mean,
                    const float *std, const nn_augment *aug, nn_rng *rng, float *x_out,
                    uint8_t *y_out)
 {
+    if (d->xf) {
+        s_batch_f32(d, idx, N, mean, std, aug, rng, x_out, y_out);
+        return;
+    }
     int OH, OW;
     nn_data_out_shape(d, aug, &OH, &OW);
     int C = d->c, H = d->h, W = d->w;

@@ -27,12 +27,30 @@
 
 typedef struct {
     size_t   n;             /* samples */
-    int      c, h, w;       /* channels, height, width of one sample */
-    int      classes;       /* labels are in [0, classes) */
-    uint8_t *x;             /* n*c*h*w raw pixels, NCHW per sample */
+    int      c, h, w;       /* channels, height, width of one sample; a table
+                               of F features is c = F, h = w = 1 */
+    int      classes;       /* labels are in [0, classes), classes <= 256 */
+    uint8_t *x;             /* n*c*h*w raw pixels, NCHW per sample, when the
+                               source is uint8 (else NULL) */
+    float   *xf;            /* n*c*h*w values, NCHW, when the source is float
+                               (npz float32, CSV); exactly one of x, xf is set */
     uint8_t *y;             /* n labels */
-    char     name[64];      /* "fashion-mnist", "mnist" or "cifar10" */
+    char     name[64];      /* "fashion-mnist", "mnist", "cifar10", "images",
+                               "npz" or "csv" */
+    char   **class_names;   /* classes names (owned), or NULL: label numbers */
 } nn_dataset;
+
+/* Reader options that are not part of the spec string (command-line flags;
+ * all zero = defaults). */
+typedef struct {
+    int image_h, image_w; /* images: resize every image to this size (per
+                             axis: bilinear with half-pixel centres when
+                             enlarging, area averaging when shrinking),
+                             0 = sizes must agree */
+    int skip_bad;         /* images: count and skip undecodable files */
+    int nchw;             /* npz: 4-D arrays are N,C,H,W (default N,H,W,C) */
+    size_t skipped;       /* out: files skipped under skip_bad */
+} nn_data_opts;
 
 /* Default directory of the Debian package dataset-fashion-mnist. */
 #define NN_DATA_FASHION_DIR "/usr/share/datasets/fashion-mnist"
@@ -52,6 +70,69 @@ typedef struct {
  * naming the file and the problem into err, and leaves both sets empty
  * (safe to free). */
 int  nn_data_load(const char *spec, nn_dataset *train, nn_dataset *test, char *err, size_t errlen);
+/* The same with reader options (opts may be NULL).  Further specs:
+ *   "images:DIR"             DIR/train/CLASS/FILE and DIR/test/CLASS/FILE (PNG,
+ *                            JPEG; nn_data_image.c)
+ *   "npz:FILE"               x_train y_train x_test y_test (nn_data_npz.c)
+ *   "csv:TRAIN[,test=TEST][,label=COLUMN]"   (nn_data_csv.c) */
+int  nn_data_load_opts(const char *spec, nn_data_opts *opts, nn_dataset *train,
+                       nn_dataset *test, char *err, size_t errlen);
+
+/* The readers behind nn_data_load_opts (same contract). */
+int  nn_data_load_images(const char *dir, nn_data_opts *opts, nn_dataset *train,
+                         nn_dataset *test, char *err, size_t errlen);
+int  nn_data_load_npz(const char *path, const nn_data_opts *opts, nn_dataset *train,
+                      nn_dataset *test, char *err, size_t errlen);
+int  nn_data_load_csv(const char *args, nn_dataset *train, nn_dataset *test, char *err,
+                      size_t errlen);
+/* Every row of one CSV file as a set of nf features (prediction): the file
+ * has nf columns, or nf + 1 of which the label column (named `label` (may
+ * be NULL), else "label", else the last) is left out.  Labels are 0;
+ * *lines (owned) gives each row's line number. */
+int  nn_data_load_csv_rows(const char *path, const char *label, int nf, nn_dataset *d,
+                           size_t **lines, char *err, size_t errlen);
+
+/* Decodes one PNG or JPEG file into an owned uint8 array (*px, C x H x W,
+ * planar) with 1 (gray) or 3 (RGB) channels: `want_c` 0 keeps the file's
+ * (gray stays gray, anything else RGB), 1 or 3 converts; out_h/out_w > 0
+ * resizes (as nn_data_opts.image_h).  0, or -1 with a
+ * message naming the file. */
+int  nn_image_read(const char *path, int want_c, int out_h, int out_w, uint8_t **px, int *c,
+                   int *h, int *w, char *err, size_t errlen);
+
+/* Parses a .npy header at buf[0..len): dtype (little-endian integers of 1,
+ * 2, 4, 8 bytes, float32, float64), shape (ndim <= 4) and the data offset.
+ * Refuses object/pickled arrays, structured and big-endian dtypes, Fortran
+ * order, a payload whose size is not exactly what shape and dtype need
+ * (what = the array's name in messages).  0, or -1 with a message. */
+typedef struct {
+    char   kind;       /* 'u', 'i' or 'f' */
+    int    dtype;      /* bytes per element */
+    int    ndim;
+    size_t shape[4];
+    size_t offset;     /* of the data in buf */
+    size_t count;      /* elements */
+} nn_npy;
+int  nn_npy_parse(const uint8_t *buf, size_t len, const char *what, nn_npy *out, char *err,
+                  size_t errlen);
+/* Finds member `name` of a zip archive held in buf[0..len) (stored or
+ * deflate; CRC checked) and returns it inflated in an owned buffer.  1 and
+ * the member, 0 when there is no such member, -1 with a message (path names
+ * the archive in it). */
+int  nn_zip_member(const uint8_t *buf, size_t len, const char *path, const char *name,
+                   uint8_t **out, size_t *outlen, char *err, size_t errlen);
+
+/* Reads a whole regular file (opened O_NONBLOCK, checked with fstat) of at
+ * most `max` bytes into an owned buffer.  0, or -1 with a message. */
+int  nn_data_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, char *err,
+                       size_t errlen);
+
+/* Appends src to dst (same c, h, w, source type and class names, if any;
+ * classes by number: the larger count; dst may be empty): used to join
+ * per-site sets.  0, or -1 with a message. */
+int  nn_dataset_append(nn_dataset *dst, const nn_dataset *src, char *err, size_t errlen);
+/* The name of class k: the stored one or its number (buf). */
+const char *nn_dataset_class_name(const nn_dataset *d, int k, char *buf, size_t len);
 
 /* Reads one pair of IDX files (images, labels) into d.  Same validation and
  * error contract as nn_data_load; exposed for tests and other IDX sets. */
@@ -84,7 +165,7 @@ typedef struct {
  * and it matches the black background of (Fashion-)MNIST. */
 
 /* Per-channel mean and population standard deviation over the whole set of
- * pixels scaled to [0,1] (pixel/255).  mean, std: [c].  Computed exactly
+ * pixels scaled to [0,1] (pixel/255), or of the raw values of a float set.  mean, std: [c].  Computed exactly
  * from integer histograms (independent of sample order).  A channel with
  * zero variance gets std = 1 so normalization never divides by zero. */
 void nn_data_norm_stats(const nn_dataset *d, float *mean, float *std);
@@ -101,7 +182,8 @@ int  nn_data_out_hw(const nn_dataset *d, const nn_augment *aug);
 void nn_data_out_shape(const nn_dataset *d, const nn_augment *aug, int *oh, int *ow);
 
 /* Assembles a batch of the N samples d[idx[0..N)] (overwrites x_out, y_out).
- *   x_out: [N, c, OH, OW], value (pixel/255 - mean[ch]) / std[ch]
+ *   x_out: [N, c, OH, OW], value (pixel/255 - mean[ch]) / std[ch], or
+ *          (value - mean[ch]) / std[ch] for a float set (padding: value 0)
  *   y_out: [N] labels (may be NULL)
  * mean, std: [c].  aug may be NULL (no augmentation, no padding).  For each
  * sample in order, random draws from rng are: crop offset dy, crop offset dx
@@ -142,6 +224,17 @@ int  nn_partition_skew(const uint8_t *labels, size_t n, int classes, int nodes, 
                        uint64_t seed, uint32_t **idx, size_t *count, char *err, size_t errlen);
 /* Convenience: frees idx[0..nodes) and sets them to NULL (not idx itself). */
 void nn_partition_free(uint32_t **idx, int nodes);
+
+/* The usual non-IID split of federated learning: for each class c
+ * (ascending), proportions p ~ Dir(alpha, ..., alpha) over the nodes (gamma
+ * draws by Marsaglia-Tsang from nn_rng seeded with `seed`), then the class's
+ * samples, shuffled, are cut at the cumulative proportions rounded down
+ * (node k gets [floor(P_k n_c), floor(P_{k+1} n_c)), the last node up to
+ * n_c).  Every sample belongs to exactly one node; a node may get none.
+ * Same ownership and errors as nn_partition_skew; alpha in (0, 1e6]. */
+int  nn_partition_dirichlet(const uint8_t *labels, size_t n, int classes, int nodes,
+                            double alpha, uint64_t seed, uint32_t **idx, size_t *count,
+                            char *err, size_t errlen);
 
 /* ---- deterministic epoch sampler ------------------------------------- */
 

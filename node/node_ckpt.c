@@ -207,6 +207,8 @@ int node_ckpt_ident_make(node_ckpt_ident *id, const node_ckpt_run *run, char *er
         s_ident_add(id, &used, &m, "model_digest", "%.16s", run->model_digest);
     if (init[0])
         s_ident_add(id, &used, &m, "init_digest", "%s", init);
+    if (run->data_opts && run->data_opts[0])
+        s_ident_add(id, &used, &m, "data_opts", "%.200s", run->data_opts);
     return 0;
 }
 
@@ -226,7 +228,8 @@ static const char *s_ident_hint(const char *key)
         return " (the topology file's contents changed since the checkpoint was written)";
     if (!strcmp(key, "model_digest"))
         return " (the model file's contents changed since the checkpoint was written)";
-    if (!strcmp(key, "skew") || !strcmp(key, "train_subset") || !strcmp(key, "seed"))
+    if (!strcmp(key, "skew") || !strcmp(key, "train_subset") || !strcmp(key, "seed") ||
+        !strcmp(key, "data_opts"))
         return " (another data partition)";
     return "";
 }

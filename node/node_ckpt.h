@@ -90,6 +90,9 @@ typedef struct {
     int         nodes, rank;
     const char *model_digest;  /* "" / NULL, or a model file's digest (node_model_digest) */
     const char *init_path;     /* "" / NULL, or the --init file (its contents are digested) */
+    const char *data_opts;                       /* node_data_ident: the data flags
+                                                    (--partition, --image-size, ...);
+                                                    NULL or "": none (no key) */
 } node_ckpt_run;
 
 /* The identity pairs of a run: kv is {key0, value0, ..., NULL} pointing

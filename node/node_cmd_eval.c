@@ -8,6 +8,7 @@
 
 #include "node/node_cmds.h"
 #include "node/node_common.h"
+#include "node/node_data.h"
 
 static void s_usage(FILE *f)
 {
@@ -17,7 +18,9 @@ static void s_usage(FILE *f)
 "Prints the test accuracy of a model written by `lpgossip train --save` or by\n"
 "a node; with --average, of the element-wise mean of all the models' parameters\n"
 "(and buffers). A model file that is invalid or holds a non-finite value is\n"
-"refused (exit 2).\n"
+"refused (exit 2).  Then per class: accuracy and the confusion matrix (rows:\n"
+"true class, columns: predicted), with the class names the file records.\n"
+"The input normalisation recorded in the model file is applied.\n"
 "  --average           evaluate the mean of the models given\n"
 "  --data SPEC         fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR\n"
 "                      [the data set recorded in the model file]\n"
@@ -53,6 +56,123 @@ static int s_load_average(nn_model *m, char **paths, int n, char *err, size_t er
 done:
     node_avg_free(&a);
     return rc;
+}
+
+/* Accuracy, loss and the confusion matrix conf[true * classes + predicted]
+ * over the test set (one pass; accuracy as node_evaluate). */
+static double s_eval(nn_model *m, const node_data *d, int batch, double *loss_out,
+                     size_t *conf)
+{
+    const nn_dataset *set = &d->test;
+    int K = nn_model_cfg(m)->classes;
+    size_t per = (size_t)d->in_c * (size_t)d->in_h * (size_t)d->in_w, correct = 0;
+    float *x = nn_xalloc_aligned((size_t)batch * per * sizeof(float));
+    uint8_t *y = nn_xmalloc((size_t)batch);
+    uint32_t *idx = nn_xmalloc((size_t)batch * sizeof *idx);
+    double loss = 0;
+    for (size_t start = 0; start < set->n; start += (size_t)batch) {
+        int N = (int)(set->n - start < (size_t)batch ? set->n - start : (size_t)batch);
+        for (int i = 0; i < N; i++)
+            idx[i] = (uint32_t)(start + (size_t)i);
+        nn_data_batch(set, idx, N, d->mean, d->std, &d->aug_eval, NULL, x, y);
+        loss += (double)nn_model_forward(m, x, y, N, 0) * N;
+        correct += (size_t)nn_model_correct(m, y, N);
+        const float *lg = nn_model_logits(m);
+        for (int i = 0; i < N; i++) {
+            const float *q = lg + (size_t)i * (size_t)K;
+            int best = 0;
+            for (int k = 1; k < K; k++)
+                best = q[k] > q[best] ? k : best;
+            if (y[i] < K)
+                conf[(size_t)y[i] * (size_t)K + (size_t)best]++;
+        }
+    }
+    free(x);
+    free(y);
+    free(idx);
+    *loss_out = set->n ? loss / (double)set->n : 0;
+    return set->n ? (double)correct / (double)set->n : 0;
+}
+
+static void s_json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+/* Per-class accuracy and the confusion matrix, after the summary. */
+static void s_print_classes(const node_data_info *in, int K, const size_t *conf, int json)
+{
+    char nb[32];
+    if (json) {
+        printf(",\"per_class\":[");
+        for (int k = 0; k < K; k++) {
+            size_t n = 0;
+            for (int j = 0; j < K; j++)
+                n += conf[(size_t)k * (size_t)K + (size_t)j];
+            printf("%s{\"class\":", k ? "," : "");
+            s_json_str(node_data_info_class(in, k, nb, sizeof nb));
+            printf(",\"samples\":%zu,\"acc\":%.6f}", n,
+                   n ? (double)conf[(size_t)k * (size_t)K + (size_t)k] / (double)n : 0.0);
+        }
+        printf("],\"confusion\":[");
+        for (int k = 0; k < K; k++) {
+            printf("%s[", k ? "," : "");
+            for (int j = 0; j < K; j++)
+                printf("%s%zu", j ? "," : "", conf[(size_t)k * (size_t)K + (size_t)j]);
+            printf("]");
+        }
+        printf("]}\n");
+        return;
+    }
+    printf("per class (rows: true class, columns: predicted class, in this order):\n");
+    for (int k = 0; k < K; k++) {
+        size_t n = 0;
+        for (int j = 0; j < K; j++)
+            n += conf[(size_t)k * (size_t)K + (size_t)j];
+        printf("  %-20s %6.2f%% of %6zu |", node_data_info_class(in, k, nb, sizeof nb),
+               n ? 100.0 * (double)conf[(size_t)k * (size_t)K + (size_t)k] / (double)n : 0.0, n);
+        for (int j = 0; j < K; j++)
+            printf(" %zu", conf[(size_t)k * (size_t)K + (size_t)j]);
+        printf("\n");
+    }
+}
+
+/* The options of files[0]; the others must be of the same model. */
+static int s_models_opts(char **files, int nfiles, node_model_opts *mo, char *err,
+                         size_t errlen)
+{
+    if (node_model_opts_from_file(files[0], mo, err, errlen) != 0)
+        return -1;
+    for (int i = 1; i < nfiles; i++) {
+        node_model_opts other;
+        if (node_model_opts_from_file(files[i], &other, err, errlen) != 0)
+            return -1;
+        if (other.model != mo->model || other.norm != mo->norm || other.groups != mo->groups ||
+            strcmp(other.model_yaml, mo->model_yaml) != 0) /* model files: the same graph */
+            return nn_errf(err, errlen, "%s is a %s/%s model but %s is %s/%s: cannot average",
+                           files[i], node_arch_name(other.model), node_norm_name(other.norm),
+                           files[0], node_arch_name(mo->model), node_norm_name(mo->norm));
+    }
+    return 0;
+}
+
+/* The normalisation recorded in the model file, when it fits the data. */
+static void s_recorded_norm(const node_data_info *in, node_data *d)
+{
+    if (!in->mean || in->c != d->train.c)
+        return;
+    memcpy(d->mean, in->mean, (size_t)in->c * sizeof *d->mean);
+    memcpy(d->std, in->std, (size_t)in->c * sizeof *d->std);
 }
 
 int node_cmd_eval(int argc, char **argv)
@@ -98,32 +218,25 @@ int node_cmd_eval(int argc, char **argv)
     char **files = argv + optind;
     node_set_threads((int)threads);
     node_model_opts mo;
-    if (node_model_opts_from_file(files[0], &mo, err, sizeof err) != 0) {
+    if (s_models_opts(files, nfiles, &mo, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip eval: %s\n", err);
         return 2;
-    }
-    for (int i = 1; i < nfiles; i++) {
-        node_model_opts other;
-        if (node_model_opts_from_file(files[i], &other, err, sizeof err) != 0) {
-            fprintf(stderr, "lpgossip eval: %s\n", err);
-            return 2;
-        }
-        if (other.model != mo.model || other.norm != mo.norm || other.groups != mo.groups ||
-            strcmp(other.model_yaml, mo.model_yaml) != 0) { /* model files: the same graph */
-            fprintf(stderr, "lpgossip eval: %s is a %s/%s model but %s is %s/%s: cannot "
-                    "average\n", files[i], node_arch_name(other.model),
-                    node_norm_name(other.norm), files[0], node_arch_name(mo.model),
-                    node_norm_name(mo.norm));
-            return 2;
-        }
     }
     if (data)
         snprintf(mo.data, sizeof mo.data, "%s", data);
     node_data d;
+    node_data_info info;
+    if (node_data_info_read(files[0], &info, err, sizeof err) != 0) {
+        fprintf(stderr, "lpgossip eval: %s\n", err);
+        return 2;
+    }
     if (node_data_load(&mo, &d, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip eval: %s\n", err);
+        node_data_info_free(&info);
         return 1;
     }
+    s_recorded_norm(&info, &d);
+    size_t *conf = NULL;
     int rc = 1;
     nn_model *m = node_model_build(&mo, d.in_c, d.in_h, d.in_w, d.test.classes, err, sizeof err);
     if (!m) {
@@ -136,16 +249,21 @@ int node_cmd_eval(int argc, char **argv)
         goto done;
     }
     nn_model_prepare(m, (int)batch);
-    double loss, acc = node_evaluate(m, &d, &d.test, (int)batch, &loss);
+    int K = nn_model_cfg(m)->classes;
+    conf = nn_xcalloc((size_t)K * (size_t)K, sizeof *conf);
+    double loss, acc = s_eval(m, &d, (int)batch, &loss, conf);
     if (json)
-        printf("{\"models\":%d,\"test_acc\":%.6f,\"test_loss\":%.6f,\"samples\":%zu}\n", nfiles,
+        printf("{\"models\":%d,\"test_acc\":%.6f,\"test_loss\":%.6f,\"samples\":%zu", nfiles,
                acc, loss, d.test.n);
     else
         printf("%s%s: test accuracy %.2f%% (loss %.4f) on %zu %s test samples\n",
                nfiles > 1 ? "average of " : "", nfiles > 1 ? "models" : files[0], 100 * acc, loss,
                d.test.n, d.test.name);
+    s_print_classes(&info, K, conf, json);
     rc = 0;
 done:
+    free(conf);
+    node_data_info_free(&info);
     nn_model_destroy(&m);
     node_data_free(&d);
     return rc;

@@ -26,6 +26,7 @@
 #include "gossip/gossip_node.h"
 #include "node/node_cert.h"
 #include "node/node_ckpt.h"
+#include "node/node_data.h"
 #include "node/node_cmds.h"
 #include "node/node_lock.h"
 #include "node/node_modelio.h"
@@ -186,12 +187,14 @@ static int s_ckpt_setup(s_node *s, char *err, size_t errlen)
     node_trainer *tr = &s->k.tr[0];
     char model_digest[17];
     node_model_digest(&o->t.mo, model_digest);
+    char dopts[200]; /* the data flags (--partition, --image-size, ...) */
+    node_data_ident(&o->t.mo, dopts, sizeof dopts);
     node_ckpt_run run = {node_arch_name(o->t.mo.model), node_norm_name(o->t.mo.norm),
                          node_precision_name(o->t.mo.precision), o->t.mo.data, o->t.mo.groups,
                          gossip_algo_name(o->g.gc.algo), o->g.gc.compressor, o->g.gc.eta,
                          o->g.gc.push_sum, o->g.skew, o->t.subset, o->t.seed, o->t.batch,
                          gossip_node_fingerprint(s->g), o->g.topology, s->t->n, s->me,
-                         model_digest, o->t.init};
+                         model_digest, o->t.init, dopts};
     if (node_ckpt_ident_make(&s->ident, &run, err, errlen) != 0)
         return -1;
     s->ck = (node_ckpt){nn_model_params(tr->model), s->k.x[0], &tr->sgd,
@@ -504,13 +507,13 @@ static int s_save_model(s_node *s)
     gossip_node_debias(s->g, s->k.x[0], nn_model_params(m)->data);
     if (o->g.out[0]) {
         snprintf(path, sizeof path, "%s/model-%d.safetensors", o->g.out, s->me);
-        if (node_model_save(path, m, &o->t.mo, err, sizeof err) != 0)
+        if (node_model_save_data(path, m, &o->t.mo, &s->k.d, err, sizeof err) != 0)
             s_log(s, "%s", err);
         else
             saved = 1;
     }
     if (o->t.save[0] && (saved || !o->g.out[0])) {
-        saved = node_model_save(o->t.save, m, &o->t.mo, err, sizeof err) == 0;
+        saved = node_model_save_data(o->t.save, m, &o->t.mo, &s->k.d, err, sizeof err) == 0;
         if (!saved)
             s_log(s, "%s", err);
     }

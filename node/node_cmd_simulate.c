@@ -91,12 +91,17 @@ static void s_report(void *arg, const node_run *r, node_metrics *m)
 static void s_banner(const node_opts *o, const node_ranks *k, const gossip_config *gc)
 {
     const node_train_opts *t = &o->t;
+    char part[64]; /* the partition of the data */
+    if (t->mo.dirichlet > 0)
+        snprintf(part, sizeof part, "partition dirichlet:%g", t->mo.dirichlet);
+    else
+        snprintf(part, sizeof part, "skew %g", o->g.skew);
     printf("simulate: %d nodes (%s), %s, compress %s, eta %g, push-sum %s, staleness %d, "
-           "delays %s, skew %g; %s (%zu "
+           "delays %s, %s; %s (%zu "
            "parameters) on %s, %zu samples per node, %ld epochs x %ld iterations, a gossip "
            "round every %ld\n",
            k->nodes, o->g.topology, gossip_algo_name(gc->algo), gc->compressor, gc->eta,
-           gc->push_sum ? "on" : "off", gc->staleness, o->g.delays, o->g.skew, node_model_label(&t->mo),
+           gc->push_sum ? "on" : "off", gc->staleness, o->g.delays, part, node_model_label(&t->mo),
            nn_model_params(k->tr[0].model)->numel, k->d.train.name, k->count[0], t->epochs,
            k->steps, o->g.gossip_every);
     fflush(stdout);
@@ -118,12 +123,13 @@ static int s_save(const node_opts *o, const node_ranks *k, nn_model *avg, char *
     for (int i = 0; dir[0] && i < k->k; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/model-%d.safetensors", dir, i);
-        if (node_model_save(path, k->tr[i].model, &o->t.mo, err, errlen) != 0)
+        if (node_model_save_data(path, k->tr[i].model, &o->t.mo, &k->d, err, errlen) != 0)
             return -1;
     }
     if (dir[0])
         printf("saved %d models in %s\n", k->k, dir);
-    if (o->t.save[0] && node_model_save(o->t.save, avg, &o->t.mo, err, errlen) != 0)
+    if (o->t.save[0] &&
+        node_model_save_data(o->t.save, avg, &o->t.mo, &k->d, err, errlen) != 0)
         return -1;
     if (o->t.save[0])
         printf("saved the average model in %s\n", o->t.save);

@@ -78,7 +78,8 @@ static int s_train(const node_opts *o)
         fprintf(stderr, "lpgossip train: %s\n", err);
         goto done;
     }
-    if (t->save[0] && node_model_save(t->save, k.tr[0].model, &t->mo, err, sizeof err) != 0) {
+    if (t->save[0] &&
+        node_model_save_data(t->save, k.tr[0].model, &t->mo, &k.d, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip train: saving %s: %s\n", t->save, err);
         goto done;
     }

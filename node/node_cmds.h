@@ -8,6 +8,7 @@
 
 int node_cmd_train(int argc, char **argv);
 int node_cmd_eval(int argc, char **argv);
+int node_cmd_predict(int argc, char **argv);
 int node_cmd_topology(int argc, char **argv);
 int node_cmd_simulate(int argc, char **argv);
 int node_cmd_node(int argc, char **argv);

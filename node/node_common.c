@@ -11,6 +11,7 @@
 #include "lowprec/lp_model.h"
 #include "node/node_modelio.h"
 #include "nn/nn_safetensors.h"
+#include "node/node_data.h"
 
 static const char *const s_arch_names[] = {"cnn", "resnet20", "vgg11"};
 static const char *const s_norm_names[] = {"evonorm", "batchnorm", "none"};
@@ -78,14 +79,17 @@ void node_model_opts_defaults(node_model_opts *o)
 
 int node_data_load(const node_model_opts *o, node_data *d, char *err, size_t errlen)
 {
+    return node_data_load_ranks(o, 0, 1, d, err, errlen);
+}
+
+int node_data_load_ranks(const node_model_opts *o, int first, int k, node_data *d, char *err,
+                         size_t errlen)
+{
     memset(d, 0, sizeof *d);
-    if (nn_data_load(o->data, &d->train, &d->test, err, errlen) != 0)
-        return -1;
-    if (d->train.c > 4) {
+    if (node_data_read(o, first, k, d, err, errlen) != 0) {
         node_data_free(d);
-        return nn_errf(err, errlen, "%s: %d channels, at most 4 supported", o->data, d->train.c);
+        return -1;
     }
-    nn_data_norm_stats(&d->train, d->mean, d->std);
     int pad_to = o->pad_to;
     if (pad_to == 0 && o->model == NODE_ARCH_VGG11 && d->train.h < 32)
         pad_to = 32; /* vgg11's five pools need 32x32 */
@@ -103,6 +107,8 @@ int node_data_load(const node_model_opts *o, node_data *d, char *err, size_t err
         pad_to = o->pad_to ? pad_to : pad;
         augment = o->augment >= 0 ? augment : aug;
     }
+    if (d->train.h == 1 && d->train.w == 1)
+        augment = 0; /* a table: nothing to crop or flip */
     d->aug_train = (nn_augment){.crop_pad = augment ? 2 : 0, .hflip = augment, .pad_to = pad_to};
     if (augment && d->train.h >= 32)
         d->aug_train.crop_pad = 4;
@@ -120,6 +126,11 @@ void node_data_free(node_data *d)
 {
     nn_dataset_free(&d->train);
     nn_dataset_free(&d->test);
+    free(d->mean);
+    free(d->std);
+    free(d->site_off);
+    free(d->site_n);
+    memset(d, 0, sizeof *d);
 }
 
 nn_model *node_model_build(const node_model_opts *o, int in_c, int in_h, int in_w, int classes,
@@ -179,6 +190,12 @@ double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set
 int node_model_save(const char *path, nn_model *m, const node_model_opts *o, char *err,
                     size_t errlen)
 {
+    return node_model_save_data(path, m, o, NULL, err, errlen);
+}
+
+int node_model_save_data(const char *path, nn_model *m, const node_model_opts *o,
+                         const node_data *d, char *err, size_t errlen)
+{
     const nn_model_config *cfg = nn_model_cfg(m);
     char shape[64], classes[16], groups[16];
     snprintf(shape, sizeof shape, "%d,%d,%d", cfg->in_c, cfg->in_h, cfg->in_w);
@@ -194,18 +211,22 @@ int node_model_save(const char *path, nn_model *m, const node_model_opts *o, cha
     for (int k = 0; k < narenas; k++)
         c = nn_safetensors_crc32(c, arenas[k]);
     snprintf(crc, sizeof crc, "%08x", (unsigned)c);
-    const char *meta[] = {"format", "lpgossip-model-1", "model", node_arch_name(o->model),
+    const char *meta[18 + 4 + NODE_DATA_META_KV] = {"format", "lpgossip-model-1",
+                          "model", node_arch_name(o->model),
                           "norm", node_norm_name(o->norm), "precision",
                           node_precision_name(o->precision), "data", o->data, "input_shape", shape,
-                          "classes", classes, "groups", groups, "crc32", crc,
-                          NULL, NULL, NULL, NULL, NULL};
+                          "classes", classes, "groups", groups, "crc32", crc, NULL};
+    size_t k = 18;
     if (o->model == NODE_ARCH_FILE) { /* the graph travels with the weights */
-        size_t k = sizeof meta / sizeof *meta - 5;
         meta[k] = "model_file", meta[k + 1] = o->model_path;
         meta[k + 2] = "model_yaml", meta[k + 3] = o->model_yaml;
+        k += 4;
     }
-    return nn_safetensors_save(path, arenas, narenas, meta, err,
-                               errlen);
+    node_data_meta dm; /* class names, normalisation, reader flags */
+    node_data_meta_make(&dm, o, d, meta + k);
+    int rc = nn_safetensors_save(path, arenas, narenas, meta, err, errlen);
+    node_data_meta_free(&dm);
+    return rc;
 }
 
 int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, size_t errlen)
@@ -241,7 +262,7 @@ int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, s
     o->groups = atoi(groups);
     if (o->groups <= 0)
         return nn_errf(err, errlen, "%s: bad metadata groups '%s'", path, groups);
-    return 0;
+    return node_data_opts_from_file(path, o, err, errlen);
 }
 
 int node_model_load(const char *path, nn_model *m, char *err, size_t errlen)

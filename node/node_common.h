@@ -34,6 +34,12 @@ typedef struct {
      * bytes, which a saved model carries (docs/models.md) */
     char           model_path[512];
     char           model_yaml[65536 + 1];
+    /* the user's data (node_data.c; image_size and nchw are recorded in model files) */
+    int            image_h, image_w;   /* --image-size HxW, 0: as read */
+    int            skip_bad;           /* --skip-bad: undecodable images skipped */
+    int            nchw;               /* --nchw: 4-D npz arrays are N,C,H,W */
+    double         dirichlet;          /* --partition dirichlet:ALPHA; 0: --skew */
+    int            classes;            /* --classes N: the class count; 0: from the data */
 } node_model_opts;
 
 /* Names (as on the command line and in model files) and their parsers:
@@ -50,13 +56,21 @@ void node_model_opts_defaults(node_model_opts *o);
 
 typedef struct {
     nn_dataset train, test;
-    float      mean[4], std[4];
+    float     *mean, *std;  /* [train.c] normalisation (node_data.c) */
     nn_augment aug_train, aug_eval;
     int        in_c, in_h, in_w;
+    /* per-site data ({rank} in the spec): site k holds the training samples
+     * site_off[k] .. site_off[k] + site_n[k] - 1, of rank site_first + k */
+    size_t    *site_off, *site_n;
+    int        site_first, sites;
 } node_data;
 
-/* Loads the data set named by o->data and works out input sizes. */
+/* Loads the data set named by o->data and works out input sizes; a spec
+ * with {rank} is read for rank 0.  node_data_load_ranks reads it for ranks
+ * first .. first+k-1 (joined, each a site); node_data_free frees both. */
 int  node_data_load(const node_model_opts *o, node_data *d, char *err, size_t errlen);
+int  node_data_load_ranks(const node_model_opts *o, int first, int k, node_data *d, char *err,
+                          size_t errlen);
 void node_data_free(node_data *d);
 
 /* Builds (not initialises) the model for these options and input shape. */
@@ -77,6 +91,10 @@ double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set
  * value is not written (-1, the message names the tensor). */
 int node_model_save(const char *path, nn_model *m, const node_model_opts *o, char *err,
                     size_t errlen);
+/* The same, recording d's class names and normalisation too (d may be
+ * NULL), for `eval` and `predict` (node_data.h). */
+int node_model_save_data(const char *path, nn_model *m, const node_model_opts *o,
+                         const node_data *d, char *err, size_t errlen);
 /* Reads the options stored in a model file. */
 int node_model_opts_from_file(const char *path, node_model_opts *o, char *err, size_t errlen);
 /* Loads the parameters and buffers; a file whose metadata records a crc32

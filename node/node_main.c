@@ -13,6 +13,7 @@ typedef struct {
 static const s_command s_commands[] = {
     {"train", node_cmd_train, "train one model on one machine (no gossip)"},
     {"eval", node_cmd_eval, "test accuracy of a model file, or of the average of several"},
+    {"predict", node_cmd_predict, "the class of each image or table row by a model file"},
     {"topology", node_cmd_topology, "validate a topology file and print its report"},
     {"simulate", node_cmd_simulate, "run every node of a topology in one process"},
     {"node", node_cmd_node, "run one node of a topology, gossiping over ZeroMQ"},

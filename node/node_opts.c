@@ -37,6 +37,7 @@ enum {
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
     F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
     F_GRAD_GUARD, F_INIT, F_INIT_SKIP,
+    F_IMAGE_SIZE, F_SKIP_BAD, F_NCHW, F_PARTITION, F_CLASSES, /* the user's data (s_data_flag) */
 };
 
 typedef struct {
@@ -82,6 +83,9 @@ static const s_flag s_flags[] = {
     {"min-nodes", 1, F_MIN_NODES, G_NODE},   {"start-window", 1, F_START_WINDOW, G_NODE},
     {"fresh-wait", 1, F_FRESH_WAIT, G_NODE},
     {"join", 1, F_JOIN, G_SIM},
+    {"image-size", 1, F_IMAGE_SIZE, G_MODEL}, {"skip-bad", 0, F_SKIP_BAD, G_MODEL},
+    {"nchw", 0, F_NCHW, G_MODEL},            {"partition", 1, F_PARTITION, G_GOSSIP},
+    {"classes", 1, F_CLASSES, G_MODEL},
 };
 
 #define S_NFLAGS (sizeof s_flags / sizeof s_flags[0])
@@ -118,7 +122,15 @@ static const char s_help_model[] =
 "model and data:\n"
 "  --model NAME|FILE   cnn | resnet20 | vgg11, or a model file FILE.yaml\n"
 "                      (docs/models.md; models/ has the built-ins) [cnn]\n"
-"  --data SPEC         fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR [fashion-mnist]\n"
+"  --data SPEC         fashion-mnist[:DIR] | mnist:DIR | cifar10:DIR | images:DIR\n"
+"                      | npz:FILE | csv:TRAIN.csv[,test=TEST.csv][,label=COLUMN];\n"
+"                      {rank} in SPEC: each node reads its own (docs/data.md)\n"
+"                      [fashion-mnist]\n"
+"  --image-size HxW    images: resize all to HxW (bilinear up, area down)\n"
+"  --skip-bad          images: skip (and count) files that do not decode\n"
+"  --nchw              npz: 4-D arrays are N,C,H,W (default N,H,W,C)\n"
+"  --classes N         the number of classes (labels 0..N-1), when a node's own\n"
+"                      data lacks the highest [the largest label + 1]\n"
 "  --norm KIND         evonorm (EvoNorm-S0) | batchnorm | none [evonorm]\n"
 "  --precision P       fp32 | int8 (real 8-bit training, Range EvoNorm)\n"
 "                      | fakequant (the reference's float simulation) [fp32]\n"
@@ -169,6 +181,7 @@ static const char s_help_gossip[] =
 "                      at most 1/(S+1) with --staleness S]\n"
 "  --no-push-sum       plain gossip (needs a doubly stochastic topology)\n"
 "  --skew S            non-IID skew of the data partition, 0 = IID   [0]\n"
+"  --partition dirichlet:ALPHA  per-class shares from Dir(ALPHA) instead\n"
 "  --gossip-every H    H local SGD steps per gossip round (an iteration is one\n"
 "                      local step; rounds after iterations H, 2H, ...)  [1]\n"
 "  --staleness S       bounded staleness: mix iteration t with messages as old as\n"
@@ -304,8 +317,32 @@ static int s_float(const char *flag, const char *arg, double lo, double hi, floa
     return 0;
 }
 
+/* The user's data flags (docs/data.md); 1 if code is none of them. */
+static int s_data_flag(node_model_opts *m, int code, const char *arg, char *err, size_t errlen)
+{
+    char tail;
+    switch (code) {
+    case F_IMAGE_SIZE:
+        if (sscanf(arg, "%dx%d%c", &m->image_h, &m->image_w, &tail) != 2 || m->image_h < 1 ||
+            m->image_w < 1 || m->image_h > 16384 || m->image_w > 16384)
+            return nn_errf(err, errlen, "--image-size '%s': expected HxW, e.g. 28x28", arg);
+        return 0;
+    case F_SKIP_BAD: m->skip_bad = 1; return 0;
+    case F_NCHW: m->nchw = 1; return 0;
+    case F_CLASSES: return s_int("--classes", arg, 1, 256, &m->classes, err, errlen);
+    case F_PARTITION:
+        if (strncmp(arg, "dirichlet:", 10) != 0)
+            return nn_errf(err, errlen, "--partition '%s': expected dirichlet:ALPHA", arg);
+        return node_parse_double("--partition dirichlet", arg + 10, 1e-6, 1e6, &m->dirichlet,
+                                 err, errlen);
+    default: return 1;
+    }
+}
+
 static int s_model_flag(node_model_opts *m, int code, const char *arg, char *err, size_t errlen)
 {
+    if (code >= F_IMAGE_SIZE)
+        return s_data_flag(m, code, arg, err, errlen);
     switch (code) {
     case F_MODEL: return node_model_opt_set(m, "--model", arg, err, errlen);
     case F_DATA: return s_copy(m->data, sizeof m->data, "--data", arg, err, errlen);

@@ -1,6 +1,8 @@
 /* node_trainer — see node_trainer.h. */
 #include "node/node_trainer.h"
 
+#include "node/node_data.h"
+
 #include <assert.h>
 #include <math.h>
 #include <stdlib.h>
@@ -106,6 +108,11 @@ void node_trainer_free(node_trainer *t)
 int node_shards_make(const node_train_opts *o, const node_data *d, int nodes, double skew,
                      uint32_t **shard, size_t *count, char *err, size_t errlen)
 {
+    if (o->mo.dirichlet > 0 && skew > 0)
+        return nn_errf(err, errlen, "--skew and --partition: give one partition");
+    int r = node_data_shards(&o->mo, o->subset, o->seed, d, nodes, shard, count, err, errlen);
+    if (r <= 0) /* per-site data, or the Dirichlet partition */
+        return r;
     size_t ntrain = o->subset && (size_t)o->subset < d->train.n ? (size_t)o->subset : d->train.n;
     if (nodes == 1) {
         if (ntrain == 0)
@@ -151,7 +158,7 @@ int node_ranks_init(node_ranks *r, const node_train_opts *o, int nodes, double s
     r->count = nn_xcalloc((size_t)nodes, sizeof *r->count);
     r->tr = nn_xcalloc((size_t)k, sizeof *r->tr);
     r->x = nn_xcalloc((size_t)k, sizeof *r->x);
-    if (node_data_load(&o->mo, &r->d, err, errlen) != 0 ||
+    if (node_data_load_ranks(&o->mo, first, k, &r->d, err, errlen) != 0 ||
         node_shards_make(o, &r->d, nodes, skew, r->shard, r->count, err, errlen) != 0)
         return -1;
     for (int i = 0; i < k; i++) {
@@ -163,7 +170,9 @@ int node_ranks_init(node_ranks *r, const node_train_opts *o, int nodes, double s
         r->x[i] = nn_xalloc_aligned(p->numel * sizeof(float));
         memcpy(r->x[i], p->data, p->numel * sizeof(float));
     }
-    r->steps = (long)((r->count[0] + (size_t)o->batch - 1) / (size_t)o->batch);
+    /* iterations per epoch: rank 0's shard (a node of per-site data: its own) */
+    size_t n0 = r->count[r->d.site_n ? first : 0];
+    r->steps = (long)((n0 + (size_t)o->batch - 1) / (size_t)o->batch);
     return 0;
 }
 

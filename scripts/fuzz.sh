@@ -5,6 +5,7 @@
 # when present.  Prints executions per target; exits non-zero on a crash or
 # build failure.  Without clang/libFuzzer: prints a skip line and exits 0.
 #   scripts/fuzz.sh [SECONDS]
+#   FUZZ_ONLY=fuzz_npy scripts/fuzz.sh 60     (only the targets named fuzz_npy*)
 set -u
 secs=${1:-20}
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ probe="$out/probe.c"
 printf '#include <stdint.h>\n#include <stddef.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n){(void)d;(void)n;return 0;}\n' > "$probe"
 "$CLANG" -fsanitize=fuzzer "$probe" -o "$out/probe" >/dev/null 2>&1 || skip
 
-PKGS="libczmq libzmq yaml-0.1 openblas zlib"
+PKGS="libczmq libzmq yaml-0.1 openblas zlib libpng libjpeg"
 PKG_CFLAGS=$(pkg-config --cflags $PKGS 2>/dev/null)
 PKG_LIBS=$(pkg-config --libs $PKGS 2>/dev/null)
 SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
@@ -42,7 +43,7 @@ for src in nn/*.c lowprec/*.c topology/*.c gossip/*.c node/node_modelfile.c; do
 done
 
 status=0
-for t in tests/fuzz/fuzz_*.c; do
+for t in tests/fuzz/${FUZZ_ONLY:-fuzz_}*.c; do
     [ -f "$t" ] || continue
     name=$(basename "$t" .c)
     bin="$out/$name"

@@ -587,7 +587,7 @@ static void test_run_identity(void **state)
     fputs("nodes: 8\ngraph: {generator: undirected_ring}\n", f);
     fclose(f);
     node_ckpt_run run = { "cnn", "evonorm", "int8", "fashion-mnist", 8, "choco", "randk:0.3",
-                          0.5, 1, 0.4, 6000, 1, 32, 0x1234abcdu, topo_path, 8, 0, NULL, NULL };
+                          0.5, 1, 0.4, 6000, 1, 32, 0x1234abcdu, topo_path, 8, 0, NULL, NULL, NULL };
     node_ckpt_ident id, id2;
     assert_int_equal(node_ckpt_ident_make(&id, &run, err, sizeof err), 0);
     int pairs = 0;
@@ -629,6 +629,14 @@ static void test_run_identity(void **state)
     r2.train_subset = 0;
     assert_int_equal(node_ckpt_ident_make(&id2, &r2, err, sizeof err), 0);
     s_expect_refused(&r, &c, path, (const char *const[]){ "train_subset", NULL });
+    r2 = run; /* data flags: absent key = none given */
+    r2.data_opts = "";
+    assert_int_equal(node_ckpt_ident_make(&id2, &r2, err, sizeof err), 0);
+    c.ident = id2.kv;
+    assert_int_equal(node_ckpt_load(path, &c, &it, err, sizeof err), 0);
+    r2.data_opts = "partition=dirichlet:0.5";
+    assert_int_equal(node_ckpt_ident_make(&id2, &r2, err, sizeof err), 0);
+    s_expect_refused(&r, &c, path, (const char *const[]){ "data_opts", NULL });
     r2 = run;
     r2.precision = "fp32";
     assert_int_equal(node_ckpt_ident_make(&id2, &r2, err, sizeof err), 0);

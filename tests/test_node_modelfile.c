@@ -621,7 +621,7 @@ static void test_identity(void **state)
     node_model_digest(o, digest);
     node_ckpt_run run = {"file", "evonorm", "fp32", "fashion-mnist", 8, "choco", "identity", 1, 1,
                          0, 0, 1, 32, 0x1234u, topo_path, 4, 0, digest,
-                         "tests/fixtures/mlp_init.safetensors"};
+                         "tests/fixtures/mlp_init.safetensors", NULL};
     node_ckpt_ident a, b;
     assert_int_equal(node_ckpt_ident_make(&a, &run, err, sizeof err), 0);
     assert_string_equal(s_ident_get(&a, "model_digest"), digest);
