@@ -7,8 +7,8 @@
  *          weight gradient, each with a scalar twin.
  * Exposes: lp_wgrad_set/lp_wgrad_bf16/lp_wgrad_name, lp_bf16_supported,
  *          conversions, lp_shiftdot_bf16 (+ _ref).
- * Callers: lp_layers.c (conv backward and its fake-quant twin), the CLI
- *          (--wgrad), tests, bench.
+ * Callers: lp_conv_wgrad.c and lp_conv.c (conv backward and its
+ *          fake-quant twin), the CLI (--wgrad), tests, bench.
  *
  * Why it is exact where it matters: the weight gradient of a conv is
  *   dw[oc][c][t] = sum_j g[oc][j] * x[c][j + toff[t]],  x = sx*q + mx
