@@ -31,10 +31,10 @@
 #include "lowprec/lp_bf16.h"
 #include "lowprec/lp_conv.h"
 #include "lowprec/lp_gemm.h"
+#include "lowprec/lp_kern.h"
 #include "lowprec/lp_layer_common.h"
 #include "lowprec/lp_simd.h"
 #include "lowprec/lp_tile.h"
-#include "nn/nn_cpu.h"
 
 /* ---- conv2d ------------------------------------------------------------ */
 
@@ -280,19 +280,10 @@ typedef struct {
 
 static s_conv_rows s_rows(void)
 {
-    s_conv_rows r = {0, 0, 0, lp_pair_plane_ref, lp_quad_row_ref, lp_tap_sum_row_ref,
-                     lp_tap_isum_row_ref, lp_dequant_rows_ref, lp_dequant_row_q_ref};
-    if (nn_cpu_level() >= NN_CPU_AVX2) {
-        r.pair_plane = lp_pair_plane_avx2;
-        r.tap_sum_row = lp_tap_sum_row_avx2;
-        r.dequant_rows = lp_dequant_rows_avx2;
-    }
-    if (nn_cpu_level() >= NN_CPU_AVX512VNNI) {
-        r.quad = 1;
-        r.quad_row = lp_quad_row_avx512;
-        r.tap_isum_row = lp_tap_isum_row_avx512;
-        r.dequant_row_q = lp_dequant_row_q_avx512;
-    }
+    const lp_kern_t *k = lp_kern();
+    s_conv_rows r = {k->quads,        0,           0,
+                     k->pair_plane,   k->quad_row, k->tap_sum_row,
+                     k->tap_isum_row, k->dequant_rows, k->dequant_row_q};
     if (lp_tile_ready() || lp_tile_model_forced()) {
         r.quad = r.tile = 1;
         r.model = !lp_tile_ready();

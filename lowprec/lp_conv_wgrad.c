@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "lowprec/lp_bf16.h"
+#include "lowprec/lp_kern.h"
 #include "lowprec/lp_layer_common.h"
 
 /* True when the conv weight gradients are bf16 now (lp_bf16.h): every
@@ -92,11 +93,9 @@ static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const fl
 {
     const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
     const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
-    const int simd = lp_bf16_supported(); /* resolved once, not per row */
-    void (*codes_row)(uint16_t *, const uint8_t *, size_t) =
-        simd ? lp_bf16_codes_row_avx512bf16 : lp_bf16_codes_row_ref;
-    void (*f32_row)(uint16_t *, const float *, size_t) =
-        simd ? lp_bf16_row_avx512bf16 : lp_bf16_row_ref;
+    const lp_kern_t *k = lp_kern(); /* resolved once, not per row */
+    void (*codes_row)(uint16_t *, const uint8_t *, size_t) = k->bf16_codes_row;
+    void (*f32_row)(uint16_t *, const float *, size_t) = k->bf16_row;
     memset(gx, 0, (size_t)C * cs * 2);
     memset(gg, 0, (size_t)OC * cs * 2);
     for (int j = 0; j < cnt; j++) {
@@ -124,8 +123,7 @@ static void s_bf16_lowered(uint16_t *col, uint16_t *gg, const uint8_t *xq, const
     uint16_t tab[256]; /* bf16 of each code, exact */
     for (int q = 0; q < 256; q++)
         tab[q] = lp_bf16_from_f32((float)q);
-    void (*f32_row)(uint16_t *, const float *, size_t) =
-        lp_bf16_supported() ? lp_bf16_row_avx512bf16 : lp_bf16_row_ref;
+    void (*f32_row)(uint16_t *, const float *, size_t) = lp_kern()->bf16_row;
     for (int j = 0; j < cnt; j++) {
         for (int c = 0; c < C; c++) {
             const uint8_t *x = xq + ((size_t)(n0 + j) * C + c) * H * W;

@@ -17,9 +17,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "lowprec/lp_kern.h"
 #include "lowprec/lp_layer_common.h"
 #include "lowprec/lp_simd.h"
-#include "nn/nn_cpu.h"
 
 /* ---- Range EvoNorm ------------------------------------------------------ */
 
@@ -100,35 +100,12 @@ void lp_ren_row_bwd_ref(float *dx, double sums[3], const float *x, const float *
     }
 }
 
-static void s_ren_row_fwd(float *o, const float *x, size_t n, float v, float sc, float gamma,
-                          float beta)
-{
-    if (nn_cpu_level() >= NN_CPU_AVX2)
-        lp_ren_row_fwd_avx2(o, x, n, v, sc, gamma, beta);
-    else
-        lp_ren_row_fwd_ref(o, x, n, v, sc, gamma, beta);
-}
-
-static void s_ren_row_bwd(float *dx, double sums[3], const float *x, const float *g, size_t n,
-                          float v, float sc, float gamma)
-{
-    if (nn_cpu_level() >= NN_CPU_AVX2)
-        lp_ren_row_bwd_avx2(dx, sums, x, g, n, v, sc, gamma);
-    else
-        lp_ren_row_bwd_ref(dx, sums, x, g, n, v, sc, gamma);
-}
-
 size_t lp_find_eq_ref(const float *x, size_t n, float v)
 {
     size_t i = 0;
     while (i < n && x[i] != v)
         i++;
     return i;
-}
-
-static size_t s_find_eq(const float *x, size_t n, float v)
-{
-    return nn_cpu_level() >= NN_CPU_AVX2 ? lp_find_eq_avx2(x, n, v) : lp_find_eq_ref(x, n, v);
 }
 
 void lp_minmax_u8_ref(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n)
@@ -149,20 +126,6 @@ size_t lp_find_u8_ref(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi)
     while (i < n && (q[i] < lo || q[i] > hi))
         i++;
     return i;
-}
-
-static void s_minmax_u8(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n)
-{
-    if (nn_cpu_level() >= NN_CPU_AVX2)
-        lp_minmax_u8_avx2(mn, mx, q, n);
-    else
-        lp_minmax_u8_ref(mn, mx, q, n);
-}
-
-static size_t s_find_u8(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi)
-{
-    return nn_cpu_level() >= NN_CPU_AVX2 ? lp_find_u8_avx2(q, n, lo, hi)
-                                         : lp_find_u8_ref(q, n, lo, hi);
 }
 
 /* A tensor the Range EvoNorm core reads: floats, or uint8 codes with their
@@ -190,6 +153,7 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
                           const float *beta, const float *v, int N, int C, int HW, int G,
                           int quant_s, float qstep, float *buf)
 {
+    const lp_kern_t *kern = lp_kern();
     assert(G > 0 && C % G == 0);
     const int cg = C / G, T = cg * HW;
     assert(T >= 32);
@@ -209,7 +173,7 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
                     lp_minmax(&mn, &mx, x.f + off + st, (size_t)len);
                 } else { /* the values of the extreme codes (monotone) */
                     uint8_t a, b;
-                    s_minmax_u8(&a, &b, x.q + off + st, (size_t)len);
+                    kern->minmax_u8(&a, &b, x.q + off + st, (size_t)len);
                     mn = lut[a];
                     mx = lut[b];
                 }
@@ -230,8 +194,8 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
             const float *xg = s_vals_at(x, off, (size_t)T, buf);
             for (int k = 0; k < cg; k++) {
                 const int ch = g * cg + k;
-                s_ren_row_fwd(out + off + (size_t)k * HW, xg + (size_t)k * HW, (size_t)HW, v[ch],
-                              sq[n * G + g], gamma[ch], beta[ch]);
+                kern->ren_row_fwd(out + off + (size_t)k * HW, xg + (size_t)k * HW, (size_t)HW,
+                                  v[ch], sq[n * G + g], gamma[ch], beta[ch]);
             }
         }
 }
@@ -246,25 +210,26 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
 static void s_chunk_argext(size_t *amax, size_t *amin, s_vals x, const float *xg, size_t off,
                            size_t st, size_t len, const float lut[256])
 {
+    const lp_kern_t *kern = lp_kern();
     if (x.f) {
         /* the chunk's max and min (SIMD), then the first index holding each
          * (same as a running strict comparison; never NaN here) */
         float cmn, cmx;
         lp_minmax(&cmn, &cmx, xg + st, len);
-        *amax = st + s_find_eq(xg + st, len, cmx);
-        *amin = st + s_find_eq(xg + st, len, cmn);
+        *amax = st + kern->find_eq(xg + st, len, cmx);
+        *amin = st + kern->find_eq(xg + st, len, cmn);
         return;
     }
     const uint8_t *q = x.q + off + st;
     uint8_t a, b;
-    s_minmax_u8(&a, &b, q, len);
+    kern->minmax_u8(&a, &b, q, len);
     int lo = b, hi = a;
     while (lo > 0 && lut[lo - 1] == lut[b])
         lo--;
     while (hi < 255 && lut[hi + 1] == lut[a])
         hi++;
-    *amax = st + s_find_u8(q, len, (uint8_t)lo, 255);
-    *amin = st + s_find_u8(q, len, 0, (uint8_t)hi);
+    *amax = st + kern->find_u8(q, len, (uint8_t)lo, 255);
+    *amin = st + kern->find_u8(q, len, 0, (uint8_t)hi);
 }
 
 /* The range term of the input gradient of one group: R's gradient dR goes
@@ -297,6 +262,7 @@ static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_
                            s_vals x, const float *s, const float *sq, const float *gamma,
                            const float *v, int N, int C, int HW, int G, float qstep, float *buf)
 {
+    const lp_kern_t *kern = lp_kern();
     const int cg = C / G, T = cg * HW;
     const float c = s_range_c(T), rmin = s_range_floor(qstep, c);
     float lut[256];
@@ -315,8 +281,8 @@ static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_
                 const size_t ro = (size_t)k * HW;
                 /* sums: dout, dout*nrm, dnrm*x*x over the values where h' != 0 */
                 double sums[3] = {0, 0, 0};
-                s_ren_row_bwd(dg ? dg + ro : NULL, sums, xg + ro, gg + ro, (size_t)HW, v[ch], sc,
-                              gamma[ch]);
+                kern->ren_row_bwd(dg ? dg + ro : NULL, sums, xg + ro, gg + ro, (size_t)HW, v[ch],
+                                  sc, gamma[ch]);
                 dgamma[ch] += (float)(sums[1] * sc);
                 dbeta[ch] += (float)sums[0];
                 dv[ch] += (float)(sums[2] / 6.0);

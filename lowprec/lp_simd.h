@@ -1,7 +1,7 @@
 /* lp_simd — private: the SIMD kernels behind the lp_quant / lp_gemm
  * dispatchers.  Each lives in a *_avx2.c or *_avx512.c file compiled with
- * the matching -m flags and may only be called after nn_cpu_level() said
- * the CPU has them.  Contracts are those of the public functions they
+ * the matching -m flags and called only through the kernel tables of the
+ * levels that have them (lp_kern.h, lp_kern_x86.c).  Contracts are those of the public functions they
  * implement (lp_quant.h, lp_gemm.h).  Not for use outside lowprec/.
  */
 #ifndef LP_SIMD_H

@@ -78,14 +78,15 @@ static inline size_t lp_tile_a_at(int M, int R, int m, int g, int r)
            (size_t)(r % kr);
 }
 
-/* 1 when the tile kernel runs here: level NN_CPU_AMX (nn_cpu.h: CPUID, the
- * OS's tile state, the kernel's permission) and the kernel passed its
- * start-up check, made once per process in a forked child against the
- * twin (a fault or a wrong sum there: 0, with one line on stderr, and the
- * int8 GEMMs run on vpdpbusd).  Below NN_CPU_AMX: 0, no check. */
+/* 1 when the tile kernel runs here: the level's kernel table has one
+ * (lp_kern.h; on x86 level NN_CPU_AMX, nn_cpu.h: CPUID, the OS's tile
+ * state, the kernel's permission) and the kernel passed its start-up
+ * check, made once per process in a forked child against the twin (a
+ * fault or a wrong sum there: 0, with one line on stderr, and the int8
+ * GEMMs run on vpdpbusd).  Without a tile kernel: 0, no check. */
 int         lp_tile_ready(void);
-/* For the run's "kernels:" line: "" below NN_CPU_AMX, else whether the
- * GEMMs run on tiles. */
+/* For the run's "kernels:" line: "" without a tile kernel, else whether
+ * the GEMMs run on tiles. */
 const char *lp_tile_status(void);
 /* The start-up check on any kernel of lp_tilegemm's contract (tests give
  * it the model, a wrong kernel, one that dies): 1 when it matched the twin
