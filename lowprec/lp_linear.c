@@ -45,22 +45,46 @@ size_t lp_linear_scratch_bytes(int N, int F, int OF)
     return s + 64;
 }
 
+/* The parts of the scratch (lp_linear_scratch_bytes), in its order: packed
+ * weights Ap, packed codes Bp, the GEMM's sums Cm (max(F, OF), N), the row
+ * and column sums SA and SB; the gradient codes gq (N, OF) and the
+ * dequantized input xf (N, F) of the backward; the forward's bias read
+ * back bq (OF) and its codes. */
+typedef struct {
+    int8_t  *Ap;
+    uint8_t *Bp, *gq, *bcodes;
+    int32_t *Cm, *SA, *SB;
+    float   *xf, *bq;
+} s_lin_parts;
+
+static s_lin_parts s_lin_carve(void *scratch, int N, int F, int OF)
+{
+    const int mx = F > OF ? F : OF;
+    unsigned char *sp = (unsigned char *)scratch;
+    s_lin_parts p;
+    p.Ap = lp_take(&sp, s_lin_apack(F, OF));
+    p.Bp = lp_take(&sp, lp_gemm_pack_b_bytes(mx, N));
+    p.Cm = lp_take(&sp, (size_t)mx * N * 4);
+    p.SA = lp_take(&sp, (size_t)mx * 4);
+    p.SB = lp_take(&sp, (size_t)lp_gemm_np(N) * 4);
+    p.gq = lp_take(&sp, (size_t)N * OF);
+    p.xf = lp_take(&sp, (size_t)N * F * sizeof(float));
+    unsigned char *bpart = lp_take(&sp, (size_t)OF * 5);
+    p.bq = (float *)(void *)bpart;
+    p.bcodes = bpart + (size_t)OF * 4;
+    return p;
+}
+
 void lp_linear_forward(float *out, lp_qsaved *sv, float *run_range, const float *in,
                        const float *w, const float *b, int N, int F, int OF, lp_mode mode,
                        void *scratch)
 {
-    const int mx_ = F > OF ? F : OF;
-    unsigned char *sp = (unsigned char *)scratch;
-    int8_t *Ap = lp_take(&sp, s_lin_apack(F, OF));
-    uint8_t *Bp = lp_take(&sp, lp_gemm_pack_b_bytes(mx_, N));
-    int32_t *Cm = lp_take(&sp, (size_t)mx_ * N * 4);
-    int32_t *SW = lp_take(&sp, (size_t)mx_ * 4);
-    int32_t *SX = lp_take(&sp, (size_t)lp_gemm_np(N) * 4);
-    (void)lp_take(&sp, (size_t)N * OF);
-    (void)lp_take(&sp, (size_t)N * F * sizeof(float));
-    unsigned char *bpart = lp_take(&sp, (size_t)OF * 5);
-    float *bq = (float *)(void *)bpart;
-    uint8_t *bcodes = bpart + (size_t)OF * 4;
+    const s_lin_parts sp = s_lin_carve(scratch, N, F, OF);
+    int8_t *Ap = sp.Ap;
+    uint8_t *Bp = sp.Bp;
+    int32_t *Cm = sp.Cm, *SW = sp.SA, *SX = sp.SB;
+    float *bq = sp.bq;
+    uint8_t *bcodes = sp.bcodes;
 
     const lp_operands ops = {in, N, (size_t)F, w, (size_t)OF * F, b, (size_t)OF};
     (void)lp_layer_quantize(sv, NULL, NULL, bq, bcodes, run_range, &ops, mode);
@@ -77,15 +101,11 @@ void lp_linear_forward(float *out, lp_qsaved *sv, float *run_range, const float 
 void lp_linear_backward(float *din, float *dw, float *db, const float *dout, const lp_qsaved *sv,
                         int N, int F, int OF, uint64_t seed, void *scratch)
 {
-    const int mx_ = F > OF ? F : OF;
-    unsigned char *sp = (unsigned char *)scratch;
-    int8_t *Ap = lp_take(&sp, s_lin_apack(F, OF));
-    uint8_t *Bp = lp_take(&sp, lp_gemm_pack_b_bytes(mx_, N));
-    int32_t *Cm = lp_take(&sp, (size_t)mx_ * N * 4);
-    int32_t *SWc = lp_take(&sp, (size_t)mx_ * 4);
-    int32_t *SG = lp_take(&sp, (size_t)lp_gemm_np(N) * 4);
-    uint8_t *gq = lp_take(&sp, (size_t)N * OF);
-    float *xf = lp_take(&sp, (size_t)N * F * sizeof(float));
+    const s_lin_parts sp = s_lin_carve(scratch, N, F, OF);
+    int8_t *Ap = sp.Ap;
+    uint8_t *Bp = sp.Bp, *gq = sp.gq;
+    int32_t *Cm = sp.Cm, *SWc = sp.SA, *SG = sp.SB;
+    float *xf = sp.xf;
 
     if (db)
         for (int n = 0; n < N; n++)
