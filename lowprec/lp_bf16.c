@@ -6,16 +6,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "lowprec/lp_kern.h"
 #include "nn/nn_cpu.h"
 
 static lp_wgrad_t s_wgrad = LP_WGRAD_AUTO;
 
 int lp_bf16_supported(void)
 {
-    static int has = -1; /* the CPU's answer, asked once */
-    if (has < 0)
-        has = __builtin_cpu_supports("avx512bf16") != 0;
-    return has && nn_cpu_level() >= NN_CPU_AVX512VNNI;
+    return lp_kern()->bf16;
 }
 
 int lp_wgrad_parse(const char *s, lp_wgrad_t *out)
@@ -79,10 +77,7 @@ void lp_bf16_row_ref(uint16_t *dst, const float *src, size_t n)
 
 void lp_bf16_row(uint16_t *dst, const float *src, size_t n)
 {
-    if (lp_bf16_supported())
-        lp_bf16_row_avx512bf16(dst, src, n);
-    else
-        lp_bf16_row_ref(dst, src, n);
+    lp_kern()->bf16_row(dst, src, n);
 }
 
 void lp_bf16_codes_row_ref(uint16_t *dst, const uint8_t *q, size_t n)
@@ -93,10 +88,7 @@ void lp_bf16_codes_row_ref(uint16_t *dst, const uint8_t *q, size_t n)
 
 void lp_bf16_codes_row(uint16_t *dst, const uint8_t *q, size_t n)
 {
-    if (lp_bf16_supported())
-        lp_bf16_codes_row_avx512bf16(dst, q, n);
-    else
-        lp_bf16_codes_row_ref(dst, q, n);
+    lp_kern()->bf16_codes_row(dst, q, n);
 }
 
 void lp_shiftdot_bf16_ref(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
@@ -123,8 +115,6 @@ void lp_shiftdot_bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M
         (void)lp_tiledot_bf16_emu(D, ldd, A, lda, M, B, ldb, nch, toff, T, n); /* counted */
     else if (lp_tile_bf16_ready())
         lp_tiledot_bf16(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
-    else if (lp_bf16_supported())
-        lp_shiftdot_bf16_avx512bf16(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
     else
-        lp_shiftdot_bf16_ref(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+        lp_kern()->shiftdot_bf16(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
 }

@@ -7,8 +7,8 @@
  *          weight gradient, each with a scalar twin.
  * Exposes: lp_wgrad_set/lp_wgrad_bf16/lp_wgrad_name, lp_bf16_supported,
  *          conversions, lp_shiftdot_bf16 (+ _ref).
- * Callers: lp_layers.c (conv backward and its fake-quant twin), the CLI
- *          (--wgrad), tests, bench.
+ * Callers: lp_conv_wgrad.c and lp_conv.c (conv backward and its
+ *          fake-quant twin), the CLI (--wgrad), tests, bench.
  *
  * Why it is exact where it matters: the weight gradient of a conv is
  *   dw[oc][c][t] = sum_j g[oc][j] * x[c][j + toff[t]],  x = sx*q + mx
@@ -33,8 +33,9 @@ typedef enum {
     LP_WGRAD_BF16 = 2,
 } lp_wgrad_t;
 
-/* True when the current CPU level (nn_cpu.h) is AVX-512 VNNI or higher and the
- * CPU has AVX-512 BF16 (vdpbf16ps, vcvtne2ps2bf16). */
+/* True when the kernel table of the current CPU level has bf16 kernels
+ * (lp_kern.h; on x86: level AVX-512 VNNI or higher and a CPU with AVX-512
+ * BF16, vdpbf16ps and vcvtne2ps2bf16). */
 int lp_bf16_supported(void);
 /* Sets the weight-gradient arithmetic.  BF16 on a CPU without it returns -1
  * with a message in err (the choice is then unchanged); 0 otherwise.  Not
@@ -75,8 +76,8 @@ void lp_shiftdot_bf16_ref(float *D, size_t ldd, const uint16_t *A, size_t lda, i
  * lp_tiledot_bf16, whose budget against the twin is 2^-14 instead; tests
  * run that path on the tile model at any level, lp_tile_force_model.) */
 
-/* The AVX-512 BF16 kernels behind the dispatchers (lp_bf16_avx512bf16.c);
- * call only when lp_bf16_supported(). */
+/* The AVX-512 BF16 kernels behind the dispatchers (lp_bf16_avx512bf16.c),
+ * in the kernel tables (lp_kern_x86.c) only where lp_bf16_supported(). */
 void lp_bf16_row_avx512bf16(uint16_t *dst, const float *src, size_t n);
 void lp_bf16_codes_row_avx512bf16(uint16_t *dst, const uint8_t *q, size_t n);
 void lp_shiftdot_bf16_avx512bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,

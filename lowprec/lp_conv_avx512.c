@@ -1,7 +1,7 @@
 /* lp_conv_avx512 — AVX-512 VNNI kernels of the integer shift-path
- * convolution on byte quads (lp_layers.c; contracts in lp_gemm.h and
- * lp_simd.h).  Built with the AVX-512 flags and called only at
- * nn_cpu_level() >= NN_CPU_AVX512VNNI; each has a scalar twin (_ref) that
+ * convolution on byte quads (lp_conv.c; contracts in lp_gemm.h and
+ * lp_simd.h).  Built with the AVX-512 flags and called only through the
+ * kernel tables of the AVX-512 VNNI levels (lp_kern_x86.c); each has a scalar twin (_ref) that
  * gives the same integers and the same floats.
  *
  * lp_shiftgemm_q_avx512: a tile is 4 rows (one packed m-tile) x 64 columns,

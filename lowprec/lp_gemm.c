@@ -1,11 +1,12 @@
 /* lp_gemm — see lp_gemm.h: packing, the portable kernel, the reference and
- * the dispatcher.  The SIMD kernels are in lp_gemm_avx2.c / lp_gemm_avx512.c. */
+ * the dispatchers (through the kernel table, lp_kern.h; the SIMD kernels
+ * are in lp_gemm_<isa>.c). */
 #include "lowprec/lp_gemm.h"
 
 #include <assert.h>
 #include <string.h>
 
-#include "nn/nn_cpu.h"
+#include "lowprec/lp_kern.h"
 #include "lowprec/lp_simd.h"
 #include "lowprec/lp_tile.h"
 
@@ -156,21 +157,10 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
 {
     assert(M >= 1 && N >= 1 && K >= 1 && K <= LP_GEMM_MAX_K && ldc >= N);
     if (lp_tile_model_forced() || (s_tile_pays(K) && lp_tile_ready())) {
-        s_gemm_tile(C, ldc, Ap, Bp, M, N, K, colsum, nn_cpu_level() < NN_CPU_AMX);
+        s_gemm_tile(C, ldc, Ap, Bp, M, N, K, colsum, lp_kern()->tilegemm == NULL);
         return;
     }
-    switch (nn_cpu_level()) {
-    case NN_CPU_AMX: /* a depth the tiles would waste: vpdpbusd */
-    case NN_CPU_AVX512VNNI:
-        lp_gemm_kernel_avx512(C, ldc, Ap, Bp, M, N, K, colsum);
-        return;
-    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
-    case NN_CPU_AVX2:
-        lp_gemm_kernel_avx2(C, ldc, Ap, Bp, M, N, K, colsum);
-        return;
-    default:
-        lp_gemm_kernel_portable(C, ldc, Ap, Bp, M, N, K, colsum);
-    }
+    lp_kern()->gemm(C, ldc, Ap, Bp, M, N, K, colsum); /* a depth the tiles would waste */
 }
 
 /* ---- shifted-row GEMM ------------------------------------------------------ */
@@ -197,10 +187,7 @@ void lp_shiftgemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint3
                   size_t ldb, int np, const int *toff, int T, size_t n)
 {
     assert(M >= 1 && np >= 1 && T >= 1 && 2 * (size_t)np * T <= LP_GEMM_MAX_K);
-    if (nn_cpu_level() >= NN_CPU_AVX2)
-        lp_shiftgemm_avx2(S, ldc, Ap, M, B, ldb, np, toff, T, n);
-    else
-        lp_shiftgemm_ref(S, ldc, Ap, M, B, ldb, np, toff, T, n);
+    lp_kern()->shiftgemm(S, ldc, Ap, M, B, ldb, np, toff, T, n);
 }
 
 void lp_shiftgemm_q_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
@@ -226,10 +213,7 @@ void lp_shiftgemm_q(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uin
                     size_t ldb, int nq, const int *toff, int T, size_t n)
 {
     assert(M >= 1 && nq >= 1 && T >= 1 && 4 * (size_t)nq * T <= LP_GEMM_MAX_K);
-    if (nn_cpu_level() >= NN_CPU_AVX512VNNI)
-        lp_shiftgemm_q_avx512(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
-    else
-        lp_shiftgemm_q_ref(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
+    lp_kern()->shiftgemm_q(S, ldc, Ap, M, B, ldb, nq, toff, T, n);
 }
 
 void lp_dequant_row_q_ref(float *out, const int32_t *S, const int32_t *SB, double c, double cb,
@@ -242,10 +226,7 @@ void lp_dequant_row_q_ref(float *out, const int32_t *S, const int32_t *SB, doubl
 void lp_dequant_row_q(float *out, const int32_t *S, const int32_t *SB, double c, double cb,
                       const double *base, size_t n)
 {
-    if (nn_cpu_level() >= NN_CPU_AVX512VNNI)
-        lp_dequant_row_q_avx512(out, S, SB, c, cb, base, n);
-    else
-        lp_dequant_row_q_ref(out, S, SB, c, cb, base, n);
+    lp_kern()->dequant_row_q(out, S, SB, c, cb, base, n);
 }
 
 void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
@@ -265,17 +246,11 @@ void lp_dequant_rows_ref(float *out, const int32_t *S, const double *t, double c
 void lp_dequant_rows(float *out, const int32_t *S, const double *t, double c,
                      const double *base, size_t W, int rows)
 {
-    if (nn_cpu_level() >= NN_CPU_AVX2)
-        lp_dequant_rows_avx2(out, S, t, c, base, W, rows);
-    else
-        lp_dequant_rows_ref(out, S, t, c, base, W, rows);
+    lp_kern()->dequant_rows(out, S, t, c, base, W, rows);
 }
 
 void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, const double *base,
                     size_t n)
 {
-    if (nn_cpu_level() >= NN_CPU_AVX2)
-        lp_dequant_row_avx2(out, S, t, c, base, n);
-    else
-        lp_dequant_row_ref(out, S, t, c, base, n);
+    lp_kern()->dequant_row(out, S, t, c, base, n);
 }

@@ -13,8 +13,12 @@
  * Exposes: the functions below.  Free functions on raw pointers with
  *          explicit dimensions (llm.c style); they never allocate: callers
  *          pass scratch of the size the *_scratch_bytes functions give.
- * Callers: the int8 op classes of the model graph (wired by the lead),
- *          tests, bench.
+ * Callers: the int8 op classes of the model graph (lp_model.c), tests,
+ *          bench.
+ * Files:   lp_conv.c (conv forward, input gradient, fake-quant conv),
+ *          lp_conv_wgrad.c (conv weight and bias gradients), lp_linear.c,
+ *          lp_norm.c (Range EvoNorm), lp_add.c; lp_layer_common.h holds
+ *          what they share (the quantization prologue, scratch carving).
  *
  * Dimension legend: N batch, C channels, OC out channels, H W input, OH OW
  * output, HW = H*W, G norm groups, F in features, OF out features,

@@ -1,6 +1,7 @@
 /* lp_layers_avx2 — AVX2 row kernels of Range EvoNorm (lp_layers.h) and the
  * pair-grid helpers of the conv shift path (lp_simd.h), built with
- * -mavx2 -mfma and called only at nn_cpu_level() >= NN_CPU_AVX2.
+ * -mavx2 -mfma and called only through the kernel tables of the levels
+ * from AVX2 up (lp_kern_x86.c).
  * The forward follows the scalar twin operation by operation (true
  * division by 6, no FMA), so it gives the same floats.  The backward sums
  * up to 64 values per lane block in float and the blocks in double (the

@@ -1,12 +1,13 @@
-/* lp_quant — see lp_quant.h.  Scalar reference kernels, run-time dispatch to
- * the AVX2 / AVX-512 versions (lp_quant_avx2.c, lp_quant_avx512.c) and the
- * range helpers.  The portable path of every kernel is its _ref. */
+/* lp_quant — see lp_quant.h.  Scalar reference kernels, run-time dispatch
+ * through the kernel table (lp_kern.h: the SIMD versions in
+ * lp_quant_<isa>.c) and the range helpers.  The portable path of every
+ * kernel is its _ref. */
 #include "lowprec/lp_quant.h"
 
 #include <assert.h>
 #include <math.h>
 
-#include "nn/nn_cpu.h"
+#include "lowprec/lp_kern.h"
 #include "lowprec/lp_simd.h"
 
 lp_qparams lp_qparams_from_range(float min, float max)
@@ -99,72 +100,40 @@ void lp_fake_quant_sr_add_ref(float *y, const float *x, size_t n, lp_qparams p, 
     }
 }
 
-/* ---- dispatch ---------------------------------------------------------- */
+/* ---- dispatch (lp_kern.h) ------------------------------------------------ */
 
 void lp_minmax(float *mn, float *mx, const float *x, size_t n)
 {
     assert(n > 0);
-    switch (nn_cpu_level()) {
-    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
-    case NN_CPU_AVX512VNNI:
-        lp_minmax_avx512(mn, mx, x, n);
-        return;
-    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
-    case NN_CPU_AVX2:
-        lp_minmax_avx2(mn, mx, x, n);
-        return;
-    default:
-        lp_minmax_ref(mn, mx, x, n);
-    }
+    lp_kern()->minmax(mn, mx, x, n);
 }
 
 void lp_quantize(uint8_t *q, const float *x, size_t n, lp_qparams p)
 {
-    switch (nn_cpu_level()) {
-    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
-    case NN_CPU_AVX512VNNI:
-        lp_quantize_avx512(q, x, n, p);
-        return;
-    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
-    case NN_CPU_AVX2:
-        lp_quantize_avx2(q, x, n, p);
-        return;
-    default:
-        lp_quantize_ref(q, x, n, p);
-    }
+    lp_kern()->quantize(q, x, n, p);
 }
 
 void lp_quantize_sr(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
                     uint32_t first)
 {
-    switch (nn_cpu_level()) {
-    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
-    case NN_CPU_AVX512VNNI:
-        lp_quantize_sr_avx512(q, x, n, p, seed, first);
-        return;
-    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
-    case NN_CPU_AVX2:
-        lp_quantize_sr_avx2(q, x, n, p, seed, first);
-        return;
-    default:
-        lp_quantize_sr_ref(q, x, n, p, seed, first);
-    }
+    lp_kern()->quantize_sr(q, x, n, p, seed, first);
 }
 
 void lp_dequantize(float *x, const uint8_t *q, size_t n, lp_qparams p)
 {
-    switch (nn_cpu_level()) {
-    case NN_CPU_AMX: /* the tile kernels are GEMMs only */
-    case NN_CPU_AVX512VNNI:
-        lp_dequantize_avx512(x, q, n, p);
-        return;
-    case NN_CPU_AVX512: /* no VNNI: the AVX2 kernels */
-    case NN_CPU_AVX2:
-        lp_dequantize_avx2(x, q, n, p);
-        return;
-    default:
-        lp_dequantize_ref(x, q, n, p);
-    }
+    lp_kern()->dequantize(x, q, n, p);
+}
+
+void lp_fake_quant_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                      uint64_t seed, uint32_t first)
+{
+    lp_kern()->fake_quant_sr(y, q, x, n, p, seed, first);
+}
+
+void lp_fake_quant_sr_add(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                          uint32_t first)
+{
+    lp_kern()->fake_quant_sr_add(y, x, n, p, seed, first);
 }
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -220,27 +189,4 @@ lp_qparams lp_act_qparams(float *run_range, const float *x, int N, size_t per, i
     run_range[0] = 0.1f * run_range[0] + 0.9f * mn;
     run_range[1] = 0.1f * run_range[1] + 0.9f * mx;
     return lp_qparams_from_range(mn, mx);
-}
-
-/* AVX512 without VNNI runs the AVX2 kernels, as everywhere in lp_quant. */
-void lp_fake_quant_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
-                      uint64_t seed, uint32_t first)
-{
-    if (nn_cpu_level() >= NN_CPU_AVX512VNNI)
-        lp_fake_quant_sr_avx512(y, q, x, n, p, seed, first);
-    else if (nn_cpu_level() >= NN_CPU_AVX2)
-        lp_fake_quant_sr_avx2(y, q, x, n, p, seed, first);
-    else
-        lp_fake_quant_sr_ref(y, q, x, n, p, seed, first);
-}
-
-void lp_fake_quant_sr_add(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
-                          uint32_t first)
-{
-    if (nn_cpu_level() >= NN_CPU_AVX512VNNI)
-        lp_fake_quant_sr_add_avx512(y, x, n, p, seed, first);
-    else if (nn_cpu_level() >= NN_CPU_AVX2)
-        lp_fake_quant_sr_add_avx2(y, x, n, p, seed, first);
-    else
-        lp_fake_quant_sr_add_ref(y, x, n, p, seed, first);
 }

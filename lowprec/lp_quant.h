@@ -16,7 +16,7 @@
  *          run = 0.1*run + 0.9*batch (the reference's QuantMeasure,
  *          momentum 0.1; running values start at 0).
  * Exposes: the functions below; each vectorized one has a *_ref twin.
- * Callers: lp_layers.c, gossip/ compressors may reuse lp_quantize, tests.
+ * Callers: the layer files (lp_conv.c, lp_linear.c, lp_norm.c, lp_add.c), gossip/ compressors may reuse lp_quantize, tests.
  *
  * Sizes are size_t; n may be 0 except where stated.
  */

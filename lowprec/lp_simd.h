@@ -1,7 +1,7 @@
 /* lp_simd — private: the SIMD kernels behind the lp_quant / lp_gemm
  * dispatchers.  Each lives in a *_avx2.c or *_avx512.c file compiled with
- * the matching -m flags and may only be called after nn_cpu_level() said
- * the CPU has them.  Contracts are those of the public functions they
+ * the matching -m flags and called only through the kernel tables of the
+ * levels that have them (lp_kern.h, lp_kern_x86.c).  Contracts are those of the public functions they
  * implement (lp_quant.h, lp_gemm.h).  Not for use outside lowprec/.
  */
 #ifndef LP_SIMD_H
@@ -75,7 +75,7 @@ void lp_ren_row_fwd_avx2(float *o, const float *x, size_t n, float v, float sc, 
 void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float *g, size_t n,
                          float v, float sc, float gamma);
 
-/* Pair-grid helpers of the conv shift path (lp_layers.c), scalar twins
+/* Pair-grid helpers of the conv shift path (lp_conv.c), scalar twins
  * and AVX2 versions (same results: integer sums, and the double product
  * c * sum rounded once):
  *   lp_pair_plane: the pair rows of an image plane in all V = 2 pad + 1
@@ -118,7 +118,7 @@ void lp_dequant_rows_avx2(float *out, const int32_t *S, const double *t, double 
                           const double *base, size_t W, int rows);
 
 /* Quad-grid helpers of the conv shift path at the AVX-512 VNNI level
- * (lp_layers.c), scalar twins and AVX-512 versions (exact integers, and the
+ * (lp_conv.c), scalar twins and AVX-512 versions (exact integers, and the
  * dequantization's double arithmetic in the twin's order):
  *   lp_quad_row: dst[w] = lp_quad(r0[w], r1[w], r2[w], r3[w]) (overwritten;
  *                r1..r3 may be NULL: code 0), chs[w] += the four codes

@@ -16,11 +16,7 @@
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_simd.h"
 #include "nn/nn_core.h"
-#include "nn/nn_cpu.h"
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
+#include "lowprec/lp_kern.h"
 
 void lp_tilegemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                      const ptrdiff_t *goff, int G, int R, size_t rs, size_t n)
@@ -110,16 +106,17 @@ int lp_tile_selfcheck(lp_tile_fn fn)
 int lp_tile_ready(void)
 {
     static int s_ready = -1;
-    if (nn_cpu_level() < NN_CPU_AMX)
+    const lp_kern_t *k = lp_kern();
+    if (!k->tilegemm)
         return 0;
     if (s_ready < 0)
-        s_ready = lp_tile_selfcheck(lp_tilegemm_amx);
+        s_ready = lp_tile_selfcheck(k->tilegemm);
     return s_ready;
 }
 
 const char *lp_tile_status(void)
 {
-    if (nn_cpu_level() < NN_CPU_AMX)
+    if (!lp_kern()->tilegemm)
         return "";
     if (!lp_tile_ready())
         return ", AMX tiles failed their start-up check (vpdpbusd instead)";
@@ -132,7 +129,7 @@ void lp_tilegemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32
 {
     assert(M >= 1 && G >= 1 && G <= LP_TILE_MAXG && R >= 1 && 4 * (size_t)G * R <= LP_GEMM_MAX_K);
     if (lp_tile_ready())
-        lp_tilegemm_amx(S, ldc, Ap, M, B, goff, G, R, rs, n);
+        lp_kern()->tilegemm(S, ldc, Ap, M, B, goff, G, R, rs, n);
     else
         lp_tilegemm_ref(S, ldc, Ap, M, B, goff, G, R, rs, n);
 }
@@ -188,7 +185,7 @@ static int s_bf16_probe_child(const void *arg)
     for (size_t i = 0; i < sizeof B / 2; i++)
         B[i] = lp_bf16_from_f32((float)((x = x * 1664525u + 1013904223u) >> 24));
     s_pairs(Y, A, S_BN, S_BM, S_BN);
-    lp_tiledot_bf16_amx(D, S_BC * 2, Y, S_BM, B, S_BN + 8, S_BC, toff, 2, S_BN);
+    lp_kern()->tiledot_bf16(D, S_BC * 2, Y, S_BM, B, S_BN + 8, S_BC, toff, 2, S_BN);
     lp_shiftdot_bf16_ref(E, S_BC * 2, A, S_BN, S_BM, B, S_BN + 8, S_BC, toff, 2, S_BN);
     for (int m = 0; m < S_BM; m++)
         for (int c = 0; c < S_BC; c++)
@@ -205,24 +202,13 @@ static int s_bf16_probe_child(const void *arg)
     return 0;
 }
 
-static int s_cpu_amx_bf16(void)
-{
-#if defined(__x86_64__)
-    unsigned a, b, c, d;
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22));
-#else
-    return 0;
-#endif
-}
-
 int lp_tile_bf16_ready(void)
 {
     static int s_ready = -1;
-    if (!lp_tile_ready() || !lp_bf16_supported())
+    if (!lp_tile_ready() || !lp_kern()->tiledot_bf16)
         return 0;
     if (s_ready < 0)
-        s_ready = s_cpu_amx_bf16() &&
-                  s_in_child(s_bf16_probe_child, NULL, "AMX-BF16 tile kernel",
+        s_ready = s_in_child(s_bf16_probe_child, NULL, "AMX-BF16 tile kernel",
                              "the bf16 weight gradients use vdpbf16ps");
     return s_ready;
 }
@@ -233,7 +219,7 @@ void lp_tiledot_bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
     if (n == 0)
         return;
     if (lp_tile_bf16_ready())
-        lp_tiledot_bf16_amx(D, ldd, s_pack_pairs(A, lda, M, n), M, B, ldb, nch, toff, T, n);
+        lp_kern()->tiledot_bf16(D, ldd, s_pack_pairs(A, lda, M, n), M, B, ldb, nch, toff, T, n);
     else
         lp_shiftdot_bf16_ref(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
 }

@@ -11,7 +11,7 @@
  * Exposes: lp_tilegemm (dispatch: AMX where lp_tile_ready(), else the
  *          twin), its _ref twin, the _emu run of the kernel, the layout
  *          helpers, the start-up checks; lp_tiledot_bf16 (below).
- * Callers: lp_layers.c (stride-1 "same" convs, forward and input gradient),
+ * Callers: lp_conv.c (stride-1 "same" convs, forward and input gradient),
  *          lp_gemm.c (lp_gemm_u8u8), lp_bf16.c (lp_shiftdot_bf16), the
  *          CLI's kernels: line, tests, bench.
  *
@@ -24,7 +24,7 @@
  * and the caller restores the shift exactly as on the VNNI level.
  * Why groups of strided rows: a tile load reads rows at one stride.  The
  * shift conv puts its K column-shift variants of a quad row at a stride of
- * vlen + 1 lanes and the quad rows at K (vlen + 1) (lp_layers.c), so the
+ * vlen + 1 lanes and the quad rows at K (vlen + 1) (lp_conv.c), so the
  * taps (kh, kw) of all quad rows p for one kernel row kh are rows
  * r = p*K + kw of one group: K groups of nq*K rows, and a 16-channel layer
  * fills 48 of a tile's 64 bytes of depth (12 of 64 with one group a tap).
@@ -78,14 +78,15 @@ static inline size_t lp_tile_a_at(int M, int R, int m, int g, int r)
            (size_t)(r % kr);
 }
 
-/* 1 when the tile kernel runs here: level NN_CPU_AMX (nn_cpu.h: CPUID, the
- * OS's tile state, the kernel's permission) and the kernel passed its
- * start-up check, made once per process in a forked child against the
- * twin (a fault or a wrong sum there: 0, with one line on stderr, and the
- * int8 GEMMs run on vpdpbusd).  Below NN_CPU_AMX: 0, no check. */
+/* 1 when the tile kernel runs here: the level's kernel table has one
+ * (lp_kern.h; on x86 level NN_CPU_AMX, nn_cpu.h: CPUID, the OS's tile
+ * state, the kernel's permission) and the kernel passed its start-up
+ * check, made once per process in a forked child against the twin (a
+ * fault or a wrong sum there: 0, with one line on stderr, and the int8
+ * GEMMs run on vpdpbusd).  Without a tile kernel: 0, no check. */
 int         lp_tile_ready(void);
-/* For the run's "kernels:" line: "" below NN_CPU_AMX, else whether the
- * GEMMs run on tiles. */
+/* For the run's "kernels:" line: "" without a tile kernel, else whether
+ * the GEMMs run on tiles. */
 const char *lp_tile_status(void);
 /* The start-up check on any kernel of lp_tilegemm's contract (tests give
  * it the model, a wrong kernel, one that dies): 1 when it matched the twin

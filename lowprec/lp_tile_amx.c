@@ -1,8 +1,9 @@
 /* lp_tile_amx — the AMX build of the tile kernels (lp_tile_kern.h;
  * contracts in lp_tile.h).  Compiled with -mamx-tile -mamx-int8
  * -mamx-bf16 and called only after lp_tile_ready() (the integer kernel) /
- * lp_tile_bf16_ready() (the bf16 one): level NN_CPU_AMX, the kernel's
- * permission for the tile state, the start-up checks passed. */
+ * lp_tile_bf16_ready() (the bf16 one): a level whose kernel table holds
+ * them (lp_kern_x86.c: AMX), the kernel's permission for the tile state,
+ * the start-up checks passed. */
 #include <immintrin.h>
 
 #define LPT_CFG(p)         _tile_loadconfig(p)

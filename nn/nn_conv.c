@@ -58,6 +58,7 @@
  * nb: nn_conv_chunk picks >= NN_SHIFT_COLS grid columns per chunk.
  */
 #include "nn/nn_layers.h"
+#include "nn/nn_kern.h"
 #include "nn/nn_layers_simd.h"
 
 #include <assert.h>
@@ -108,50 +109,20 @@ static int s_shift_ok(const nn_conv_dims *d)
            d->KH * d->KW <= NN_SHIFT_TMAX;
 }
 
-/* The shifted-GEMM kernels this CPU runs: AVX-512, else AVX2+FMA. */
-typedef struct {
-    void (*gemm)(float *C, size_t ldc, const float *Ap, int M, const float *B, size_t ldb,
-                 int nch, const int *toff, int T, size_t n);
-    void (*dot)(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
-                size_t ldb, int nch, const int *toff, int T, size_t n);
-} s_shift_kern;
-
-static s_shift_kern s_kern(void)
-{
-    s_shift_kern k;
-    if ((nn_cpu_level() >= NN_CPU_AVX512)) {
-        k.gemm = nn_avx512_shiftgemm;
-        k.dot = nn_avx512_shiftdot;
-    } else {
-        k.gemm = nn_avx2_shiftgemm;
-        k.dot = nn_avx2_shiftdot;
-    }
-    return k;
-}
-
-/* On AVX2 CPUs only up to 64 channels each side: above that the AVX2
- * kernels' working set (a 4-row panel of packed weights plus the shifted B
- * rows of a 24-column tile) no longer fits a 32 KB L1 and OpenBLAS wins
- * (vgg11 convs from 128 channels, 2x2-8x8 images: sgemm 1.3-4.5x faster on
- * EPYC Zen 3, where the pad-column waste of small images adds to it; the
- * resnet20 convs, 16-64 channels, run 1.3-2x faster shifted;
- * bench/bench_layers.c). */
-#define NN_SHIFT_AVX2_MAXC 64
-
+/* The shift path where the kernel table says it pays (nn_kern.h:
+ * shift_maxc, from the channel counts the level's kernels fit). */
 static int s_use_shift(const nn_conv_dims *d)
 {
-    if (!s_shift_ok(d))
-        return 0;
-    if ((nn_cpu_level() >= NN_CPU_AVX512))
-        return 1;
-    return (nn_cpu_level() >= NN_CPU_AVX2) && d->C <= NN_SHIFT_AVX2_MAXC && d->OC <= NN_SHIFT_AVX2_MAXC;
+    const int maxc = nn_kern()->shift_maxc;
+    return s_shift_ok(d) && d->C <= maxc && d->OC <= maxc;
 }
 
-/* Every other conv but the 1x1 stride-1 one: im2col + the same AVX-512
- * kernels (with T = 1) instead of OpenBLAS ("lowered" path). */
+/* Every other conv but the 1x1 stride-1 one: im2col + the shifted GEMM
+ * (with T = 1) instead of OpenBLAS ("lowered" path), where the kernel
+ * table says it pays (the AVX-512 kernels). */
 static int s_use_lowered(const nn_conv_dims *d)
 {
-    return !s_shift_ok(d) && !s_is_pointwise(d) && (nn_cpu_level() >= NN_CPU_AVX512);
+    return !s_shift_ok(d) && !s_is_pointwise(d) && nn_kern()->lowered;
 }
 
 static size_t s_plane(const nn_conv_dims *d)
@@ -268,7 +239,8 @@ static void s_im2col(float *col, const float *in, int nb, const nn_conv_dims *d)
     const int C = d->C, H = d->H, W = d->W, KH = d->KH, KW = d->KW;
     const int OH = d->OH, OW = d->OW, s = d->stride, pad = d->pad;
     const size_t P = (size_t)OH * OW, cols = (size_t)nb * P;
-    const int avx2 = (nn_cpu_level() >= NN_CPU_AVX2);
+    void (*const plane_fn)(float *, const float *, int, int, int, int, int, int, int, int, int) =
+        nn_kern()->im2col_plane;
     for (int c = 0; c < C; c++) {
         for (int kh = 0; kh < KH; kh++) {
             int oh_lo, oh_hi;
@@ -280,8 +252,8 @@ static void s_im2col(float *col, const float *in, int nb, const nn_conv_dims *d)
                 for (int j = 0; j < nb; j++) {
                     const float *plane = in + ((size_t)j * C + c) * H * W;
                     float *dst = row + (size_t)j * P;
-                    if (s == 1 && avx2) {
-                        nn_avx2_im2col_plane(dst, plane, W, OH, OW, oh_lo, oh_hi, ow_lo, ow_hi,
+                    if (s == 1 && plane_fn) {
+                        plane_fn(dst, plane, W, OH, OW, oh_lo, oh_hi, ow_lo, ow_hi,
                                              kh - pad, kw - pad);
                         continue;
                     }
@@ -318,7 +290,8 @@ static void s_col2im(float *din, const float *dcol, int nb, const nn_conv_dims *
     const int C = d->C, H = d->H, W = d->W, KH = d->KH, KW = d->KW;
     const int OH = d->OH, OW = d->OW, s = d->stride, pad = d->pad;
     const size_t P = (size_t)OH * OW, cols = (size_t)nb * P;
-    const int avx2 = (nn_cpu_level() >= NN_CPU_AVX2);
+    void (*const plane_fn)(float *, const float *, int, int, int, int, int, int, int, int) =
+        nn_kern()->col2im_plane;
     memset(din, 0, sizeof(float) * (size_t)nb * C * H * W);
     for (int c = 0; c < C; c++) {
         for (int kh = 0; kh < KH; kh++) {
@@ -331,8 +304,8 @@ static void s_col2im(float *din, const float *dcol, int nb, const nn_conv_dims *
                 for (int j = 0; j < nb; j++) {
                     float *plane = din + ((size_t)j * C + c) * H * W;
                     const float *src = row + (size_t)j * P;
-                    if (s == 1 && avx2) {
-                        nn_avx2_col2im_plane(plane, src, W, OW, oh_lo, oh_hi, ow_lo, ow_hi,
+                    if (s == 1 && plane_fn) {
+                        plane_fn(plane, src, W, OW, oh_lo, oh_hi, ow_lo, ow_hi,
                                              kh - pad, kw - pad);
                         continue;
                     }
@@ -495,12 +468,12 @@ static void s_low_forward_range(float *out, const float *in, const float *b,
     const size_t P = (size_t)d->OH * d->OW, in_n = (size_t)d->C * d->H * d->W, out_n = OC * P;
     float *col = scratch + s_pack_area(d), *tmp = col + s_round16((size_t)CK * nb * P);
     static const int zero = 0;
-    const s_shift_kern kern = s_kern();
+    const nn_kern_t *kern = nn_kern();
     for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
         const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
         const size_t cols = (size_t)m * P;
         s_im2col(col, in + (size_t)n0 * in_n, m, d);
-        kern.gemm(tmp, cols, Ap, OC, col, cols, CK, &zero, 1, cols);
+        kern->shiftgemm(tmp, cols, Ap, OC, col, cols, CK, &zero, 1, cols);
         for (int j = 0; j < m; j++)
             for (int oc = 0; oc < OC; oc++) {
                 const float *t = tmp + (size_t)oc * cols + (size_t)j * P;
@@ -522,7 +495,7 @@ static void s_low_backward_range(float *din, float *dw, const float *dout, const
     const size_t P = (size_t)d->OH * d->OW, in_n = (size_t)d->C * d->H * d->W, out_n = OC * P;
     float *col = scratch + s_pack_area(d), *G = col + s_round16((size_t)CK * nb * P);
     static const int zero = 0;
-    const s_shift_kern kern = s_kern();
+    const nn_kern_t *kern = nn_kern();
     for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
         const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
         const size_t cols = (size_t)m * P;
@@ -532,10 +505,10 @@ static void s_low_backward_range(float *din, float *dw, const float *dout, const
                        dout + (size_t)(n0 + j) * out_n + (size_t)oc * P, sizeof(float) * P);
         s_im2col(col, in + (size_t)n0 * in_n, m, d);
         /* forward: out = w @ col  =>  dw += G @ col^T, dcol = w^T @ G */
-        kern.dot(dw, (size_t)CK, G, cols, OC, col, cols, CK, &zero, 1, cols);
+        kern->shiftdot(dw, (size_t)CK, G, cols, OC, col, cols, CK, &zero, 1, cols);
         if (!din)
             continue;
-        kern.gemm(col, cols, Ap, CK, G, cols, OC, &zero, 1, cols);
+        kern->shiftgemm(col, cols, Ap, CK, G, cols, OC, &zero, 1, cols);
         s_col2im(din + (size_t)n0 * in_n, col, m, d);
     }
 }
@@ -552,14 +525,14 @@ static void s_shift_forward_range(float *out, const float *in, const float *b,
     const size_t jlo = (size_t)p * (W + 2 * p) + p;
     int toff[NN_SHIFT_TMAX];
     s_shift_toff(toff, d);
-    const s_shift_kern kern = s_kern();
+    const nn_kern_t *kern = nn_kern();
     float *gin = scratch + s_pack_area(d);
     float *gout = gin + s_round16((size_t)C * nb * plane);
     for (int n0 = n_lo; n0 < n_hi; n0 += nb) {
         const int m = n_hi - n0 < nb ? n_hi - n0 : nb;
         const size_t cs = (size_t)m * plane;
         s_to_grid(gin, cs, in + (size_t)n0 * in_n, m, C, H, W, p);
-        kern.gemm(gout + jlo, cs, Ap, OC, gin + jlo, cs, C, toff, T, cs - 2 * jlo);
+        kern->shiftgemm(gout + jlo, cs, Ap, OC, gin + jlo, cs, C, toff, T, cs - 2 * jlo);
         s_from_grid(out + (size_t)n0 * out_n, gout, cs, m, OC, H, W, p, b);
     }
 }
@@ -575,7 +548,7 @@ static void s_shift_backward_range(float *din, float *dw, const float *dout, con
     const size_t jlo = (size_t)p * (W + 2 * p) + p;
     int toff[NN_SHIFT_TMAX];
     s_shift_toff(toff, d);
-    const s_shift_kern kern = s_kern();
+    const nn_kern_t *kern = nn_kern();
     float *gin = scratch + s_pack_area(d);
     float *gG = gin + s_round16((size_t)C * nb * plane);
     float *gdin = gG + s_round16((size_t)OC * nb * plane);
@@ -586,11 +559,11 @@ static void s_shift_backward_range(float *din, float *dw, const float *dout, con
         s_to_grid(gG, cs, dout + (size_t)n0 * out_n, m, OC, H, W, p);
         /* forward: gout[oc][j] = sum w[oc][c][t] gin[c][j + toff[t]]
          * => dw[oc][c][t] += sum_j dout[oc][j] gin[c][j + toff[t]] */
-        kern.dot(dw, (size_t)C * T, gG + jlo, cs, OC, gin + jlo, cs, C, toff, T, n);
+        kern->shiftdot(dw, (size_t)C * T, gG + jlo, cs, OC, gin + jlo, cs, C, toff, T, n);
         if (!din)
             continue;
         /* => din[c][j] = sum_{oc,t} w[oc][c][t] dout[oc][j - toff[t]] */
-        kern.gemm(gdin + jlo, cs, Ap, C, gG + jlo, cs, OC, toff, T, n);
+        kern->shiftgemm(gdin + jlo, cs, Ap, C, gG + jlo, cs, OC, toff, T, n);
         s_from_grid(din + (size_t)n0 * in_n, gdin, cs, m, C, H, W, p, NULL);
     }
 }
@@ -707,10 +680,7 @@ void nn_shiftdot_ref(float *D, size_t ldd, const float *A, size_t lda, int M, co
 void nn_shiftdot(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
                  size_t ldb, int nch, const int *toff, int T, size_t n)
 {
-    if (nn_cpu_level() >= NN_CPU_AVX2)
-        s_kern().dot(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
-    else
-        nn_shiftdot_ref(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+    nn_kern()->shiftdot(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
 }
 
 /* ---- im2col path ------------------------------------------------------------ */

@@ -3,8 +3,8 @@
  *
  * Owns:    nn_avx2_shiftgemm (forward and input-gradient products) and
  *          nn_avx2_shiftdot (weight-gradient products).  Built with
- *          -mavx2 -mfma; nn_conv.c calls them only after (nn_cpu_level() >= NN_CPU_AVX2)
- *          said yes and AVX-512 is not available.  Their scalar twins
+ *          -mavx2 -mfma; nn_conv.c calls them through the kernel table
+ *          (nn_kern.h), whose x86 builder puts them in the AVX2 level's.  Their scalar twins
  *          (nn_shiftgemm_ref, nn_shiftdot_ref) live in nn_conv.c; the
  *          contract (grid, toff, packed A) is the one in nn_layers_simd.h.
  *

@@ -3,8 +3,9 @@
  *
  * Owns:    nn_avx512_shiftgemm (forward and input-gradient products) and
  *          nn_avx512_shiftdot (weight-gradient products).  Built with the
- *          AVX-512 flags; nn_conv.c calls them only after
- *          (nn_cpu_level() >= NN_CPU_AVX512) said yes.  Their scalar twins
+ *          AVX-512 flags; nn_conv.c calls them through the kernel table
+ *          (nn_kern.h), whose x86 builder puts them in the tables of the
+ *          AVX-512 levels.  Their scalar twins
  *          (nn_shiftgemm_ref, nn_shiftdot_ref) live in nn_conv.c.
  *
  * Both kernels read a "grid": nch rows (channels) of ldb floats, and treat

@@ -20,6 +20,7 @@
 
 #include <cblas.h>
 
+#include "nn/nn_kern.h"
 #include "nn/nn_layers_simd.h"
 
 #define NN_NORM_EPS 1e-5f
@@ -204,10 +205,11 @@ void nn_evonorm_s0_backward_ref(float *din, float *dgamma, float *dbeta, float *
 }
 
 /* ---- EvoNorm-S0, tuned: the same arithmetic, plane by plane through the
- * AVX2 kernels of nn_layers_avx2.c when the CPU has them, else through the
- * scalar plane functions below (which use libm expf). ---- */
+ * kernel table (nn_kern.h: the AVX2 kernels of nn_layers_avx2.c where the
+ * CPU has them, else the scalar plane functions below, which use libm
+ * expf). ---- */
 
-static float s_sum(const float *x, size_t n)
+float nn_sum_ref(const float *x, size_t n)
 {
     float a = 0.0f;
     for (size_t i = 0; i < n; i++)
@@ -215,7 +217,7 @@ static float s_sum(const float *x, size_t n)
     return a;
 }
 
-static float s_sqdev(const float *x, size_t n, float mean)
+float nn_sqdev_ref(const float *x, size_t n, float mean)
 {
     float a = 0.0f;
     for (size_t i = 0; i < n; i++) {
@@ -225,13 +227,13 @@ static float s_sqdev(const float *x, size_t n, float mean)
     return a;
 }
 
-static void s_evo_fwd(float *o, const float *x, size_t n, float v, float sc, float bc)
+void nn_evo_fwd_ref(float *o, const float *x, size_t n, float v, float sc, float bc)
 {
     for (size_t i = 0; i < n; i++)
         o[i] = x[i] * s_sigmoid(v * x[i]) * sc + bc;
 }
 
-static void s_evo_bwd_sums(float sums[4], const float *x, const float *dy, size_t n, float v)
+void nn_evo_bwd_sums_ref(float sums[4], const float *x, const float *dy, size_t n, float v)
 {
     float sx = 0.0f, sdb = 0.0f, sdyn = 0.0f, sdv = 0.0f;
     for (size_t i = 0; i < n; i++) {
@@ -247,41 +249,13 @@ static void s_evo_bwd_sums(float sums[4], const float *x, const float *dy, size_
     sums[3] += sdv;
 }
 
-static void s_evo_bwd_dx(float *dx, const float *x, const float *dy, size_t n, float v, float gi,
-                         float k, float mean)
+void nn_evo_bwd_dx_ref(float *dx, const float *x, const float *dy, size_t n, float v, float gi,
+                       float k, float mean)
 {
     for (size_t i = 0; i < n; i++) {
         const float vx = v * x[i], sg = s_sigmoid(vx);
         dx[i] = dy[i] * gi * (sg * (1.0f + vx * (1.0f - sg))) + k * (x[i] - mean);
     }
-}
-
-typedef struct {
-    float (*sum)(const float *x, size_t n);
-    float (*sqdev)(const float *x, size_t n, float mean);
-    void (*evo_fwd)(float *o, const float *x, size_t n, float v, float sc, float bc);
-    void (*evo_bwd_sums)(float sums[4], const float *x, const float *dy, size_t n, float v);
-    void (*evo_bwd_dx)(float *dx, const float *x, const float *dy, size_t n, float v, float gi,
-                       float k, float mean);
-} s_plane_ops;
-
-static s_plane_ops s_ops(void)
-{
-    s_plane_ops o;
-    if ((nn_cpu_level() >= NN_CPU_AVX2)) {
-        o.sum = nn_avx2_sum;
-        o.sqdev = nn_avx2_sqdev;
-        o.evo_fwd = nn_avx2_evo_fwd;
-        o.evo_bwd_sums = nn_avx2_evo_bwd_sums;
-        o.evo_bwd_dx = nn_avx2_evo_bwd_dx;
-    } else {
-        o.sum = s_sum;
-        o.sqdev = s_sqdev;
-        o.evo_fwd = s_evo_fwd;
-        o.evo_bwd_sums = s_evo_bwd_sums;
-        o.evo_bwd_dx = s_evo_bwd_dx;
-    }
-    return o;
 }
 
 /* Threaded EvoNorm: samples [N*t/nt, N*(t+1)/nt) per thread (nn_par_run).
@@ -301,7 +275,7 @@ static void s_evo_fwd_samples(float *out, float *save_istd, const float *in, con
                               const float *beta, const float *v, int n_lo, int n_hi, int C,
                               int HW, int G)
 {
-    const s_plane_ops ops = s_ops();
+    const nn_kern_t *ops = nn_kern();
     const int cpg = C / G;
     const double m = (double)cpg * HW;
     for (int n = n_lo; n < n_hi; n++)
@@ -309,15 +283,15 @@ static void s_evo_fwd_samples(float *out, float *save_istd, const float *in, con
             const size_t base = ((size_t)n * C + (size_t)g * cpg) * HW;
             double s = 0.0, var = 0.0;
             for (int cc = 0; cc < cpg; cc++)
-                s += ops.sum(in + base + (size_t)cc * HW, (size_t)HW);
+                s += ops->sum(in + base + (size_t)cc * HW, (size_t)HW);
             const float mean = (float)(s / m);
             for (int cc = 0; cc < cpg; cc++)
-                var += ops.sqdev(in + base + (size_t)cc * HW, (size_t)HW, mean);
+                var += ops->sqdev(in + base + (size_t)cc * HW, (size_t)HW, mean);
             const float istd = (float)(1.0 / sqrt(var / m + (double)NN_NORM_EPS));
             save_istd[(size_t)n * G + g] = istd;
             for (int cc = 0; cc < cpg; cc++) {
                 const int c = g * cpg + cc;
-                ops.evo_fwd(out + base + (size_t)cc * HW, in + base + (size_t)cc * HW, (size_t)HW,
+                ops->evo_fwd(out + base + (size_t)cc * HW, in + base + (size_t)cc * HW, (size_t)HW,
                             v[c], istd * gamma[c], beta[c]);
             }
         }
@@ -328,7 +302,7 @@ static void s_evo_bwd_samples(float *din, float *dgamma, float *dbeta, float *dv
                               const float *gamma, const float *v, int n_lo, int n_hi, int C,
                               int HW, int G)
 {
-    const s_plane_ops ops = s_ops();
+    const nn_kern_t *ops = nn_kern();
     const int cpg = C / G;
     const double m = (double)cpg * HW;
     for (int n = n_lo; n < n_hi; n++)
@@ -340,7 +314,7 @@ static void s_evo_bwd_samples(float *din, float *dgamma, float *dbeta, float *dv
             for (int cc = 0; cc < cpg; cc++) {
                 const int c = g * cpg + cc;
                 float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                ops.evo_bwd_sums(sums, in + base + (size_t)cc * HW, dout + base + (size_t)cc * HW,
+                ops->evo_bwd_sums(sums, in + base + (size_t)cc * HW, dout + base + (size_t)cc * HW,
                                  (size_t)HW, v[c]);
                 mean += sums[0];
                 dbeta[c] += sums[1];
@@ -356,7 +330,7 @@ static void s_evo_bwd_samples(float *din, float *dgamma, float *dbeta, float *dv
             const float mf = (float)(mean / m);
             for (int cc = 0; cc < cpg; cc++) {
                 const int c = g * cpg + cc;
-                ops.evo_bwd_dx(din + base + (size_t)cc * HW, in + base + (size_t)cc * HW,
+                ops->evo_bwd_dx(din + base + (size_t)cc * HW, in + base + (size_t)cc * HW,
                                dout + base + (size_t)cc * HW, (size_t)HW, v[c], gamma[c] * istd, k,
                                mf);
             }

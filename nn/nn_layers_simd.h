@@ -3,10 +3,10 @@
  *
  * Owns:    nothing; declares the functions of nn_layers_avx2.c and
  *          nn_conv_avx2.c (built with -mavx2 -mfma) and nn_conv_avx512.c
- *          (AVX-512 flags).  Only
- *          nn_layers.c and nn_conv.c call them, and only after
- *          (nn_cpu_level() >= NN_CPU_AVX2) / (nn_cpu_level() >= NN_CPU_AVX512) said yes.  A "plane"
- *          is n contiguous floats.
+ *          (AVX-512 flags), and the scalar twins of the plane kernels.
+ *          nn_layers.c and nn_conv.c call them through the kernel table
+ *          (nn_kern.h), whose x86 builder puts them only in the tables of
+ *          the levels that have them.  A "plane" is n contiguous floats.
  * The scalar versions (and the _ref twins) live in nn_layers.c and nn_conv.c;
  * tests/test_nn_layers.c compares them.
  */
@@ -16,6 +16,14 @@
 #include <stddef.h>
 
 #include "nn/nn_cpu.h"
+
+/* Scalar twins of the plane kernels below (nn_layers.c). */
+float nn_sum_ref(const float *x, size_t n);
+float nn_sqdev_ref(const float *x, size_t n, float mean);
+void  nn_evo_fwd_ref(float *o, const float *x, size_t n, float v, float sc, float bc);
+void  nn_evo_bwd_sums_ref(float sums[4], const float *x, const float *dy, size_t n, float v);
+void  nn_evo_bwd_dx_ref(float *dx, const float *x, const float *dy, size_t n, float v, float gi,
+                        float k, float mean);
 
 /* sum of x[0..n) */
 float nn_avx2_sum(const float *x, size_t n);

@@ -1,0 +1,34 @@
+/* lp_conv — what the two 8-bit conv files share (internal to lowprec/).
+ *
+ * Owns:    nothing; declares the seam between lp_conv.c (forward, input
+ *          gradient, scratch sizes, the fake-quant twin) and lp_conv_wgrad.c
+ *          (the weight and bias gradients: bf16 on the codes, FP32 on
+ *          shifted grids of the codes, or nn's FP32 conv on the dequantized
+ *          codes).
+ * Exposes: LP_SHIFT_TMAX, lp_conv_shift_geom, lp_conv_wgrad_bytes,
+ *          lp_conv_wgrad.
+ * Callers: lp_conv.c, lp_conv_wgrad.c.
+ */
+#ifndef LP_CONV_H
+#define LP_CONV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lowprec/lp_layers.h"
+
+#define LP_SHIFT_TMAX 49 /* most taps (K*K) the shift path takes */
+
+/* Stride-1 "same" geometry (K x K, pad (K-1)/2, K >= 2): shifted rows. */
+int lp_conv_shift_geom(const nn_conv_dims *d);
+
+/* Scratch bytes of lp_conv_wgrad. */
+size_t lp_conv_wgrad_bytes(const nn_conv_dims *d);
+
+/* dw (OC, C, KH, KW) and db (OC) += the weight and bias gradients from the
+ * full-precision dout and the saved input codes (either may be NULL; both
+ * NULL: nothing).  Scratch: lp_conv_wgrad_bytes(d). */
+void lp_conv_wgrad(float *dw, float *db, const float *dout, const lp_qsaved *sv,
+                   const nn_conv_dims *d, void *scratch);
+
+#endif

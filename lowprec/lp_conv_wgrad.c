@@ -1,0 +1,366 @@
+/* lp_conv_wgrad — the weight and bias gradients of the 8-bit conv2d.
+ *
+ * Owns:    the three ways the weight gradient is taken from the
+ *          full-precision dout and the saved input codes ("gradient
+ *          bifurcation"): in bf16 on the codes where the CPU has it
+ *          (shifted grids on stride-1 same convs, an im2col of the codes
+ *          otherwise), in FP32 on shifted grids the codes are dequantized
+ *          into (stride-1 same convs), or through nn's FP32 conv backward on
+ *          chunks of dequantized codes; the bias gradient; their scratch.
+ * Exposes: lp_conv_wgrad, lp_conv_wgrad_bytes (lp_conv.h).
+ * Callers: lp_conv.c (lp_conv2d_backward, lp_conv2d_scratch_bytes).
+ */
+#include "lowprec/lp_conv.h"
+
+#include <string.h>
+
+#include "lowprec/lp_bf16.h"
+#include "lowprec/lp_kern.h"
+#include "lowprec/lp_layer_common.h"
+
+/* True when the conv weight gradients are bf16 now (lp_bf16.h): every
+ * conv, through shifted grids (stride-1 same) or an im2col of the codes. */
+static int s_wgrad_bf16_on(const nn_conv_dims *d)
+{
+    (void)d;
+    return lp_wgrad_bf16();
+}
+
+/* Columns per chunk of the bf16 weight gradient: a grid plane (Hp*Wp) per
+ * sample on the shift geometry, else the OH*OW output pixels. */
+static size_t s_wgrad_bf16_cols(const nn_conv_dims *d)
+{
+    if (lp_conv_shift_geom(d))
+        return (size_t)(d->H + 2 * d->pad) * (d->W + 2 * d->pad);
+    return (size_t)d->OH * d->OW;
+}
+
+/* Samples per chunk of the bf16 weight gradient: >= 4096 columns. */
+static int s_wgrad_bf16_nb(const nn_conv_dims *d)
+{
+    const size_t per = s_wgrad_bf16_cols(d);
+    int nb = (int)((4096 + per - 1) / per);
+    return nb < 1 ? 1 : nb > d->N ? d->N : nb;
+}
+
+/* Scratch of s_wgrad_bf16: input rows (C on the shift geometry, C*T lowered),
+ * OC gradient rows and T rows of ones (one on the shift geometry), then
+ * the FP32 sums D (OC, C*T) and E (OC, T). */
+static size_t s_wgrad_bf16_bytes(const nn_conv_dims *d)
+{
+    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * s_wgrad_bf16_cols(d);
+    const size_t T = (size_t)d->KH * d->KW, shift = (size_t)lp_conv_shift_geom(d);
+    const size_t rows = shift ? (size_t)d->C + 1 : (size_t)d->C * T + T;
+    return LP_ALIGN64((rows + (size_t)d->OC) * cs * 2) + LP_ALIGN64((size_t)d->OC * (d->C + 1) * T * 4);
+}
+
+/* Lanes of one row of s_wgrad_f32's grids (s_shift_grid's layout with nb
+ * samples: pad lanes, pad zero rows, nb samples of H rows of W + pad zero
+ * rows, pad lanes). */
+static size_t s_wgrad_f32_vlen(const nn_conv_dims *d)
+{
+    const size_t nb = (size_t)s_wgrad_bf16_nb(d), pad = (size_t)d->pad;
+    return 2 * pad + (pad + nb * ((size_t)d->H + pad)) * (size_t)d->W;
+}
+
+/* Scratch of s_wgrad_f32 (shift geometry only): C rows of 2 pad + 1 column-
+ * shift variants and OC rows, s_wgrad_f32_vlen floats each. */
+static size_t s_wgrad_f32_bytes(const nn_conv_dims *d)
+{
+    if (!lp_conv_shift_geom(d))
+        return 0;
+    const size_t rows = (size_t)d->C * (2 * (size_t)d->pad + 1) + (size_t)d->OC;
+    return LP_ALIGN64(rows * s_wgrad_f32_vlen(d) * 4) +
+           LP_ALIGN64((size_t)d->OC * d->C * d->KH * d->KW * 4);
+}
+
+/* Samples per chunk of the weight gradient: about 1 MB of dequantized
+ * input (at least one sample). */
+static int s_wgrad_nb(const nn_conv_dims *d)
+{
+    const size_t xper = (size_t)d->C * d->H * d->W;
+    size_t nw = ((size_t)1 << 18) / xper;
+    return nw < 1 ? 1 : nw > (size_t)d->N ? d->N : (int)nw;
+}
+
+
+/* The bf16 grids of one chunk: samples [n0, n0+cnt) of the codes xq
+ * (N, C, H, W) and of dout (N, OC, H, W), each plane (Hp, Wp) zero-bordered
+ * with the image at (pad, pad), channel rows of cs = cnt*Hp*Wp values.
+ * Overwrites gx (C, cs) and gg (OC, cs). */
+static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const float *dout,
+                         const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
+    const lp_kern_t *k = lp_kern(); /* resolved once, not per row */
+    void (*codes_row)(uint16_t *, const uint8_t *, size_t) = k->bf16_codes_row;
+    void (*f32_row)(uint16_t *, const float *, size_t) = k->bf16_row;
+    memset(gx, 0, (size_t)C * cs * 2);
+    memset(gg, 0, (size_t)OC * cs * 2);
+    for (int j = 0; j < cnt; j++) {
+        const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
+        for (int c = 0; c < C; c++)
+            for (int h = 0; h < H; h++)
+                codes_row(gx + (size_t)c * cs + at + (size_t)h * Wp,
+                                  xq + ((size_t)(n0 + j) * C + c) * P + (size_t)h * W, (size_t)W);
+        for (int oc = 0; oc < OC; oc++)
+            for (int h = 0; h < H; h++)
+                f32_row(gg + (size_t)oc * cs + at + (size_t)h * Wp,
+                            dout + ((size_t)(n0 + j) * OC + oc) * P + (size_t)h * W, (size_t)W);
+    }
+}
+
+/* The bf16 rows of one lowered chunk: the im2col of the codes of samples
+ * [n0, n0+cnt), col (C*T, cs) with padded taps 0, cs = cnt*OH*OW, and gg
+ * (OC, cs) the dout of the same pixels.  Overwrites both. */
+static void s_bf16_lowered(uint16_t *col, uint16_t *gg, const uint8_t *xq, const float *dout,
+                           const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, KH = d->KH, KW = d->KW;
+    const int OH = d->OH, OW = d->OW, S = d->stride, pad = d->pad;
+    const size_t P = (size_t)OH * OW, cs = (size_t)cnt * P;
+    uint16_t tab[256]; /* bf16 of each code, exact */
+    for (int q = 0; q < 256; q++)
+        tab[q] = lp_bf16_from_f32((float)q);
+    void (*f32_row)(uint16_t *, const float *, size_t) = lp_kern()->bf16_row;
+    for (int j = 0; j < cnt; j++) {
+        for (int c = 0; c < C; c++) {
+            const uint8_t *x = xq + ((size_t)(n0 + j) * C + c) * H * W;
+            for (int kh = 0; kh < KH; kh++)
+                for (int kw = 0; kw < KW; kw++) {
+                    uint16_t *dst = col + ((size_t)(c * KH + kh) * KW + kw) * cs + (size_t)j * P;
+                    for (int oh = 0; oh < OH; oh++) {
+                        const int ih = oh * S - pad + kh;
+                        for (int ow = 0; ow < OW; ow++) {
+                            const int iw = ow * S - pad + kw;
+                            dst[(size_t)oh * OW + ow] = ih >= 0 && ih < H && iw >= 0 && iw < W
+                                                            ? tab[x[(size_t)ih * W + iw]]
+                                                            : 0;
+                        }
+                    }
+                }
+        }
+        for (int oc = 0; oc < OC; oc++)
+            f32_row(gg + (size_t)oc * cs + (size_t)j * P, dout + ((size_t)(n0 + j) * OC + oc) * P,
+                    P);
+    }
+}
+
+/* dw (OC, C, KH, KW) += the conv weight gradient in bf16 (lp_bf16.h): with
+ * x = sx*q + mx inside the image,
+ *   dw[oc][c][t] += sx * D[oc][c][t] + mx * E[oc][t],
+ *   D = sum_j bf16(g[oc][j]) q[c][tap t of j],  E = sum_j bf16(g[oc][j]) [tap t inside],
+ * E read from rows of ones over the image (zero in the padding).  Stride-1
+ * same convs read shifted rows of zero-bordered grids (one ones grid);
+ * others an im2col of the codes (one ones row per tap).  Only dout is
+ * rounded (the codes are exact in bf16); sums in FP32.  Scratch:
+ * s_wgrad_bf16_bytes(d). */
+static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
+                         void *scratch)
+{
+    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, KW = d->KW, pad = d->pad;
+    const int T = d->KH * KW, nb = s_wgrad_bf16_nb(d), shift = lp_conv_shift_geom(d);
+    const int Wp = W + 2 * pad, nx = shift ? C : C * T, n1 = shift ? 1 : T;
+    const size_t per = s_wgrad_bf16_cols(d), jlo = shift ? (size_t)pad * Wp + pad : 0;
+    unsigned char *sp = (unsigned char *)scratch;
+    uint16_t *gx = lp_take(&sp, ((size_t)nx + n1 + OC) * nb * per * 2);
+    float *D = lp_take(&sp, (size_t)OC * (C + 1) * T * 4), *E = D + (size_t)OC * C * T;
+    static const int zero = 0;
+    int toff[LP_SHIFT_TMAX];
+    for (int t = 0; shift && t < T; t++)
+        toff[t] = (t / KW - pad) * Wp + (t % KW - pad);
+    memset(D, 0, (size_t)OC * (C + 1) * T * 4);
+    for (int n0 = 0; n0 < N; n0 += nb) {
+        const int cnt = N - n0 < nb ? N - n0 : nb;
+        const size_t cs = (size_t)cnt * per, n = cs - 2 * jlo;
+        uint16_t *ones = gx + (size_t)nx * cs, *gg = ones + (size_t)n1 * cs;
+        memset(ones, 0, (size_t)n1 * cs * 2);
+        for (int j = 0; j < cnt; j++) /* 1.0 where the image (or the tap) is */
+            for (int t = 0; t < n1; t++)
+                for (int oh = 0; oh < (shift ? H : d->OH); oh++)
+                    for (int ow = 0; ow < (shift ? W : d->OW); ow++) {
+                        const int ih = oh * d->stride - pad + t / KW;
+                        const int iw = ow * d->stride - pad + t % KW;
+                        if (shift)
+                            ones[(size_t)j * per + (size_t)(pad + oh) * Wp + pad + ow] = 0x3F80;
+                        else if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                            ones[(size_t)t * cs + (size_t)j * per + (size_t)oh * d->OW + ow] =
+                                0x3F80;
+                    }
+        if (shift) {
+            s_bf16_grids(gx, gg, sv->xq, dout, d, n0, cnt);
+            lp_shiftdot_bf16(D, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
+            lp_shiftdot_bf16(E, (size_t)T, gg + jlo, cs, OC, ones + jlo, cs, 1, toff, T, n);
+        } else {
+            s_bf16_lowered(gx, gg, sv->xq, dout, d, n0, cnt);
+            lp_shiftdot_bf16(D, (size_t)C * T, gg, cs, OC, gx, cs, C * T, &zero, 1, n);
+            lp_shiftdot_bf16(E, (size_t)T, gg, cs, OC, ones, cs, T, &zero, 1, n);
+        }
+    }
+    const double sx = sv->xp.scale, mx = sv->xp.min;
+    for (int oc = 0; oc < OC; oc++)
+        for (int k = 0; k < C * T; k++)
+            dw[(size_t)oc * C * T + k] +=
+                (float)(sx * D[(size_t)oc * C * T + k] + mx * E[(size_t)oc * T + k % T]);
+}
+
+/* Zeroes the lanes of a grid row (vlen lanes, s_shift_grid's layout with
+ * cnt samples) that no image row overwrites: the leading J0, the pad rows
+ * after each sample, the rest after the last. */
+static void s_f32_zero_pads(float *row, size_t vlen, int cnt, int H, int W, int pad)
+{
+    const size_t J0 = (size_t)pad + (size_t)pad * W, srow = (size_t)(H + pad) * W;
+    const size_t end = J0 + (size_t)cnt * srow;
+    memset(row, 0, J0 * sizeof(float));
+    for (int j = 0; j < cnt; j++)
+        memset(row + J0 + (size_t)j * srow + (size_t)H * W, 0, (size_t)pad * W * sizeof(float));
+    memset(row + end, 0, (vlen - end) * sizeof(float));
+}
+
+/* The FP32 grids of one chunk (samples [n0, n0 + cnt)) in s_shift_grid's
+ * layout, in floats: gx (C rows of V = 2 pad + 1 variants of vlen lanes)
+ * the dequantized codes, variant v (column shift dx = v - pad) with the
+ * columns zeroed that only a read wrapping into the neighbouring row
+ * reaches; gg (OC rows of vlen) dout.  Image rows are W lanes (no pad
+ * columns) and samples share their pad rows, so the shifted dot runs over
+ * (H + pad) * W lanes a sample instead of (H + 2 pad) * (W + 2 pad): 72
+ * instead of 100 on resnet20's 8x8 images.  Overwrites both. */
+static void s_f32_grids(float *gx, float *gg, size_t vlen, const lp_qsaved *sv,
+                        const float *dout, const nn_conv_dims *d, int n0, int cnt)
+{
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, V = 2 * pad + 1;
+    const size_t P = (size_t)H * W, J0 = (size_t)pad + (size_t)pad * W;
+    const size_t srow = (size_t)(H + pad) * W;
+    for (int r = 0; r < C * V; r++)
+        s_f32_zero_pads(gx + (size_t)r * vlen, vlen, cnt, H, W, pad);
+    for (int r = 0; r < OC; r++)
+        s_f32_zero_pads(gg + (size_t)r * vlen, vlen, cnt, H, W, pad);
+    for (int j = 0; j < cnt; j++) {
+        for (int c = 0; c < C; c++) {
+            float *g0 = gx + (size_t)c * V * vlen + J0 + (size_t)j * srow;
+            float *gc = g0 + (size_t)pad * vlen; /* dx = 0: the plane as it is */
+            lp_dequantize(gc, sv->xq + ((size_t)(n0 + j) * C + c) * P, P, sv->xp);
+            for (int v = 0; v < V; v++) {
+                const int dx = v - pad;
+                if (!dx)
+                    continue;
+                float *gv = g0 + (size_t)v * vlen;
+                memcpy(gv, gc, P * sizeof(float));
+                const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+                for (int h = 0; h < H; h++)
+                    for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
+                        gv[(size_t)h * W + w] = 0.0f;
+            }
+        }
+        for (int oc = 0; oc < OC; oc++)
+            memcpy(gg + (size_t)oc * vlen + J0 + (size_t)j * srow,
+                   dout + ((size_t)(n0 + j) * OC + oc) * P, P * sizeof(float));
+    }
+}
+
+/* dw (OC, C, K, K) += the FP32 weight gradient of a stride-1 same conv:
+ * nn's shifted dot (nn_shiftdot) on grids the saved codes are dequantized
+ * straight into (no dequantized copy of the input), in the shift path's
+ * layout (s_f32_grids).  Scratch: s_wgrad_f32_bytes(d). */
+static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
+                        void *scratch)
+{
+    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, K = d->KH, pad = d->pad;
+    const int T = K * K, V = 2 * pad + 1, nb = s_wgrad_bf16_nb(d);
+    const size_t vlen = s_wgrad_f32_vlen(d), J0 = (size_t)pad + (size_t)pad * W;
+    unsigned char *sp = (unsigned char *)scratch;
+    float *gx = lp_take(&sp, ((size_t)C * V + (size_t)OC) * vlen * 4);
+    float *gg = gx + (size_t)C * V * vlen;
+    float *Dt = lp_take(&sp, (size_t)OC * C * T * 4);
+    /* tap (kh, kw) reads variant kw, shifted by rows and columns; the taps
+     * go variant by variant (u = kw*K + kh), so the rows nn's dot reads
+     * together are one variant W lanes apart (a read stream the others
+     * follow in L1), not three variants; Dt holds the sums in that order */
+    int toff[LP_SHIFT_TMAX];
+    for (int u = 0; u < T; u++)
+        toff[u] = (int)((size_t)(u / K) * vlen) + (u % K - pad) * W + (u / K - pad);
+    memset(Dt, 0, (size_t)OC * C * T * 4);
+    for (int n0 = 0; n0 < N; n0 += nb) {
+        const int cnt = N - n0 < nb ? N - n0 : nb;
+        const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
+        s_f32_grids(gx, gg, vlen, sv, dout, d, n0, cnt);
+        nn_shiftdot(Dt, (size_t)C * T, gg + J0, vlen, OC, gx + J0, (size_t)V * vlen, C, toff, T,
+                    n);
+    }
+    for (size_t r = 0; r < (size_t)OC * C; r++)
+        for (int u = 0; u < T; u++)
+            dw[r * T + (size_t)(u % K) * K + u / K] += Dt[r * T + u];
+}
+
+/* db (OC) += sum of dout over samples and pixels. */
+static void s_bias_grad(float *db, const float *dout, int N, int OC, int P)
+{
+    for (int n = 0; n < N; n++)
+        for (int oc = 0; oc < OC; oc++) {
+            const float *g = dout + ((size_t)n * OC + oc) * P;
+            float t = 0;
+            for (int p = 0; p < P; p++)
+                t += g[p];
+            db[oc] += t;
+        }
+}
+
+
+size_t lp_conv_wgrad_bytes(const nn_conv_dims *d)
+{
+    /* a chunk of dequantized input + nn's scratch ... */
+    nn_conv_dims dc = *d;
+    dc.N = s_wgrad_nb(d);
+    size_t bw = LP_ALIGN64((size_t)dc.N * d->C * d->H * d->W * sizeof(float)) +
+                LP_ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
+    /* ... or the weight gradients built from the codes (bf16, FP32) */
+    size_t bb = s_wgrad_bf16_bytes(d), bf = s_wgrad_f32_bytes(d);
+    bw = bw > bb ? bw : bb;
+    bw = bw > bf ? bw : bf;
+    return bw;
+}
+
+/* dw and db (either may be NULL) += the gradients through nn's FP32 conv
+ * backward (no din) on the dequantized codes, in chunks of nw samples: the
+ * dequantized chunk is still in cache when the conv reads it, and the
+ * scratch stays small.  db alone: s_bias_grad. */
+static void s_wgrad_nn(float *dw, float *db, const float *dout, const lp_qsaved *sv,
+                       const nn_conv_dims *d, void *scratch)
+{
+    const int N = d->N, OC = d->OC, P = d->OH * d->OW;
+    const size_t xper = (size_t)d->C * d->H * d->W;
+    if (!dw) {
+        s_bias_grad(db, dout, N, OC, P);
+        return;
+    }
+    const int nw = s_wgrad_nb(d);
+    nn_conv_dims dc = *d;
+    dc.N = nw;
+    unsigned char *wsp = (unsigned char *)scratch;
+    float *xf = lp_take(&wsp, (size_t)nw * xper * sizeof(float));
+    float *nscr = lp_take(&wsp, nn_conv_scratch_floats(&dc) * sizeof(float));
+    for (int n0 = 0; n0 < N; n0 += nw) {
+        dc.N = N - n0 < nw ? N - n0 : nw;
+        lp_dequantize(xf, sv->xq + (size_t)n0 * xper, (size_t)dc.N * xper, sv->xp);
+        nn_conv2d_backward(NULL, dw, db, dout + (size_t)n0 * OC * P, xf, NULL, &dc, nscr);
+    }
+}
+
+void lp_conv_wgrad(float *dw, float *db, const float *dout, const lp_qsaved *sv,
+                   const nn_conv_dims *d, void *scratch)
+{
+    /* bf16 on the codes where the CPU has it (s_wgrad_bf16); else FP32,
+     * straight from the codes on the shift geometry (s_wgrad_f32), through
+     * nn's FP32 conv backward on the dequantized codes otherwise */
+    if (dw && (s_wgrad_bf16_on(d) || lp_conv_shift_geom(d))) {
+        if (s_wgrad_bf16_on(d))
+            s_wgrad_bf16(dw, dout, sv, d, scratch);
+        else
+            s_wgrad_f32(dw, dout, sv, d, scratch);
+        if (db)
+            s_bias_grad(db, dout, d->N, d->OC, d->OH * d->OW);
+    } else if (dw || db) {
+        s_wgrad_nn(dw, db, dout, sv, d, scratch);
+    }
+}

@@ -1,0 +1,71 @@
+/* lp_kern — see lp_kern.h. */
+#include "lowprec/lp_kern.h"
+
+#include <pthread.h>
+
+#include "lowprec/lp_bf16.h"
+#include "lowprec/lp_gemm.h"
+#include "lowprec/lp_layers.h"
+#include "lowprec/lp_simd.h"
+
+static lp_kern_t      s_tab[NN_CPU_LEVELS];
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+
+/* Every entry the scalar twin (the portable kernels), no capabilities. */
+static void s_fill_twins(lp_kern_t *k)
+{
+    *k = (lp_kern_t){
+        .minmax = lp_minmax_ref,
+        .quantize = lp_quantize_ref,
+        .quantize_sr = lp_quantize_sr_ref,
+        .dequantize = lp_dequantize_ref,
+        .fake_quant_sr = lp_fake_quant_sr_ref,
+        .fake_quant_sr_add = lp_fake_quant_sr_add_ref,
+        .gemm = lp_gemm_kernel_portable,
+        .shiftgemm = lp_shiftgemm_ref,
+        .shiftgemm_q = lp_shiftgemm_q_ref,
+        .dequant_row = lp_dequant_row_ref,
+        .dequant_rows = lp_dequant_rows_ref,
+        .dequant_row_q = lp_dequant_row_q_ref,
+        .quads = 0,
+        .pair_plane = lp_pair_plane_ref,
+        .quad_row = lp_quad_row_ref,
+        .tap_sum_row = lp_tap_sum_row_ref,
+        .tap_isum_row = lp_tap_isum_row_ref,
+        .ren_row_fwd = lp_ren_row_fwd_ref,
+        .ren_row_bwd = lp_ren_row_bwd_ref,
+        .find_eq = lp_find_eq_ref,
+        .minmax_u8 = lp_minmax_u8_ref,
+        .find_u8 = lp_find_u8_ref,
+        .bf16 = 0,
+        .bf16_row = lp_bf16_row_ref,
+        .bf16_codes_row = lp_bf16_codes_row_ref,
+        .shiftdot_bf16 = lp_shiftdot_bf16_ref,
+        .tilegemm = NULL,
+        .tiledot_bf16 = NULL,
+    };
+}
+
+static void s_build(void)
+{
+    for (int l = 0; l < NN_CPU_LEVELS; l++) {
+        s_fill_twins(&s_tab[l]);
+        lp_kern_fill_arch(&s_tab[l], (nn_cpu_t)l);
+    }
+}
+
+const lp_kern_t *lp_kern(void)
+{
+    pthread_once(&s_once, s_build);
+    return &s_tab[nn_cpu_level()];
+}
+
+/* An architecture without a builder of its own (lp_kern_<arch>.c) runs
+ * the scalar twins at its one level. */
+#if !defined(__x86_64__) && !defined(__i386__)
+void lp_kern_fill_arch(lp_kern_t *k, nn_cpu_t level)
+{
+    (void)k;
+    (void)level;
+}
+#endif
