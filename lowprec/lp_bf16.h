@@ -1,4 +1,4 @@
-/* lp_bf16 — 16-bit (bf16) weight gradients for the 8-bit ops (DESIGN §5:
+/* lp_bf16 — 16-bit (bf16) weight gradients for the 8-bit ops (docs/design.md §5:
  * the paper and Banner et al. keep the weight gradient in 16- or 32-bit).
  *
  * Owns:    the process-wide choice of weight-gradient arithmetic for the

@@ -1,5 +1,5 @@
 /* lp_layers — 8-bit training kernels: conv2d, linear, Range EvoNorm and the
- * quantized residual add (DESIGN §5, the reference's quantize.py).
+ * quantized residual add (docs/design.md §5, the reference's quantize.py).
  *
  * Owns:    the layer arithmetic of real 8-bit training: forward and error-
  *          gradient (input-gradient) GEMMs run in exact integer arithmetic on
@@ -120,7 +120,7 @@ void lp_linear_backward_fq(float *din, float *dw, float *db, const float *dout, 
                            lp_qparams xp, const float *w, int N, int F, int OF, lp_mode mode,
                            uint64_t seed, float *scratch);
 
-/* ---- Range EvoNorm (DESIGN §5) ----------------------------------------- */
+/* ---- Range EvoNorm (docs/design.md §5) --------------------------------- */
 /* Per sample n and group g (C/G consecutive channels, T = (C/G)*HW values
  * in c,h,w order, T >= 32):
  *   x = Q_act(in);  nrm = x * hardsigmoid(v*x),  hardsigmoid(u) = clamp(u/6 + 1/2, 0, 1)

@@ -1,5 +1,5 @@
 /* lp_model — 8-bit op classes for the model graph (nn_model.h) and the
- * factories that build models with them (DESIGN §5).
+ * factories that build models with them (docs/design.md §5).
  *
  * Owns:    four op classes per flavour, wrapping the kernels of lp_layers.h:
  *            conv    lp_conv2d_*         linear  lp_linear_*

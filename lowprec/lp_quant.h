@@ -1,4 +1,4 @@
-/* lp_quant — per-tensor affine uint8 quantizers (DESIGN §5, Banner et al.).
+/* lp_quant — per-tensor affine uint8 quantizers (docs/design.md §5, Banner et al.).
  *
  * Owns:    the 8-bit code format used everywhere in lowprec/: a tensor is
  *          uint8 codes k plus lp_qparams {scale, min}, value = k*scale + min,
@@ -91,7 +91,7 @@ lp_qparams lp_tensor_qparams(const float *x, size_t n);
  * *mn, *mx = mean over the N samples of each sample's min and max. */
 void lp_batch_range(float *mn, float *mx, const float *x, int N, size_t per);
 
-/* Quantization parameters of an activation (DESIGN §5).  run_range (2:
+/* Quantization parameters of an activation (docs/design.md §5).  run_range (2:
  * running min, running max) is a model buffer.  train: batch range of x,
  * then run = 0.1*run + 0.9*batch; eval: the running range (x unused). */
 lp_qparams lp_act_qparams(float *run_range, const float *x, int N, size_t per, int train);

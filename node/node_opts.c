@@ -147,7 +147,7 @@ static const char s_help_model[] =
 "                      keep their fresh initialisation (a new head)\n";
 
 static const char s_help_optim[] =
-"optimisation (SGD, DESIGN §3):\n"
+"optimisation (SGD, docs/design.md §3):\n"
 "  --epochs E          [5]        --batch B    [32]       --lr LR   [0.05]\n"
 "  --momentum M        [0.9]      --wd WD      [1e-4]     --no-nesterov\n"
 "  --warmup E          linear warm-up epochs from lr/10    [1]\n"
@@ -595,7 +595,7 @@ static int s_finish(node_opts *o, char *err, size_t errlen)
     if (o->g.gc.staleness < 0) /* node: measured, README "Bounded staleness" */
         o->g.gc.staleness = o->cmd == NODE_CMD_NODE && (o->g.gc.push_sum || o->g.gc.algo == GOSSIP_CHOCO)
                                 ? NODE_DEFAULT_STALENESS : 0;
-    if (o->g.gc.eta < 0) { /* DESIGN §3: 1 without compression, 0.01 with 99% top-k; */
+    if (o->g.gc.eta < 0) { /* docs/design.md §3: 1 without compression, 0.01 with 99% top-k; */
         o->g.gc.eta = o->g.comp.sparse != GOSSIP_SPARSE_NONE ? 0.01 : 1.0;
         /* a consensus step on delayed copies is stable up to about 1/(S+1)
          * (docs/gossip.md, "Bounded staleness") */
