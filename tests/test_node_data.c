@@ -196,6 +196,48 @@ static void test_train_eval_predict(void **state)
     free(e);
 }
 
+/* A table through a model file: train the shipped MLP in int8 on a CSV
+ * table, then eval and predict read everything (graph, per-feature
+ * standardisation, class names) from the saved model alone. */
+static void test_table_mlp(void **state)
+{
+    (void)state;
+    char model[300], log[300], err[512];
+    snprintf(model, sizeof model, "%s/t.safetensors", g_dir);
+    snprintf(log, sizeof log, "%s/log.txt", g_dir);
+    char *tr[] = {"lpgossip", "train", "--model", "models/mlp.yaml", "--precision", "int8",
+                  "--data", "csv:" FIX "iris_train.csv,test=" FIX "iris_test.csv", "--epochs", "3",
+                  "--batch", "4", "--save", model, NULL};
+    if (s_run(tr, log) != 0)
+        tk_dump(log), fail();
+    node_data_info in;
+    assert_int_equal(node_data_info_read(model, &in, err, sizeof err), 0);
+    assert_int_equal(in.c, 3);
+    assert_int_equal(in.classes, 3);
+    assert_string_equal(in.names[0], "setosa");
+    assert_non_null(in.mean);
+    assert_true(in.is_float);
+    node_data_info_free(&in);
+    char *pr[] = {"lpgossip", "predict", model, "--data", "csv:" FIX "iris_test.csv", "--json",
+                  NULL};
+    assert_int_equal(s_run(pr, log), 0);
+    char *e = tk_slurp(log);
+    int lines = 0;
+    for (char *q = strstr(e, "\"class\":\""); q; q = strstr(q + 1, "\"class\":\"")) {
+        q += strlen("\"class\":\"");
+        assert_true(!strncmp(q, "setosa\"", 7) || !strncmp(q, "versicolor\"", 11) ||
+                    !strncmp(q, "virginica\"", 10));
+        lines++;
+    }
+    free(e);
+    assert_int_equal(lines, 4); /* the test file's rows */
+    char *ev[] = {"lpgossip", "eval", model, "--json", NULL};
+    assert_int_equal(s_run(ev, log), 0);
+    e = tk_slurp(log);
+    ASSERT_HAS(e, "{\"class\":\"virginica\",\"samples\":2,");
+    free(e);
+}
+
 static int s_setup(void **state)
 {
     (void)state;
@@ -214,6 +256,7 @@ int main(void)
         cmocka_unit_test(test_sites),
         cmocka_unit_test(test_dirichlet_shards),
         cmocka_unit_test(test_train_eval_predict),
+        cmocka_unit_test(test_table_mlp),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
