@@ -126,9 +126,10 @@ static uint64_t s_fnv(uint64_t h, const void *p, size_t n)
 /* FNV-1a 64 of the file's bytes into hex[17]. */
 static int s_file_digest(const char *path, char hex[17], char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    char why[1200];
+    FILE *f = nn_fopen_regular(path, NULL, why, sizeof why);
     if (!f)
-        return nn_errf(err, errlen, "cannot read the topology file %s: %s", path, strerror(errno));
+        return nn_errf(err, errlen, "cannot read the topology file: %s", why);
     uint64_t h = S_FNV_INIT;
     unsigned char buf[65536];
     size_t got;
