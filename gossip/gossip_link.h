@@ -239,6 +239,11 @@ void gossip_link_set_model(gossip_link *l, float *x, float *extra, size_t nextra
  * peer_factor x period) or n > GOSSIP_PEER_GAPS. */
 double gossip_link_gap_deadline(const double *gaps, uint32_t n);
 
+/* |a - b| / min(|a|, |b|) over n floats (L2; infinite when the smaller
+ * is 0 and they differ): how far apart two neighbours' states are (a
+ * joiner takes a state only when two agree, "Start"). */
+double gossip_link_state_distance(const float *a, const float *b, size_t n);
+
 /* The receive path without sockets (fuzz targets, tests): handles one
  * message as if the transport had delivered it from neighbour rank `from`
  * (0 <= from < n, not this node) on channel dir: header checks, the

@@ -118,7 +118,10 @@ static void test_latecomer_joins(void **state)
         sent += strstr(s, "sent our model") != NULL;
         free(s);
     }
-    assert_int_equal(sent, 1);
+    assert_int_equal(sent, 2); /* two neighbours asked, their models compared */
+    const char *ag = strstr(ll, ") agree (distance ");
+    assert_non_null(ag);
+    printf("the latecomer's two holders%.*s\n", (int)strcspn(ag + 1, "\n"), ag + 1);
     /* the metrics say it too */
     char mp[700], want[64];
     snprintf(mp, sizeof mp, "%s/metrics-%d.jsonl", out, late);
@@ -134,7 +137,7 @@ static void test_latecomer_joins(void **state)
         states += strstr(met, "\"states_sent\":1") != NULL;
         free(met);
     }
-    assert_int_equal(states, 1);
+    assert_int_equal(states, 2);
     double dist[4], others = 0;
     assert_true(tk_model_spread(out, n, dist) >= 0);
     for (int i = 0; i < n; i++) {
