@@ -24,6 +24,9 @@
 #define S_STATE_EVERY  1.0   /* s between two STATE answers to the same peer */
 #define S_STATE_WAIT   5.0   /* s a joiner waits for a holder's next chunk */
 #define S_STATES       3     /* states a joiner compares at most */
+#define S_LINK_EVERY   0.3   /* s between two LINK_REQ to the same peer */
+#define S_LINK_ANSWER  0.05  /* s between two LINK_PROOF to the same peer */
+#define S_LINK_LOG     20    /* unproven messages of a peer before it is logged */
 /* Two neighbours' models agree when |a - b| <= S_STATE_AGREE x min(|a|, |b|)
  * (L2).  Honest neighbours of a run differ by a few percent (the
  * consensus distance; docs/node.md "Joining"); a foreign model (another
@@ -67,6 +70,7 @@ struct gossip_link {
     float             *zbuf;       /* holder: z and extra, packed from here */
     gossip_buf         sbytes, smsg;
     gossip_state_rx    rx;         /* joiner */
+    int                prove;      /* ids on a plaintext port must be proved */
     int                joining, state_ready;
     int                state_in;   /* the STATE asked for comes over our ROUTER */
     uint64_t           state_bytes_taken; /* bytes of the state taken last */
@@ -574,6 +578,7 @@ static int s_kind_ok(unsigned kind, int in)
     case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: return !in;
     case GOSSIP_MSG_HELLO: case GOSSIP_MSG_HELLO_ACK: case GOSSIP_MSG_PING: return 1;
     case GOSSIP_MSG_STATE_REQ: case GOSSIP_MSG_STATE: return 1;
+    case GOSSIP_MSG_LINK_REQ: case GOSSIP_MSG_LINK_PROOF: return in;
     default: return -1;
     }
 }
@@ -754,6 +759,114 @@ static void s_state(gossip_link *l, int j, int in, const uint8_t *msg, size_t le
     }
 }
 
+/* ---- ids on a plaintext port (gossip_link.h) ------------------------------ */
+
+/* j's messages over our ROUTER need a proof of its id: a neighbour both
+ * ways (our DEALER reaches the endpoint it is listed at), without CURVE
+ * (which proves ids by the handshake). */
+static int s_provable(const gossip_link *l, int j)
+{
+    return l->prove && l->p[j].is_in && l->p[j].is_out;
+}
+
+/* LINK_REQ with our token of the link to j over our DEALER (rate-limited):
+ * j answers with a LINK_PROOF over its DEALER, which lands on our ROUTER
+ * over j's own connection. */
+static void s_link_ask(gossip_link *l, int j)
+{
+    gossip_peer *p = &l->p[j];
+    double now = nn_now();
+    if (!l->net || now - p->link_asked < S_LINK_EVERY)
+        return;
+    p->link_asked = now;
+    char err[512];
+    gossip_msg_encode_link(GOSSIP_MSG_LINK_REQ, (uint32_t)l->rank, gossip_node_iter(l->g), l->fp,
+                           p->token, &l->ctl);
+    if (gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err) > 0)
+        p->sent_dealer = now;
+}
+
+/* LINK_REQ from j (over our ROUTER): its token back over our DEALER, which
+ * we connected to where j is listed (rate-limited; a token from an impostor
+ * under j's id goes to the real j, who refuses it). */
+static void s_link_answer(gossip_link *l, int j, uint64_t token)
+{
+    gossip_peer *p = &l->p[j];
+    double now = nn_now();
+    if (!l->net || !p->is_out || !token || now - p->link_answered < S_LINK_ANSWER)
+        return;
+    p->link_answered = now;
+    char err[512];
+    gossip_msg_encode_link(GOSSIP_MSG_LINK_PROOF, (uint32_t)l->rank, gossip_node_iter(l->g),
+                           l->fp, token, &l->ctl);
+    if (gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err) > 0)
+        p->sent_dealer = now;
+}
+
+/* The connection under j's id on our ROUTER, now: gossip_net's count. */
+static uint64_t s_conn(const gossip_link *l, int j)
+{
+    return l->net ? gossip_net_conn_gen(l->net, j) : 0;
+}
+
+/* A message of `kind` from j over our ROUTER: 1 when it must wait for the
+ * proof of j's id (dropped and counted; a HELLO is held and handled once
+ * the proof is in; a proof is asked for), 0 to handle it. */
+static int s_unproven(gossip_link *l, int j, unsigned kind, uint64_t iter, const uint8_t *msg,
+                      size_t len)
+{
+    gossip_peer *p = &l->p[j];
+    if (!s_provable(l, j) || kind == GOSSIP_MSG_LINK_REQ || kind == GOSSIP_MSG_LINK_PROOF)
+        return 0;
+    if (p->proved && p->proved_gen == s_conn(l, j))
+        return 0;
+    if (p->proved)
+        s_log(l, "%s (rank %d) speaks over another connection to our port: it proves its id "
+              "again", s_id(l, j), j);
+    p->proved = 0;
+    if (kind == GOSSIP_MSG_HELLO) {
+        p->held_hello = 1;
+        p->held_iter = iter;
+        p->held_nonce = gossip_msg_hello_nonce(msg, len);
+    }
+    l->st.unproven++;
+    if (++p->unproven == S_LINK_LOG)
+        s_log(l, "%d messages under the id of %s (rank %d) over our ROUTER without the proof "
+              "of its id (LINK_PROOF): dropped; whoever holds its id on our port is not the "
+              "%s we reach at %s, or cannot answer", S_LINK_LOG, s_id(l, j), j, s_id(l, j),
+              l->t->nodes[j].endpoint[0] ? l->t->nodes[j].endpoint : "its endpoint");
+    s_link_ask(l, j);
+    return 1;
+}
+
+static void s_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t nonce);
+
+/* LINK_PROOF from j over our ROUTER: with our token, the connection under
+ * j's id on our port is j's (the token went only to where j is listed). */
+static void s_link_proof(gossip_link *l, int j, uint64_t token)
+{
+    gossip_peer *p = &l->p[j];
+    if (!s_provable(l, j))
+        return;
+    if (token != p->token) {
+        s_refuse(l, "LINK_PROOF under the id of %s (rank %d) with a wrong token: the connection "
+                 "that holds its id on our port is not the %s we reach at its endpoint",
+                 s_id(l, j), j, s_id(l, j));
+        return;
+    }
+    if (p->proved && p->proved_gen == s_conn(l, j))
+        return;
+    p->proved = 1;
+    p->proved_gen = s_conn(l, j);
+    if (p->unproven >= S_LINK_LOG)
+        s_log(l, "%s (rank %d) proved its id on our port (%llu messages dropped before)",
+              s_id(l, j), j, (unsigned long long)p->unproven);
+    if (p->held_hello) {
+        p->held_hello = 0;
+        s_hello(l, j, 1, p->held_iter, p->held_nonce);
+    }
+}
+
 /* One message from the transport. */
 static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg, size_t len)
 {
@@ -766,6 +879,8 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
     uint64_t iter = h.iter;
     gossip_peer *p = &l->p[from];
     uint64_t refused_before = l->st.refused;
+    if (in && s_unproven(l, from, kind, iter, msg, len))
+        return;
     if ((kind == GOSSIP_MSG_GOSSIP || kind == GOSSIP_MSG_RESYNC) && p->bye_in && p->down)
         return; /* a late one of an instance that left and is out: nothing to use */
     switch (kind) {
@@ -826,6 +941,12 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         break;
     case GOSSIP_MSG_BYE_ACK:
         p->bye_ack = 1;
+        break;
+    case GOSSIP_MSG_LINK_REQ:
+        s_link_answer(l, from, gossip_msg_link_token(msg, len));
+        break;
+    case GOSSIP_MSG_LINK_PROOF:
+        s_link_proof(l, from, gossip_msg_link_token(msg, len));
         break;
     }
     if (l->st.refused == refused_before) {
@@ -937,6 +1058,9 @@ gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int
     l->round_period = 0;
     nn_rng_seed(&l->rng, cfg->seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(rank + 1)));
     l->nonce = s_new_nonce(rank);
+    l->prove = net && !t->security_curve;
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].token = s_new_nonce(rank); /* secret: only our DEALER carries it */
     return l;
 }
 
@@ -1092,6 +1216,8 @@ static void s_hellos(gossip_link *l, int rejoin, uint64_t start)
         const gossip_peer *p = &l->p[j];
         if (p->is_out && !p->ack)
             s_ctl(l, GOSSIP_MSG_HELLO, j, 0, start);
+        if (s_provable(l, j) && !p->proved)
+            s_link_ask(l, j);
         if (rejoin && p->is_in && !p->hello)
             s_ctl(l, GOSSIP_MSG_HELLO, j, 1, start);
     }
@@ -1871,6 +1997,16 @@ void gossip_link_expect_state(gossip_link *l, int from)
 int gossip_link_state_ready(const gossip_link *l)
 {
     return l->state_ready;
+}
+
+void gossip_link_set_prove(gossip_link *l, int on)
+{
+    l->prove = on != 0;
+}
+
+uint64_t gossip_link_token(const gossip_link *l, int j)
+{
+    return l->p[j].token;
 }
 
 void gossip_link_set_running(gossip_link *l, int running)

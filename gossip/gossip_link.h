@@ -163,6 +163,8 @@ typedef struct {
     uint64_t isolated_rounds;  /* the last rounds in a row that mixed nothing of any
                                   in-neighbour (all of them left out) */
     uint64_t state_refused;    /* STATE messages refused (of `refused`) */
+    uint64_t unproven;         /* messages over our ROUTER dropped for want of the
+                                  proof of the sender's id ("Ids on a plaintext port") */
     uint64_t states_sent;      /* whole states sent to joining neighbours */
     uint64_t state_bytes;      /* bytes of those */
     int      joined;           /* this node joined a run in progress (state transfer) */
@@ -253,6 +255,11 @@ double gossip_link_state_distance(const float *a, const float *b, size_t n);
 void gossip_link_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg,
                         size_t len);
 void gossip_link_set_running(gossip_link *l, int running);
+/* Harnesses: ids over the ROUTER must be proved (on; a link made with a
+ * net does so without CURVE), and this link's secret token for neighbour
+ * j (what its LINK_PROOF must carry). */
+void gossip_link_set_prove(gossip_link *l, int on);
+uint64_t gossip_link_token(const gossip_link *l, int j);
 /* Harnesses: the link expects a state transfer from rank `from` (as a
  * joiner that sent STATE_REQ; -1: none), and whether it has arrived whole
  * and checked (the values are not applied: that is gossip_link_start's). */

@@ -33,6 +33,11 @@ struct gossip_net {
     void      **dealers;    /* nout, DEALER to out_ranks[k] */
     int        *out_pos;    /* n: index into out_ranks or -1 */
     char       *is_in;      /* n: 1 for in-neighbours (union over the schedule) */
+    /* the ROUTER connection each in-neighbour's last message came on: its
+     * fd and when that fd was accepted, and a count of changes */
+    int        *conn_fd;    /* n, -1: none yet */
+    double     *conn_open;  /* n */
+    uint64_t   *conn_gen;   /* n */
     zmq_pollitem_t *items;  /* 3 + nout: router, dealers, monitor, discovery's beacon */
     gossip_disc *disc;      /* `discovery: lan`, else NULL */
     char      (*dealer_ep)[TOPO_ENDPOINT_MAX]; /* nout: where DEALER k is connected, or "" */
@@ -387,6 +392,11 @@ static void s_neighbours(gossip_net *net, const topo *t, int rank)
     net->out_ranks = nn_xcalloc((size_t)t->n, sizeof(int));
     net->out_pos = nn_xcalloc((size_t)t->n, sizeof(int));
     net->is_in = nn_xcalloc((size_t)t->n, 1);
+    net->conn_fd = nn_xcalloc((size_t)t->n, sizeof *net->conn_fd);
+    net->conn_open = nn_xcalloc((size_t)t->n, sizeof *net->conn_open);
+    net->conn_gen = nn_xcalloc((size_t)t->n, sizeof *net->conn_gen);
+    for (int j = 0; j < t->n; j++)
+        net->conn_fd[j] = -1;
     int *in = nn_xcalloc((size_t)t->n, sizeof(int));
     int nin = topo_in_neighbors_any(t, rank, in);
     for (int k = 0; k < nin; k++)
@@ -622,6 +632,9 @@ void gossip_net_destroy(gossip_net **self_p)
     free(net->out_ranks);
     free(net->out_pos);
     free(net->is_in);
+    free(net->conn_fd);
+    free(net->conn_open);
+    free(net->conn_gen);
     free(net->fd_open);
     free(net->fd_delivered);
     free(net);
@@ -709,6 +722,25 @@ static int s_contested(const gossip_net *net, const uint8_t *id, size_t len)
     return (int)sender;
 }
 
+/* The message in net->cur, accepted from in-neighbour rank: another
+ * connection than its last message's (another fd, or the same fd
+ * accepted anew) counts a change (gossip_net_conn_gen). */
+static void s_note_conn(gossip_net *net, int rank)
+{
+    int fd = zmq_msg_get(&net->cur, ZMQ_SRCFD);
+    double open = fd >= 0 && fd < S_FD_MAX ? net->fd_open[fd] : 0;
+    if (fd == net->conn_fd[rank] && open == net->conn_open[rank])
+        return;
+    net->conn_fd[rank] = fd;
+    net->conn_open[rank] = open;
+    net->conn_gen[rank]++;
+}
+
+uint64_t gossip_net_conn_gen(const gossip_net *net, int rank)
+{
+    return rank >= 0 && rank < net->n ? net->conn_gen[rank] : 0;
+}
+
 /* Reads one message from the ROUTER: 1 accepted (in net->cur), 0 rejected
  * or nothing there, -1 transport error. */
 static int s_recv_router(gossip_net *net, int *from_rank, char *err, size_t errlen)
@@ -782,6 +814,7 @@ static int s_recv_router(gossip_net *net, int *from_rank, char *err, size_t errl
             return 0;
         }
     }
+    s_note_conn(net, rank);
     *from_rank = rank;
     return 1;
 }

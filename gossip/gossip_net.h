@@ -173,6 +173,12 @@ int gossip_net_reply(gossip_net *net, int to_rank, const uint8_t *msg, size_t le
 int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_dir *dir,
                     const uint8_t **msg, size_t *len, char *err, size_t errlen);
 
+/* How many times the ROUTER connection that in-neighbour rank's messages
+ * come on has changed (0 before its first message): a new value means
+ * the id is held by a connection that has not proved itself yet
+ * (gossip_link.h "Ids on a plaintext port"). */
+uint64_t gossip_net_conn_gen(const gossip_net *net, int rank);
+
 void gossip_net_stats_get(const gossip_net *net, gossip_net_stats *out);
 /* The endpoint the ROUTER is bound to (ZMQ_LAST_ENDPOINT; borrowed). */
 const char *gossip_net_endpoint(const gossip_net *net);
