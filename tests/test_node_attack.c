@@ -38,6 +38,7 @@
 #include "tests/tk_run.h"
 
 #include "gossip/gossip_codec.h"
+#include "gossip/gossip_state.h"
 #include "nn/nn_core.h"
 #include "nn/nn_model.h"
 #include "node/node_common.h"
@@ -225,6 +226,120 @@ static void s_attack(int port, const s_keys *k)
         close(fd);
 }
 
+/* ---- the join poisoner ------------------------------------------------------------ */
+
+/* What a whole state of the cnn is: its layout fingerprint and float count
+ * (parameters and the model's extra floats, as the link sends them). */
+static void s_cnn_state(uint32_t *fp, size_t *nstate)
+{
+    char err[512];
+    node_model_opts mo;
+    node_model_opts_defaults(&mo);
+    mo.model = NODE_ARCH_CNN;
+    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
+    if (!m)
+        fail_msg("%s", err);
+    nn_arena *buf = nn_model_buffers(m);
+    *fp = gossip_layout_fingerprint(nn_model_params(m));
+    *nstate = nn_model_params(m)->numel + (buf && buf->nviews ? buf->numel : 0);
+    nn_model_destroy(&m);
+}
+
+#define S_POISONERS 8
+
+/* The join poisoner: S_POISONERS DEALERs under the routing id of rank
+ * `as` ("n<as>"), made before the target starts, reconnecting every
+ * millisecond (ZMQ_RECONNECT_IVL 1) so that one of them holds the id on
+ * the target's fresh port before the real node's DEALER gets there.
+ * Every 50 ms each says HELLO, HELLO_ACK (join) and PING at iteration
+ * `claim` (half of them: 10^12) and a LINK_PROOF with a made-up token;
+ * every STATE_REQ it gets, and every second unasked (to race the real
+ * node's answer), it sends a whole, CRC-correct state of all 1.0 at that
+ * iteration. */
+typedef struct {
+    void    *ctx, *d[S_POISONERS];
+    uint32_t as, fp;
+    size_t   nstate;
+    uint64_t claim;
+    int      reqs;
+    double   push;  /* next unasked push of the state from every socket */
+} s_poisoner;
+
+static void s_poison_start(s_poisoner *z, int port, uint32_t as, uint64_t claim, const s_keys *k)
+{
+    memset(z, 0, sizeof *z);
+    z->as = as;
+    z->claim = claim;
+    s_cnn_state(&z->fp, &z->nstate);
+    z->ctx = zmq_ctx_new();
+    char id[16];
+    snprintf(id, sizeof id, "n%u", as);
+    int one = 1;
+    for (int i = 0; i < S_POISONERS; i++) {
+        z->d[i] = s_dealer_k(z->ctx, id, port, k);
+        zmq_setsockopt(z->d[i], ZMQ_RECONNECT_IVL, &one, sizeof one);
+    }
+}
+
+static void s_poison_send(void *d, const gossip_buf *b)
+{
+    zmq_send(d, b->data, b->len, ZMQ_DONTWAIT);
+}
+
+/* The poisoner at work for `seconds`. */
+static void s_poison_run(s_poisoner *z, double seconds)
+{
+    gossip_buf b = {0}, bytes = {0};
+    float *one = nn_xmalloc(z->nstate * sizeof *one);
+    for (size_t i = 0; i < z->nstate; i++)
+        one[i] = 1.0f;
+    uint32_t crc = gossip_state_pack(one, z->nstate, &bytes);
+    double t0 = nn_now(), next = 0;
+    uint8_t in[256];
+    while (nn_now() - t0 < seconds) {
+        for (int i = 0; i < S_POISONERS; i++) {
+            if (nn_now() >= next) {
+                uint64_t claim = i % 2 ? z->claim : 1000000000000ull;
+                gossip_msg_encode_hello(GOSSIP_MSG_HELLO, z->as, claim, z->fp,
+                                        0x5eed0000ULL + (uint64_t)i, &b);
+                s_poison_send(z->d[i], &b);
+                gossip_msg_encode_hello_ack(z->as, claim, z->fp, 0x5eed0000ULL + (uint64_t)i,
+                                            GOSSIP_HELLO_JOIN, &b);
+                s_poison_send(z->d[i], &b);
+                gossip_msg_encode_control(GOSSIP_MSG_PING, z->as, claim, z->fp, &b);
+                s_poison_send(z->d[i], &b);
+                gossip_msg_encode_link(GOSSIP_MSG_LINK_PROOF, z->as, 0, z->fp,
+                                       0xbadc0ffeeULL + (uint64_t)i, &b);
+                s_poison_send(z->d[i], &b);
+            }
+            int len = zmq_recv(z->d[i], in, sizeof in, ZMQ_DONTWAIT);
+            int asked = len >= GOSSIP_HEADER_BYTES && in[5] == GOSSIP_MSG_STATE_REQ;
+            z->reqs += asked;
+            if (!asked && nn_now() < z->push)
+                continue;
+            uint64_t claim = i % 2 ? z->claim : 1000000000000ull;
+            for (size_t c = 0; gossip_state_chunk_msg(z->as, claim, z->fp, &bytes, crc,
+                                                      GOSSIP_STATE_CHUNK_MAX, c, &b) > 0; c++)
+                s_poison_send(z->d[i], &b);
+        }
+        if (nn_now() >= z->push)
+            z->push = nn_now() + 1.0;
+        if (nn_now() >= next)
+            next = nn_now() + 0.05;
+        usleep(1000);
+    }
+    free(one);
+    gossip_buf_free(&b);
+    gossip_buf_free(&bytes);
+}
+
+static void s_poison_stop(s_poisoner *z)
+{
+    for (int i = 0; i < S_POISONERS; i++)
+        zmq_close(z->d[i]);
+    zmq_ctx_term(z->ctx);
+}
+
 /* ---- a hostile peer under a live neighbour's id ------------------------------------ */
 
 static void test_contested_id(void **state)
@@ -276,6 +391,80 @@ static void test_contested_id(void **state)
     snprintf(lf, sizeof lf, "%s/log-1.txt", out); /* gossip_net logs there */
     assert_true(s_log_has(lf, "contested id"));
     assert_false(s_log_has(logs[1], "(re)starts"));
+}
+
+/* ---- the join poisoner against a latecomer ---------------------------------------- */
+
+/* Four nodes on an undirected ring, n3 started 1.5 s after the others
+ * (it joins the run in progress), the poisoner under n0's id (the first
+ * holder n3 asks) on n3's fresh port from before n3 starts until 12 s
+ * later.  Before: n3 took the
+ * poisoner's all-1.0 model (or jumped to iteration 10^12) and every node
+ * ended at 10%.  Now: every node exits 0, n3 drops what comes under n2's
+ * id on its port without the proof of the id, asks for states over its
+ * DEALERs only, joins within the run, and its final model is as close to
+ * the average as the others'. */
+static void test_join_poisoning(void **state)
+{
+    (void)state;
+    const int n = 4, late = 3, batch = 8, iters = 300;
+    int ports[4];
+    char topo[512], out[512], subset[32], bs[16], logs[4][600];
+    snprintf(topo, sizeof topo, "%s/ring4.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: undirected_ring\n", ports), 0);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.1",
+                      "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
+                      "--lr", "0.05", "--seed", "3", "--no-eval", "--start-window", "2",
+                      "--peer-timeout", "3", "--timeout", "60", "--out", out, NULL};
+    for (int i = 0; i < n; i++)
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+    for (int i = 0; i < n; i++)
+        if (i != late)
+            assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
+    if (!tk_wait_log(logs[0], "start barrier passed", 60)) {
+        tk_dump(logs[0]);
+        fail_msg("the quorum of 3 never started");
+    }
+    usleep(1500000);
+    s_poisoner z;
+    s_poison_start(&z, ports[late], 0, (uint64_t)iters - 5, NULL);
+    assert_true(tk_node(topo, late, common, NULL, logs[late]) > 0);
+    s_poison_run(&z, 12);
+    s_poison_stop(&z);
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(240, status);
+    if (rc != 0 || status[0] || status[1] || status[2] || status[3]) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        fail_msg("not every node finished (rc %d: %d %d %d %d)", rc, status[0], status[1],
+                 status[2], status[3]);
+    }
+    char *ll = tk_slurp(logs[late]);
+    const char *j = strstr(ll, "joined at iteration ");
+    if (!j)
+        fail_msg("the latecomer did not join:\n%s", ll);
+    long T = strtol(j + strlen("joined at iteration "), NULL, 10);
+    char met[700];
+    snprintf(met, sizeof met, "%s/metrics-%d.jsonl", out, late);
+    long unproven = s_metric(met, "unproven");
+    double dist[4], others = 0;
+    assert_true(tk_model_spread(out, n, dist) >= 0);
+    for (int i = 0; i < n; i++)
+        if (i != late && dist[i] > others)
+            others = dist[i];
+    printf("latecomer joined at iteration %ld of %d; the poisoner got %d STATE_REQs; %ld "
+           "messages under n0's id dropped unproven; distances to the average %.4f (others' "
+           "max) and %.4f (the latecomer)\n", T, iters, z.reqs, unproven, others, dist[late]);
+    if (T <= 0 || T >= iters - 20 || z.reqs != 0 || unproven < 1 ||
+        !strstr(ll, "without the proof of its id") || !isfinite(dist[late]) ||
+        dist[late] > fmax(2.0 * others, 0.02)) {
+        tk_dump(logs[late]);
+        fail_msg("the latecomer was poisoned or did not refuse the poisoner");
+    }
+    free(ll);
 }
 
 /* ---- cut off: frozen past the neighbours' end ------------------------------------- */
@@ -459,6 +648,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cut_off, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_contested_id, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_join_poisoning, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_drill, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
