@@ -1,5 +1,6 @@
 /* test_node_attack — a hostile peer on 127.0.0.1 speaking under a live
- * neighbour's routing id (issue 12, the link half).
+ * neighbour's routing id, and a join poisoner under a neighbour's id on a
+ * latecomer's fresh port.
  *
  *   contested id: three real `lpgossip node` processes on an undirected
  *     ring; the test connects DEALERs to n1's ROUTER with the routing id
@@ -12,6 +13,9 @@
  *     real n0 down nor take a spoofed HELLO for a restart; the impostors'
  *     connections, which never deliver under n0's id, are closed, logged
  *     and counted (rejected_contested).
+ *   join poisoning: test_join_poisoning (below).
+ *   the drill (LPGOSSIP_DRILL=1, scripts/attack): both, each against an
+ *     undisturbed run, plaintext and CURVE, with the averaged accuracy.
  * Every wait is bounded; children are killed and temp files removed in the
  * teardown.
  */
@@ -510,25 +514,29 @@ static void test_cut_off(void **state)
 /* ---- the drill: a live 4-node run under attack, with and without CURVE -------------- */
 
 /* One 4-node run (undirected ring, choco, cnn) in dir; with curve, keys
- * from `lpgossip keygen`.  attacked: s_attack against n1 as n0 (with CURVE
- * as member n2, a neighbour of n1, with its own keys).  Fills the exit
- * statuses, n1's counters and the averaged model's accuracy. */
+ * from `lpgossip keygen`.  mode 1: s_attack against n1 as n0 (with CURVE
+ * as member n2, a neighbour of n1, with its own keys); mode 2: n3 starts
+ * 1.5 s after the others (a latecomer: it joins the run); mode 3: the
+ * same with the join poisoner under n0's id on n3's port (with CURVE as
+ * member n2).  Fills the exit statuses, the target's counters and the
+ * averaged model's accuracy. */
 typedef struct {
     int    status[4];
-    long   rejected, contested, auth, nonfinite, down;
+    long   rejected, contested, auth, nonfinite, down, unproven, join_iter;
     double acc;
 } s_drill_run;
 
-static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
+/* The drill's topology file (and keys) in dir; ports, pub and sec filled. */
+static void s_drill_files(const char *dir, int curve, char *topo, size_t topolen, int *ports,
+                          char pub[4][41], char sec[4][620])
 {
     const int n = 4;
-    char topo[600], key[4][600], sec[4][620], pub[4][41], logs[4][620];
-    int ports[4];
+    char key[4][600];
     assert_int_equal(mkdir(dir, 0700), 0);
     for (int i = 0; i < n && curve; i++) {
         char log[700];
         snprintf(key[i], sizeof key[i], "%s/k%d", dir, i);
-        assert_true(snprintf(sec[i], sizeof sec[i], "%s_secret", key[i]) < (int)sizeof sec[i]);
+        assert_true(snprintf(sec[i], 620, "%s_secret", key[i]) < 620);
         snprintf(log, sizeof log, "%s/keygen%d.txt", dir, i);
         char *args[] = {"lpgossip", "keygen", key[i], NULL};
         assert_int_equal(tk_wait(tk_spawn(NULL, args, log, -1), 30), 0);
@@ -538,7 +546,7 @@ static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
         pub[i][40] = '\0';
         free(txt);
     }
-    snprintf(topo, sizeof topo, "%s/ring4.yaml", dir);
+    snprintf(topo, topolen, "%s/ring4.yaml", dir);
     FILE *f = fopen(topo, "w");
     assert_non_null(f);
     fprintf(f, "%snodes:\n", curve ? "security: curve\n" : "");
@@ -551,53 +559,83 @@ static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
     }
     fprintf(f, "graph:\n  generator: undirected_ring\n");
     fclose(f);
-    char out[620];
+}
+
+static void s_drill_node(const char *topo, int i, const char *out, const char *sec,
+                         const char *log)
+{
+    char rk[16], *args[40];
+    int a = 0;
+    snprintf(rk, sizeof rk, "%d", i);
+    char *base[] = {"lpgossip", "node", "--topology", (char *)topo, "--rank", rk, "--algo",
+                    "choco", "--compress", "topk:0.1+q8", "--eta", "0.5", "--model", "cnn",
+                    "--train-subset", "12800", "--batch", "16", "--epochs", "1", "--lr", "0.05",
+                    "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout", "60",
+                    "--staleness", "0", "--out", (char *)out, NULL};
+    for (int k = 0; base[k]; k++)
+        args[a++] = base[k];
+    if (sec) {
+        args[a++] = "--cert";
+        args[a++] = (char *)sec;
+    }
+    args[a] = NULL;
+    assert_true(tk_spawn(NULL, args, log, -1) > 0);
+}
+
+/* Member `who`'s keys (with CURVE), to reach `target`'s port. */
+static void s_member_keys(s_keys *k, const char *sec, const char *target_pub)
+{
+    zcert_t *c = zcert_load(sec);
+    assert_non_null(c);
+    memcpy(k->pub, zcert_public_key(c), 32);
+    memcpy(k->sec, zcert_secret_key(c), 32);
+    zcert_destroy(&c);
+    assert_non_null(zmq_z85_decode(k->server, target_pub));
+}
+
+static void s_drill(const char *dir, int curve, int mode, s_drill_run *res)
+{
+    const int n = 4, target = mode >= 2 ? 3 : 1, late = mode >= 2 ? 3 : -1;
+    char topo[600], pub[4][41], sec[4][620], logs[4][620], out[620];
+    int ports[4];
+    s_drill_files(dir, curve, topo, sizeof topo, ports, pub, sec);
     snprintf(out, sizeof out, "%s/run", dir);
     for (int i = 0; i < n; i++) {
-        char rk[16], *args[40];
-        int a = 0;
-        snprintf(rk, sizeof rk, "%d", i);
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", dir, i);
-        char *base[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--algo", "choco",
-                        "--compress", "topk:0.1+q8", "--eta", "0.5", "--model", "cnn",
-                        "--train-subset", "12800", "--batch", "16", "--epochs", "1", "--lr",
-                        "0.05", "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout",
-                        "60", "--staleness", "0", "--out", out, NULL};
-        for (int k = 0; base[k]; k++)
-            args[a++] = base[k];
-        if (curve) {
-            args[a++] = "--cert";
-            args[a++] = sec[i];
-        }
-        args[a] = NULL;
-        assert_true(tk_spawn(NULL, args, logs[i], -1) > 0);
+        if (i != late)
+            s_drill_node(topo, i, out, curve ? sec[i] : NULL, logs[i]);
     }
-    if (attacked) {
+    s_keys k;
+    if (curve && mode != 2)
+        s_member_keys(&k, sec[2], pub[target]);
+    if (mode == 1) {
         double t0 = nn_now();
         while (!s_log_has(logs[1], "start barrier passed") && nn_now() - t0 < 60)
             usleep(50000);
-        s_keys k;
-        if (curve) {
-            char path[700];
-            snprintf(path, sizeof path, "%s", sec[2]);
-            zcert_t *c = zcert_load(path);
-            assert_non_null(c);
-            memcpy(k.pub, zcert_public_key(c), 32);
-            memcpy(k.sec, zcert_secret_key(c), 32);
-            zcert_destroy(&c);
-            assert_non_null(zmq_z85_decode(k.server, pub[1]));
-        }
         s_attack(ports[1], curve ? &k : NULL);
+    } else if (mode >= 2) {
+        assert_true(tk_wait_log(logs[0], "start barrier passed", 60));
+        usleep(1500000);
+        s_poisoner z;
+        if (mode == 3)
+            s_poison_start(&z, ports[late], 0, 150, curve ? &k : NULL);
+        s_drill_node(topo, late, out, curve ? sec[late] : NULL, logs[late]);
+        if (mode == 3) {
+            s_poison_run(&z, 12);
+            s_poison_stop(&z);
+        }
     }
     int st[TK_MAXPROC];
     assert_int_equal(tk_wait_all(600, st), 0);
     char met[700];
-    snprintf(met, sizeof met, "%s/metrics-1.jsonl", out);
+    snprintf(met, sizeof met, "%s/metrics-%d.jsonl", out, target);
     res->rejected = s_metric(met, "rejected");
     res->contested = s_metric(met, "rejected_contested");
     res->auth = s_metric(met, "rejected_auth");
     res->nonfinite = s_metric(met, "refused_nonfinite");
     res->down = s_metric(met, "down_events");
+    res->unproven = s_metric(met, "unproven");
+    res->join_iter = s_metric(met, "join_iter");
     char m[4][700], elog[700];
     char *ev[12] = {"lpgossip", "eval", "--average", m[0], m[1], m[2], m[3], "--json", NULL};
     for (int i = 0; i < n; i++) {
@@ -612,33 +650,42 @@ static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
     tk_kill_all();
 }
 
+/* Pairs of runs, each undisturbed and attacked, plaintext and CURVE: the
+ * hostile peer (s_attack, target n1) and the join poisoner (target: the
+ * latecomer n3).  Goal: every exit status 0, accuracy within 1.5 points. */
 static void test_drill(void **state)
 {
     (void)state;
     if (!getenv("LPGOSSIP_DRILL"))
         skip(); /* minutes: scripts/attack runs it */
-    const char *mode[2] = {"plain", "curve"};
+    const char *sec[2] = {"plain", "curve"};
+    const char *runs[4] = {"undisturbed", "hostile peer", "latecomer", "latecomer + poisoner"};
     int ok = 1;
-    printf("| security | run | exit statuses | n1 rejected | contested | auth | non-finite | "
-           "down events | averaged accuracy |\n| --- | --- | --- | --- | --- | --- | --- | --- "
-           "| --- |\n");
-    for (int c = 0; c < 2; c++) {
-        s_drill_run r[2];
-        for (int a = 0; a < 2; a++) {
-            char dir[600];
-            snprintf(dir, sizeof dir, "%s/drill-%s-%d", s_dir, mode[c], a);
-            s_drill(dir, c, a, &r[a]);
-            printf("| %s | %s | %d %d %d %d | %ld | %ld | %ld | %ld | %ld | %.2f%% |\n", mode[c],
-                   a ? "attacked" : "undisturbed", r[a].status[0], r[a].status[1],
-                   r[a].status[2], r[a].status[3], r[a].rejected, r[a].contested, r[a].auth,
-                   r[a].nonfinite, r[a].down, 100 * r[a].acc);
-            for (int i = 0; i < 4; i++)
-                ok = ok && r[a].status[i] == 0;
+    printf("| security | run | exit statuses | target | rejected | contested | auth | "
+           "non-finite | unproven | down events | join iteration | averaged accuracy |\n"
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for (int c = 0; c < 2; c++)
+        for (int pair = 0; pair < 2; pair++) {
+            s_drill_run r[2];
+            for (int a = 0; a < 2; a++) {
+                int mode = 2 * pair + a;
+                char dir[600];
+                snprintf(dir, sizeof dir, "%s/drill-%s-%d", s_dir, sec[c], mode);
+                s_drill(dir, c, mode, &r[a]);
+                printf("| %s | %s | %d %d %d %d | n%d | %ld | %ld | %ld | %ld | %ld | %ld | %ld | "
+                       "%.2f%% |\n", sec[c], runs[mode], r[a].status[0], r[a].status[1],
+                       r[a].status[2], r[a].status[3], mode >= 2 ? 3 : 1, r[a].rejected,
+                       r[a].contested, r[a].auth, r[a].nonfinite, r[a].unproven, r[a].down,
+                       r[a].join_iter, 100 * r[a].acc);
+                fflush(stdout);
+                for (int i = 0; i < 4; i++)
+                    ok = ok && r[a].status[i] == 0;
+            }
+            double d = 100 * (r[1].acc - r[0].acc);
+            printf("| %s | difference | | | | | | | | | | %+.2f points (goal: within 1.5) |\n",
+                   sec[c], d);
+            ok = ok && r[0].acc > 0 && r[1].acc > 0 && fabs(d) <= 1.5;
         }
-        double d = 100 * (r[1].acc - r[0].acc);
-        printf("| %s | difference | | | | | | | %+.2f points (goal: within 1.5) |\n", mode[c], d);
-        ok = ok && r[0].acc > 0 && r[1].acc > 0 && fabs(d) <= 1.5;
-    }
     fflush(stdout);
     assert_true(ok);
 }
