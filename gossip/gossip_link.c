@@ -137,14 +137,16 @@ static int s_signals(const gossip_link *l)
     return l->cfg.signals ? (int)*l->cfg.signals : 0;
 }
 
+static int s_router_trusted(const gossip_link *l, int j);
+
 /* Control message `kind` carrying `iter` to j: over our DEALER (j is an
  * out-neighbour) or as a reply over our ROUTER (j is an in-neighbour).
  * Never blocks; a peer that is not connected just misses it. */
 static void s_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
 {
     char err[512];
-    if (!l->net)
-        return; /* a harness's link (gossip_link_handle) */
+    if (!l->net || (router && !s_router_trusted(l, j)))
+        return; /* a harness's link (gossip_link_handle), or not j's connection yet */
     if (kind == GOSSIP_MSG_HELLO || kind == GOSSIP_MSG_HELLO_ACK)
         gossip_msg_encode_hello((uint8_t)kind, (uint32_t)l->rank, iter, l->fp, l->nonce,
                                 &l->ctl);
@@ -656,6 +658,8 @@ static void s_hello_ack(gossip_link *l, int j, int router, uint64_t status)
         return;
     }
     char err[512];
+    if (router && !s_router_trusted(l, j))
+        return;
     gossip_msg_encode_hello_ack((uint32_t)l->rank, gossip_node_sent_thru(l->g), l->fp, l->nonce,
                                 status, &l->ctl);
     int rc = router ? gossip_net_reply(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err)
@@ -704,7 +708,8 @@ static void s_answer_state(gossip_link *l, int j, int in)
 {
     gossip_peer *p = &l->p[j];
     double now = nn_now();
-    if (!l->running || !l->x || !l->net || now - p->state_sent < S_STATE_EVERY)
+    if (!l->running || !l->x || !l->net || now - p->state_sent < S_STATE_EVERY ||
+        (in && !s_router_trusted(l, j)))
         return; /* the asker retries, or asks another neighbour */
     size_t numel = l->layout->numel, n = numel + l->nextra;
     if (!l->zbuf)
@@ -807,6 +812,15 @@ static void s_link_answer(gossip_link *l, int j, uint64_t token)
 static uint64_t s_conn(const gossip_link *l, int j)
 {
     return l->net ? gossip_net_conn_gen(l->net, j) : 0;
+}
+
+/* Whatever goes to j over our ROUTER goes to the connection under j's id
+ * there: only once it proved to be j's (a neighbour both ways), so that a
+ * link an impostor cuts on one side is cut on both (no neighbour believes
+ * its messages arrive where they are dropped). */
+static int s_router_trusted(const gossip_link *l, int j)
+{
+    return !s_provable(l, j) || (l->p[j].proved && l->p[j].proved_gen == s_conn(l, j));
 }
 
 /* A message of `kind` from j over our ROUTER: 1 when it must wait for the

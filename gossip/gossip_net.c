@@ -774,13 +774,19 @@ static int s_contested(const gossip_net *net, const uint8_t *id, size_t len)
 
 /* The message in net->cur, accepted from in-neighbour rank: another
  * connection than its last message's (another fd, or the same fd
- * accepted anew) counts a change (gossip_net_conn_gen). */
+ * accepted anew) counts a change (gossip_net_conn_gen).  The accept time
+ * may arrive after the first message (the monitor is another socket): an
+ * fd first seen with no accept time keeps its connection when it gets
+ * one.  A connection closed and its fd number reused without the monitor
+ * having told of either in between is not seen as a change. */
 static void s_note_conn(gossip_net *net, int rank)
 {
     int fd = zmq_msg_get(&net->cur, ZMQ_SRCFD);
     double open = fd >= 0 && fd < S_FD_MAX ? net->fd_open[fd] : 0;
-    if (fd == net->conn_fd[rank] && open == net->conn_open[rank])
+    if (fd == net->conn_fd[rank] && (open == net->conn_open[rank] || net->conn_open[rank] == 0)) {
+        net->conn_open[rank] = open; /* the monitor told of its accept after its message */
         return;
+    }
     net->conn_fd[rank] = fd;
     net->conn_open[rank] = open;
     net->conn_gen[rank]++;
