@@ -561,14 +561,14 @@ static void s_drill_files(const char *dir, int curve, char *topo, size_t topolen
     fclose(f);
 }
 
-static void s_drill_node(const char *topo, int i, const char *out, const char *sec,
-                         const char *log)
+static void s_drill_node(const char *topo, int i, const char *eta, const char *out,
+                         const char *sec, const char *log)
 {
     char rk[16], *args[40];
     int a = 0;
     snprintf(rk, sizeof rk, "%d", i);
     char *base[] = {"lpgossip", "node", "--topology", (char *)topo, "--rank", rk, "--algo",
-                    "choco", "--compress", "topk:0.1+q8", "--eta", "0.5", "--model", "cnn",
+                    "choco", "--compress", "topk:0.1+q8", "--eta", (char *)eta, "--model", "cnn",
                     "--train-subset", "12800", "--batch", "16", "--epochs", "1", "--lr", "0.05",
                     "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout", "60",
                     "--staleness", "0", "--out", (char *)out, NULL};
@@ -596,6 +596,10 @@ static void s_member_keys(s_keys *k, const char *sec, const char *target_pub)
 static void s_drill(const char *dir, int curve, int mode, s_drill_run *res)
 {
     const int n = 4, target = mode >= 2 ? 3 : 1, late = mode >= 2 ? 3 : -1;
+    /* a join with eta 0.5 is fragile here (before these defences too, an
+     * undisturbed CURVE latecomer ended at 10% in 2 of 2 runs): 0.1, as
+     * test_node_join */
+    const char *eta = mode >= 2 ? "0.1" : "0.5";
     char topo[600], pub[4][41], sec[4][620], logs[4][620], out[620];
     int ports[4];
     s_drill_files(dir, curve, topo, sizeof topo, ports, pub, sec);
@@ -603,7 +607,7 @@ static void s_drill(const char *dir, int curve, int mode, s_drill_run *res)
     for (int i = 0; i < n; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", dir, i);
         if (i != late)
-            s_drill_node(topo, i, out, curve ? sec[i] : NULL, logs[i]);
+            s_drill_node(topo, i, eta, out, curve ? sec[i] : NULL, logs[i]);
     }
     s_keys k;
     if (curve && mode != 2)
@@ -619,7 +623,7 @@ static void s_drill(const char *dir, int curve, int mode, s_drill_run *res)
         s_poisoner z;
         if (mode == 3)
             s_poison_start(&z, ports[late], 0, 150, curve ? &k : NULL);
-        s_drill_node(topo, late, out, curve ? sec[late] : NULL, logs[late]);
+        s_drill_node(topo, late, eta, out, curve ? sec[late] : NULL, logs[late]);
         if (mode == 3) {
             s_poison_run(&z, 12);
             s_poison_stop(&z);
