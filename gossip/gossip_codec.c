@@ -264,6 +264,29 @@ size_t gossip_msg_encode_hello_ack(uint32_t sender, uint64_t iter, uint32_t fing
     return out->len;
 }
 
+size_t gossip_msg_encode_link(uint8_t kind, uint32_t sender, uint64_t iter,
+                              uint32_t fingerprint, uint64_t token, gossip_buf *out)
+{
+    assert(kind == GOSSIP_MSG_LINK_REQ || kind == GOSSIP_MSG_LINK_PROOF);
+    gossip_msg_encode_control(kind, sender, iter, fingerprint, out);
+    uint8_t *p = s_grow(out, GOSSIP_TOKEN_BYTES);
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(token >> (8 * i));
+    out->data[36] = GOSSIP_TOKEN_BYTES;
+    return out->len;
+}
+
+uint64_t gossip_msg_link_token(const uint8_t *buf, size_t len)
+{
+    if (!buf || len != GOSSIP_HEADER_BYTES + GOSSIP_TOKEN_BYTES ||
+        (buf[5] != GOSSIP_MSG_LINK_REQ && buf[5] != GOSSIP_MSG_LINK_PROOF))
+        return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)buf[GOSSIP_HEADER_BYTES + i] << (8 * i);
+    return v;
+}
+
 uint64_t gossip_msg_hello_status(const uint8_t *buf, size_t len)
 {
     if (!buf || len != GOSSIP_HEADER_BYTES + GOSSIP_NONCE_BYTES + GOSSIP_STATUS_BYTES)
@@ -428,7 +451,7 @@ static const char *s_kind_name(unsigned kind)
 {
     static const char *names[] = { "?",   "HELLO",     "GOSSIP",  "RESYNC_REQ", "RESYNC",
                                    "BYE", "HELLO_ACK", "BYE_ACK", "PING", "STATE_REQ",
-                                   "STATE" };
+                                   "STATE", "LINK_REQ", "LINK_PROOF" };
     return kind <= GOSSIP_MSG_LAST ? names[kind] : "?";
 }
 
@@ -746,7 +769,11 @@ int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *lay
                  h->payload_len == GOSSIP_NONCE_BYTES + GOSSIP_STATUS_BYTES;
     if (h->kind == GOSSIP_MSG_STATE)
         return s_check_state(buf, h, err, errlen);
-    if (!has_blocks && h->payload_len != 0 && !status &&
+    int link = h->kind == GOSSIP_MSG_LINK_REQ || h->kind == GOSSIP_MSG_LINK_PROOF;
+    if (link && h->payload_len != GOSSIP_TOKEN_BYTES)
+        return S_BAD("%s message with a %u-byte payload: expected the %d-byte token",
+                     s_kind_name(h->kind), h->payload_len, GOSSIP_TOKEN_BYTES);
+    if (!has_blocks && !link && h->payload_len != 0 && !status &&
         !(nonce && h->payload_len == GOSSIP_NONCE_BYTES))
         return S_BAD("%zu trailing bytes after the last block", (size_t)h->payload_len);
     if (status && (gossip_msg_hello_status(buf, len) & ~(uint64_t)GOSSIP_HELLO_JOIN))

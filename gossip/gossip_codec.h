@@ -10,13 +10,14 @@
  * Callers: gossip_node (every message), gossip_link (headers, control
  *          messages), tests, fuzz target.
  *
- * Message (version 1), all integers little-endian:
+ * Message (version 2), all integers little-endian:
  *   off size
  *    0   4  magic "LPGS"
- *    4   1  version = 1
+ *    4   1  version = 2 (1 lacked LINK_REQ and LINK_PROOF; a node refuses
+ *           the other version, so both ends must run the same one)
  *    5   1  kind: 1 HELLO, 2 GOSSIP, 3 RESYNC_REQ, 4 RESYNC, 5 BYE,
- *           6 HELLO_ACK, 7 BYE_ACK, 8 PING, 9 STATE_REQ, 10 STATE
- *           (meanings: gossip_link.h)
+ *           6 HELLO_ACK, 7 BYE_ACK, 8 PING, 9 STATE_REQ, 10 STATE,
+ *           11 LINK_REQ, 12 LINK_PROOF (meanings: gossip_link.h)
  *    6   2  flags: bit 0 push-sum on; bit 1 payload deflated (GOSSIP and
  *           RESYNC only, see below); other bits must be 0
  *    8   4  sender rank (u32)
@@ -32,6 +33,7 @@
  *           payload length 8); HELLO_ACK may add a status word (u64,
  *           payload length 16): bit 0 GOSSIP_HELLO_JOIN "this run is in
  *           progress without you: join it" (other bits must be 0);
+ *           LINK_REQ, LINK_PROOF: a u64 token (payload length 8);
  *           STATE: u64 offset, u64 total, u32 crc, u32 reserved (0), then
  *           the chunk: bytes [offset, offset + len) of the sender's state
  *           (gossip_state.h: little-endian f32 values), total bytes in
@@ -65,7 +67,7 @@
 #include "nn/nn_core.h"
 
 #define GOSSIP_MAGIC        0x5347504cu /* "LPGS" little-endian */
-#define GOSSIP_VERSION      1
+#define GOSSIP_VERSION      2
 #define GOSSIP_HEADER_BYTES 40
 
 enum {
@@ -79,7 +81,9 @@ enum {
     GOSSIP_MSG_PING       = 8,
     GOSSIP_MSG_STATE_REQ  = 9,
     GOSSIP_MSG_STATE      = 10,
-    GOSSIP_MSG_LAST       = GOSSIP_MSG_STATE
+    GOSSIP_MSG_LINK_REQ   = 11,
+    GOSSIP_MSG_LINK_PROOF = 12,
+    GOSSIP_MSG_LAST       = GOSSIP_MSG_LINK_PROOF
 };
 
 #define GOSSIP_FLAG_PUSH_SUM 0x0001u
@@ -162,6 +166,13 @@ uint64_t gossip_msg_hello_nonce(const uint8_t *buf, size_t len);
 size_t gossip_msg_encode_hello_ack(uint32_t sender, uint64_t iter, uint32_t fingerprint,
                                    uint64_t nonce, uint64_t status, gossip_buf *out);
 uint64_t gossip_msg_hello_status(const uint8_t *buf, size_t len);
+
+/* LINK_REQ or LINK_PROOF carrying `token` (8 bytes, u64 little-endian),
+ * and the token of one whose header decoded (0 when it carries none). */
+#define GOSSIP_TOKEN_BYTES 8
+size_t gossip_msg_encode_link(uint8_t kind, uint32_t sender, uint64_t iter,
+                              uint32_t fingerprint, uint64_t token, gossip_buf *out);
+uint64_t gossip_msg_link_token(const uint8_t *buf, size_t len);
 
 /* STATE: one chunk of a joining node's state transfer (layout above). */
 #define GOSSIP_STATE_HDR_BYTES 24

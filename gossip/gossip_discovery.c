@@ -25,6 +25,8 @@ typedef struct {
 typedef struct {
     char   ep[TOPO_ENDPOINT_MAX]; /* believed endpoint, "" while not found */
     double last;                  /* when it last announced ep */
+    char   alt[TOPO_ENDPOINT_MAX]; /* the newest other endpoint announced for it, or "" */
+    double alt_last;              /* when alt was last announced */
 } s_rank;
 
 struct gossip_disc {
@@ -331,6 +333,8 @@ gossip_disc_event gossip_disc_offer(gossip_disc *d, const char *ip, const uint8_
     }
     if (r->ep[0] && now - r->last < d->cfg.silent_s) {
         d->st.contested++;
+        snprintf(r->alt, sizeof r->alt, "%s", ep); /* gossip_disc_unanswered may take it */
+        r->alt_last = now;
         if (s_first_from(d, ip, m.port, 3))
             s_log(d, "rank %d (%s) is announced from %s and from %s: keeping %s until it is "
                   "silent for %.0f s (a duplicate, a restarted node, or an impostor)", j,
@@ -388,6 +392,28 @@ gossip_disc_event gossip_disc_recv(gossip_disc *d, int *rank)
         sz = sizeof more;
     }
     return ev;
+}
+
+gossip_disc_event gossip_disc_unanswered(gossip_disc *d, int rank, double now, double waited)
+{
+    if (rank < 0 || rank >= d->n || rank == d->rank)
+        return GOSSIP_DISC_NOTHING;
+    s_rank *r = &d->r[rank];
+    if (!r->ep[0] || !r->alt[0] || now - r->alt_last >= d->cfg.silent_s)
+        return GOSSIP_DISC_NOTHING;
+    char old[TOPO_ENDPOINT_MAX];
+    double old_last = r->last;
+    snprintf(old, sizeof old, "%s", r->ep);
+    snprintf(r->ep, sizeof r->ep, "%s", r->alt);
+    r->last = r->alt_last;
+    snprintf(r->alt, sizeof r->alt, "%s", old);
+    r->alt_last = old_last;
+    d->st.moved++;
+    d->st.unanswered++;
+    s_log(d, "rank %d (%s): %s did not answer within %.1f s; trying %s, also announced for it "
+          "(two announcers: the one that connects and answers is kept)", rank,
+          d->t->nodes[rank].id, old, waited, r->ep);
+    return GOSSIP_DISC_MOVED;
 }
 
 const char *gossip_disc_endpoint(const gossip_disc *d, int rank)

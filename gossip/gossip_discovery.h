@@ -40,6 +40,16 @@
  * remembered; beyond them, ignored beacons are only counted.)  The beacon itself is not authenticated: with CURVE the
  * DEALER authenticates the server it reaches by the topology's key, so a
  * forged endpoint can delay a connection but never impersonate a node.
+ *
+ * Two announcers (gossip_disc_unanswered).  The newest other endpoint
+ * announced for a rank while its first lives is kept as its alternative.
+ * When the caller finds that the believed endpoint did not answer (no
+ * valid message over the DEALER connected there within its probe time;
+ * with CURVE: no handshake with the listed key), the alternative, if it
+ * was announced within silent_s, becomes the believed one (logged,
+ * counted in moved and unanswered) and the old one the alternative.  So
+ * the endpoint that connects and answers is kept, and a spoofer that
+ * announced first holds a rank for at most the caller's probe time.
  */
 #ifndef GOSSIP_DISCOVERY_H
 #define GOSSIP_DISCOVERY_H
@@ -92,7 +102,8 @@ typedef struct {
     uint64_t bad_key;    /* CURVE: not the listed key for that rank */
     uint64_t malformed;  /* not an announcement, or a rank outside the topology */
     uint64_t contested;  /* a second endpoint for a rank (ours included) while the first lives */
-    uint64_t moved;      /* a rank's endpoint replaced after its silence */
+    uint64_t moved;      /* a rank's endpoint replaced (silence, or unanswered) */
+    uint64_t unanswered; /* of which: the believed one did not answer (two announcers) */
 } gossip_disc_stats;
 
 /* Defaults as listed above. */
@@ -124,6 +135,11 @@ gossip_disc_event gossip_disc_recv(gossip_disc *d, int *rank);
  * gossip_disc_endpoint(d, *rank). */
 gossip_disc_event gossip_disc_offer(gossip_disc *d, const char *ip, const uint8_t *data,
                                     size_t len, double now, int *rank);
+
+/* The endpoint believed for rank did not answer for `waited` seconds (the
+ * caller's probe): MOVED to the alternative (above), or NOTHING when
+ * there is none announced within silent_s. */
+gossip_disc_event gossip_disc_unanswered(gossip_disc *d, int rank, double now, double waited);
 
 /* The endpoint believed for rank ("" while not found; borrowed). */
 const char *gossip_disc_endpoint(const gossip_disc *d, int rank);

@@ -23,6 +23,15 @@
 #define S_LOG_REFUSED  20    /* refusals logged before they are only counted */
 #define S_STATE_EVERY  1.0   /* s between two STATE answers to the same peer */
 #define S_STATE_WAIT   5.0   /* s a joiner waits for a holder's next chunk */
+#define S_STATES       3     /* states a joiner compares at most */
+#define S_LINK_EVERY   0.3   /* s between two LINK_REQ to the same peer */
+#define S_LINK_ANSWER  0.05  /* s between two LINK_PROOF to the same peer */
+#define S_LINK_LOG     20    /* unproven messages of a peer before it is logged */
+/* Two neighbours' models agree when |a - b| <= S_STATE_AGREE x min(|a|, |b|)
+ * (L2).  Honest neighbours of a run differ by a few percent (the
+ * consensus distance; docs/node.md "Joining"); a foreign model (another
+ * seed, a constant) differs by about 1 or more. */
+#define S_STATE_AGREE  0.25
 
 typedef struct {
     uint8_t *bytes;
@@ -61,7 +70,10 @@ struct gossip_link {
     float             *zbuf;       /* holder: z and extra, packed from here */
     gossip_buf         sbytes, smsg;
     gossip_state_rx    rx;         /* joiner */
+    int                prove;      /* ids on a plaintext port must be proved */
     int                joining, state_ready;
+    int                state_in;   /* the STATE asked for comes over our ROUTER */
+    uint64_t           state_bytes_taken; /* bytes of the state taken last */
     /* re-join after a freeze (gossip_link.h "Re-join") */
     double             last_pump;  /* clock at the end of the last pump */
     double             stall_s;    /* longest pause between two pumps ... */
@@ -125,14 +137,16 @@ static int s_signals(const gossip_link *l)
     return l->cfg.signals ? (int)*l->cfg.signals : 0;
 }
 
+static int s_router_trusted(const gossip_link *l, int j);
+
 /* Control message `kind` carrying `iter` to j: over our DEALER (j is an
  * out-neighbour) or as a reply over our ROUTER (j is an in-neighbour).
  * Never blocks; a peer that is not connected just misses it. */
 static void s_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
 {
     char err[512];
-    if (!l->net)
-        return; /* a harness's link (gossip_link_handle) */
+    if (!l->net || (router && !s_router_trusted(l, j)))
+        return; /* a harness's link (gossip_link_handle), or not j's connection yet */
     if (kind == GOSSIP_MSG_HELLO || kind == GOSSIP_MSG_HELLO_ACK)
         gossip_msg_encode_hello((uint8_t)kind, (uint32_t)l->rank, iter, l->fp, l->nonce,
                                 &l->ctl);
@@ -566,6 +580,7 @@ static int s_kind_ok(unsigned kind, int in)
     case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: return !in;
     case GOSSIP_MSG_HELLO: case GOSSIP_MSG_HELLO_ACK: case GOSSIP_MSG_PING: return 1;
     case GOSSIP_MSG_STATE_REQ: case GOSSIP_MSG_STATE: return 1;
+    case GOSSIP_MSG_LINK_REQ: case GOSSIP_MSG_LINK_PROOF: return in;
     default: return -1;
     }
 }
@@ -643,6 +658,8 @@ static void s_hello_ack(gossip_link *l, int j, int router, uint64_t status)
         return;
     }
     char err[512];
+    if (router && !s_router_trusted(l, j))
+        return;
     gossip_msg_encode_hello_ack((uint32_t)l->rank, gossip_node_sent_thru(l->g), l->fp, l->nonce,
                                 status, &l->ctl);
     int rc = router ? gossip_net_reply(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err)
@@ -691,7 +708,8 @@ static void s_answer_state(gossip_link *l, int j, int in)
 {
     gossip_peer *p = &l->p[j];
     double now = nn_now();
-    if (!l->running || !l->x || !l->net || now - p->state_sent < S_STATE_EVERY)
+    if (!l->running || !l->x || !l->net || now - p->state_sent < S_STATE_EVERY ||
+        (in && !s_router_trusted(l, j)))
         return; /* the asker retries, or asks another neighbour */
     size_t numel = l->layout->numel, n = numel + l->nextra;
     if (!l->zbuf)
@@ -719,13 +737,22 @@ static void s_answer_state(gossip_link *l, int j, int in)
           (unsigned long long)iter, l->sbytes.len, s_id(l, j), j);
 }
 
-/* STATE chunk from neighbour j: only the one a joiner asked is taken. */
-static void s_state(gossip_link *l, int j, const uint8_t *msg, size_t len)
+/* STATE chunk from neighbour j (over our ROUTER with `in`): only the one
+ * a joiner asked is taken, and only on the connection it asked on (a
+ * STATE under j's id on the other one is not j's answer: over our ROUTER
+ * it may come from whoever took j's id on our port first). */
+static void s_state(gossip_link *l, int j, int in, const uint8_t *msg, size_t len)
 {
     char err[1024];
     if (!l->joining) {
         l->st.state_refused++;
         s_refuse(l, "STATE from %s (rank %d): this node did not ask for a state", s_id(l, j), j);
+        return;
+    }
+    if (in != l->state_in) {
+        l->st.state_refused++;
+        s_refuse(l, "STATE from %s (rank %d) over our %s: it was asked over our %s", s_id(l, j),
+                 j, in ? "ROUTER" : "DEALER", in ? "DEALER" : "ROUTER");
         return;
     }
     int rc = gossip_state_rx_add(&l->rx, j, msg, len, err, sizeof err);
@@ -734,6 +761,123 @@ static void s_state(gossip_link *l, int j, const uint8_t *msg, size_t len)
         s_refuse_payload(l, j, err);
     } else if (rc == 1) {
         l->state_ready = 1;
+    }
+}
+
+/* ---- ids on a plaintext port (gossip_link.h) ------------------------------ */
+
+/* j's messages over our ROUTER need a proof of its id: a neighbour both
+ * ways (our DEALER reaches the endpoint it is listed at), without CURVE
+ * (which proves ids by the handshake). */
+static int s_provable(const gossip_link *l, int j)
+{
+    return l->prove && l->p[j].is_in && l->p[j].is_out;
+}
+
+/* LINK_REQ with our token of the link to j over our DEALER (rate-limited):
+ * j answers with a LINK_PROOF over its DEALER, which lands on our ROUTER
+ * over j's own connection. */
+static void s_link_ask(gossip_link *l, int j)
+{
+    gossip_peer *p = &l->p[j];
+    double now = nn_now();
+    if (!l->net || now - p->link_asked < S_LINK_EVERY)
+        return;
+    p->link_asked = now;
+    char err[512];
+    gossip_msg_encode_link(GOSSIP_MSG_LINK_REQ, (uint32_t)l->rank, gossip_node_iter(l->g), l->fp,
+                           p->token, &l->ctl);
+    if (gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err) > 0)
+        p->sent_dealer = now;
+}
+
+/* LINK_REQ from j (over our ROUTER): its token back over our DEALER, which
+ * we connected to where j is listed (rate-limited; a token from an impostor
+ * under j's id goes to the real j, who refuses it). */
+static void s_link_answer(gossip_link *l, int j, uint64_t token)
+{
+    gossip_peer *p = &l->p[j];
+    double now = nn_now();
+    if (!l->net || !p->is_out || !token || now - p->link_answered < S_LINK_ANSWER)
+        return;
+    p->link_answered = now;
+    char err[512];
+    gossip_msg_encode_link(GOSSIP_MSG_LINK_PROOF, (uint32_t)l->rank, gossip_node_iter(l->g),
+                           l->fp, token, &l->ctl);
+    if (gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err) > 0)
+        p->sent_dealer = now;
+}
+
+/* The connection under j's id on our ROUTER, now: gossip_net's count. */
+static uint64_t s_conn(const gossip_link *l, int j)
+{
+    return l->net ? gossip_net_conn_gen(l->net, j) : 0;
+}
+
+/* Whatever goes to j over our ROUTER goes to the connection under j's id
+ * there: only once it proved to be j's (a neighbour both ways), so that a
+ * link an impostor cuts on one side is cut on both (no neighbour believes
+ * its messages arrive where they are dropped). */
+static int s_router_trusted(const gossip_link *l, int j)
+{
+    return !s_provable(l, j) || (l->p[j].proved && l->p[j].proved_gen == s_conn(l, j));
+}
+
+/* A message of `kind` from j over our ROUTER: 1 when it must wait for the
+ * proof of j's id (dropped and counted; a HELLO is held and handled once
+ * the proof is in; a proof is asked for), 0 to handle it. */
+static int s_unproven(gossip_link *l, int j, unsigned kind, uint64_t iter, const uint8_t *msg,
+                      size_t len)
+{
+    gossip_peer *p = &l->p[j];
+    if (!s_provable(l, j) || kind == GOSSIP_MSG_LINK_REQ || kind == GOSSIP_MSG_LINK_PROOF)
+        return 0;
+    if (p->proved && p->proved_gen == s_conn(l, j))
+        return 0;
+    if (p->proved)
+        s_log(l, "%s (rank %d) speaks over another connection to our port: it proves its id "
+              "again", s_id(l, j), j);
+    p->proved = 0;
+    if (kind == GOSSIP_MSG_HELLO) {
+        p->held_hello = 1;
+        p->held_iter = iter;
+        p->held_nonce = gossip_msg_hello_nonce(msg, len);
+    }
+    l->st.unproven++;
+    if (++p->unproven == S_LINK_LOG)
+        s_log(l, "%d messages under the id of %s (rank %d) over our ROUTER without the proof "
+              "of its id (LINK_PROOF): dropped; whoever holds its id on our port is not the "
+              "%s we reach at %s, or cannot answer", S_LINK_LOG, s_id(l, j), j, s_id(l, j),
+              l->t->nodes[j].endpoint[0] ? l->t->nodes[j].endpoint : "its endpoint");
+    s_link_ask(l, j);
+    return 1;
+}
+
+static void s_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t nonce);
+
+/* LINK_PROOF from j over our ROUTER: with our token, the connection under
+ * j's id on our port is j's (the token went only to where j is listed). */
+static void s_link_proof(gossip_link *l, int j, uint64_t token)
+{
+    gossip_peer *p = &l->p[j];
+    if (!s_provable(l, j))
+        return;
+    if (token != p->token) {
+        s_refuse(l, "LINK_PROOF under the id of %s (rank %d) with a wrong token: the connection "
+                 "that holds its id on our port is not the %s we reach at its endpoint",
+                 s_id(l, j), j, s_id(l, j));
+        return;
+    }
+    if (p->proved && p->proved_gen == s_conn(l, j))
+        return;
+    p->proved = 1;
+    p->proved_gen = s_conn(l, j);
+    if (p->unproven >= S_LINK_LOG)
+        s_log(l, "%s (rank %d) proved its id on our port (%llu messages dropped before)",
+              s_id(l, j), j, (unsigned long long)p->unproven);
+    if (p->held_hello) {
+        p->held_hello = 0;
+        s_hello(l, j, 1, p->held_iter, p->held_nonce);
     }
 }
 
@@ -749,6 +893,8 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
     uint64_t iter = h.iter;
     gossip_peer *p = &l->p[from];
     uint64_t refused_before = l->st.refused;
+    if (in && s_unproven(l, from, kind, iter, msg, len))
+        return;
     if ((kind == GOSSIP_MSG_GOSSIP || kind == GOSSIP_MSG_RESYNC) && p->bye_in && p->down)
         return; /* a late one of an instance that left and is out: nothing to use */
     switch (kind) {
@@ -787,7 +933,7 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         s_answer_state(l, from, in);
         break;
     case GOSSIP_MSG_STATE:
-        s_state(l, from, msg, len);
+        s_state(l, from, in, msg, len);
         break;
     case GOSSIP_MSG_HELLO_ACK: {
         uint64_t nonce = gossip_msg_hello_nonce(msg, len);
@@ -809,6 +955,12 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         break;
     case GOSSIP_MSG_BYE_ACK:
         p->bye_ack = 1;
+        break;
+    case GOSSIP_MSG_LINK_REQ:
+        s_link_answer(l, from, gossip_msg_link_token(msg, len));
+        break;
+    case GOSSIP_MSG_LINK_PROOF:
+        s_link_proof(l, from, gossip_msg_link_token(msg, len));
         break;
     }
     if (l->st.refused == refused_before) {
@@ -920,6 +1072,9 @@ gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int
     l->round_period = 0;
     nn_rng_seed(&l->rng, cfg->seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(rank + 1)));
     l->nonce = s_new_nonce(rank);
+    l->prove = net && !t->security_curve;
+    for (int a = 0; a < l->nnb; a++)
+        l->p[l->nb[a]].token = s_new_nonce(rank); /* secret: only our DEALER carries it */
     return l;
 }
 
@@ -962,13 +1117,38 @@ static void s_missing(const gossip_link *l, int role, int which, char *buf, size
     }
 }
 
-/* The highest iteration an answering neighbour reported, at least `start`. */
+/* A report of answering neighbour j is plausible: within the run, and,
+ * with other answering neighbours, within reach of one of theirs ((n - 1)
+ * hops of lag + window: flow control keeps honest neighbours there).  One
+ * neighbour's lie (an iteration far beyond, or far behind, the others')
+ * thus never moves where this node starts. */
+static int s_report_ok(const gossip_link *l, int j)
+{
+    uint64_t r = l->p[j].reported, spread;
+    if (l->cfg.iters && r > l->cfg.iters)
+        return 0;
+    spread = (uint64_t)(l->n > 1 ? l->n - 1 : 1) * (l->lag + GOSSIP_WINDOW);
+    int others = 0;
+    for (int a = 0; a < l->nnb; a++) {
+        const gossip_peer *q = &l->p[l->nb[a]];
+        if (l->nb[a] == j || !(q->hello || q->ack) ||
+            (l->cfg.iters && q->reported > l->cfg.iters))
+            continue;
+        others++;
+        if ((q->reported > r ? q->reported - r : r - q->reported) <= spread)
+            return 1;
+    }
+    return others == 0;
+}
+
+/* The highest plausible iteration an answering neighbour reported, at
+ * least `start` (s_report_ok). */
 static uint64_t s_far(const gossip_link *l, uint64_t start)
 {
     uint64_t far = start;
     for (int a = 0; a < l->nnb; a++) {
         const gossip_peer *p = &l->p[l->nb[a]];
-        if ((p->hello || p->ack) && p->reported > far)
+        if ((p->hello || p->ack) && p->reported > far && s_report_ok(l, l->nb[a]))
             far = p->reported;
     }
     return far;
@@ -1050,6 +1230,8 @@ static void s_hellos(gossip_link *l, int rejoin, uint64_t start)
         const gossip_peer *p = &l->p[j];
         if (p->is_out && !p->ack)
             s_ctl(l, GOSSIP_MSG_HELLO, j, 0, start);
+        if (s_provable(l, j) && !p->proved)
+            s_link_ask(l, j);
         if (rejoin && p->is_in && !p->hello)
             s_ctl(l, GOSSIP_MSG_HELLO, j, 1, start);
     }
@@ -1117,7 +1299,9 @@ static int s_barrier(gossip_link *l, int mode, uint64_t start, char *err, size_t
 }
 
 /* The next holder to ask for the state after `after` (-1: the first):
- * answering in-neighbours first, then the other answering neighbours. */
+ * answering out-neighbours first (asked over our DEALER, connected to the
+ * endpoint the topology lists), then the other answering neighbours
+ * (asked over our ROUTER, whose ids are whoever claimed them first). */
 static int s_next_holder(const gossip_link *l, int after)
 {
     int seen = after < 0, c[2] = {-1, -1};
@@ -1125,7 +1309,7 @@ static int s_next_holder(const gossip_link *l, int after)
         for (int a = 0; a < l->nnb; a++) {
             int j = l->nb[a];
             const gossip_peer *p = &l->p[j];
-            if (p->down || !(p->hello || p->ack) || (pass == 0) != (p->is_in != 0))
+            if (p->down || !(p->hello || p->ack) || (pass == 0) != (p->is_out != 0))
                 continue;
             if (c[0] < 0)
                 c[0] = j;
@@ -1171,72 +1355,230 @@ static int s_rejoin_state_ok(const gossip_link *l, int j, uint64_t cur, uint64_t
     return 0;
 }
 
-/* Joining (rejoin 0): asks answering neighbours in turn for their state
- * (STATE_REQ) until one delivers it whole and checked, within `timeout`;
- * then x = z, the extra floats, and *T = max(*T, the state's iteration).
- * Re-joining (rejoin 1, "Re-join"): asks only the live in-neighbours far
- * ahead of *T, checks the state's iteration (s_rejoin_state_ok), and *T =
- * the state's iteration; *holder: the rank whose state was taken. */
+/* Asks holder j for its state (STATE_REQ on the connection of our choice:
+ * our DEALER, which we connected to the endpoint j is listed at, when j is
+ * an out-neighbour, else our ROUTER; only a STATE on that connection is
+ * taken, s_state) and pumps until it is assembled and checked (0), j
+ * stopped delivering for S_STATE_WAIT (1: ask another), or the deadline
+ * passed, a signal came or the transport failed (-1 with a message). */
+static int s_fetch_state(gossip_link *l, int j, uint64_t T, double deadline, char *err,
+                         size_t errlen)
+{
+    l->state_ready = 0;
+    l->state_in = !l->p[j].is_out;
+    gossip_state_rx_begin(&l->rx, j);
+    s_ctl(l, GOSSIP_MSG_STATE_REQ, j, l->state_in, T);
+    s_log(l, "asking %s (rank %d) for its model", s_id(l, j), j);
+    double until = nn_now() + S_STATE_WAIT;
+    uint64_t got = 0;
+    while (!l->state_ready && l->rx.from == j && nn_now() < until) {
+        if (nn_now() >= deadline || s_signals(l))
+            return nn_errf(err, errlen, "join: no neighbour delivered its state within "
+                           "%.0f s%s", l->cfg.timeout, s_signals(l) ? " (signal)" : "");
+        if (s_pump(l, until - nn_now()) != 0)
+            return nn_errf(err, errlen, "%s", l->fatal_msg);
+        if (l->rx.got > got) { /* progress: give the holder more time */
+            got = l->rx.got;
+            until = nn_now() + S_STATE_WAIT;
+        }
+    }
+    return l->state_ready ? 0 : 1;
+}
+
+/* Joining: the state of holder j at iteration T is plausible only within
+ * the run (cfg.iters).  0 ok, -1 refused with a message. */
+static int s_join_state_ok(const gossip_link *l, int j, uint64_t T, char *err, size_t errlen)
+{
+    if (l->cfg.iters && T >= l->cfg.iters)
+        return nn_errf(err, errlen, "STATE from %s (rank %d) for iteration %llu: beyond the "
+                       "run's %llu iterations", s_id(l, j), j, (unsigned long long)T,
+                       (unsigned long long)l->cfg.iters);
+    return 0;
+}
+
+/* The distance of two states of n floats, relative to the smaller one:
+ * |a - b| / min(|a|, |b|) (L2; a zero state is infinitely far). */
+double gossip_link_state_distance(const float *a, const float *b, size_t n)
+{
+    double d = 0, na = 0, nb = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)a[i] - (double)b[i];
+        d += e * e;
+        na += (double)a[i] * a[i];
+        nb += (double)b[i] * b[i];
+    }
+    double m = sqrt(na < nb ? na : nb);
+    return m > 0 ? sqrt(d) / m : (d > 0 ? INFINITY : 0);
+}
+
+/* Two states, of holders a (iteration ia) and b (ib), agree: within
+ * S_STATE_AGREE of each other, at iterations within what flow control
+ * allows two neighbours of this node (n - 1 hops of lag + window). */
+static int s_states_agree(const gossip_link *l, const float *va, uint64_t ia, const float *vb,
+                          uint64_t ib, double *dist)
+{
+    uint64_t spread = (uint64_t)(l->n > 1 ? l->n - 1 : 1) * (l->lag + GOSSIP_WINDOW);
+    *dist = gossip_link_state_distance(va, vb, l->layout->numel + l->nextra);
+    return *dist <= S_STATE_AGREE && (ia > ib ? ia - ib : ib - ia) <= spread;
+}
+
+/* The states collected while joining: up to S_STATES, from distinct holders. */
+typedef struct {
+    int      from[S_STATES];
+    uint64_t iter[S_STATES], bytes[S_STATES];
+    float   *vals[S_STATES];
+    int      n;
+} s_states;
+
+/* A pair of collected states that agree: the index of the earlier one
+ * (asked first: the better connection), after logging every collected
+ * state that disagrees with it as an outlier; -1 when no pair agrees. */
+static int s_agreed(gossip_link *l, const s_states *c)
+{
+    double d;
+    for (int a = 0; a < c->n; a++)
+        for (int b = a + 1; b < c->n; b++) {
+            if (!s_states_agree(l, c->vals[a], c->iter[a], c->vals[b], c->iter[b], &d))
+                continue;
+            s_log(l, "the models of %s (rank %d) and %s (rank %d) agree (distance %.3g, "
+                  "iterations %llu and %llu)", s_id(l, c->from[a]), c->from[a],
+                  s_id(l, c->from[b]), c->from[b], d, (unsigned long long)c->iter[a],
+                  (unsigned long long)c->iter[b]);
+            for (int o = 0; o < c->n; o++)
+                if (o != a && o != b &&
+                    !s_states_agree(l, c->vals[a], c->iter[a], c->vals[o], c->iter[o], &d)) {
+                    l->st.state_refused++;
+                    s_refuse(l, "the model of %s (rank %d) at iteration %llu is an outlier: "
+                             "distance %.3g from the agreed one (at most %.2g)",
+                             s_id(l, c->from[o]), c->from[o], (unsigned long long)c->iter[o],
+                             d, S_STATE_AGREE);
+                }
+            return a;
+        }
+    return -1;
+}
+
+/* Asks the next holder after *j (joining: answering neighbours, our
+ * out-neighbours first; re-joining: live in-neighbours far ahead of cur)
+ * for its state and adds it to c when it delivers a plausible one.
+ * 1 added, 0 not (refused or silent: logged), -1 no holder left or a
+ * fatal condition (message). */
+static int s_collect(gossip_link *l, s_states *c, int *j, uint64_t cur, int rejoin,
+                     double deadline, char *err, size_t errlen)
+{
+    *j = rejoin ? s_next_far_holder(l, *j, cur) : s_next_holder(l, *j);
+    if (*j < 0)
+        return nn_errf(err, errlen, "%s: no neighbour left to ask for its state",
+                       rejoin ? "re-join" : "join");
+    for (int k = 0; k < c->n; k++)
+        if (c->from[k] == *j)
+            return 0; /* have it: the holders went round */
+    int rc = s_fetch_state(l, *j, cur, deadline, err, errlen);
+    if (rc != 0)
+        return rc < 0 ? -1 : 0;
+    char why[512];
+    if ((rejoin ? s_rejoin_state_ok(l, *j, cur, l->rx.iter, why, sizeof why)
+                : s_join_state_ok(l, *j, l->rx.iter, why, sizeof why)) != 0) {
+        l->st.state_refused++;
+        s_refuse(l, "%s", why);
+        return 0;
+    }
+    size_t n = l->layout->numel + l->nextra;
+    c->from[c->n] = *j;
+    c->iter[c->n] = l->rx.iter;
+    c->bytes[c->n] = l->rx.got;
+    c->vals[c->n] = nn_xmalloc(sizeof(float) * n + 1);
+    memcpy(c->vals[c->n], l->rx.vals, sizeof(float) * n);
+    c->n++;
+    return 1;
+}
+
+/* Holders that could still answer: 2 or more answering neighbours
+ * (joining) or live in-neighbours far ahead (re-joining). */
+static int s_holders(const gossip_link *l, uint64_t cur, int rejoin)
+{
+    int c = 0;
+    double now = nn_now();
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        const gossip_peer *p = &l->p[j];
+        c += rejoin ? s_live_in(l, j, now) && s_far_ahead(l, j, cur)
+                    : !p->down && (p->hello || p->ack);
+    }
+    return c;
+}
+
+/* Collects states until two agree ("plausible and agreed": gossip_link.h
+ * "Start"), or, with a single possible holder, its one plausible state;
+ * the index into c of the state to take, or -1 with a message. */
+static int s_choose_state(gossip_link *l, s_states *c, uint64_t cur, int rejoin, char *err,
+                          size_t errlen)
+{
+    double deadline = nn_now() + l->cfg.timeout;
+    int j = -1, tries = 0, holders = s_holders(l, cur, rejoin);
+    while (tries++ < 2 * l->nnb + 2) {
+        int rc = s_collect(l, c, &j, cur, rejoin, deadline, err, errlen);
+        if (rc < 0)
+            return -1;
+        if (rc == 0 || (c->n < 2 && holders >= 2))
+            continue;
+        int k = holders < 2 ? 0 : s_agreed(l, c);
+        if (k >= 0)
+            return k;
+        if (c->n == S_STATES)
+            break;
+    }
+    if (c->n >= 2)
+        return nn_errf(err, errlen, "%s: the models of %d neighbours disagree (no two within "
+                       "distance %.2g): refused, none taken", rejoin ? "re-join" : "join",
+                       c->n, S_STATE_AGREE);
+    if (c->n == 1 && holders >= 2) { /* the others delivered nothing usable */
+        s_log(l, "only %s (rank %d) delivered its model: taken unconfirmed",
+              s_id(l, c->from[0]), c->from[0]);
+        return 0;
+    }
+    return nn_errf(err, errlen, "%s: no neighbour delivered its state within %.0f s",
+                   rejoin ? "re-join" : "join", l->cfg.timeout);
+}
+
+/* Joining (rejoin 0): asks answering neighbours in turn (out-neighbours
+ * first) for their state (STATE_REQ) until two deliver states that are
+ * whole, checked, within the run and agree (s_states_agree; a single
+ * possible holder's state alone), within `timeout`; then x = z, the extra
+ * floats, and *T = max(*T, the state's iteration).  Re-joining (rejoin 1,
+ * "Re-join"): asks only the live in-neighbours far ahead of *T, checks
+ * each state's iteration (s_rejoin_state_ok), and *T = the iteration of
+ * the state taken; *holder: the rank whose state was taken. */
 static int s_join_state(gossip_link *l, uint64_t *T, int rejoin, int *holder, char *err,
                         size_t errlen)
 {
     if (!l->rx.bytes)
         gossip_state_rx_init(&l->rx, l->layout->numel + l->nextra, l->fp);
-    double deadline = nn_now() + l->cfg.timeout;
-    const uint64_t cur = *T;
-    int j = -1, asked = 0;
-    l->state_ready = 0;
-    while (!l->state_ready) {
-        j = rejoin ? s_next_far_holder(l, j, cur) : s_next_holder(l, j);
-        if (j < 0 || (rejoin && asked++ >= l->nnb)) {
-            l->joining = 0;
-            return nn_errf(err, errlen, "%s: no neighbour left to ask for its state",
-                           rejoin ? "re-join" : "join");
-        }
-        gossip_state_rx_begin(&l->rx, j);
-        s_ctl(l, GOSSIP_MSG_STATE_REQ, j, !l->p[j].is_out, *T);
-        s_log(l, "asking %s (rank %d) for its model", s_id(l, j), j);
-        double until = nn_now() + S_STATE_WAIT;
-        uint64_t got = 0;
-        while (!l->state_ready && l->rx.from == j && nn_now() < until) {
-            if (nn_now() >= deadline || s_signals(l)) {
-                l->joining = 0;
-                return nn_errf(err, errlen, "join: no neighbour delivered its state within "
-                               "%.0f s%s", l->cfg.timeout, s_signals(l) ? " (signal)" : "");
-            }
-            if (s_pump(l, until - nn_now()) != 0) {
-                l->joining = 0;
-                return nn_errf(err, errlen, "%s", l->fatal_msg);
-            }
-            if (l->rx.got > got) { /* progress: give the holder more time */
-                got = l->rx.got;
-                until = nn_now() + S_STATE_WAIT;
-            }
-        }
-        char why[512];
-        if (l->state_ready && rejoin &&
-            s_rejoin_state_ok(l, j, cur, l->rx.iter, why, sizeof why) != 0) {
-            l->state_ready = 0;
-            l->st.state_refused++;
-            s_refuse(l, "%s", why);
-        }
-    }
+    s_states c = {.n = 0};
+    int k = s_choose_state(l, &c, *T, rejoin, err, errlen);
     l->joining = 0;
-    *holder = j;
-    size_t numel = l->layout->numel;
-    memcpy(l->x, l->rx.vals, sizeof *l->x * numel);
-    if (l->nextra)
-        memcpy(l->extra, l->rx.vals + numel, sizeof *l->extra * l->nextra);
-    if (l->rx.iter > *T || rejoin)
-        *T = l->rx.iter;
-    l->st.joined |= !rejoin;
-    l->st.join_from = j;
-    l->st.join_iter = *T;
-    if (!rejoin)
-        s_log(l, "took the model of %s (rank %d) at its iteration %llu (%llu bytes, CRC "
-              "checked)", s_id(l, j), j, (unsigned long long)l->rx.iter,
-              (unsigned long long)l->rx.got);
-    return 0;
+    l->state_ready = 0;
+    if (k >= 0) {
+        int j = c.from[k];
+        *holder = j;
+        size_t numel = l->layout->numel;
+        memcpy(l->x, c.vals[k], sizeof *l->x * numel);
+        if (l->nextra)
+            memcpy(l->extra, c.vals[k] + numel, sizeof *l->extra * l->nextra);
+        if (c.iter[k] > *T || rejoin)
+            *T = c.iter[k];
+        l->state_bytes_taken = c.bytes[k];
+        l->st.joined |= !rejoin;
+        l->st.join_from = j;
+        l->st.join_iter = *T;
+        if (!rejoin)
+            s_log(l, "took the model of %s (rank %d) at its iteration %llu (%llu bytes, CRC "
+                  "checked)", s_id(l, j), j, (unsigned long long)c.iter[k],
+                  (unsigned long long)c.bytes[k]);
+    }
+    for (int i = 0; i < c.n; i++)
+        free(c.vals[i]);
+    return k >= 0 ? 0 : -1;
 }
 
 /* Live in-neighbours whose RESYNC we still wait for (choco, rejoining);
@@ -1574,7 +1916,7 @@ int gossip_link_catch_up(gossip_link *l, uint64_t *iter, char *err, size_t errle
     }
     s_log(l, "fell %llu iterations behind%s; re-joining with the model of rank %d at "
           "iteration %llu (%llu bytes, CRC checked)", (unsigned long long)(T - cur), frozen,
-          holder, (unsigned long long)T, (unsigned long long)l->rx.got);
+          holder, (unsigned long long)T, (unsigned long long)l->state_bytes_taken);
     if (gossip_node_join(l->g, l->x, T, err, errlen) != 0)
         return -1;
     l->st.rejoins++;
@@ -1662,12 +2004,23 @@ void gossip_link_expect_state(gossip_link *l, int from)
         gossip_state_rx_init(&l->rx, l->layout->numel + l->nextra, l->fp);
     l->joining = from >= 0;
     l->state_ready = 0;
+    l->state_in = from >= 0 && !l->p[from].is_out;
     gossip_state_rx_begin(&l->rx, from);
 }
 
 int gossip_link_state_ready(const gossip_link *l)
 {
     return l->state_ready;
+}
+
+void gossip_link_set_prove(gossip_link *l, int on)
+{
+    l->prove = on != 0;
+}
+
+uint64_t gossip_link_token(const gossip_link *l, int j)
+{
+    return l->p[j].token;
 }
 
 void gossip_link_set_running(gossip_link *l, int running)

@@ -29,6 +29,19 @@
  *   STATE_REQ  "send me your model": a node joining a run in progress.
  *   STATE      one chunk of the answer (gossip_state.h), to the asker only.
  *   BYE / BYE_ACK  "I stop after iter iterations" / "noted".
+ *   LINK_REQ   "prove your id on my port: send this token back" (our
+ *              DEALER), answered with LINK_PROOF over the peer's DEALER.
+ *
+ * Ids on a plaintext port.  Without CURVE whoever connects first under an
+ * id holds it on a ROUTER.  A neighbour both ways (in and out) is heard
+ * over our ROUTER only once the connection under its id there proved it:
+ * we send a LINK_REQ with a random per-link token over our DEALER (to the
+ * endpoint it is listed at), it sends the token back in a LINK_PROOF over
+ * its DEALER.  Before: its messages there are dropped and counted
+ * (gossip_link_stats.unproven; a HELLO is held and handled on the proof),
+ * and a proof is asked for (rate-limited); a wrong token is refused; a
+ * message on another connection (gossip_net_conn_gen) needs a new proof.
+ * An in-only neighbour (no DEALER to it) cannot prove: heard as before.
  *
  * Liveness.  ZMTP heartbeats (gossip_net) keep the TCP connections honest;
  * on top, a neighbour is declared down when it has been silent (no valid
@@ -64,9 +77,14 @@
  * we were running; or a neighbour far along) joins the run in progress:
  * it says HELLO to every neighbour, waits until all answered or
  * `start_window` passed with one answer, sends STATE_REQ to an answering
- * neighbour (in-neighbours first) and assembles its STATE (gossip_state.h:
- * every chunk checked; a refused or silent holder -> the next one, within
- * `timeout`); then x = the holder's z, psi = 1, iteration T = max(what the
+ * neighbour (out-neighbours first, over our DEALER) and assembles its
+ * STATE (gossip_state.h: every chunk checked, and only on the connection
+ * asked; a refused or silent holder -> the next one, within `timeout`);
+ * a state is plausible within the run, and with two or more possible
+ * holders it is taken only when a second one's agrees (relative L2
+ * distance <= S_STATE_AGREE, iterations within (n - 1) x (lag + window));
+ * a third is asked on a disagreement and the outlier refused; then x =
+ * the holder's z, psi = 1, iteration T = max(the plausible iterations the
  * neighbours reported, the state's), and it goes on as a rejoining node.
  * A node that resumes from a checkpoint rejoins: it waits for whoever
  * answers within `timeout`, continues at T = max(its own iteration,
@@ -163,6 +181,8 @@ typedef struct {
     uint64_t isolated_rounds;  /* the last rounds in a row that mixed nothing of any
                                   in-neighbour (all of them left out) */
     uint64_t state_refused;    /* STATE messages refused (of `refused`) */
+    uint64_t unproven;         /* messages over our ROUTER dropped for want of the
+                                  proof of the sender's id ("Ids on a plaintext port") */
     uint64_t states_sent;      /* whole states sent to joining neighbours */
     uint64_t state_bytes;      /* bytes of those */
     int      joined;           /* this node joined a run in progress (state transfer) */
@@ -239,6 +259,11 @@ void gossip_link_set_model(gossip_link *l, float *x, float *extra, size_t nextra
  * peer_factor x period) or n > GOSSIP_PEER_GAPS. */
 double gossip_link_gap_deadline(const double *gaps, uint32_t n);
 
+/* |a - b| / min(|a|, |b|) over n floats (L2; infinite when the smaller
+ * is 0 and they differ): how far apart two neighbours' states are (a
+ * joiner takes a state only when two agree, "Start"). */
+double gossip_link_state_distance(const float *a, const float *b, size_t n);
+
 /* The receive path without sockets (fuzz targets, tests): handles one
  * message as if the transport had delivered it from neighbour rank `from`
  * (0 <= from < n, not this node) on channel dir: header checks, the
@@ -248,6 +273,11 @@ double gossip_link_gap_deadline(const double *gaps, uint32_t n);
 void gossip_link_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg,
                         size_t len);
 void gossip_link_set_running(gossip_link *l, int running);
+/* Harnesses: ids over the ROUTER must be proved (on; a link made with a
+ * net does so without CURVE), and this link's secret token for neighbour
+ * j (what its LINK_PROOF must carry). */
+void gossip_link_set_prove(gossip_link *l, int on);
+uint64_t gossip_link_token(const gossip_link *l, int j);
 /* Harnesses: the link expects a state transfer from rank `from` (as a
  * joiner that sent STATE_REQ; -1: none), and whether it has arrived whole
  * and checked (the values are not applied: that is gossip_link_start's). */

@@ -33,9 +33,18 @@ struct gossip_net {
     void      **dealers;    /* nout, DEALER to out_ranks[k] */
     int        *out_pos;    /* n: index into out_ranks or -1 */
     char       *is_in;      /* n: 1 for in-neighbours (union over the schedule) */
+    /* the ROUTER connection each in-neighbour's last message came on: its
+     * fd and when that fd was accepted, and a count of changes */
+    int        *conn_fd;    /* n, -1: none yet */
+    double     *conn_open;  /* n */
+    uint64_t   *conn_gen;   /* n */
     zmq_pollitem_t *items;  /* 3 + nout: router, dealers, monitor, discovery's beacon */
     gossip_disc *disc;      /* `discovery: lan`, else NULL */
     char      (*dealer_ep)[TOPO_ENDPOINT_MAX]; /* nout: where DEALER k is connected, or "" */
+    double     *dealer_since; /* nout: when DEALER k was connected to dealer_ep[k] */
+    double     *dealer_heard; /* nout: when DEALER k last got its peer's message */
+    double      probe_s;      /* discovery_probe_ms */
+    double      next_probe;
     int         rr;         /* round-robin start among ready sockets */
     zmq_msg_t   cur;        /* payload handed out by the last recv */
     int         have_cur;
@@ -61,6 +70,7 @@ void gossip_net_config_default(gossip_net_config *cfg)
     cfg->heartbeat_ivl_ms = 1000;
     cfg->heartbeat_timeout_ms = 10000;
     cfg->discovery_interval_ms = 1000;
+    cfg->discovery_probe_ms = 3000;
 }
 
 size_t gossip_net_max_msg_size(const nn_arena *layout)
@@ -387,6 +397,11 @@ static void s_neighbours(gossip_net *net, const topo *t, int rank)
     net->out_ranks = nn_xcalloc((size_t)t->n, sizeof(int));
     net->out_pos = nn_xcalloc((size_t)t->n, sizeof(int));
     net->is_in = nn_xcalloc((size_t)t->n, 1);
+    net->conn_fd = nn_xcalloc((size_t)t->n, sizeof *net->conn_fd);
+    net->conn_open = nn_xcalloc((size_t)t->n, sizeof *net->conn_open);
+    net->conn_gen = nn_xcalloc((size_t)t->n, sizeof *net->conn_gen);
+    for (int j = 0; j < t->n; j++)
+        net->conn_fd[j] = -1;
     int *in = nn_xcalloc((size_t)t->n, sizeof(int));
     int nin = topo_in_neighbors_any(t, rank, in);
     for (int k = 0; k < nin; k++)
@@ -454,6 +469,7 @@ static int s_dealer_connect(gossip_net *net, int k, const char *ep, char *err, s
                        "(rank %d) at %s: %s", net->t->nodes[net->rank].id, net->t->nodes[j].id,
                        j, ep, zmq_strerror(zmq_errno()));
     snprintf(net->dealer_ep[k], sizeof net->dealer_ep[k], "%s", ep);
+    net->dealer_since[k] = nn_now();
     return 0;
 }
 
@@ -553,6 +569,39 @@ static void s_discovered(gossip_net *net)
         fflush(net->log);
 }
 
+/* Two announcers: a DEALER connected to a discovered endpoint that gave
+ * back nothing of its neighbour's for probe_s moves to the other endpoint
+ * announced for that rank (gossip_disc_unanswered), if there is one; else
+ * it waits another probe_s. */
+static void s_probe(gossip_net *net)
+{
+    double now = nn_now();
+    if (!net->disc || now < net->next_probe)
+        return;
+    net->next_probe = now + 0.25;
+    for (int k = 0; k < net->nout; k++) {
+        int j = net->out_ranks[k];
+        if (net->t->nodes[j].endpoint[0] || !net->dealer_ep[k][0] ||
+            net->dealer_heard[k] >= net->dealer_since[k] ||
+            now - net->dealer_since[k] < net->probe_s)
+            continue;
+        double waited = now - net->dealer_since[k];
+        net->dealer_since[k] = now; /* the next probe: probe_s from now */
+        if (gossip_disc_unanswered(net->disc, j, now, waited) != GOSSIP_DISC_MOVED)
+            continue;
+        char err[512];
+        const char *ep = gossip_disc_endpoint(net->disc, j);
+        if (s_dealer_connect(net, k, ep, err, sizeof err) != 0 && net->log)
+            fprintf(net->log, "%s\n", err);
+        else if (net->log)
+            fprintf(net->log, "gossip_net: node %s (rank %d): DEALER to out-neighbour %s "
+                    "(rank %d) moved to %s (the endpoint believed before did not answer)\n",
+                    net->t->nodes[net->rank].id, net->rank, net->t->nodes[j].id, j, ep);
+        if (net->log)
+            fflush(net->log);
+    }
+}
+
 gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg_in, char *err,
                            size_t errlen)
 {
@@ -574,6 +623,9 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
     net->dealers = nn_xcalloc((size_t)net->nout + 1, sizeof(void *));
     net->items = nn_xcalloc((size_t)net->nout + 3, sizeof(zmq_pollitem_t));
     net->dealer_ep = nn_xcalloc((size_t)net->nout + 1, sizeof *net->dealer_ep);
+    net->dealer_since = nn_xcalloc((size_t)net->nout + 1, sizeof *net->dealer_since);
+    net->dealer_heard = nn_xcalloc((size_t)net->nout + 1, sizeof *net->dealer_heard);
+    net->probe_s = cfg.discovery_probe_ms > 0 ? cfg.discovery_probe_ms / 1000.0 : 3.0;
     zmq_msg_init(&net->cur);
     net->have_cur = 1;
     net->fd_open = nn_xcalloc(S_FD_MAX, sizeof(double));
@@ -618,10 +670,15 @@ void gossip_net_destroy(gossip_net **self_p)
             ;
     free(net->dealers);
     free(net->dealer_ep);
+    free(net->dealer_since);
+    free(net->dealer_heard);
     free(net->items);
     free(net->out_ranks);
     free(net->out_pos);
     free(net->is_in);
+    free(net->conn_fd);
+    free(net->conn_open);
+    free(net->conn_gen);
     free(net->fd_open);
     free(net->fd_delivered);
     free(net);
@@ -698,15 +755,46 @@ int gossip_net_reply(gossip_net *net, int to_rank, const uint8_t *msg, size_t le
  * message of a newcomer whose routing id a live connection holds (no
  * ZMQ_ROUTER_HANDOVER) for its id (gossip_net.h).  The rank that header
  * claims (an in-neighbour's), or -1. */
+/* The sender field of an lpgossip header (gossip_codec.h). */
+static int64_t s_sender(const uint8_t *h)
+{
+    return (int64_t)((uint32_t)h[8] | (uint32_t)h[9] << 8 | (uint32_t)h[10] << 16 |
+                     (uint32_t)h[11] << 24);
+}
+
 static int s_contested(const gossip_net *net, const uint8_t *id, size_t len)
 {
     if (len < GOSSIP_HEADER_BYTES || memcmp(id, "LPGS", 4) != 0)
         return -1;
-    uint32_t sender = (uint32_t)id[8] | (uint32_t)id[9] << 8 | (uint32_t)id[10] << 16 |
-                      (uint32_t)id[11] << 24;
-    if (sender >= (uint32_t)net->n || !net->is_in[sender])
+    int64_t sender = s_sender(id);
+    if (sender >= net->n || !net->is_in[sender])
         return -1;
     return (int)sender;
+}
+
+/* The message in net->cur, accepted from in-neighbour rank: another
+ * connection than its last message's (another fd, or the same fd
+ * accepted anew) counts a change (gossip_net_conn_gen).  The accept time
+ * may arrive after the first message (the monitor is another socket): an
+ * fd first seen with no accept time keeps its connection when it gets
+ * one.  A connection closed and its fd number reused without the monitor
+ * having told of either in between is not seen as a change. */
+static void s_note_conn(gossip_net *net, int rank)
+{
+    int fd = zmq_msg_get(&net->cur, ZMQ_SRCFD);
+    double open = fd >= 0 && fd < S_FD_MAX ? net->fd_open[fd] : 0;
+    if (fd == net->conn_fd[rank] && (open == net->conn_open[rank] || net->conn_open[rank] == 0)) {
+        net->conn_open[rank] = open; /* the monitor told of its accept after its message */
+        return;
+    }
+    net->conn_fd[rank] = fd;
+    net->conn_open[rank] = open;
+    net->conn_gen[rank]++;
+}
+
+uint64_t gossip_net_conn_gen(const gossip_net *net, int rank)
+{
+    return rank >= 0 && rank < net->n ? net->conn_gen[rank] : 0;
 }
 
 /* Reads one message from the ROUTER: 1 accepted (in net->cur), 0 rejected
@@ -782,6 +870,7 @@ static int s_recv_router(gossip_net *net, int *from_rank, char *err, size_t errl
             return 0;
         }
     }
+    s_note_conn(net, rank);
     *from_rank = rank;
     return 1;
 }
@@ -811,6 +900,9 @@ static int s_recv_dealer(gossip_net *net, int k, int *from_rank, char *err, size
                  len, net->t->nodes[j].id, j, net->max_msg);
         return 0;
     }
+    if (len >= GOSSIP_HEADER_BYTES && !memcmp(zmq_msg_data(&net->cur), "LPGS", 4) &&
+        s_sender(zmq_msg_data(&net->cur)) == j)
+        net->dealer_heard[k] = nn_now(); /* its message: the endpoint answers (s_probe) */
     *from_rank = j;
     return 1;
 }
@@ -843,6 +935,7 @@ int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_
             rc--;
         }
         s_reap(net);
+        s_probe(net);
         for (int s = 0; s < nitems && rc > 0; s++) {
             int k = (net->rr + s) % nitems;
             if (!(net->items[k].revents & ZMQ_POLLIN))

@@ -69,7 +69,12 @@
  * gossip_net_recv, with the ZeroMQ sockets.  A DEALER whose out-neighbour has no endpoint in the
  * topology (nor from --peer) is created unconnected and connected when the
  * neighbour's announcement is believed (reconnected if the neighbour moves
- * to another endpoint after its old one went silent).  Until then sends
+ * to another endpoint after its old one went silent).  A rank announced
+ * from two places is resolved by what answers: when nothing that looks
+ * like the neighbour's lpgossip message (magic, its rank as sender) came
+ * back over the DEALER within discovery_probe_ms of connecting it (with
+ * CURVE: the handshake with the listed key never completed), the DEALER
+ * moves to the other endpoint announced for that rank, logged.  Until then sends
  * to it do not go out (gossip_net_try_send returns 0, as for a full
  * queue): the neighbour is simply not heard from yet.  When every node of
  * t has an endpoint (the file, or --peer as scripts/run-local passes)
@@ -106,6 +111,10 @@ typedef struct {
     uint64_t       run_id;
     const char    *discovery_interface;
     int            discovery_interval_ms;
+    /* a discovered endpoint from which nothing valid came back this long
+     * after the DEALER was connected there gives way to another endpoint
+     * announced for the same rank (gossip_disc_unanswered) [3000] */
+    int            discovery_probe_ms;
 } gossip_net_config;
 
 /* Where a received message came from. */
@@ -172,6 +181,12 @@ int gossip_net_reply(gossip_net *net, int to_rank, const uint8_t *msg, size_t le
  * Rejected frames are dropped and counted, and the wait goes on. */
 int gossip_net_recv(gossip_net *net, int timeout_ms, int *from_rank, gossip_net_dir *dir,
                     const uint8_t **msg, size_t *len, char *err, size_t errlen);
+
+/* How many times the ROUTER connection that in-neighbour rank's messages
+ * come on has changed (0 before its first message): a new value means
+ * the id is held by a connection that has not proved itself yet
+ * (gossip_link.h "Ids on a plaintext port"). */
+uint64_t gossip_net_conn_gen(const gossip_net *net, int rank);
 
 void gossip_net_stats_get(const gossip_net *net, gossip_net_stats *out);
 /* The endpoint the ROUTER is bound to (ZMQ_LAST_ENDPOINT; borrowed). */

@@ -49,6 +49,15 @@ typedef struct {
     double   resync_asked;     /* clock of our last RESYNC_REQ to it */
     uint64_t resync_iter;      /* 1 + iteration of our last RESYNC to it (0: none) */
     uint8_t  join_told;        /* its HELLO_ACK said GOSSIP_HELLO_JOIN (a run in progress) */
+    /* ids on a plaintext port (gossip_link.h "Ids on a plaintext port") */
+    uint8_t  proved;           /* its connection to our ROUTER proved the id ... */
+    uint64_t proved_gen;       /* ... this one (gossip_net_conn_gen) */
+    uint64_t token;            /* our secret of this link (LINK_REQ), never 0 */
+    uint8_t  held_hello;       /* a HELLO that came before the proof, held: */
+    uint64_t held_iter, held_nonce;
+    uint64_t unproven;         /* its messages dropped for want of the proof */
+    double   link_asked;       /* clock of our last LINK_REQ to it */
+    double   link_answered;    /* clock of our last LINK_PROOF to it */
     double   state_sent;       /* clock of our last STATE answer to it (rate limit) */
     /* adaptive deadline and bounded-staleness waits (gossip_link "Liveness") */
     double   gaps[GOSSIP_PEER_GAPS]; /* the last gaps between its GOSSIPs (ring) */

@@ -9,6 +9,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
 /* ---- memory ------------------------------------------------------------ */
 
 static void s_oom(size_t bytes, const char *file, int line)
@@ -256,4 +261,54 @@ double nn_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- files ------------------------------------------------------------- */
+
+/* What a file that is not regular is, for the message. */
+static const char *s_file_kind(mode_t m)
+{
+    return S_ISFIFO(m) ? "a named pipe" : S_ISCHR(m) ? "a character device"
+         : S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket"
+         : S_ISDIR(m) ? "a directory" : "not a plain file";
+}
+
+int nn_open_regular(const char *path, uint64_t *size, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0)
+        return nn_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return nn_errf(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return nn_errf(err, errlen, "%s: not a regular file (%s): refused before reading it",
+                       path, s_file_kind(st.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return nn_errf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+    }
+    if (size)
+        *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+FILE *nn_fopen_regular(const char *path, uint64_t *size, char *err, size_t errlen)
+{
+    int fd = nn_open_regular(path, size, err, errlen);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        nn_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }

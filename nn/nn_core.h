@@ -6,6 +6,8 @@
  *          named tensor views (docs/design.md §2).  Parameters, gradients, optimizer
  *          state, public copies and error buffers are all arenas with the
  *          same layout, so every whole-model operation is one loop.
+ *          nn_open_regular: the one way a file is opened for reading
+ *          (models, checkpoints, topologies, data, certificates).
  * Exposes: the functions below.
  * Callers: every module (nn, lowprec, gossip, node).
  */
@@ -14,6 +16,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* The version of the training arithmetic: bump it with any change that
  * alters the floats of a training step at a given CPU level (a kernel's
@@ -129,5 +132,22 @@ void nn_namef(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 
 
 /* Seconds from a monotonic clock. */
 double nn_now(void);
+
+/* ---- files ------------------------------------------------------------- */
+
+/* Opens `path` for reading so that nothing can block on it, and only a
+ * regular file: open(O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) (a named
+ * pipe opens at once instead of waiting for a writer), fstat on that fd
+ * (no race with a rename), refuse anything but a regular file (a named
+ * pipe, a device, a socket, a directory; a symlink is judged by what it
+ * points to) before a single byte is read, then clear O_NONBLOCK.
+ * Returns the fd (the caller closes it) with *size (may be NULL) its size
+ * in bytes, or -1 with "PATH: cannot open: REASON" or "PATH: not a regular
+ * file (a named pipe)" in err.  Messages never carry the file's bytes.
+ * Callers: every reader of a file (nn_safetensors, nn_data, node_ckpt,
+ * node_cert, topo_parse). */
+int nn_open_regular(const char *path, uint64_t *size, char *err, size_t errlen);
+/* The same as a stdio stream ("rb"); NULL with the message. */
+FILE *nn_fopen_regular(const char *path, uint64_t *size, char *err, size_t errlen);
 
 #endif

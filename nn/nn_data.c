@@ -85,17 +85,12 @@ static uint32_t s_be32(const uint8_t *p)
 static gzFile s_idx_open(const char *path, uint32_t magic, int ndim, uint32_t *dims, char *err,
                          size_t errlen)
 {
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        nn_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    int fd = nn_open_regular(path, NULL, err, errlen);
+    if (fd < 0)
         return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        nn_errf(err, errlen, "%s: not a regular file", path);
-        return NULL;
-    }
-    gzFile f = gzopen(path, "rb");
+    gzFile f = gzdopen(fd, "rb");
     if (!f) {
+        close(fd);
         nn_errf(err, errlen, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib");
         return NULL;
     }
@@ -267,11 +262,8 @@ int nn_data_load_cifar10_files(const char *const *paths, int npaths, nn_dataset 
     d->y = nn_xmalloc(total);
     size_t k = 0;
     for (int i = 0; i < npaths; i++) {
-        f = fopen(paths[i], "rb");
-        if (!f) {
-            nn_errf(err, errlen, "%s: cannot open: %s", paths[i], strerror(errno));
+        if (!(f = nn_fopen_regular(paths[i], NULL, err, errlen)))
             goto fail;
-        }
         for (size_t j = 0; j < recs[i]; j++, k++) {
             if (fread(rec, 1, S_CIFAR_REC, f) != S_CIFAR_REC) {
                 nn_errf(err, errlen, "%s: truncated: short read in record %zu", paths[i], j);

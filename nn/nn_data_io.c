@@ -1,9 +1,8 @@
 /* nn_data_io — the file access and set plumbing the data readers share.
  *
- * Owns:    reading a whole regular file safely (O_NONBLOCK open, so a FIFO
- *          or device named as data cannot block us, then an fstat check
- *          that it is a regular file and a size limit, all before a byte is
- *          read); joining two sets (per-site data sets simulated in one
+ * Owns:    reading a whole regular file (nn_open_regular: a FIFO or device
+ *          named as data cannot block us) within a size limit checked
+ *          before a byte is read; joining two sets (per-site data sets simulated in one
  *          process); class names.
  * Exposes: nn_data_read_file, nn_dataset_append, nn_dataset_class_name
  *          (nn_data.h).
@@ -24,20 +23,16 @@ int nn_data_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, 
 {
     *buf = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    uint64_t size;
+    int fd = nn_open_regular(path, &size, err, errlen);
     if (fd < 0)
-        return nn_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        return -1;
+    if (size > max) {
         close(fd);
-        return nn_errf(err, errlen, "%s: not a regular file", path);
+        return nn_errf(err, errlen, "%s: %llu bytes, more than the %zu allowed", path,
+                       (unsigned long long)size, max);
     }
-    if ((unsigned long long)st.st_size > max) {
-        close(fd);
-        return nn_errf(err, errlen, "%s: %lld bytes, more than the %zu allowed", path,
-                       (long long)st.st_size, max);
-    }
-    size_t n = (size_t)st.st_size, got = 0;
+    size_t n = (size_t)size, got = 0;
     uint8_t *b = nn_xmalloc(n ? n : 1);
     while (got < n) {
         ssize_t r = read(fd, b + got, n - got);

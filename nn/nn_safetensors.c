@@ -513,13 +513,14 @@ static int s_hdr_bytes(int fd, const char *path, s_hdr *h, unsigned char **buf, 
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | lenb[i];
+    /* the length field is not echoed: in a file that is not safetensors
+     * it is 8 bytes of someone's data (a password file's first line) */
     if (n < 2 || n > S_MAX_HEADER)
-        return nn_errf(err, errlen, "%s: header length %" PRIu64 " not in 2..%u", path, n,
-                       (unsigned)S_MAX_HEADER);
+        return nn_errf(err, errlen, "%s: not a safetensors file: its 8-byte header length is "
+                       "not in 2..%u", path, (unsigned)S_MAX_HEADER);
     if (n > fsize - 8)
-        return nn_errf(err, errlen,
-                       "%s: header length %" PRIu64 " runs past the end of the file (%" PRIu64
-                       " bytes)", path, n, fsize);
+        return nn_errf(err, errlen, "%s: not a safetensors file, or truncated: its header "
+                       "length runs past the end of the file (%" PRIu64 " bytes)", path, fsize);
     unsigned char *b = nn_xmalloc((size_t)n);
     ssize_t got = pread(fd, b, (size_t)n, 8);
     if (got != (ssize_t)n) {
@@ -911,12 +912,11 @@ int nn_safetensors_save(const char *path, const nn_arena *const *arenas, int nar
 
 /* ---- readers ------------------------------------------------------------ */
 
+/* Models and checkpoints: a regular file, opened without blocking
+ * (nn_open_regular; s_hdr_bytes checks the size again on the fd). */
 static int s_open(const char *path, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        nn_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    return fd;
+    return nn_open_regular(path, NULL, err, errlen);
 }
 
 /* ---- the module-internal reader (nn_safetensors_int.h) ------------------ */

@@ -39,11 +39,11 @@ int node_cert_generate(const char *path, int force, char public_txt[41], char *e
 
 /* As ssh does with private keys: a secret key file that its group or
  * others may access is refused (the key may have leaked: anyone holding it
- * can speak for this node). */
-static int s_check_secret_mode(const char *file, char *err, size_t errlen)
+ * can speak for this node).  Judged on the open fd. */
+static int s_check_secret_mode(int fd, const char *file, char *err, size_t errlen)
 {
     struct stat st;
-    if (stat(file, &st) != 0)
+    if (fstat(fd, &st) != 0)
         return nn_errf(err, errlen, "--cert %s: cannot stat it", file);
     if (st.st_mode & 077)
         return nn_errf(err, errlen, "--cert %s: the secret key file has mode %04o: it must not "
@@ -53,19 +53,33 @@ static int s_check_secret_mode(const char *file, char *err, size_t errlen)
     return 0;
 }
 
+/* zcert_load of the file open on fd: through /proc/self/fd, so that what
+ * CZMQ reads is the regular file checked here, not whatever the path names
+ * a moment later (and never PATH_secret of that name: it does not exist). */
+static zcert_t *s_load_fd(int fd, const char *file)
+{
+    char via[64];
+    snprintf(via, sizeof via, "/proc/self/fd/%d", fd);
+    return zcert_load(access(via, R_OK) == 0 ? via : file);
+}
+
 int node_cert_load(const char *path, uint8_t public_key[32], uint8_t secret_key[32], char *err,
                    size_t errlen)
 {
-    if (access(path, R_OK) != 0)
-        return nn_errf(err, errlen, "--cert %s: no such readable file (write one with "
-                       "`lpgossip keygen NAME`)", path);
     /* zcert_load reads PATH_secret when it exists, else PATH */
-    char secret[1100];
+    char secret[1100], why[1400];
     if (snprintf(secret, sizeof secret, "%s_secret", path) >= (int)sizeof secret)
         return nn_errf(err, errlen, "--cert %s: path too long", path);
-    if (s_check_secret_mode(access(secret, F_OK) == 0 ? secret : path, err, errlen) != 0)
+    const char *file = access(secret, F_OK) == 0 ? secret : path;
+    int fd = nn_open_regular(file, NULL, why, sizeof why);
+    if (fd < 0)
+        return nn_errf(err, errlen, "--cert %s (write one with `lpgossip keygen NAME`)", why);
+    if (s_check_secret_mode(fd, file, err, errlen) != 0) {
+        close(fd);
         return -1;
-    zcert_t *c = zcert_load(path);
+    }
+    zcert_t *c = s_load_fd(fd, file);
+    close(fd);
     if (!c)
         return nn_errf(err, errlen, "--cert %s: not a certificate file", path);
     const uint8_t *pub = zcert_public_key(c), *sec = zcert_secret_key(c);

@@ -127,9 +127,10 @@ static uint64_t s_fnv(uint64_t h, const void *p, size_t n)
 static int s_file_digest(const char *what, const char *path, char hex[17], char *err,
                          size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    char why[1200];
+    FILE *f = nn_fopen_regular(path, NULL, why, sizeof why);
     if (!f)
-        return nn_errf(err, errlen, "cannot read the %s %s: %s", what, path, strerror(errno));
+        return nn_errf(err, errlen, "cannot read the %s: %s", what, why);
     uint64_t h = S_FNV_INIT;
     unsigned char buf[65536];
     size_t got;

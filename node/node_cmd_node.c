@@ -281,6 +281,9 @@ static int s_connect(s_node *s, char *err, size_t errlen)
     nc.log = s->logf ? s->logf : stderr;
     nc.run_id = s_run_id(s);
     nc.discovery_interface = o->n.discovery_interface;
+    /* two announcers for a rank: the silent one gives way within --peer-timeout */
+    double probe = o->n.lc.peer_floor < timeout ? o->n.lc.peer_floor : timeout;
+    nc.discovery_probe_ms = probe > 1 ? (int)(1000 * probe) : 1000;
     if (s->t->security_curve) {
         nc.curve_public = s->curve_pub;
         nc.curve_secret = s->curve_sec;

@@ -72,7 +72,7 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"states_sent", ls->states_sent},      {"state_refused", ls->state_refused},
         {"joined", (uint64_t)ls->joined},      {"join_iter", ls->join_iter},
         {"fresh_waits", ls->fresh_waits},      {"fresh_missed", ls->fresh_missed},
-        {"rejoins", ls->rejoins},
+        {"rejoins", ls->rejoins},           {"unproven", ls->unproven},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
     fputs(",\"neighbours\":[", f);

@@ -228,9 +228,10 @@ static void test_malformed(void **state)
         s_reject(b, blen, &L, what, label);       \
     } while (0)
     MUTATE("magic", "magic", b[0] ^= 1);
-    MUTATE("version", "version", b[4] = 2);
+    MUTATE("version", "version", b[4] = GOSSIP_VERSION + 1);
+    MUTATE("version 1", "version", b[4] = 1);
     MUTATE("kind 0", "kind", b[5] = 0);
-    MUTATE("kind 11", "kind", b[5] = GOSSIP_MSG_LAST + 1);
+    MUTATE("kind 13", "kind", b[5] = GOSSIP_MSG_LAST + 1);
     MUTATE("flags", "flags", b[6] = 0x80);
     MUTATE("psi NaN", "psi", { double d = NAN; uint64_t u; memcpy(&u, &d, 8); for (int i = 0; i < 8; i++) b[20 + i] = (uint8_t)(u >> (8 * i)); });
     MUTATE("psi Inf", "psi", { double d = INFINITY; uint64_t u; memcpy(&u, &d, 8); for (int i = 0; i < 8; i++) b[20 + i] = (uint8_t)(u >> (8 * i)); });

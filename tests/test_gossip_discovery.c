@@ -236,6 +236,46 @@ static void test_found_contested_moved(void **state)
     s_free(&f);
 }
 
+/* Two announcers of rank 1: the spoofer first (believed), the real node
+ * second (kept as the alternative).  The spoofer's endpoint does not
+ * answer: gossip_disc_unanswered moves to the other; the spoofer, still
+ * announcing, stays the alternative and takes nothing back while the
+ * believed one answers.  Without an alternative, or one silent for
+ * silent_s, nothing moves. */
+static void test_two_announcers(void **state)
+{
+    (void)state;
+    s_fix f = s_fixture(0, NULL);
+    int j;
+    assert_int_equal(gossip_disc_unanswered(f.d, 1, 99, 3), GOSSIP_DISC_NOTHING);
+    assert_int_equal(s_offer(&f, "10.0.0.66", 1, 6666, S_RUN, NULL, 100, &j), GOSSIP_DISC_FOUND);
+    assert_int_equal(gossip_disc_unanswered(f.d, 1, 100.5, 3), GOSSIP_DISC_NOTHING);
+    assert_int_equal(s_offer(&f, "10.0.0.2", 1, 5001, S_RUN, NULL, 101, &j), GOSSIP_DISC_NOTHING);
+    assert_string_equal(gossip_disc_endpoint(f.d, 1), "tcp://10.0.0.66:6666");
+    assert_int_equal(gossip_disc_unanswered(f.d, 1, 103, 3), GOSSIP_DISC_MOVED);
+    assert_string_equal(gossip_disc_endpoint(f.d, 1), "tcp://10.0.0.2:5001");
+    assert_int_equal(s_count(f.log, "tcp://10.0.0.66:6666 did not answer within 3.0 s; trying "
+                                    "tcp://10.0.0.2:5001"), 1);
+    /* the spoofer keeps announcing: not believed again by itself */
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(s_offer(&f, "10.0.0.2", 1, 5001, S_RUN, NULL, 104 + k, &j),
+                         GOSSIP_DISC_NOTHING);
+        assert_int_equal(s_offer(&f, "10.0.0.66", 1, 6666, S_RUN, NULL, 104 + k, &j),
+                         GOSSIP_DISC_NOTHING);
+    }
+    assert_string_equal(gossip_disc_endpoint(f.d, 1), "tcp://10.0.0.2:5001");
+    /* the other rank's table is untouched; an alternative silent too long is not taken */
+    assert_int_equal(gossip_disc_unanswered(f.d, 3, 107, 3), GOSSIP_DISC_NOTHING);
+    assert_int_equal(s_offer(&f, "10.0.0.2", 1, 5001, S_RUN, NULL, 110, &j), GOSSIP_DISC_NOTHING);
+    assert_int_equal(gossip_disc_unanswered(f.d, 1, 112, 3), GOSSIP_DISC_NOTHING);
+    assert_string_equal(gossip_disc_endpoint(f.d, 1), "tcp://10.0.0.2:5001");
+    gossip_disc_stats st;
+    gossip_disc_stats_get(f.d, &st);
+    assert_int_equal(st.unanswered, 1);
+    assert_int_equal(st.moved, 1);
+    s_free(&f);
+}
+
 static void test_ignored(void **state)
 {
     (void)state;
@@ -323,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_found_contested_moved),
+        cmocka_unit_test(test_two_announcers),
         cmocka_unit_test(test_ignored),
         cmocka_unit_test(test_curve_keys),
         cmocka_unit_test(test_bad_config),

@@ -12,8 +12,12 @@
  *     push-sum averaging then converges to exactly the documented value
  *     (sum x_i + z_h) / (sum psi_i + 1) over the present nodes at the join;
  *   - the link's receive path (gossip_link_handle): STATE nobody asked
- *     for, or from a neighbour that was not asked, or with a bad CRC, is
- *     refused and counted; the asked neighbour's valid state is taken.
+ *     for, or from a neighbour that was not asked, or with a bad CRC, or
+ *     on another connection than the one it was asked on, is refused and
+ *     counted; the asked neighbour's valid state is taken;
+ *   - ids over the ROUTER: a neighbour both ways is heard there only once
+ *     its LINK_PROOF carried our token (a wrong one is refused); the
+ *     distance that decides whether two neighbours' states agree.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -424,6 +428,154 @@ static void test_link_behind_rule(void **state)
     topo_destroy(&t);
 }
 
+/* ---- the connection a state and an id come on ------------------------------ */
+
+/* A link of rank 0 of t (300 floats, choco) for the harness tests. */
+typedef struct {
+    topo        *t;
+    nn_arena     L;
+    gossip_node *g;
+    gossip_link *l;
+    uint32_t     fp;
+    char         log[4096];
+} s_rig;
+
+static void s_rig_log(void *arg, const char *msg)
+{
+    s_rig *r = arg;
+    size_t n = strlen(r->log);
+    snprintf(r->log + n, sizeof r->log - n, "%s\n", msg);
+}
+
+static void s_rig_new(s_rig *r, const char *kind, int n)
+{
+    char err[512];
+    memset(r, 0, sizeof *r);
+    r->t = topo_generate(kind, n, 0, 0, err, sizeof err);
+    assert_non_null(r->t);
+    nn_arena_init(&r->L);
+    nn_arena_add(&r->L, "a", 1, (int[]){300});
+    nn_arena_alloc(&r->L);
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.algo = GOSSIP_CHOCO;
+    r->g = gossip_node_new(&cfg, &r->L, r->t, 0, err, sizeof err);
+    assert_non_null(r->g);
+    gossip_link_config lc;
+    gossip_link_config_default(&lc);
+    lc.log = s_rig_log;
+    lc.log_arg = r;
+    r->l = gossip_link_new(NULL, r->g, r->t, 0, &lc);
+    r->fp = gossip_node_fingerprint(r->g);
+}
+
+static void s_rig_free(s_rig *r)
+{
+    gossip_link_destroy(&r->l);
+    gossip_node_destroy(&r->g);
+    nn_arena_free(&r->L);
+    topo_destroy(&r->t);
+}
+
+/* A state asked of out-neighbour 3 (over our DEALER) is taken only from
+ * that connection: the same chunks under rank 3's id over our ROUTER
+ * (where whoever connected first holds the id) are refused. */
+static void test_link_state_channel(void **state)
+{
+    (void)state;
+    s_rig r;
+    s_rig_new(&r, "undirected_ring", 4);
+    float x[300], v[300];
+    gossip_link_set_model(r.l, x, NULL, 0);
+    for (int i = 0; i < 300; i++)
+        v[i] = 1.0f;
+    gossip_buf bytes = {0}, msg = {0};
+    uint32_t crc = gossip_state_pack(v, 300, &bytes);
+    gossip_link_expect_state(r.l, 3);
+    for (size_t k = 0; gossip_state_chunk_msg(3, 7, r.fp, &bytes, crc, 400, k, &msg) > 0; k++)
+        gossip_link_handle(r.l, 3, GOSSIP_NET_FROM_IN, msg.data, msg.len);
+    gossip_link_stats st;
+    gossip_link_stats_get(r.l, &st);
+    assert_false(gossip_link_state_ready(r.l));
+    assert_int_equal(st.state_refused, 3);
+    assert_non_null(strstr(r.log, "over our ROUTER: it was asked over our DEALER"));
+    for (size_t k = 0; gossip_state_chunk_msg(3, 7, r.fp, &bytes, crc, 400, k, &msg) > 0; k++)
+        gossip_link_handle(r.l, 3, GOSSIP_NET_FROM_OUT, msg.data, msg.len);
+    assert_true(gossip_link_state_ready(r.l));
+    gossip_buf_free(&bytes);
+    gossip_buf_free(&msg);
+    s_rig_free(&r);
+}
+
+/* Ids over the ROUTER (prove on, as over a plaintext net): neighbour 1 of
+ * an undirected ring is heard there only after its LINK_PROOF carries our
+ * token; before, its PING is dropped and its HELLO held; a wrong token is
+ * refused.  A directed ring's in-only neighbour cannot prove (we have no
+ * DEALER to it) and is heard as before. */
+static void test_link_ids_proved(void **state)
+{
+    (void)state;
+    s_rig r;
+    s_rig_new(&r, "undirected_ring", 4);
+    gossip_link_set_prove(r.l, 1);
+    gossip_link_set_running(r.l, 1);
+    gossip_buf msg = {0};
+    gossip_link_stats st;
+    s_ping_from(r.l, r.fp, 1, 5);
+    gossip_msg_encode_hello(GOSSIP_MSG_HELLO, 1, 0, r.fp, 0xabcULL, &msg);
+    gossip_link_handle(r.l, 1, GOSSIP_NET_FROM_IN, msg.data, msg.len);
+    gossip_link_stats_get(r.l, &st);
+    assert_int_equal(st.unproven, 2);
+    assert_int_equal(st.refused, 0);
+    assert_null(strstr(r.log, "(re)starts"));
+    uint64_t tok = gossip_link_token(r.l, 1);
+    assert_true(tok != 0 && tok != gossip_link_token(r.l, 3));
+    gossip_msg_encode_link(GOSSIP_MSG_LINK_PROOF, 1, 0, r.fp, tok ^ 1, &msg);
+    gossip_link_handle(r.l, 1, GOSSIP_NET_FROM_IN, msg.data, msg.len);
+    gossip_link_stats_get(r.l, &st);
+    assert_int_equal(st.refused, 1);
+    assert_non_null(strstr(r.log, "with a wrong token"));
+    s_ping_from(r.l, r.fp, 1, 6);
+    gossip_link_stats_get(r.l, &st);
+    assert_int_equal(st.unproven, 3);
+    /* the proof: the held HELLO is handled (a restart of a running node's
+     * neighbour), and what follows is heard */
+    gossip_msg_encode_link(GOSSIP_MSG_LINK_PROOF, 1, 0, r.fp, tok, &msg);
+    gossip_link_handle(r.l, 1, GOSSIP_NET_FROM_IN, msg.data, msg.len);
+    assert_non_null(strstr(r.log, "neighbour n1 (rank 1) (re)starts at iteration 0"));
+    s_ping_from(r.l, r.fp, 1, 7);
+    gossip_link_stats_get(r.l, &st);
+    assert_int_equal(st.unproven, 3);
+    assert_int_equal(st.refused, 1);
+    /* a LINK_PROOF over a DEALER is misdirected */
+    gossip_link_handle(r.l, 3, GOSSIP_NET_FROM_OUT, msg.data, msg.len);
+    gossip_link_stats_get(r.l, &st);
+    assert_int_equal(st.refused, 2);
+    gossip_buf_free(&msg);
+    s_rig_free(&r);
+    /* directed ring: rank 0's in-neighbour 3 is not an out-neighbour */
+    s_rig_new(&r, "directed_ring", 4);
+    gossip_link_set_prove(r.l, 1);
+    s_ping_from(r.l, r.fp, 3, 5);
+    gossip_link_stats_get(r.l, &st);
+    assert_int_equal(st.unproven, 0);
+    assert_int_equal(st.refused, 0);
+    s_rig_free(&r);
+}
+
+/* The distance two states must be within to agree. */
+static void test_state_distance(void **state)
+{
+    (void)state;
+    float a[4] = {3, 0, 0, 4}, b[4] = {3, 0, 0, 4}, c[4] = {3, 0, 0, 3}, z[4] = {0};
+    assert_true(gossip_link_state_distance(a, b, 4) == 0);
+    assert_true(fabs(gossip_link_state_distance(a, c, 4) - 1.0 / sqrt(18.0)) < 1e-12);
+    assert_true(isinf(gossip_link_state_distance(a, z, 4)));
+    assert_true(gossip_link_state_distance(z, z, 4) == 0);
+    float big[4] = {300, 0, 0, 400}; /* a huge state is as far as a small one */
+    assert_true(gossip_link_state_distance(a, big, 4) > 90);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -433,6 +585,9 @@ int main(void)
         cmocka_unit_test(test_sim_join_consensus),
         cmocka_unit_test(test_link_state_refused),
         cmocka_unit_test(test_link_behind_rule),
+        cmocka_unit_test(test_link_state_channel),
+        cmocka_unit_test(test_link_ids_proved),
+        cmocka_unit_test(test_state_distance),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -492,10 +492,10 @@ static void test_malformed(void **state)
                   "data section holds 24");
 
     /* Header length past EOF, absurd, too small. */
-    s_expect_load("{" W_OK_ENTRY "}", 4000, 8, "header length 4000 runs past the end", NULL);
-    s_expect_load("{" W_OK_ENTRY "}", (uint64_t)1 << 40, 8, "header length 1099511627776 not in",
+    s_expect_load("{" W_OK_ENTRY "}", 4000, 8, "header length runs past the end", NULL);
+    s_expect_load("{" W_OK_ENTRY "}", (uint64_t)1 << 40, 8, "header length is not in",
                   NULL);
-    s_expect_load("{}", 1, 0, "header length 1 not in", NULL);
+    s_expect_load("{}", 1, 0, "header length is not in", NULL);
 
     /* Bad JSON. */
     s_expect_load("{" W_OK_ENTRY "," B_OK_ENTRY ",}", 0, 20, "bad JSON header at byte",

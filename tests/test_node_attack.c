@@ -1,5 +1,6 @@
 /* test_node_attack — a hostile peer on 127.0.0.1 speaking under a live
- * neighbour's routing id (the transport's side of the hostile-peer checks).
+ * neighbour's routing id, and a join poisoner under a neighbour's id on a
+ * latecomer's fresh port.
  *
  *   contested id: three real `lpgossip node` processes on an undirected
  *     ring; the test connects DEALERs to n1's ROUTER with the routing id
@@ -12,6 +13,9 @@
  *     real n0 down nor take a spoofed HELLO for a restart; the impostors'
  *     connections, which never deliver under n0's id, are closed, logged
  *     and counted (rejected_contested).
+ *   join poisoning: test_join_poisoning (below).
+ *   the drill (LPGOSSIP_DRILL=1, scripts/attack): both, each against an
+ *     undisturbed run, plaintext and CURVE, with the averaged accuracy.
  * Every wait is bounded; children are killed and temp files removed in the
  * teardown.
  */
@@ -38,6 +42,7 @@
 #include "tests/tk_run.h"
 
 #include "gossip/gossip_codec.h"
+#include "gossip/gossip_state.h"
 #include "nn/nn_core.h"
 #include "nn/nn_model.h"
 #include "node/node_common.h"
@@ -225,6 +230,120 @@ static void s_attack(int port, const s_keys *k)
         close(fd);
 }
 
+/* ---- the join poisoner ------------------------------------------------------------ */
+
+/* What a whole state of the cnn is: its layout fingerprint and float count
+ * (parameters and the model's extra floats, as the link sends them). */
+static void s_cnn_state(uint32_t *fp, size_t *nstate)
+{
+    char err[512];
+    node_model_opts mo;
+    node_model_opts_defaults(&mo);
+    mo.model = NODE_ARCH_CNN;
+    nn_model *m = node_model_build(&mo, 1, 28, 28, 10, err, sizeof err);
+    if (!m)
+        fail_msg("%s", err);
+    nn_arena *buf = nn_model_buffers(m);
+    *fp = gossip_layout_fingerprint(nn_model_params(m));
+    *nstate = nn_model_params(m)->numel + (buf && buf->nviews ? buf->numel : 0);
+    nn_model_destroy(&m);
+}
+
+#define S_POISONERS 8
+
+/* The join poisoner: S_POISONERS DEALERs under the routing id of rank
+ * `as` ("n<as>"), made before the target starts, reconnecting every
+ * millisecond (ZMQ_RECONNECT_IVL 1) so that one of them holds the id on
+ * the target's fresh port before the real node's DEALER gets there.
+ * Every 50 ms each says HELLO, HELLO_ACK (join) and PING at iteration
+ * `claim` (half of them: 10^12) and a LINK_PROOF with a made-up token;
+ * every STATE_REQ it gets, and every second unasked (to race the real
+ * node's answer), it sends a whole, CRC-correct state of all 1.0 at that
+ * iteration. */
+typedef struct {
+    void    *ctx, *d[S_POISONERS];
+    uint32_t as, fp;
+    size_t   nstate;
+    uint64_t claim;
+    int      reqs;
+    double   push;  /* next unasked push of the state from every socket */
+} s_poisoner;
+
+static void s_poison_start(s_poisoner *z, int port, uint32_t as, uint64_t claim, const s_keys *k)
+{
+    memset(z, 0, sizeof *z);
+    z->as = as;
+    z->claim = claim;
+    s_cnn_state(&z->fp, &z->nstate);
+    z->ctx = zmq_ctx_new();
+    char id[16];
+    snprintf(id, sizeof id, "n%u", as);
+    int one = 1;
+    for (int i = 0; i < S_POISONERS; i++) {
+        z->d[i] = s_dealer_k(z->ctx, id, port, k);
+        zmq_setsockopt(z->d[i], ZMQ_RECONNECT_IVL, &one, sizeof one);
+    }
+}
+
+static void s_poison_send(void *d, const gossip_buf *b)
+{
+    zmq_send(d, b->data, b->len, ZMQ_DONTWAIT);
+}
+
+/* The poisoner at work for `seconds`. */
+static void s_poison_run(s_poisoner *z, double seconds)
+{
+    gossip_buf b = {0}, bytes = {0};
+    float *one = nn_xmalloc(z->nstate * sizeof *one);
+    for (size_t i = 0; i < z->nstate; i++)
+        one[i] = 1.0f;
+    uint32_t crc = gossip_state_pack(one, z->nstate, &bytes);
+    double t0 = nn_now(), next = 0;
+    uint8_t in[256];
+    while (nn_now() - t0 < seconds) {
+        for (int i = 0; i < S_POISONERS; i++) {
+            if (nn_now() >= next) {
+                uint64_t claim = i % 2 ? z->claim : 1000000000000ull;
+                gossip_msg_encode_hello(GOSSIP_MSG_HELLO, z->as, claim, z->fp,
+                                        0x5eed0000ULL + (uint64_t)i, &b);
+                s_poison_send(z->d[i], &b);
+                gossip_msg_encode_hello_ack(z->as, claim, z->fp, 0x5eed0000ULL + (uint64_t)i,
+                                            GOSSIP_HELLO_JOIN, &b);
+                s_poison_send(z->d[i], &b);
+                gossip_msg_encode_control(GOSSIP_MSG_PING, z->as, claim, z->fp, &b);
+                s_poison_send(z->d[i], &b);
+                gossip_msg_encode_link(GOSSIP_MSG_LINK_PROOF, z->as, 0, z->fp,
+                                       0xbadc0ffeeULL + (uint64_t)i, &b);
+                s_poison_send(z->d[i], &b);
+            }
+            int len = zmq_recv(z->d[i], in, sizeof in, ZMQ_DONTWAIT);
+            int asked = len >= GOSSIP_HEADER_BYTES && in[5] == GOSSIP_MSG_STATE_REQ;
+            z->reqs += asked;
+            if (!asked && nn_now() < z->push)
+                continue;
+            uint64_t claim = i % 2 ? z->claim : 1000000000000ull;
+            for (size_t c = 0; gossip_state_chunk_msg(z->as, claim, z->fp, &bytes, crc,
+                                                      GOSSIP_STATE_CHUNK_MAX, c, &b) > 0; c++)
+                s_poison_send(z->d[i], &b);
+        }
+        if (nn_now() >= z->push)
+            z->push = nn_now() + 1.0;
+        if (nn_now() >= next)
+            next = nn_now() + 0.05;
+        usleep(1000);
+    }
+    free(one);
+    gossip_buf_free(&b);
+    gossip_buf_free(&bytes);
+}
+
+static void s_poison_stop(s_poisoner *z)
+{
+    for (int i = 0; i < S_POISONERS; i++)
+        zmq_close(z->d[i]);
+    zmq_ctx_term(z->ctx);
+}
+
 /* ---- a hostile peer under a live neighbour's id ------------------------------------ */
 
 static void test_contested_id(void **state)
@@ -278,6 +397,80 @@ static void test_contested_id(void **state)
     assert_false(s_log_has(logs[1], "(re)starts"));
 }
 
+/* ---- the join poisoner against a latecomer ---------------------------------------- */
+
+/* Four nodes on an undirected ring, n3 started 1.5 s after the others
+ * (it joins the run in progress), the poisoner under n0's id (the first
+ * holder n3 asks) on n3's fresh port from before n3 starts until 12 s
+ * later.  Before: n3 took the
+ * poisoner's all-1.0 model (or jumped to iteration 10^12) and every node
+ * ended at 10%.  Now: every node exits 0, n3 drops what comes under n2's
+ * id on its port without the proof of the id, asks for states over its
+ * DEALERs only, joins within the run, and its final model is as close to
+ * the average as the others'. */
+static void test_join_poisoning(void **state)
+{
+    (void)state;
+    const int n = 4, late = 3, batch = 8, iters = 300;
+    int ports[4];
+    char topo[512], out[512], subset[32], bs[16], logs[4][600];
+    snprintf(topo, sizeof topo, "%s/ring4.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: undirected_ring\n", ports), 0);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.1",
+                      "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
+                      "--lr", "0.05", "--seed", "3", "--no-eval", "--start-window", "2",
+                      "--peer-timeout", "3", "--timeout", "60", "--out", out, NULL};
+    for (int i = 0; i < n; i++)
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+    for (int i = 0; i < n; i++)
+        if (i != late)
+            assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
+    if (!tk_wait_log(logs[0], "start barrier passed", 60)) {
+        tk_dump(logs[0]);
+        fail_msg("the quorum of 3 never started");
+    }
+    usleep(1500000);
+    s_poisoner z;
+    s_poison_start(&z, ports[late], 0, (uint64_t)iters - 5, NULL);
+    assert_true(tk_node(topo, late, common, NULL, logs[late]) > 0);
+    s_poison_run(&z, 12);
+    s_poison_stop(&z);
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(240, status);
+    if (rc != 0 || status[0] || status[1] || status[2] || status[3]) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        fail_msg("not every node finished (rc %d: %d %d %d %d)", rc, status[0], status[1],
+                 status[2], status[3]);
+    }
+    char *ll = tk_slurp(logs[late]);
+    const char *j = strstr(ll, "joined at iteration ");
+    if (!j)
+        fail_msg("the latecomer did not join:\n%s", ll);
+    long T = strtol(j + strlen("joined at iteration "), NULL, 10);
+    char met[700];
+    snprintf(met, sizeof met, "%s/metrics-%d.jsonl", out, late);
+    long unproven = s_metric(met, "unproven");
+    double dist[4], others = 0;
+    assert_true(tk_model_spread(out, n, dist) >= 0);
+    for (int i = 0; i < n; i++)
+        if (i != late && dist[i] > others)
+            others = dist[i];
+    printf("latecomer joined at iteration %ld of %d; the poisoner got %d STATE_REQs; %ld "
+           "messages under n0's id dropped unproven; distances to the average %.4f (others' "
+           "max) and %.4f (the latecomer)\n", T, iters, z.reqs, unproven, others, dist[late]);
+    if (T <= 0 || T >= iters - 20 || z.reqs != 0 || unproven < 1 ||
+        !strstr(ll, "without the proof of its id") || !isfinite(dist[late]) ||
+        dist[late] > fmax(2.0 * others, 0.02)) {
+        tk_dump(logs[late]);
+        fail_msg("the latecomer was poisoned or did not refuse the poisoner");
+    }
+    free(ll);
+}
+
 /* ---- cut off: frozen past the neighbours' end ------------------------------------- */
 
 static void test_cut_off(void **state)
@@ -321,25 +514,29 @@ static void test_cut_off(void **state)
 /* ---- the drill: a live 4-node run under attack, with and without CURVE -------------- */
 
 /* One 4-node run (undirected ring, choco, cnn) in dir; with curve, keys
- * from `lpgossip keygen`.  attacked: s_attack against n1 as n0 (with CURVE
- * as member n2, a neighbour of n1, with its own keys).  Fills the exit
- * statuses, n1's counters and the averaged model's accuracy. */
+ * from `lpgossip keygen`.  mode 1: s_attack against n1 as n0 (with CURVE
+ * as member n2, a neighbour of n1, with its own keys); mode 2: n3 starts
+ * 1.5 s after the others (a latecomer: it joins the run); mode 3: the
+ * same with the join poisoner under n0's id on n3's port (with CURVE as
+ * member n2).  Fills the exit statuses, the target's counters and the
+ * averaged model's accuracy. */
 typedef struct {
     int    status[4];
-    long   rejected, contested, auth, nonfinite, down;
+    long   rejected, contested, auth, nonfinite, down, unproven, join_iter;
     double acc;
 } s_drill_run;
 
-static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
+/* The drill's topology file (and keys) in dir; ports, pub and sec filled. */
+static void s_drill_files(const char *dir, int curve, char *topo, size_t topolen, int *ports,
+                          char pub[4][41], char sec[4][620])
 {
     const int n = 4;
-    char topo[600], key[4][600], sec[4][620], pub[4][41], logs[4][620];
-    int ports[4];
+    char key[4][600];
     assert_int_equal(mkdir(dir, 0700), 0);
     for (int i = 0; i < n && curve; i++) {
         char log[700];
         snprintf(key[i], sizeof key[i], "%s/k%d", dir, i);
-        assert_true(snprintf(sec[i], sizeof sec[i], "%s_secret", key[i]) < (int)sizeof sec[i]);
+        assert_true(snprintf(sec[i], 620, "%s_secret", key[i]) < 620);
         snprintf(log, sizeof log, "%s/keygen%d.txt", dir, i);
         char *args[] = {"lpgossip", "keygen", key[i], NULL};
         assert_int_equal(tk_wait(tk_spawn(NULL, args, log, -1), 30), 0);
@@ -349,7 +546,7 @@ static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
         pub[i][40] = '\0';
         free(txt);
     }
-    snprintf(topo, sizeof topo, "%s/ring4.yaml", dir);
+    snprintf(topo, topolen, "%s/ring4.yaml", dir);
     FILE *f = fopen(topo, "w");
     assert_non_null(f);
     fprintf(f, "%snodes:\n", curve ? "security: curve\n" : "");
@@ -362,53 +559,87 @@ static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
     }
     fprintf(f, "graph:\n  generator: undirected_ring\n");
     fclose(f);
-    char out[620];
+}
+
+static void s_drill_node(const char *topo, int i, const char *eta, const char *out,
+                         const char *sec, const char *log)
+{
+    char rk[16], *args[40];
+    int a = 0;
+    snprintf(rk, sizeof rk, "%d", i);
+    char *base[] = {"lpgossip", "node", "--topology", (char *)topo, "--rank", rk, "--algo",
+                    "choco", "--compress", "topk:0.1+q8", "--eta", (char *)eta, "--model", "cnn",
+                    "--train-subset", "12800", "--batch", "16", "--epochs", "1", "--lr", "0.05",
+                    "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout", "60",
+                    "--staleness", "0", "--out", (char *)out, NULL};
+    for (int k = 0; base[k]; k++)
+        args[a++] = base[k];
+    if (sec) {
+        args[a++] = "--cert";
+        args[a++] = (char *)sec;
+    }
+    args[a] = NULL;
+    assert_true(tk_spawn(NULL, args, log, -1) > 0);
+}
+
+/* Member `who`'s keys (with CURVE), to reach `target`'s port. */
+static void s_member_keys(s_keys *k, const char *sec, const char *target_pub)
+{
+    zcert_t *c = zcert_load(sec);
+    assert_non_null(c);
+    memcpy(k->pub, zcert_public_key(c), 32);
+    memcpy(k->sec, zcert_secret_key(c), 32);
+    zcert_destroy(&c);
+    assert_non_null(zmq_z85_decode(k->server, target_pub));
+}
+
+static void s_drill(const char *dir, int curve, int mode, s_drill_run *res)
+{
+    const int n = 4, target = mode >= 2 ? 3 : 1, late = mode >= 2 ? 3 : -1;
+    /* a join with eta 0.5 is fragile here (before these defences too, an
+     * undisturbed CURVE latecomer ended at 10% in 2 of 2 runs): 0.1, as
+     * test_node_join */
+    const char *eta = mode >= 2 ? "0.1" : "0.5";
+    char topo[600], pub[4][41], sec[4][620], logs[4][620], out[620];
+    int ports[4];
+    s_drill_files(dir, curve, topo, sizeof topo, ports, pub, sec);
     snprintf(out, sizeof out, "%s/run", dir);
     for (int i = 0; i < n; i++) {
-        char rk[16], *args[40];
-        int a = 0;
-        snprintf(rk, sizeof rk, "%d", i);
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", dir, i);
-        char *base[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--algo", "choco",
-                        "--compress", "topk:0.1+q8", "--eta", "0.5", "--model", "cnn",
-                        "--train-subset", "12800", "--batch", "16", "--epochs", "1", "--lr",
-                        "0.05", "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout",
-                        "60", "--staleness", "0", "--out", out, NULL};
-        for (int k = 0; base[k]; k++)
-            args[a++] = base[k];
-        if (curve) {
-            args[a++] = "--cert";
-            args[a++] = sec[i];
-        }
-        args[a] = NULL;
-        assert_true(tk_spawn(NULL, args, logs[i], -1) > 0);
+        if (i != late)
+            s_drill_node(topo, i, eta, out, curve ? sec[i] : NULL, logs[i]);
     }
-    if (attacked) {
+    s_keys k;
+    if (curve && mode != 2)
+        s_member_keys(&k, sec[2], pub[target]);
+    if (mode == 1) {
         double t0 = nn_now();
         while (!s_log_has(logs[1], "start barrier passed") && nn_now() - t0 < 60)
             usleep(50000);
-        s_keys k;
-        if (curve) {
-            char path[700];
-            snprintf(path, sizeof path, "%s", sec[2]);
-            zcert_t *c = zcert_load(path);
-            assert_non_null(c);
-            memcpy(k.pub, zcert_public_key(c), 32);
-            memcpy(k.sec, zcert_secret_key(c), 32);
-            zcert_destroy(&c);
-            assert_non_null(zmq_z85_decode(k.server, pub[1]));
-        }
         s_attack(ports[1], curve ? &k : NULL);
+    } else if (mode >= 2) {
+        assert_true(tk_wait_log(logs[0], "start barrier passed", 60));
+        usleep(1500000);
+        s_poisoner z;
+        if (mode == 3)
+            s_poison_start(&z, ports[late], 0, 150, curve ? &k : NULL);
+        s_drill_node(topo, late, eta, out, curve ? sec[late] : NULL, logs[late]);
+        if (mode == 3) {
+            s_poison_run(&z, 12);
+            s_poison_stop(&z);
+        }
     }
     int st[TK_MAXPROC];
     assert_int_equal(tk_wait_all(600, st), 0);
     char met[700];
-    snprintf(met, sizeof met, "%s/metrics-1.jsonl", out);
+    snprintf(met, sizeof met, "%s/metrics-%d.jsonl", out, target);
     res->rejected = s_metric(met, "rejected");
     res->contested = s_metric(met, "rejected_contested");
     res->auth = s_metric(met, "rejected_auth");
     res->nonfinite = s_metric(met, "refused_nonfinite");
     res->down = s_metric(met, "down_events");
+    res->unproven = s_metric(met, "unproven");
+    res->join_iter = s_metric(met, "join_iter");
     char m[4][700], elog[700];
     char *ev[12] = {"lpgossip", "eval", "--average", m[0], m[1], m[2], m[3], "--json", NULL};
     for (int i = 0; i < n; i++) {
@@ -423,33 +654,42 @@ static void s_drill(const char *dir, int curve, int attacked, s_drill_run *res)
     tk_kill_all();
 }
 
+/* Pairs of runs, each undisturbed and attacked, plaintext and CURVE: the
+ * hostile peer (s_attack, target n1) and the join poisoner (target: the
+ * latecomer n3).  Goal: every exit status 0, accuracy within 1.5 points. */
 static void test_drill(void **state)
 {
     (void)state;
     if (!getenv("LPGOSSIP_DRILL"))
         skip(); /* minutes: scripts/attack runs it */
-    const char *mode[2] = {"plain", "curve"};
+    const char *sec[2] = {"plain", "curve"};
+    const char *runs[4] = {"undisturbed", "hostile peer", "latecomer", "latecomer + poisoner"};
     int ok = 1;
-    printf("| security | run | exit statuses | n1 rejected | contested | auth | non-finite | "
-           "down events | averaged accuracy |\n| --- | --- | --- | --- | --- | --- | --- | --- "
-           "| --- |\n");
-    for (int c = 0; c < 2; c++) {
-        s_drill_run r[2];
-        for (int a = 0; a < 2; a++) {
-            char dir[600];
-            snprintf(dir, sizeof dir, "%s/drill-%s-%d", s_dir, mode[c], a);
-            s_drill(dir, c, a, &r[a]);
-            printf("| %s | %s | %d %d %d %d | %ld | %ld | %ld | %ld | %ld | %.2f%% |\n", mode[c],
-                   a ? "attacked" : "undisturbed", r[a].status[0], r[a].status[1],
-                   r[a].status[2], r[a].status[3], r[a].rejected, r[a].contested, r[a].auth,
-                   r[a].nonfinite, r[a].down, 100 * r[a].acc);
-            for (int i = 0; i < 4; i++)
-                ok = ok && r[a].status[i] == 0;
+    printf("| security | run | exit statuses | target | rejected | contested | auth | "
+           "non-finite | unproven | down events | join iteration | averaged accuracy |\n"
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for (int c = 0; c < 2; c++)
+        for (int pair = 0; pair < 2; pair++) {
+            s_drill_run r[2];
+            for (int a = 0; a < 2; a++) {
+                int mode = 2 * pair + a;
+                char dir[600];
+                snprintf(dir, sizeof dir, "%s/drill-%s-%d", s_dir, sec[c], mode);
+                s_drill(dir, c, mode, &r[a]);
+                printf("| %s | %s | %d %d %d %d | n%d | %ld | %ld | %ld | %ld | %ld | %ld | %ld | "
+                       "%.2f%% |\n", sec[c], runs[mode], r[a].status[0], r[a].status[1],
+                       r[a].status[2], r[a].status[3], mode >= 2 ? 3 : 1, r[a].rejected,
+                       r[a].contested, r[a].auth, r[a].nonfinite, r[a].unproven, r[a].down,
+                       r[a].join_iter, 100 * r[a].acc);
+                fflush(stdout);
+                for (int i = 0; i < 4; i++)
+                    ok = ok && r[a].status[i] == 0;
+            }
+            double d = 100 * (r[1].acc - r[0].acc);
+            printf("| %s | difference | | | | | | | | | | %+.2f points (goal: within 1.5) |\n",
+                   sec[c], d);
+            ok = ok && r[0].acc > 0 && r[1].acc > 0 && fabs(d) <= 1.5;
         }
-        double d = 100 * (r[1].acc - r[0].acc);
-        printf("| %s | difference | | | | | | | %+.2f points (goal: within 1.5) |\n", mode[c], d);
-        ok = ok && r[0].acc > 0 && r[1].acc > 0 && fabs(d) <= 1.5;
-    }
     fflush(stdout);
     assert_true(ok);
 }
@@ -459,6 +699,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cut_off, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_contested_id, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_join_poisoning, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_drill, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

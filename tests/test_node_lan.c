@@ -8,7 +8,8 @@
  * copy of the file).
  *
  * A third run restarts a node (SIGKILL, then --resume) on a new port; a
- * node on a host without a broadcast interface stops at once, saying so.
+ * node on a host without a broadcast interface stops at once, saying so;
+ * two more (plain, CURVE) have a spoofer announce a rank first.
  *
  * Checks: the run finishes on every host and the final models agree; every
  * node found its neighbours by their UDP beacons and logged where; every
@@ -31,6 +32,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/wait.h>
+
+#include <czmq.h>
 
 #include <cmocka.h>
 
@@ -299,6 +305,148 @@ static void test_lan_restart(void **state)
                   killed - t0, nn_now() - killed, worst);
 }
 
+/* ---- two announcers: a spoofer announces a rank first ---------------------------- */
+
+/* The spoofer, in a child of its own inside namespace `host`: it copies
+ * the run id from the first announcement of the run it hears, then
+ * announces rank `rank` at its own address and TCP port `port` (nothing
+ * listens there), with the key the file lists for that rank (`pubkey`,
+ * Z85, or NULL), every 200 ms, for `seconds`.  Never returns. */
+static void s_spoofer(int host, uint32_t rank, uint16_t port, const char *pubkey, double seconds)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/var/run/netns/%s", tk_netns_name(host));
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
+        _exit(2);
+    zactor_t *b = zactor_new(zbeacon, NULL);
+    zsock_send(b, "si", "CONFIGURE", 47820);
+    char *me = zstr_recv(b);
+    if (!me || !*me)
+        _exit(3);
+    zstr_free(&me);
+    zsock_send(b, "sb", "SUBSCRIBE", "LPGD", 4);
+    zsock_set_rcvtimeo(b, 200);
+    /* the announcement layout (gossip_discovery.h): port at 6 (u16), rank
+     * at 16 (u32), the key at 20 (32 bytes) when flag bit 0 is set */
+    uint8_t ann[52];
+    size_t alen = 0;
+    double t0 = nn_now();
+    while (!alen && nn_now() - t0 < 60) {
+        char *ip = zstr_recv(b);
+        if (!ip)
+            continue;
+        zframe_t *f = zframe_recv(b);
+        size_t len = f ? zframe_size(f) : 0;
+        if ((len == 20 || len == 52) && !memcmp(zframe_data(f), "LPGD", 4)) {
+            memcpy(ann, zframe_data(f), len);
+            ann[6] = (uint8_t)port;
+            ann[7] = (uint8_t)(port >> 8);
+            for (int i = 0; i < 4; i++)
+                ann[16 + i] = (uint8_t)(rank >> (8 * i));
+            if (len == 52 && pubkey)
+                zmq_z85_decode(ann + 20, pubkey);
+            alen = len;
+        }
+        zframe_destroy(&f);
+        zstr_free(&ip);
+    }
+    if (!alen)
+        _exit(4);
+    zsock_send(b, "sbi", "PUBLISH", ann, alen, 200);
+    zclock_sleep((int)(seconds * 1000));
+    zactor_destroy(&b);
+    _exit(0);
+}
+
+/* n0 starts; a spoofer on the fifth host announces rank 1 (n1, a
+ * neighbour of n0) before n1 starts, and keeps announcing for the whole
+ * run; then n1..n3 start.  n0 believes the spoofer first; its DEALER
+ * there gets no answer (nothing listens; with CURVE no handshake with
+ * n1's key) and moves to n1's real endpoint within --peer-timeout (3 s);
+ * the run finishes on every host.  Before, n0 kept the spoofer's endpoint
+ * while it announced: the run stalled until --timeout. */
+static void s_lan_spoofed(int curve)
+{
+    const char *why = tk_netns_why_not();
+    if (why) {
+        print_message("skipped: %s\n", why);
+        skip();
+    }
+    char topo[512], fake[512], out[512], logs[S_N][600], cert[S_N][420];
+    snprintf(topo, sizeof topo, "%s/lab.yaml", s_dir);
+    snprintf(fake, sizeof fake, "%s/unused.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    s_files(curve, topo, fake);
+    for (int i = 0; i < S_N; i++)
+        snprintf(cert[i], sizeof cert[i], "%s/n%d_secret", s_dir, i);
+    char key1[41] = "";
+    if (curve) {
+        char pub1[420];
+        snprintf(pub1, sizeof pub1, "%s/n1", s_dir);
+        assert_int_equal(tk_cert_pubkey(pub1, key1), 0);
+    }
+    const int iters = tk_quick() ? 20 : 40;
+    char subset[32];
+    snprintf(subset, sizeof subset, "%d", S_N * 8 * iters);
+    for (int k = 0; k < S_N; k++)
+        snprintf(logs[k], sizeof logs[k], "%s/node%d.txt", s_dir, k);
+    char *more[] = {"--peer-timeout", "3", NULL};
+    double t0 = nn_now();
+    pid_t pid[S_N];
+    pid[0] = s_start(topo, 0, 0, "1", "60", out, logs[0], subset, curve ? cert[0] : NULL, more);
+    pid_t spoof = fork();
+    assert_true(spoof >= 0);
+    if (spoof == 0)
+        s_spoofer(S_N, 1, 40000, curve ? key1 : NULL, 90);
+    usleep(2500000); /* n0's first beacon is heard, the spoofer announces */
+    for (int k = 1; k < S_N; k++)
+        pid[k] = s_start(topo, k, k, "1", "60", out, logs[k], subset, curve ? cert[k] : NULL,
+                         more);
+    int status[S_N];
+    for (int k = 0; k < S_N; k++)
+        status[k] = tk_wait(pid[k], fmax(1, 240 - (nn_now() - t0)));
+    double secs = nn_now() - t0;
+    kill(spoof, SIGKILL);
+    int sst = 0;
+    waitpid(spoof, &sst, 0);
+    for (int k = 0; k < S_N; k++)
+        if (status[k] != 0) {
+            for (int j = 0; j < S_N; j++)
+                tk_dump(logs[j]);
+            fail_msg("node %d: status %d after %.0f s", k, status[k], secs);
+        }
+    char p[700];
+    snprintf(p, sizeof p, "%s/log-0.txt", out);
+    char *text = tk_slurp(p);
+    const char *sp = strstr(text, "found neighbour n1 (rank 1) at tcp://10.78.0.5:40000");
+    const char *mv = sp ? strstr(sp, "tcp://10.78.0.5:40000 did not answer within") : NULL;
+    int ok = mv && strstr(mv, "DEALER to out-neighbour n1 (rank 1) moved to tcp://10.78.0.2:");
+    free(text);
+    if (!ok) {
+        tk_dump(p);
+        fail_msg("n0 did not believe the spoofer first, or did not move away from it (spoofer "
+                 "status %d)", WIFEXITED(sst) ? WEXITSTATUS(sst) : -1);
+    }
+    double worst = tk_model_spread(out, S_N, NULL);
+    print_message("two announcers%s: n0 believed the spoofer first and moved to n1; %d "
+                  "iterations in %.1f s wall (start to last exit); max ||z - avg|| / ||avg|| = "
+                  "%.4f\n", curve ? " (CURVE)" : "", iters, secs, worst);
+    assert_true(worst >= 0 && worst < 0.05);
+}
+
+static void test_lan_spoofed(void **state)
+{
+    (void)state;
+    s_lan_spoofed(0);
+}
+
+static void test_lan_spoofed_curve(void **state)
+{
+    (void)state;
+    s_lan_spoofed(1);
+}
+
 /* A host whose only interface is lo (`unshare --net`): the node cannot
  * broadcast and stops at once, exit status 1, naming the UDP port and what
  * to do. */
@@ -340,6 +488,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lan_discovery_curve, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_lan_restart, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_lan_no_interface, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_lan_spoofed, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_lan_spoofed_curve, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1054,11 +1054,9 @@ done:
 
 topo *topo_load(const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        nn_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = nn_fopen_regular(path, NULL, err, errlen);
+    if (!f)
         return NULL;
-    }
     size_t cap = 4096, len = 0;
     char *buf = nn_xmalloc(cap);
     for (;;) {

@@ -60,6 +60,10 @@ static void s_recipe(int from, const uint8_t *r, size_t n)
         gossip_msg_encode_hello(kind, (uint32_t)from, iter, fp, nonce, &s_msg);
         return;
     }
+    if (kind == GOSSIP_MSG_LINK_REQ || kind == GOSSIP_MSG_LINK_PROOF) {
+        gossip_msg_encode_link(kind, (uint32_t)from, iter, fp, nonce, &s_msg);
+        return;
+    }
     if (kind == GOSSIP_MSG_STATE) { /* one chunk of a state of the recipe's bytes */
         gossip_buf_set(&s_msg, NULL, 0);
         size_t nb = n > 10 ? (n - 10) & ~(size_t)3 : 0;
