@@ -1,6 +1,6 @@
 /* gossip_link — the protocol between one node and its neighbours: a
- * gossip_node driven over a gossip_net (DESIGN §9), surviving dead, slow and
- * restarted peers and hostile bytes.
+ * gossip_node driven over a gossip_net (docs/design.md §9), surviving dead,
+ * slow and restarted peers and hostile bytes.
  *
  * Owns:    the stash of messages that run more than GOSSIP_WINDOW
  *          iterations ahead and the counters of what was refused.  The

@@ -1,4 +1,4 @@
-/* gossip_net — the ZeroMQ transport of one node (DESIGN §9).
+/* gossip_net — the ZeroMQ transport of one node (docs/design.md §9).
  *
  * Owns:    a libzmq context; one ROUTER bound at this node's endpoint for
  *          everything it receives; one DEALER per out-neighbour (union over
