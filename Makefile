@@ -27,7 +27,7 @@ BUILD    ?= build/san
 OPT      ?= -O1
 endif
 
-PKGS     := libczmq libzmq yaml-0.1 openblas zlib
+PKGS     := libczmq libzmq yaml-0.1 openblas zlib libmicrohttpd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CMOCKA_CFLAGS := $(shell pkg-config --cflags cmocka 2>/dev/null)
