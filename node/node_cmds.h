@@ -12,5 +12,6 @@ int node_cmd_topology(int argc, char **argv);
 int node_cmd_simulate(int argc, char **argv);
 int node_cmd_node(int argc, char **argv);
 int node_cmd_keygen(int argc, char **argv);
+int node_cmd_watch(int argc, char **argv);
 
 #endif

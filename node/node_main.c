@@ -17,6 +17,7 @@ static const s_command s_commands[] = {
     {"simulate", node_cmd_simulate, "run every node of a topology in one process"},
     {"node", node_cmd_node, "run one node of a topology, gossiping over ZeroMQ"},
     {"keygen", node_cmd_keygen, "write a CURVE key pair for one node (security: curve)"},
+    {"watch", node_cmd_watch, "live view of a run: every node's /status (--metrics-port)"},
 };
 
 static void s_usage(FILE *f)
