@@ -2,13 +2,18 @@
  * (checked by promtool when installed), the /status JSON read back by
  * watch's reader, malformed answers, --metrics-port's syntax, and the HTTP
  * server under hostile clients (huge headers, slowloris, 1000
- * connections) while a publisher thread keeps publishing.
+ * connections) while a publisher thread keeps publishing; then a 3-node
+ * run on loopback watched (and, as root or with LPGOSSIP_PROMETHEUS=1
+ * when Debian's prometheus is installed, scraped by a real Prometheus
+ * whose query API must return every node's iteration), with one node
+ * killed: "down" at the next poll, and its neighbours count it down.
  */
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +30,8 @@
 #include "node/node_http.h"
 #include "node/node_live.h"
 #include "node/node_watch.h"
+#include "tests/tk.h"
+#include "tests/tk_run.h"
 
 static void s_snap(node_live_snap *s)
 {
@@ -339,12 +346,146 @@ static void test_http_hostile(void **state)
     free(first);
 }
 
+/* ---- a 3-node run -------------------------------------------------------- */
+
+static char s_dir[256];
+
+/* Polls t[0..n) until every one answered with iteration >= 1 (bounded). */
+static int s_all_going(node_watch_target *t, int n, double seconds)
+{
+    char *body[8];
+    double until = nn_now() + seconds;
+    while (nn_now() < until) {
+        node_watch_poll(t, n, "/status", 1.0, body);
+        int ok = 1;
+        for (int i = 0; i < n; i++) {
+            node_watch_update(&t[i], body[i]);
+            free(body[i]);
+            ok &= t[i].answered && t[i].iteration >= 1;
+        }
+        if (ok)
+            return 1;
+        usleep(200 * 1000);
+    }
+    return 0;
+}
+
+/* A real Prometheus scrapes the nodes; its query API answers with every
+ * node's lpgossip_iteration.  Skipped (a line on stderr) unless installed
+ * and allowed (root or LPGOSSIP_PROMETHEUS=1). */
+static void s_prometheus(const int *mport, int n)
+{
+    const char *bin = "/usr/bin/prometheus", *env = getenv("LPGOSSIP_PROMETHEUS");
+    if (access(bin, X_OK) != 0 || !(geteuid() == 0 || (env && !strcmp(env, "1")))) {
+        fprintf(stderr, "test_run_watched: Prometheus scrape skipped (needs %s and root or "
+                "LPGOSSIP_PROMETHEUS=1)\n", bin);
+        return;
+    }
+    char cfg[300], tsdb[300], listen[64], log[300], targets[256] = "";
+    snprintf(cfg, sizeof cfg, "%s/prometheus.yml", s_dir);
+    snprintf(tsdb, sizeof tsdb, "--storage.tsdb.path=%s/tsdb", s_dir);
+    snprintf(log, sizeof log, "%s/prometheus.log", s_dir);
+    int pp = tk_free_port();
+    snprintf(listen, sizeof listen, "--web.listen-address=127.0.0.1:%d", pp);
+    for (int i = 0; i < n; i++)
+        snprintf(targets + strlen(targets), sizeof targets - strlen(targets), "%s'127.0.0.1:%d'",
+                 i ? ", " : "", mport[i]);
+    FILE *f = fopen(cfg, "w");
+    assert_non_null(f);
+    fprintf(f, "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: lpgossip\n"
+            "    static_configs:\n      - targets: [%s]\n", targets);
+    fclose(f);
+    char cfgarg[320];
+    snprintf(cfgarg, sizeof cfgarg, "--config.file=%s", cfg);
+    char *args[] = {"prometheus", cfgarg, tsdb, listen, NULL};
+    pid_t pid = tk_spawn(bin, args, log, -1);
+    assert_true(pid > 0);
+    int found = 0;
+    double until = nn_now() + 60;
+    while (!found && nn_now() < until) {
+        usleep(500 * 1000);
+        char *b = s_get(pp, "/api/v1/query?query=lpgossip_iteration");
+        found = 0;
+        for (const char *p = b; p && (p = strstr(p, "\"__name__\":\"lpgossip_iteration\""));
+             p++)
+            found++;
+        found = found >= n;
+        free(b);
+    }
+    tk_kill(pid, SIGTERM);
+    tk_wait(pid, 10);
+    if (!found)
+        tk_dump(log);
+    assert_true(found);
+}
+
+static void test_run_watched(void **state)
+{
+    (void)state;
+    char tp[300], log[300], flag[3][40];
+    int ports[3], mport[3];
+    snprintf(tp, sizeof tp, "%s/t3.yaml", s_dir);
+    assert_int_equal(tk_topo_loopback(tp, 3, "graph:\n  generator: undirected_ring\n", ports), 0);
+    char *common[] = {"--model", "cnn", "--train-subset", "960", "--batch", "8", "--epochs",
+                      "50", "--no-eval", "--compress", "topk:0.1+q8", "--peer-timeout", "1",
+                      "--timeout", "20", NULL};
+    node_watch_target t[3];
+    char err[128], spec[32];
+    pid_t pid[3];
+    for (int i = 0; i < 3; i++) {
+        mport[i] = tk_free_port();
+        snprintf(flag[i], sizeof flag[i], "--metrics-port=%d", mport[i]);
+        snprintf(log, sizeof log, "%s/node%d.log", s_dir, i);
+        pid[i] = tk_node(tp, i, common, flag[i], log);
+        assert_true(pid[i] > 0);
+        snprintf(spec, sizeof spec, "127.0.0.1:%d", mport[i]);
+        assert_int_equal(node_watch_target_init(&t[i], spec, err, sizeof err), 0);
+    }
+    assert_true(s_all_going(t, 3, 90));
+    s_prometheus(mport, 3);
+    tk_kill(pid[2], SIGKILL);
+    tk_wait(pid[2], 5);
+    char *body[3];
+    node_watch_poll(t, 3, "/status", 1.0, body);
+    for (int i = 0; i < 3; i++) {
+        node_watch_update(&t[i], body[i]);
+        free(body[i]);
+    }
+    assert_string_equal(t[2].state, "down");
+    assert_true(t[0].answered && t[1].answered);
+    double until = nn_now() + 15; /* --peer-timeout 1, a few rounds */
+    while (nn_now() < until && (t[0].peers_up != 1 || t[1].peers_up != 1)) {
+        usleep(200 * 1000);
+        node_watch_poll(t, 2, "/status", 1.0, body);
+        for (int i = 0; i < 2; i++) {
+            node_watch_update(&t[i], body[i]);
+            free(body[i]);
+        }
+    }
+    assert_int_equal(t[0].peers_up, 1);
+    assert_int_equal(t[1].peers_up, 1);
+    tk_kill_all();
+}
+
+static int s_setup(void **state)
+{
+    (void)state;
+    return tk_dir_setup(s_dir, sizeof s_dir, "live");
+}
+
+static int s_teardown(void **state)
+{
+    (void)state;
+    tk_dir_teardown(s_dir);
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exposition),     cmocka_unit_test(test_status_roundtrip),
         cmocka_unit_test(test_json_malformed), cmocka_unit_test(test_parse_port),
-        cmocka_unit_test(test_http_hostile),
+        cmocka_unit_test(test_http_hostile),   cmocka_unit_test(test_run_watched),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
