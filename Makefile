@@ -132,6 +132,7 @@ run: deps
 bench: $(BENCHES) $(BIN)
 	@for b in $(BENCHES); do echo "== $$b"; OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
 	@echo "== bench/bench_node_overhead.sh"; bench/bench_node_overhead.sh 60 5 $(BIN)
+	@echo "== bench/bench_metrics_overhead.sh"; bench/bench_metrics_overhead.sh 150 5 $(BIN)
 
 # The paper's Tables 3 and 4 on Fashion-MNIST, 3 seeds a cell (336 runs,
 # about 12 core-hours; one run per core; resumable): results/repro.md and
