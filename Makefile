@@ -33,7 +33,7 @@ endif
 # cmocka is only for the test programs; every other entry goes into PKGS.
 DEPS     := libczmq:libczmq-dev libzmq:libzmq3-dev yaml-0.1:libyaml-dev \
             openblas:libopenblas-dev zlib:zlib1g-dev libpng:libpng-dev \
-            libjpeg:libjpeg62-turbo-dev cmocka:libcmocka-dev
+            libjpeg:libjpeg62-turbo-dev libmicrohttpd:libmicrohttpd-dev cmocka:libcmocka-dev
 PKGS     := $(filter-out cmocka,$(foreach d,$(DEPS),$(firstword $(subst :, ,$(d)))))
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -157,6 +157,7 @@ run: deps
 bench: $(BENCHES) $(BIN)
 	@for b in $(BENCHES); do echo "== $$b"; OPENBLAS_NUM_THREADS=1 $$b || exit 1; done
 	@echo "== bench/bench_node_overhead.sh"; bench/bench_node_overhead.sh 60 5 $(BIN)
+	@echo "== bench/bench_metrics_overhead.sh"; bench/bench_metrics_overhead.sh 150 5 $(BIN)
 
 # The paper's Tables 3 and 4 on Fashion-MNIST, 3 seeds a cell (336 runs,
 # about 12 core-hours; one run per core; resumable): results/repro.md and

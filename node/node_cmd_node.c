@@ -14,6 +14,7 @@
  * (gossip_link_start).
  */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -28,6 +29,8 @@
 #include "node/node_ckpt.h"
 #include "node/node_data.h"
 #include "node/node_cmds.h"
+#include "node/node_http.h"
+#include "node/node_live.h"
 #include "node/node_lock.h"
 #include "node/node_modelio.h"
 #include "node/node_run.h"
@@ -68,6 +71,14 @@ typedef struct {
     gossip_net_stats  ns;
     gossip_link_stats ls;
     node_nb_metrics   nb[TOPO_MAX_NODES]; /* per in-neighbour (metrics) */
+    /* --metrics-port: the live state served over HTTP (NULL: off) */
+    node_live        *live;
+    node_http        *http;
+    node_live_snap   *snap;        /* built here, then published */
+    const node_run   *run;         /* the loop (set by s_loop) */
+    node_times        tm_last;     /* r->tm at the last snapshot */
+    double            loss_last;   /* trainer loss_sum at the last snapshot */
+    size_t            seen_last;   /* trainer seen at the last snapshot */
 } s_node;
 
 __attribute__((format(printf, 2, 3)))
@@ -255,8 +266,13 @@ static void s_discovery_hint(const s_node *s, char *err, size_t errlen)
 
 static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, size_t errlen)
 {
+    s_node *s = arg;
     gossip_link_times lt = {0, 0, 0};
-    int rc = gossip_link_round(arg, x[0], r, &lt, err, errlen);
+    if (s->live)
+        node_live_set_phase(s->live, NODE_LIVE_GOSSIP);
+    int rc = gossip_link_round(s->link, x[0], r, &lt, err, errlen);
+    if (s->live)
+        node_live_set_phase(s->live, NODE_LIVE_STEP);
     tm->compress += lt.compress;
     tm->wait += lt.wait;
     tm->mix += lt.mix;
@@ -265,7 +281,8 @@ static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, 
 
 static void s_pump(void *arg)
 {
-    gossip_link_pump(arg, 0);
+    s_node *s = arg;
+    gossip_link_pump(s->link, 0);
 }
 
 /* Sockets and the link; -1 with a message. */
@@ -303,11 +320,155 @@ static int s_connect(s_node *s, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- live metrics (--metrics-port, node_live.h) --------------------------- */
+
+/* The configuration part of the snapshot, and the neighbours (in or out). */
+static void s_live_identity(s_node *s, node_live_snap *p)
+{
+    const node_opts *o = s->o;
+    snprintf(p->run, sizeof p->run, "%016llx", (unsigned long long)s_run_id(s));
+    snprintf(p->node, sizeof p->node, "%s", s->t->nodes[s->me].id);
+    p->rank = s->me;
+    p->nodes = s->t->n;
+    snprintf(p->topology, sizeof p->topology, "%s", o->g.topology);
+    snprintf(p->model, sizeof p->model, "%s", node_arch_name(o->t.mo.model));
+    snprintf(p->precision, sizeof p->precision, "%s", node_precision_name(o->t.mo.precision));
+    snprintf(p->algo, sizeof p->algo, "%s", gossip_algo_name(o->g.gc.algo));
+    snprintf(p->compress, sizeof p->compress, "%s", o->g.gc.compressor);
+    snprintf(p->endpoint, sizeof p->endpoint, "%s", s->net ? gossip_net_endpoint(s->net) : "");
+    p->eta = o->g.gc.eta;
+    p->staleness = gossip_node_config(s->g)->staleness;
+    p->gossip_every = o->g.gossip_every;
+    p->batch = o->t.batch;
+    p->epochs = o->t.epochs;
+    p->iters_per_epoch = s->k.steps;
+    p->iterations = (uint64_t)s->k.steps * (uint64_t)o->t.epochs;
+    p->loss = NAN;
+    const gossip_peer *peers = gossip_node_peers(s->g);
+    for (int j = 0; j < s->t->n && p->nnb < NODE_LIVE_MAX_NB; j++) {
+        if (j == s->me || !(peers[j].is_in || peers[j].is_out))
+            continue;
+        node_live_nb *nb = &p->nb[p->nnb++];
+        nb->rank = j;
+        nb->up = 1;
+        snprintf(nb->id, sizeof nb->id, "%s", s->t->nodes[j].id);
+    }
+}
+
+/* The counters of the link and the sockets into p. */
+static void s_live_link(s_node *s, node_live_snap *p)
+{
+    if (!s->link)
+        return;
+    gossip_net_stats ns;
+    gossip_link_stats ls;
+    gossip_net_stats_get(s->net, &ns);
+    gossip_link_stats_get(s->link, &ls);
+    p->bytes_sent = ns.bytes_sent;
+    p->bytes_received = ns.bytes_recv;
+    p->msgs_sent = ns.msgs_sent;
+    p->msgs_received = ns.msgs_recv;
+    p->neighbours = (int)ls.neighbours;
+    p->peers_up = (int)(ls.neighbours - ls.peers_down);
+    uint64_t *f = p->refused;
+    f[NODE_LIVE_REF_IDENTITY] = ns.rejected_identity;
+    f[NODE_LIVE_REF_FRAMES] = ns.rejected_frames;
+    f[NODE_LIVE_REF_SIZE] = ns.rejected_size;
+    f[NODE_LIVE_REF_AUTH] = ns.rejected_auth;
+    f[NODE_LIVE_REF_CONTESTED] = ns.rejected_contested;
+    f[NODE_LIVE_REF_NONFINITE] = ls.refused_nonfinite;
+    f[NODE_LIVE_REF_STATE] = ls.state_refused;
+    f[NODE_LIVE_REF_OTHER] = ls.refused - ls.refused_nonfinite - ls.state_refused;
+    const gossip_peer *peers = gossip_node_peers(s->g);
+    for (int k = 0; k < p->nnb; k++) {
+        node_live_nb *nb = &p->nb[k];
+        uint64_t lag = 0, nofresh;
+        gossip_node_peer_lag(s->g, nb->rank, &lag, &nofresh);
+        nb->staleness = lag;
+        nb->up = !peers[nb->rank].down;
+        nb->wait_s = peers[nb->rank].wait_s;
+        snprintf(nb->endpoint, sizeof nb->endpoint, "%s",
+                 gossip_net_peer_endpoint(s->net, nb->rank));
+    }
+}
+
+/* The progress of the loop after `done` iterations into the snapshot. */
+static void s_live_fill(s_node *s, uint64_t done)
+{
+    node_live_snap *p = s->snap;
+    const node_run *r = s->run;
+    const node_trainer *tr = &s->k.tr[0];
+    p->iteration = done;
+    p->epoch = (double)done / (double)s->k.steps;
+    p->lr = r->lr;
+    if (tr->seen < s->seen_last) /* the stats were reset by an evaluation */
+        s->seen_last = 0, s->loss_last = 0;
+    if (tr->seen > s->seen_last) {
+        double l = (tr->loss_sum - s->loss_last) / (double)(tr->seen - s->seen_last);
+        p->loss = isfinite(p->loss) ? 0.9 * p->loss + 0.1 * l : l;
+    }
+    s->seen_last = tr->seen;
+    s->loss_last = tr->loss_sum;
+    p->psi = gossip_node_psi(s->g);
+    p->seconds = nn_now() - r->t0;
+    p->skipped_steps = r->skipped;
+    p->catchup_steps = r->catchup;
+    node_live_observe(&p->step[NODE_LIVE_COMPUTE], r->tm.compute - s->tm_last.compute);
+    if (r->tm.gossip > s->tm_last.gossip) { /* a round in this iteration */
+        node_live_observe(&p->step[NODE_LIVE_COMPRESS], r->tm.compress - s->tm_last.compress);
+        node_live_observe(&p->step[NODE_LIVE_WAIT], r->tm.wait - s->tm_last.wait);
+        node_live_observe(&p->step[NODE_LIVE_MIX], r->tm.mix - s->tm_last.mix);
+    }
+    s->tm_last = r->tm;
+    s_live_link(s, p);
+}
+
+/* --metrics-port: the server, after the sockets (the +K form needs the
+ * ROUTER's port).  0, or -1 with a message. */
+static int s_live_start(s_node *s, char *err, size_t errlen)
+{
+    const node_net_opts *n = &s->o->n;
+    if (!n->metrics_port && !n->metrics_offset)
+        return 0;
+    int port = n->metrics_port < 0 ? 0 : n->metrics_port;
+    if (n->metrics_offset) {
+        const char *ep = s->net ? strrchr(gossip_net_endpoint(s->net), ':') : NULL;
+        long tcp = ep ? strtol(ep + 1, NULL, 10) : 0;
+        if (tcp <= 0 || tcp + n->metrics_offset > 65535)
+            return nn_errf(err, errlen, "--metrics-port +%d: %s", n->metrics_offset,
+                           tcp <= 0 ? "needs this node's TCP port (not with --no-gossip)"
+                                    : "this node's TCP port + K is above 65535");
+        port = (int)tcp + n->metrics_offset;
+    }
+    s->snap = nn_xcalloc(1, sizeof *s->snap);
+    s_live_identity(s, s->snap);
+    s->live = node_live_new(s->snap);
+    if (!(s->http = node_http_new(s->live, n->metrics_bind, port, err, errlen)))
+        return -1;
+    s_log(s, "metrics on http://%s%s%s:%d/metrics and /status", strchr(n->metrics_bind, ':') ? "[" : "",
+          n->metrics_bind, strchr(n->metrics_bind, ':') ? "]" : "", node_http_port(s->http));
+    return 0;
+}
+
+/* After each iteration (and evaluation): the snapshot offered to the HTTP
+ * thread, never waiting for it (force: the last one of the run). */
+static void s_live_publish(s_node *s, uint64_t done, int force)
+{
+    if (!s->live || !s->run)
+        return;
+    if (done != s->snap->iteration)
+        s_live_fill(s, done);
+    else
+        s_live_link(s, s->snap);
+    node_live_publish(s->live, s->snap, force);
+}
+
 /* ---- hooks of the run loop ---------------------------------------------- */
 
 static void s_after_iter(void *arg, uint64_t done)
 {
     s_node *s = arg;
+    s_live_publish(s, done, 0);
     if (!s->ckpt_path[0] || s->ckpt_every <= 0 || done % (uint64_t)s->ckpt_every != 0)
         return;
     char err[1024];
@@ -378,6 +539,12 @@ static void s_report_nb(s_node *s, node_metrics *m)
 static void s_report(void *arg, const node_run *r, node_metrics *m)
 {
     s_node *s = arg;
+    if (s->live) {
+        s->snap->evaluated = m->evaluated;
+        s->snap->test_accuracy = m->test_acc;
+        s->snap->test_loss = m->test_loss;
+        s_live_publish(s, m->iter, 0);
+    }
     s_report_nb(s, m);
     gossip_node_stats(s->g, &s->gs);
     if (s->net)
@@ -471,7 +638,8 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
                     .skip = s_skip, .skip_arg = s, .catch_up = s_catch_up,
                     .slow = o->n.debug_slow};
     if (s->link)
-        r->round = (node_round){s_round, s_pump, s->link};
+        r->round = (node_round){s_round, s_pump, s};
+    s->run = r;
     r->meta = (node_metrics){.command = "node", .rank = s->me, .nodes = s->t->n,
                              .model = node_model_label(&o->t.mo),
                              .precision = node_precision_name(o->t.mo.precision), .gossip = 1,
@@ -497,6 +665,8 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
               nn_now() - s_t_start, ls.join_from);
     if (round * H > r->it)
         r->it = round * H; /* rejoined further along: start that round's local steps */
+    if (s->live)
+        node_live_set_phase(s->live, NODE_LIVE_STEP);
     return node_run_loop(r, err, errlen);
 }
 
@@ -552,6 +722,11 @@ static int s_finish(s_node *s, const node_run *r, int failed)
     const node_opts *o = s->o;
     char err[1024];
     uint64_t done = r->it; /* iterations whose mix completed */
+    if (s->live) {
+        s_live_publish(s, done, 1);
+        node_live_set_phase(s->live, failed ? NODE_LIVE_FAILED
+                                     : r->interrupted ? NODE_LIVE_STOPPED : NODE_LIVE_FINISHED);
+    }
     if (r->interrupted && !failed && s->ckpt_path[0]) {
         if (node_ckpt_save(s->ckpt_path, &s->ck, done, err, sizeof err) != 0)
             s_log(s, "checkpoint: %s", err);
@@ -595,7 +770,8 @@ static int s_run(s_node *s)
         return 2;
     }
     if (rc != 0 || s_prepare(s, &it, &usage, err, sizeof err) != 0 ||
-        (!s->o->n.no_gossip && s_connect(s, err, sizeof err) != 0)) {
+        (!s->o->n.no_gossip && s_connect(s, err, sizeof err) != 0) ||
+        s_live_start(s, err, sizeof err) != 0) {
         s_log(s, "%s", err);
         return usage ? 2 : 1;
     }
@@ -611,6 +787,9 @@ static void s_free(s_node *s)
     memset(s->curve_sec, 0, sizeof s->curve_sec);
     if (s->mf)
         fclose(s->mf);
+    node_http_destroy(&s->http); /* before what it serves */
+    node_live_destroy(&s->live);
+    free(s->snap);
     gossip_link_destroy(&s->link);
     gossip_net_destroy(&s->net);
     gossip_node_destroy(&s->g);

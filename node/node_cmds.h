@@ -14,5 +14,6 @@ int node_cmd_simulate(int argc, char **argv);
 int node_cmd_node(int argc, char **argv);
 int node_cmd_keygen(int argc, char **argv);
 int node_cmd_version(int argc, char **argv);
+int node_cmd_watch(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ static const s_command s_commands[] = {
     {"node", node_cmd_node, "run one node of a topology, gossiping over ZeroMQ"},
     {"keygen", node_cmd_keygen, "write a CURVE key pair for one node (security: curve)"},
     {"version", node_cmd_version, "the program's and the training arithmetic's versions"},
+    {"watch", node_cmd_watch, "live view of a run: every node's /status (--metrics-port)"},
 };
 
 static void s_usage(FILE *f)

@@ -10,6 +10,7 @@
 #include "lowprec/lp_tile.h"
 #include "nn/nn_cpu.h"
 #include "node/node_modelio.h"
+#include "node/node_http.h"
 #include "topology/topo.h"
 
 /* ---- the flag table ------------------------------------------------------ */
@@ -38,6 +39,7 @@ enum {
     F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
     F_GRAD_GUARD, F_INIT, F_INIT_SKIP,
     F_IMAGE_SIZE, F_SKIP_BAD, F_NCHW, F_PARTITION, F_CLASSES, /* the user's data (s_data_flag) */
+    F_METRICS_PORT, F_METRICS_BIND,
 };
 
 typedef struct {
@@ -86,6 +88,7 @@ static const s_flag s_flags[] = {
     {"image-size", 1, F_IMAGE_SIZE, G_MODEL}, {"skip-bad", 0, F_SKIP_BAD, G_MODEL},
     {"nchw", 0, F_NCHW, G_MODEL},            {"partition", 1, F_PARTITION, G_GOSSIP},
     {"classes", 1, F_CLASSES, G_MODEL},
+    {"metrics-port", 1, F_METRICS_PORT, G_NODE}, {"metrics-bind", 1, F_METRICS_BIND, G_NODE},
 };
 
 #define S_NFLAGS (sizeof s_flags / sizeof s_flags[0])
@@ -238,6 +241,11 @@ static const char s_help_node[] =
 "                      neighbours that are level with this node (equal speeds\n"
 "                      then mix fresh messages; a slow neighbour already behind\n"
 "                      is not waited for); 0 = never wait [0.25]\n"
+"  --metrics-port P    serve /metrics (Prometheus) and /status (JSON) over HTTP\n"
+"                      on port P; auto: a free port (logged); +K: this node's\n"
+"                      TCP port + K (`lpgossip watch --offset K` finds it);\n"
+"                      0: off [0]\n"
+"  --metrics-bind ADDR the address it listens on, e.g. 0.0.0.0 [127.0.0.1]\n"
 "Files in --out DIR: model-RANK.safetensors (the de-biased model z),\n"
 "metrics-RANK.jsonl (one JSON object per evaluation), log-RANK.txt.\n";
 
@@ -516,6 +524,9 @@ static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, s
         return node_parse_double("--start-window", arg, 0, 1e6, &lc->start_window, err, errlen);
     case F_FRESH_WAIT:
         return node_parse_double("--fresh-wait", arg, 0, 10, &lc->fresh_wait, err, errlen);
+    case F_METRICS_PORT:
+        return node_http_parse_port(arg, &n->metrics_port, &n->metrics_offset, err, errlen);
+    case F_METRICS_BIND: n->metrics_bind = arg; return 0;
     default: return 1;
     }
 }
@@ -560,6 +571,7 @@ static void s_defaults(node_opts *o, node_command cmd, int argc)
     o->g.gc.staleness = -1; /* s_finish: the command's default */
     strcpy(o->g.delays, "none");
     o->n.debug_slow = 1.0;
+    o->n.metrics_bind = "127.0.0.1";
     char err[256];
     int ok = gossip_compressor_parse(&o->g.comp, o->g.gc.compressor, err, sizeof err);
     assert(ok == 0); /* the default spec */

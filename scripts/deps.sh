@@ -3,7 +3,7 @@
 # As root: apt-get update (a new machine's lists may be empty), then install.
 # Otherwise: print the exact command and fail, so nothing half-builds.
 set -eu
-PKGS="build-essential pkg-config libzmq3-dev libczmq-dev libopenblas-dev libyaml-dev libcmocka-dev zlib1g-dev libpng-dev libjpeg62-turbo-dev dataset-fashion-mnist gnuplot-nox iproute2 python3"
+PKGS="build-essential pkg-config libzmq3-dev libczmq-dev libopenblas-dev libyaml-dev libcmocka-dev zlib1g-dev libpng-dev libjpeg62-turbo-dev libmicrohttpd-dev dataset-fashion-mnist gnuplot-nox iproute2 python3"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
