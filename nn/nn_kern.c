@@ -8,7 +8,8 @@
 static nn_kern_t      s_tab[NN_CPU_LEVELS];
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
-/* Every entry the scalar twin, no SIMD-only conv path. */
+/* Every entry the scalar twin but the blocked shifted dot (nn_conv_blk.c),
+ * no SIMD-only conv path. */
 static void s_fill_twins(nn_kern_t *k)
 {
     *k = (nn_kern_t){
@@ -20,7 +21,7 @@ static void s_fill_twins(nn_kern_t *k)
         .im2col_plane = NULL,
         .col2im_plane = NULL,
         .shiftgemm = nn_shiftgemm_ref,
-        .shiftdot = nn_shiftdot_ref,
+        .shiftdot = nn_shiftdot_blk,
         .shift_maxc = 0,
         .lowered = 0,
     };

@@ -349,13 +349,14 @@ typedef struct {
     const char *gemm_name, *dot_name;
 } s_shift_impl;
 
-/* The kernels of every level above portable this CPU has, taken from the
- * levels' tables (each architecture's own); returns how many. */
+/* The kernels of every level this CPU has, taken from the levels' tables
+ * (the portable blocked ones, then each architecture's own); returns how
+ * many. */
 static int s_shift_impls_fill(s_shift_impl out[NN_CPU_LEVELS])
 {
     static char names[NN_CPU_LEVELS][2][40];
     int n = 0;
-    for (int lv = 1; lv < NN_CPU_LEVELS; lv++) {
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
         if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
             continue;
         snprintf(names[n][0], sizeof names[n][0], "%s shiftgemm", nn_cpu_name((nn_cpu_t)lv));
