@@ -4,9 +4,10 @@
  *
  * Owns:    lp_shiftgemm_blk.  Register-sized tiles: the 4 rows of a packed
  *          A block x LP_BLK_J columns of int32 sums; per K step the B lanes
- *          of the tile are split once into their two codes (int32), then
- *          each row adds a_lo b_lo + a_hi b_hi to its sums.  Integer sums,
- *          so bit-identical to the twin in any order.
+ *          of the tile are split once into their two codes (uint16), then
+ *          each row adds a_lo b_lo + a_hi b_hi to its sums: 16-bit
+ *          products (codes 0..255: at most 65025) widened into int32
+ *          sums.  Integer sums, so bit-identical to the twin in any order.
  * Callers: the kernel table's portable entry (lp_kern.c), which every
  *          level without a SIMD shift GEMM of its own keeps.
  */
@@ -25,23 +26,27 @@ static void s_tile(int32_t *S, size_t ldc, const uint32_t *a, int rows, const ui
     for (int p = 0; p < np; p++)
         for (int t = 0; t < T; t++, a += 4) {
             const uint32_t *b = B + (size_t)p * ldb + toff[t] + j0;
-            int32_t bl[LP_BLK_J], bh[LP_BLK_J];
+            uint16_t bl[LP_BLK_J], bh[LP_BLK_J];
             if (w == LP_BLK_J) {
                 for (int j = 0; j < LP_BLK_J; j++) {
-                    bl[j] = (int32_t)(b[j] & 0xFFFF);
-                    bh[j] = (int32_t)(b[j] >> 16);
+                    bl[j] = (uint16_t)(b[j] & 0xFFFF);
+                    bh[j] = (uint16_t)(b[j] >> 16);
                 }
             } else {
                 for (size_t j = 0; j < LP_BLK_J; j++) {
                     const uint32_t v = j < w ? b[j] : 0;
-                    bl[j] = (int32_t)(v & 0xFFFF);
-                    bh[j] = (int32_t)(v >> 16);
+                    bl[j] = (uint16_t)(v & 0xFFFF);
+                    bh[j] = (uint16_t)(v >> 16);
                 }
             }
             for (int r = 0; r < 4; r++) {
-                const int32_t al = (int32_t)(a[r] & 0xFFFF), ah = (int32_t)(a[r] >> 16);
-                for (int j = 0; j < LP_BLK_J; j++)
-                    acc[r][j] += al * bl[j] + ah * bh[j];
+                const uint16_t al = (uint16_t)(a[r] & 0xFFFF), ah = (uint16_t)(a[r] >> 16);
+                for (int j = 0; j < LP_BLK_J; j++) {
+                    /* codes 0..255: each product fits 16 bits (16-bit
+                     * multiplies, e.g. pmullw on SSE2), the sum is widened */
+                    const uint16_t p1 = (uint16_t)(al * bl[j]), p2 = (uint16_t)(ah * bh[j]);
+                    acc[r][j] += (int32_t)p1 + (int32_t)p2;
+                }
             }
         }
     for (int r = 0; r < rows; r++)
