@@ -62,8 +62,7 @@ const lp_kern_t *lp_kern(void)
 }
 
 /* An architecture without a builder of its own (lp_kern_x86.c,
- * lp_kern_arm.c) runs
- * the scalar twins at its one level. */
+ * lp_kern_arm.c) runs the portable table at its one level. */
 #if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
 void lp_kern_fill_arch(lp_kern_t *k, nn_cpu_t level)
 {

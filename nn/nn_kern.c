@@ -41,9 +41,9 @@ const nn_kern_t *nn_kern(void)
     return &s_tab[nn_cpu_level()];
 }
 
-/* An architecture without a builder of its own (nn_kern_<arch>.c) runs
- * the scalar twins at its one level. */
-#if !defined(__x86_64__) && !defined(__i386__)
+/* An architecture without a builder of its own (nn_kern_x86.c,
+ * nn_kern_arm.c) runs the portable table at its one level. */
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
 void nn_kern_fill_arch(nn_kern_t *k, nn_cpu_t level)
 {
     (void)k;
