@@ -5,8 +5,11 @@
 # `lpgossip` binary.  tests/test_*.c become cmocka programs, bench/bench_*.c
 # benchmark programs, tests/fuzz/fuzz_*.c libFuzzer targets (clang only).
 # Files ending in _avx2.c / _avx512.c / _avx512bf16.c / _amx.c get the
-# matching -m flags; the code in them is only called after a run-time CPU
-# check (nn/nn_cpu.c, lowprec/lp_bf16.c).
+# matching -m flags, _dotprod.c / _i8mm.c the matching -march (per file,
+# never the whole build); x86 files are built only for x86 targets, ARM
+# files (_neon, _dotprod, _i8mm, _arm) only for aarch64.  The code in them
+# is only called through the kernel tables of the CPU's level (nn/nn_cpu.c,
+# lowprec/lp_kern.c, nn/nn_kern.c).
 #
 #   make                 build/lpgossip, tests and benchmarks (after check-deps:
 #                        missing libraries are named with their Debian packages)
@@ -50,7 +53,21 @@ LDFLAGS  += -fsanitize=$(SANITIZE)
 endif
 
 MODULES  := nn lowprec topology gossip node
-LIB_SRC  := $(filter-out node/node_main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+ALL_SRC  := $(filter-out node/node_main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+# SIMD files by target architecture ($(CC) -dumpmachine): the x86 ones only
+# for x86, the ARM ones only for aarch64; any other target builds the
+# portable kernels alone.
+TARGET   := $(shell $(CC) -dumpmachine 2>/dev/null)
+X86_PAT  := %_avx2.c %_avx512.c %_avx512bf16.c %_amx.c %_x86.c
+ARM_PAT  := %_neon.c %_dotprod.c %_i8mm.c %_arm.c
+ifneq ($(filter x86_64-% i386-% i486-% i586-% i686-%,$(TARGET)),)
+SIMD_OFF := $(ARM_PAT)
+else ifneq ($(filter aarch64-%,$(TARGET)),)
+SIMD_OFF := $(X86_PAT)
+else
+SIMD_OFF := $(X86_PAT) $(ARM_PAT)
+endif
+LIB_SRC  := $(filter-out $(SIMD_OFF),$(ALL_SRC))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 LIB      := $(BUILD)/liblpgossip.a
 BIN      := $(BUILD)/lpgossip
@@ -69,6 +86,9 @@ SIMD_AVX2   := -mavx2 -mfma
 SIMD_AVX512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni
 SIMD_BF16   := $(SIMD_AVX512) -mavx512bf16
 SIMD_AMX    := $(SIMD_AVX512) -mamx-tile -mamx-int8 -mamx-bf16
+SIMD_NEON    := -march=armv8-a
+SIMD_DOTPROD := -march=armv8.2-a+dotprod
+SIMD_I8MM    := -march=armv8.2-a+dotprod+i8mm
 
 .PHONY: all test unit-test run bench install clean deps check-deps fuzz repro compare drill valgrind
 # Objects of tests and benchmarks are not intermediates to delete.
@@ -94,6 +114,21 @@ $(BUILD)/obj/%_amx.o: %_amx.c | check-deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) $(SIMD_AMX) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_neon.o: %_neon.c | check-deps
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) $(SIMD_NEON) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_dotprod.o: %_dotprod.c | check-deps
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) $(SIMD_DOTPROD) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_i8mm.o: %_i8mm.c | check-deps
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) $(SIMD_I8MM) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c | check-deps
 	@mkdir -p $(dir $@)

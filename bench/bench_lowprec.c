@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/nn_kern.h"
 #include "nn/nn_cpu.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layers.h"
@@ -79,7 +80,7 @@ static double s_time_sgemm(int M, int N, int K, int reps)
     return best;
 }
 
-/* Best-of-reps seconds of lp_shiftgemm (int8) and nn_avx2_shiftgemm (FP32)
+/* Best-of-reps seconds of lp_shiftgemm (int8) and the level's FP32 shifted GEMM
  * over one chunk of the grid a 3x3 stride-1 same conv of shape s uses
  * (>= 1024 grid columns, as the layers chunk it); *macs = real products. */
 static void s_time_shift(const conv_shape *s, int reps, double *t8, double *t32, double *macs)
@@ -108,8 +109,7 @@ static void s_time_shift(const conv_shape *s, int reps, double *t8, double *t32,
         double t0 = nn_now();
         lp_shiftgemm(Ci + jlo, cs, Ai, s->OC, Bi + jlo, cs, np, toff, 9, n);
         double t1 = nn_now();
-        if ((nn_cpu_level() >= NN_CPU_AVX2))
-            nn_avx2_shiftgemm(Cf + jlo, cs, Af, s->OC, Bf + jlo, cs, s->C, toff, 9, n);
+        nn_kern()->shiftgemm(Cf + jlo, cs, Af, s->OC, Bf + jlo, cs, s->C, toff, 9, n);
         double t2 = nn_now();
         *t8 = fmin(*t8, t1 - t0);
         *t32 = fmin(*t32, t2 - t1);
@@ -165,19 +165,21 @@ int main(int argc, char **argv)
 {
     (void)argv;
     const int batch = 32, reps = argc > 1 ? 2 : 5;
-    const char *lv[] = {"portable", "avx2", "avx512vnni", "amx"}; /* 0.0: not on this CPU */
+    /* every level of this architecture; 0.0: not on this CPU */
     printf("GEMM, batch %d: int8 GOPS per level vs sgemm GFLOPS (ratio = int8/sgemm)\n", batch);
-    printf("%-20s %4s %5s %6s | %9s %9s %9s %9s | %9s | %s\n", "shape", "M", "K", "N",
-           "portable", "avx2", "avx512", "amx", "sgemm", "best ratio");
+    printf("%-20s %4s %5s %6s |", "shape", "M", "K", "N");
+    for (int l = 0; l < NN_CPU_LEVELS; l++)
+        printf(" %10s", nn_cpu_name((nn_cpu_t)l));
+    printf(" | %9s | %s\n", "sgemm", "best ratio");
     double tot_int8 = 0, tot_sgemm = 0;
     for (size_t i = 0; i < sizeof s_shapes / sizeof s_shapes[0]; i++) {
         const conv_shape *s = &s_shapes[i];
         int OH = (s->H + 2 * (s->k / 2) - s->k) / s->stride + 1;
         int M = s->OC, K = s->C * s->k * s->k, P = OH * OH, N = batch * P;
         double ops = 2.0 * M * N * K;
-        double g[4] = {0, 0, 0, 0}, best = 1e30;
-        for (int l = 0; l < 4; l++) {
-            if (nn_cpu_force(lv[l]) != 0)
+        double g[NN_CPU_LEVELS] = {0}, best = 1e30;
+        for (int l = 0; l < NN_CPU_LEVELS; l++) {
+            if (nn_cpu_force(nn_cpu_name((nn_cpu_t)l)) != 0)
                 continue;
             double t = s_time_gemm_int8(M, P, K, batch, l == 0 ? 1 : reps);
             g[l] = ops / t * 1e-9;
@@ -188,26 +190,24 @@ int main(int argc, char **argv)
         double gs = ops / ts * 1e-9;
         tot_int8 += best * s->count;
         tot_sgemm += ts * s->count;
-        printf("%-20s %4d %5d %6d | %9.1f %9.1f %9.1f %9.1f | %9.1f | %.2fx\n", s->name, M, K, N,
-               g[0], g[1], g[2], g[3], gs, (ops / best * 1e-9) / gs);
+        printf("%-20s %4d %5d %6d |", s->name, M, K, N);
+        for (int l = 0; l < NN_CPU_LEVELS; l++)
+            printf(" %10.1f", g[l]);
+        printf(" | %9.1f | %.2fx\n", gs, (ops / best * 1e-9) / gs);
     }
     printf("resnet20 forward convs: int8 GEMM %.2f ms, sgemm %.2f ms, time ratio %.2f\n",
            tot_int8 * 1e3, tot_sgemm * 1e3, tot_int8 / tot_sgemm);
 
     printf("\nshifted-row GEMM, one chunk (>= 1024 grid columns), level %s: int8 GOPS vs FP32 "
-           "GFLOPS (AVX2+FMA kernel), real products only\n", nn_cpu_name(nn_cpu_level()));
+           "GFLOPS (the level's FP32 kernel), real products only\n", nn_cpu_name(nn_cpu_level()));
     for (size_t i = 0; i < sizeof s_shapes / sizeof s_shapes[0]; i++) {
         const conv_shape *s = &s_shapes[i];
         if (s->stride != 1 || s->k != 3)
             continue;
         double t8, t32, macs;
         s_time_shift(s, reps, &t8, &t32, &macs);
-        if ((nn_cpu_level() >= NN_CPU_AVX2))
-            printf("%-20s int8 %6.1f GOPS   fp32 %6.1f GFLOPS   time ratio int8/fp32 %.2f\n",
-                   s->name, 2 * macs / t8 * 1e-9, 2 * macs / t32 * 1e-9, t8 / t32);
-        else
-            printf("%-20s int8 %6.1f GOPS   (no AVX2: FP32 kernel not run)\n", s->name,
-                   2 * macs / t8 * 1e-9);
+        printf("%-20s int8 %6.1f GOPS   fp32 %6.1f GFLOPS   time ratio int8/fp32 %.2f\n",
+               s->name, 2 * macs / t8 * 1e-9, 2 * macs / t32 * 1e-9, t8 / t32);
     }
 
     printf("\nconv layers, batch %d, best level (%s): ms  int8 fwd / fp32 fwd | int8 fwd+bwd / "

@@ -130,6 +130,10 @@ void lp_shiftgemm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint3
                   size_t ldb, int np, const int *toff, int T, size_t n);
 void lp_shiftgemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                       size_t ldb, int np, const int *toff, int T, size_t n);
+/* The same sums as blocked loops compilers vectorize (lp_gemm_blk.c): the
+ * portable level's kernel. */
+void lp_shiftgemm_blk(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                      size_t ldb, int np, const int *toff, int T, size_t n);
 
 /* ---- shifted-row GEMM on byte quads (AVX-512 VNNI level) -----------------
  * The same product as lp_shiftgemm with four channels per 32-bit lane, for

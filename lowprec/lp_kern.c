@@ -11,7 +11,8 @@
 static lp_kern_t      s_tab[NN_CPU_LEVELS];
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
-/* Every entry the scalar twin (the portable kernels), no capabilities. */
+/* The portable kernels, no capabilities: every entry the scalar twin but
+ * the blocked pair shift GEMM (lp_gemm_blk.c), which gives the twin's sums. */
 static void s_fill_twins(lp_kern_t *k)
 {
     *k = (lp_kern_t){
@@ -22,7 +23,7 @@ static void s_fill_twins(lp_kern_t *k)
         .fake_quant_sr = lp_fake_quant_sr_ref,
         .fake_quant_sr_add = lp_fake_quant_sr_add_ref,
         .gemm = lp_gemm_kernel_portable,
-        .shiftgemm = lp_shiftgemm_ref,
+        .shiftgemm = lp_shiftgemm_blk,
         .shiftgemm_q = lp_shiftgemm_q_ref,
         .dequant_row = lp_dequant_row_ref,
         .dequant_rows = lp_dequant_rows_ref,
@@ -60,9 +61,9 @@ const lp_kern_t *lp_kern(void)
     return &s_tab[nn_cpu_level()];
 }
 
-/* An architecture without a builder of its own (lp_kern_<arch>.c) runs
- * the scalar twins at its one level. */
-#if !defined(__x86_64__) && !defined(__i386__)
+/* An architecture without a builder of its own (lp_kern_x86.c,
+ * lp_kern_arm.c) runs the portable table at its one level. */
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
 void lp_kern_fill_arch(lp_kern_t *k, nn_cpu_t level)
 {
     (void)k;

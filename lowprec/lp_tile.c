@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,9 +39,9 @@ void lp_tilegemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const ui
 
 /* Runs child(arg) in a forked child: 1 when it exits 0, else 0 with a line
  * on stderr naming kernel and the fallback.  The child's fault signals are
- * reset to their defaults first, whatever handlers the parent set, and it
- * touches only static buffers (no malloc: the parent may have threads)
- * and ends with _exit. */
+ * reset to their defaults first, whatever handlers the parent set, core
+ * files are off, and it touches only static buffers (no malloc: the parent
+ * may have threads) and ends with _exit. */
 static int s_in_child(int (*child)(const void *), const void *arg, const char *kernel,
                       const char *fallback)
 {
@@ -49,6 +50,12 @@ static int s_in_child(int (*child)(const void *), const void *arg, const char *k
     if (pid < 0)
         return 0;
     if (pid == 0) {
+        /* a kernel that dies here writes no core file: under an emulator
+         * (qemu-user) that is the whole emulated address space plus the
+         * emulator's own core, minutes of writing for a check we expect
+         * may fail */
+        const struct rlimit no_core = {0, 0};
+        (void)setrlimit(RLIMIT_CORE, &no_core);
         static const int sigs[] = {SIGILL, SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGSYS};
         for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
             signal(sigs[i], SIG_DFL);

@@ -4,6 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1ul << 20)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1ul << 13)
+#endif
+#endif
+
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -13,8 +23,14 @@
 static int s_forced = -1; /* -1: automatic */
 static int s_auto   = -1; /* cached automatic choice */
 
+#if defined(__x86_64__) || defined(__i386__)
 static const char *s_names[NN_CPU_LEVELS] = {"portable", "avx2", "avx512", "avx512vnni",
                                                 "amx"};
+#elif defined(__aarch64__)
+static const char *s_names[NN_CPU_LEVELS] = {"portable", "neon", "dotprod", "i8mm"};
+#else
+static const char *s_names[NN_CPU_LEVELS] = {"portable"};
+#endif
 
 #if defined(__x86_64__)
 #define S_ARCH_REQ_XCOMP_PERM 0x1023 /* asm/prctl.h */
@@ -66,6 +82,17 @@ int nn_cpu_supports(nn_cpu_t level)
 #else
         return 0;
 #endif
+    }
+    return 0;
+#elif defined(__aarch64__)
+    switch (level) {
+    case NN_CPU_PORTABLE:
+    case NN_CPU_NEON:
+        return 1;
+    case NN_CPU_DOTPROD:
+        return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    case NN_CPU_I8MM:
+        return nn_cpu_supports(NN_CPU_DOTPROD) && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
     }
     return 0;
 #else

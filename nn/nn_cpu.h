@@ -20,10 +20,18 @@
  *               process (arch_prctl ARCH_REQ_XCOMP_PERM, asked once); a
  *               kernel that refuses it leaves the level unsupported, so
  *               runs fall back to AVX512VNNI.
+ * On aarch64 (LPGOSSIP_CPU=portable|neon|dotprod|i8mm; detected with
+ * getauxval(AT_HWCAP/AT_HWCAP2)):
+ *   PORTABLE    plain C;
+ *   NEON        Advanced SIMD (every aarch64 CPU);
+ *   DOTPROD     + UDOT/SDOT (HWCAP_ASIMDDP; Armv8.2 Cortex-A55/A76 on);
+ *   I8MM        + the int8 matrix multiply (HWCAP2_I8MM; Armv8.6).
+ * Any other architecture has PORTABLE alone.
  */
 #ifndef NN_CPU_H
 #define NN_CPU_H
 
+#if defined(__x86_64__) || defined(__i386__)
 typedef enum {
     NN_CPU_PORTABLE   = 0,
     NN_CPU_AVX2       = 1,
@@ -31,8 +39,21 @@ typedef enum {
     NN_CPU_AVX512VNNI = 3,
     NN_CPU_AMX        = 4,
 } nn_cpu_t;
-
 #define NN_CPU_LEVELS 5
+#elif defined(__aarch64__)
+typedef enum {
+    NN_CPU_PORTABLE = 0,
+    NN_CPU_NEON     = 1,
+    NN_CPU_DOTPROD  = 2,
+    NN_CPU_I8MM     = 3,
+} nn_cpu_t;
+#define NN_CPU_LEVELS 4
+#else
+typedef enum {
+    NN_CPU_PORTABLE = 0,
+} nn_cpu_t;
+#define NN_CPU_LEVELS 1
+#endif
 
 /* The level kernels use now (forced, else LPGOSSIP_CPU, else the best). */
 nn_cpu_t    nn_cpu_level(void);
@@ -43,7 +64,8 @@ int         nn_cpu_supports(nn_cpu_t level);
  * lacks the level (the current choice is then unchanged).  Not
  * thread-safe: call it before kernels run (tests, startup). */
 int         nn_cpu_force(const char *name);
-/* "portable", "avx2", "avx512", "avx512vnni", "amx". */
+/* "portable", "avx2", "avx512", "avx512vnni", "amx" on x86; "portable",
+ * "neon", "dotprod", "i8mm" on aarch64. */
 const char *nn_cpu_name(nn_cpu_t level);
 /* The best level this CPU supports, whatever is forced or set. */
 nn_cpu_t    nn_cpu_best(void);

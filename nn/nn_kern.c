@@ -8,7 +8,8 @@
 static nn_kern_t      s_tab[NN_CPU_LEVELS];
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
-/* Every entry the scalar twin, no SIMD-only conv path. */
+/* Every entry the scalar twin but the blocked shifted dot (nn_conv_blk.c),
+ * no SIMD-only conv path. */
 static void s_fill_twins(nn_kern_t *k)
 {
     *k = (nn_kern_t){
@@ -20,7 +21,7 @@ static void s_fill_twins(nn_kern_t *k)
         .im2col_plane = NULL,
         .col2im_plane = NULL,
         .shiftgemm = nn_shiftgemm_ref,
-        .shiftdot = nn_shiftdot_ref,
+        .shiftdot = nn_shiftdot_blk,
         .shift_maxc = 0,
         .lowered = 0,
     };
@@ -40,9 +41,9 @@ const nn_kern_t *nn_kern(void)
     return &s_tab[nn_cpu_level()];
 }
 
-/* An architecture without a builder of its own (nn_kern_<arch>.c) runs
- * the scalar twins at its one level. */
-#if !defined(__x86_64__) && !defined(__i386__)
+/* An architecture without a builder of its own (nn_kern_x86.c,
+ * nn_kern_arm.c) runs the portable table at its one level. */
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
 void nn_kern_fill_arch(nn_kern_t *k, nn_cpu_t level)
 {
     (void)k;

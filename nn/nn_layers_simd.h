@@ -74,6 +74,9 @@ void   nn_shiftgemm_ref(float *C, size_t ldc, const float *Ap, int M, const floa
                         int nch, const int *toff, int T, size_t n);
 void   nn_shiftdot_ref(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
                        size_t ldb, int nch, const int *toff, int T, size_t n);
+/* The portable level's shiftdot: blocked partial sums (nn_conv_blk.c). */
+void   nn_shiftdot_blk(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                       size_t ldb, int nch, const int *toff, int T, size_t n);
 void   nn_avx2_shiftgemm(float *C, size_t ldc, const float *Ap, int M, const float *B,
                          size_t ldb, int nch, const int *toff, int T, size_t n);
 void   nn_avx2_shiftdot(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,

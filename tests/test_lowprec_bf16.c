@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "lowprec/lp_bf16.h"
+#include "lowprec/lp_kern.h"
 #include "nn/nn_cpu.h"
 #include "nn/nn_core.h"
 
@@ -109,11 +110,11 @@ static void test_convert_rows(void **state)
     for (size_t len = 0; len <= n; len++) {
         lp_bf16_row_ref(a, x, len);
         memset(b, 0xAB, sizeof b);
-        lp_bf16_row_avx512bf16(b, x, len);
+        lp_kern()->bf16_row(b, x, len);
         assert_memory_equal(a, b, len * 2);
         assert_int_equal(len < n ? b[len] : 0xABAB, 0xABAB); /* nothing past len */
         lp_bf16_codes_row_ref(a, q, len);
-        lp_bf16_codes_row_avx512bf16(b, q, len);
+        lp_kern()->bf16_codes_row(b, q, len);
         assert_memory_equal(a, b, len * 2);
     }
 }
@@ -148,7 +149,7 @@ static void test_shiftdot(void **state)
                     for (size_t i = 0; i < (size_t)M * K; i++)
                         D0[i] = D1[i] = (float)i * 0.25f; /* += is tested too */
                     lp_shiftdot_bf16_ref(D0, (size_t)K, A, lda, M, B + margin, ldb, nch, toff, T, n);
-                    lp_shiftdot_bf16_avx512bf16(D1, (size_t)K, A, lda, M, B + margin, ldb, nch,
+                    lp_kern()->shiftdot_bf16(D1, (size_t)K, A, lda, M, B + margin, ldb, nch,
                                                 toff, T, n);
                     for (int m = 0; m < M; m++)
                         for (int k = 0; k < K; k++) {

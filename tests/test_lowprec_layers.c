@@ -25,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "lowprec/lp_kern.h"
 #include "lowprec/lp_bf16.h"
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layers.h"
@@ -283,9 +284,9 @@ static void test_tile_model_layers(void **state)
                                 {3, 7, 5, 9, 5, 5, 1, 2},   {13, 4, 4, 4, 3, 3, 1, 1},
                                 {2, 3, 1, 1, 6, 3, 1, 1},   {2, 16, 9, 9, 32, 3, 2, 1},
                                 {3, 16, 8, 8, 32, 1, 2, 0}, {2, 5, 6, 7, 4, 3, 1, 0}};
-    for (int lv = 0; lv < NN_CPU_AMX; lv++) {
-        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
-            continue;
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0 || lp_kern()->tilegemm)
+            continue; /* levels with tile kernels of their own: test_lowprec_tile */
         for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) {
             const int *c = cs[i];
             nn_conv_dims d = nn_conv_dims_make(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]);
@@ -318,21 +319,23 @@ static void test_tile_model_layers(void **state)
     nn_cpu_force("auto");
 }
 
-/* Skips the test on CPUs without AVX2 (its kernels are called directly). */
-static void s_need_avx2(void)
+/* Runs fn with the kernel table of every level this CPU has (the kernels
+ * are reached through the tables, so each architecture's are tested). */
+static void s_each_level(void (*fn)(const lp_kern_t *k))
 {
-    if (nn_cpu_force("avx2") != 0)
-        skip();
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+            continue;
+        fn(lp_kern());
+    }
     nn_cpu_force("auto");
 }
 
-/* The pair-grid helpers of the shift path: AVX2 against the twins, exact,
+/* The pair-grid helpers of the shift path: AVX2 (the level's table) against the twins, exact,
  * over tails (W around multiples of 8), 1 to 5 variants (with their wrap
  * columns), several rows, with and without a second row of codes. */
-static void test_pair_rows(void **state)
+static void s_pair_rows(const lp_kern_t *kt)
 {
-    (void)state;
-    s_need_avx2();
     nn_rng r;
     nn_rng_seed(&r, 22);
     enum { MAXW = 21, H = 3, VS = MAXW * H + 7, LDC = MAXW + 4 };
@@ -352,7 +355,7 @@ static void test_pair_rows(void **state)
                 memset(d0, 0xab, sizeof d0);
                 memset(d1, 0xab, sizeof d1);
                 lp_pair_plane_ref(d0, VS, V, c0 + 10, LDC, r0, two ? r1 : NULL, H, W);
-                lp_pair_plane_avx2(d1, VS, V, c1 + 10, LDC, r0, two ? r1 : NULL, H, W);
+                kt->pair_plane(d1, VS, V, c1 + 10, LDC, r0, two ? r1 : NULL, H, W);
                 assert_memory_equal(d0, d1, sizeof d0);
                 assert_memory_equal(c0, c1, sizeof c0);
                 const int pad = (V - 1) / 2;
@@ -365,30 +368,25 @@ static void test_pair_rows(void **state)
                     }
                 assert_true(d0[W * H] == 0xabababab); /* nothing past the plane */
                 memset(d1, 0xab, sizeof d1);
-                lp_pair_plane_avx2(d1, VS, V, NULL, LDC, r0, two ? r1 : NULL, H, W);
+                kt->pair_plane(d1, VS, V, NULL, LDC, r0, two ? r1 : NULL, H, W);
                 assert_memory_equal(d0, d1, sizeof d0); /* no channel sums */
                 const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
                 lp_tap_sum_row_ref(t0, c0 + 10, off, 9, 0.37, (size_t)W);
-                lp_tap_sum_row_avx2(t1, c0 + 10, off, 9, 0.37, (size_t)W);
+                kt->tap_sum_row(t1, c0 + 10, off, 9, 0.37, (size_t)W);
                 assert_memory_equal(t0, t1, (size_t)W * sizeof(double));
             }
 }
 
-/* Skips the test on CPUs without AVX-512 VNNI (its kernels are called
- * directly). */
-static void s_need_vnni(void)
+static void test_pair_rows(void **state)
 {
-    if (nn_cpu_force("avx512vnni") != 0)
-        skip();
-    nn_cpu_force("auto");
+    (void)state;
+    s_each_level(s_pair_rows);
 }
 
 /* The quad-grid helpers of the VNNI shift path against their twins, exact,
  * over tails (n around multiples of 16) and missing channel rows. */
-static void test_quad_rows(void **state)
+static void s_quad_rows(const lp_kern_t *kt)
 {
-    (void)state;
-    s_need_vnni();
     nn_rng r;
     nn_rng_seed(&r, 23);
     for (size_t n = 1; n <= 40; n++)
@@ -406,22 +404,28 @@ static void test_quad_rows(void **state)
                 c0[i] = c1[i] = (int32_t)nn_rng_below(&r, 1000);
             lp_quad_row_ref(d0, c0 + 10, rp, n);
             memset(d1, 0xAB, sizeof d1);
-            lp_quad_row_avx512(d1, c1 + 10, rp, n);
+            kt->quad_row(d1, c1 + 10, rp, n);
             assert_memory_equal(d0, d1, n * 4);
             if (n < 40) /* masked tails write nothing past n */
                 assert_int_equal(d1[n], 0xABABABABu);
             assert_memory_equal(c0, c1, sizeof c0);
             memset(d1, 0, sizeof d1);
-            lp_quad_row_avx512(d1, NULL, rp, n);
+            kt->quad_row(d1, NULL, rp, n);
             assert_memory_equal(d0, d1, n * 4);
             const int off[9] = {-10, -9, -8, -1, 0, 1, 8, 9, 10};
             lp_tap_isum_row_ref(s0, c0 + 10, off, 9, n);
             memset(s1, 0xAB, sizeof s1);
-            lp_tap_isum_row_avx512(s1, c0 + 10, off, 9, n);
+            kt->tap_isum_row(s1, c0 + 10, off, 9, n);
             assert_memory_equal(s0, s1, n * 4);
             if (n < 40)
                 assert_int_equal((uint32_t)s1[n], 0xABABABABu);
         }
+}
+
+static void test_quad_rows(void **state)
+{
+    (void)state;
+    s_each_level(s_quad_rows);
 }
 
 static void test_conv_saved_bytes(void **state)
@@ -603,14 +607,12 @@ static void test_ren_finite_differences(void **state)
     nn_cpu_force("auto");
 }
 
-/* The AVX2 row kernels against their scalar twins: forward bit for bit,
+/* The row kernels of every level against their scalar twins: forward bit for bit,
  * backward sums and dx to 1e-6 relative (float blocks of 64 vs double),
  * over tails (n around multiples of 8 and 64) and values on both sides of
  * the hardsigmoid's ends. */
-static void test_ren_rows(void **state)
+static void s_ren_rows(const lp_kern_t *kt)
 {
-    (void)state;
-    s_need_avx2();
     nn_rng r;
     nn_rng_seed(&r, 23);
     static const size_t ns[] = {1, 7, 8, 9, 63, 64, 65, 200, 1024};
@@ -622,11 +624,11 @@ static void test_ren_rows(void **state)
         s_fill(&r, g, n, -0.1f, 0.1f);
         const float v = 1.3f, sc = 0.77f, gam = -1.1f, bet = 0.2f;
         lp_ren_row_fwd_ref(o1, x, n, v, sc, gam, bet);
-        lp_ren_row_fwd_avx2(o2, x, n, v, sc, gam, bet);
+        kt->ren_row_fwd(o2, x, n, v, sc, gam, bet);
         assert_memory_equal(o1, o2, n * 4);
         double s1[3] = {0.5, 0.5, 0.5}, s2[3] = {0.5, 0.5, 0.5};
         lp_ren_row_bwd_ref(o1, s1, x, g, n, v, sc, gam);
-        lp_ren_row_bwd_avx2(o2, s2, x, g, n, v, sc, gam);
+        kt->ren_row_bwd(o2, s2, x, g, n, v, sc, gam);
         s_close(o2, o1, n, "ren row dx");
         double mag[3] = {0, 0, 0};
         for (size_t i = 0; i < n; i++) {
@@ -640,12 +642,16 @@ static void test_ren_rows(void **state)
     }
 }
 
-/* The first-index search of the chunk arg-max/min: AVX2 against its twin
- * on every position of the first match, repeated values and no match. */
-static void test_find_eq(void **state)
+static void test_ren_rows(void **state)
 {
     (void)state;
-    s_need_avx2();
+    s_each_level(s_ren_rows);
+}
+
+/* The first-index search of the chunk arg-max/min: every level's against its twin
+ * on every position of the first match, repeated values and no match. */
+static void s_find_eq(const lp_kern_t *kt)
+{
     float x[70];
     for (size_t n = 0; n <= 70; n++)
         for (size_t at = 0; at <= n; at++) {
@@ -653,19 +659,23 @@ static void test_find_eq(void **state)
                 x[i] = (float)(i % 5);
             for (size_t i = at; i < n; i++)
                 x[i] = i % 2 ? 9.0f : x[i]; /* 9 first at the first odd i >= at */
-            assert_int_equal(lp_find_eq_avx2(x, n, 9.0f), lp_find_eq_ref(x, n, 9.0f));
-            assert_int_equal(lp_find_eq_avx2(x, n, 3.0f), lp_find_eq_ref(x, n, 3.0f));
-            assert_int_equal(lp_find_eq_avx2(x, n, -1.0f), n);
+            assert_int_equal(kt->find_eq(x, n, 9.0f), lp_find_eq_ref(x, n, 9.0f));
+            assert_int_equal(kt->find_eq(x, n, 3.0f), lp_find_eq_ref(x, n, 3.0f));
+            assert_int_equal(kt->find_eq(x, n, -1.0f), n);
         }
 }
 
-/* The code kernels of the chunk ranges: AVX2 against the twins on every
- * length around the 32-byte blocks and every position of the extremes /
- * of the first match, with repeated values and no match. */
-static void test_u8_chunk_kernels(void **state)
+static void test_find_eq(void **state)
 {
     (void)state;
-    s_need_avx2();
+    s_each_level(s_find_eq);
+}
+
+/* The code kernels of the chunk ranges: every level's against the twins on every
+ * length around the 32-byte blocks and every position of the extremes /
+ * of the first match, with repeated values and no match. */
+static void s_u8_chunk_kernels(const lp_kern_t *kt)
+{
     uint8_t q[100];
     for (size_t n = 1; n <= 100; n++)
         for (size_t at = 0; at < n; at++) {
@@ -675,7 +685,7 @@ static void test_u8_chunk_kernels(void **state)
             q[n - 1 - at] = 3;
             uint8_t a0, b0, a1, b1;
             lp_minmax_u8_ref(&a0, &b0, q, n);
-            lp_minmax_u8_avx2(&a1, &b1, q, n);
+            kt->minmax_u8(&a1, &b1, q, n);
             assert_true(a0 == a1 && b0 == b1);
             assert_int_equal(a0, 3);
             if (n - 1 - at != at)
@@ -683,12 +693,18 @@ static void test_u8_chunk_kernels(void **state)
             const uint8_t lo[4] = {250, 0, 104, 200}, hi[4] = {255, 3, 105, 220};
             for (int k = 0; k < 4; k++) {
                 size_t r = lp_find_u8_ref(q, n, lo[k], hi[k]);
-                assert_int_equal(lp_find_u8_avx2(q, n, lo[k], hi[k]), r);
+                assert_int_equal(kt->find_u8(q, n, lo[k], hi[k]), r);
                 for (size_t i = 0; i < r; i++)
                     assert_true(q[i] < lo[k] || q[i] > hi[k]);
             }
-            assert_int_equal(lp_find_u8_avx2(q, n, 200, 220), n);
+            assert_int_equal(kt->find_u8(q, n, 200, 220), n);
         }
+}
+
+static void test_u8_chunk_kernels(void **state)
+{
+    (void)state;
+    s_each_level(s_u8_chunk_kernels);
 }
 
 /* The integer Range EvoNorm (chunk ranges from the codes) against the
@@ -754,12 +770,12 @@ static void s_ren_ste_case(const char *level, float lo, float hi)
 static void test_ren_quantized_is_ste(void **state)
 {
     (void)state;
-    static const char *levels[] = {"portable", "avx2", "auto"};
-    for (int i = 0; i < 3; i++) {
-        if (nn_cpu_force(levels[i]) != 0)
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        const char *name = nn_cpu_name((nn_cpu_t)lv);
+        if (nn_cpu_force(name) != 0)
             continue;
-        s_ren_ste_case(levels[i], -2, 3);
-        s_ren_ste_case(levels[i], 1000.0f, 1000.002f); /* 16 codes per float */
+        s_ren_ste_case(name, -2, 3);
+        s_ren_ste_case(name, 1000.0f, 1000.002f); /* 16 codes per float */
     }
     nn_cpu_force("auto");
 }

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nn/nn_kern.h"
 #include "nn/nn_core.h"
 #include "nn/nn_layers.h"
 #include "nn/nn_layers_simd.h"
@@ -348,11 +349,25 @@ typedef struct {
     const char *gemm_name, *dot_name;
 } s_shift_impl;
 
-static const s_shift_impl s_shift_impls[2] = {
-    {NN_CPU_AVX2, nn_avx2_shiftgemm, nn_avx2_shiftdot, "avx2 shiftgemm", "avx2 shiftdot"},
-    {NN_CPU_AVX512, nn_avx512_shiftgemm, nn_avx512_shiftdot, "avx512 shiftgemm",
-     "avx512 shiftdot"},
-};
+/* The kernels of every level this CPU has, taken from the levels' tables
+ * (the portable blocked ones, then each architecture's own); returns how
+ * many. */
+static int s_shift_impls_fill(s_shift_impl out[NN_CPU_LEVELS])
+{
+    static char names[NN_CPU_LEVELS][2][40];
+    int n = 0;
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+            continue;
+        snprintf(names[n][0], sizeof names[n][0], "%s shiftgemm", nn_cpu_name((nn_cpu_t)lv));
+        snprintf(names[n][1], sizeof names[n][1], "%s shiftdot", nn_cpu_name((nn_cpu_t)lv));
+        out[n] = (s_shift_impl){(nn_cpu_t)lv, nn_kern()->shiftgemm, nn_kern()->shiftdot,
+                                names[n][0], names[n][1]};
+        n++;
+    }
+    nn_cpu_force("auto");
+    return n;
+}
 
 static void test_shift_kernels(void **state)
 {
@@ -363,6 +378,8 @@ static void test_shift_kernels(void **state)
     static const size_t ns[] = {1, 7, 8, 9, 15, 16, 17, 23, 24, 25, 95, 96, 97, 200};
     static const int Ts[] = {1, 9};
     const size_t margin = 40; /* grid floats readable before and after */
+    s_shift_impl impls[NN_CPU_LEVELS];
+    const int nimpl = s_shift_impls_fill(impls);
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
         for (int nch = 1; nch <= 3; nch += 2)
             for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++)
@@ -409,10 +426,8 @@ static void test_shift_kernels(void **state)
                             assert_true(isnan(c_ref[(size_t)m * ldc + j]));
                     }
                     s_close_d("shiftdot_ref", d_ref, dd, (size_t)M * K, 1e-4, 1e-5);
-                    for (int kv = 0; kv < 2; kv++) {
-                        const s_shift_impl *ki = &s_shift_impls[kv];
-                        if (nn_cpu_level() < ki->level)
-                            continue;
+                    for (int kv = 0; kv < nimpl; kv++) {
+                        const s_shift_impl *ki = &impls[kv];
                         float *c = s_fill((size_t)M * ldc, NAN), *dv = s_fill((size_t)M * K, 0.5f);
                         ki->gemm(c, ldc, Ap, M, B, ldb, nch, toff, T, n);
                         ki->dot(dv, (size_t)K, A, ldc, M, B, ldb, nch, toff, T, n);
@@ -1016,17 +1031,20 @@ static void test_softmax_xent(void **state)
     free(z), free(c.z);
 }
 
-/* On AVX-512 CPUs the AVX2 conv path (taken on CPUs without AVX-512) passes
- * the same checks (on AVX2-only CPUs this repeats the default paths). */
-static void test_avx2_paths(void **state)
+/* The conv paths of every level below the best (taken on CPUs that stop
+ * there) pass the same checks: on x86 AVX2 and AVX-512, on ARM NEON and
+ * dot product. */
+static void test_lower_paths(void **state)
 {
-    if (nn_cpu_force("avx2") != 0)
-        skip();
-    assert_false(nn_cpu_level() >= NN_CPU_AVX512);
-    test_conv_forward(state);
-    test_conv_backward(state);
-    test_conv_resnet_shapes(state);
-    test_threads(state);
+    const nn_cpu_t best = nn_cpu_best();
+    for (int lv = 1; lv < (int)best; lv++) {
+        assert_int_equal(nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)), 0);
+        assert_int_equal(nn_cpu_level(), lv);
+        test_conv_forward(state);
+        test_conv_backward(state);
+        test_conv_resnet_shapes(state);
+        test_threads(state);
+    }
     nn_cpu_force("auto");
 }
 
@@ -1034,7 +1052,7 @@ static void test_avx2_paths(void **state)
 static void test_scalar_paths(void **state)
 {
     assert_int_equal(nn_cpu_force("portable"), 0);
-    assert_false(nn_cpu_level() >= NN_CPU_AVX2);
+    assert_int_equal(nn_cpu_level(), NN_CPU_PORTABLE);
     test_conv_forward(state);
     test_conv_backward(state);
     test_evonorm(state);
@@ -1060,7 +1078,7 @@ int main(void)
         cmocka_unit_test(test_maxpool_ties),
         cmocka_unit_test(test_gap),
         cmocka_unit_test(test_softmax_xent),
-        cmocka_unit_test(test_avx2_paths),
+        cmocka_unit_test(test_lower_paths),
         cmocka_unit_test(test_scalar_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

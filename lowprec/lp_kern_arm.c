@@ -1,0 +1,31 @@
+/* lp_kern_arm — the kernel tables of the aarch64 levels (lp_kern.h).
+ *
+ * Owns:    which ARM kernel each aarch64 level of nn_cpu.h runs: NEON the
+ *          NEON quantizers (lp_quant_neon.c); DOTPROD and I8MM those plus
+ *          the pair shift GEMM on UDOT (lp_gemm_dotprod.c).  Every other
+ *          entry stays the portable kernel the table starts with.
+ * Exposes: lp_kern_fill_arch.
+ * Callers: lp_kern.c, once per level.
+ */
+#include "lowprec/lp_kern.h"
+
+#if defined(__aarch64__)
+
+#include "lowprec/lp_simd_arm.h"
+
+void lp_kern_fill_arch(lp_kern_t *k, nn_cpu_t level)
+{
+    if (level >= NN_CPU_NEON) {
+        k->quantize = lp_quantize_neon;
+        k->dequantize = lp_dequantize_neon;
+    }
+    if (level >= NN_CPU_DOTPROD)
+        k->shiftgemm = lp_shiftgemm_dotprod;
+}
+
+#else
+
+/* (nothing on other architectures: ISO C wants a declaration) */
+typedef int lp_kern_arm_none;
+
+#endif

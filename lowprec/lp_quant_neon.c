@@ -1,0 +1,50 @@
+/* lp_quant_neon — NEON versions of lp_quant kernels (4 floats per vector,
+ * 16 per step).  The twins' operations in the same order (no FMA), so
+ * codes and values are bit-identical; the tails run the scalar twins.
+ * Called through the kernel tables of the ARM levels (lp_kern_arm.c). */
+#include <arm_neon.h>
+
+#include "lowprec/lp_simd_arm.h"
+
+/* t = (x - min) / scale, then lp_quant.c's s_code: NaN and t <= 0 give 0,
+ * t >= 255 gives 255, otherwise round to nearest even (FCVTNU). */
+static inline uint32x4_t s_codes4(float32x4_t x, float32x4_t mn, float32x4_t sc)
+{
+    float32x4_t t = vdivq_f32(vsubq_f32(x, mn), sc);
+    t = vbslq_f32(vcgtq_f32(t, vdupq_n_f32(0.0f)), t, vdupq_n_f32(0.0f));
+    t = vminq_f32(t, vdupq_n_f32(255.0f));
+    return vcvtnq_u32_f32(t);
+}
+
+void lp_quantize_neon(uint8_t *q, const float *x, size_t n, lp_qparams p)
+{
+    const float32x4_t mn = vdupq_n_f32(p.min), sc = vdupq_n_f32(p.scale);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint16x8_t lo = vcombine_u16(vmovn_u32(s_codes4(vld1q_f32(x + i), mn, sc)),
+                                     vmovn_u32(s_codes4(vld1q_f32(x + i + 4), mn, sc)));
+        uint16x8_t hi = vcombine_u16(vmovn_u32(s_codes4(vld1q_f32(x + i + 8), mn, sc)),
+                                     vmovn_u32(s_codes4(vld1q_f32(x + i + 12), mn, sc)));
+        vst1q_u8(q + i, vcombine_u8(vmovn_u16(lo), vmovn_u16(hi)));
+    }
+    if (i < n)
+        lp_quantize_ref(q + i, x + i, n - i, p);
+}
+
+void lp_dequantize_neon(float *x, const uint8_t *q, size_t n, lp_qparams p)
+{
+    const float32x4_t mn = vdupq_n_f32(p.min), sc = vdupq_n_f32(p.scale);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint8x16_t b = vld1q_u8(q + i);
+        uint16x8_t w[2] = {vmovl_u8(vget_low_u8(b)), vmovl_u8(vget_high_u8(b))};
+        for (int h = 0; h < 2; h++) {
+            float32x4_t f0 = vcvtq_f32_u32(vmovl_u16(vget_low_u16(w[h])));
+            float32x4_t f1 = vcvtq_f32_u32(vmovl_u16(vget_high_u16(w[h])));
+            vst1q_f32(x + i + 8 * h, vaddq_f32(vmulq_f32(f0, sc), mn));
+            vst1q_f32(x + i + 8 * h + 4, vaddq_f32(vmulq_f32(f1, sc), mn));
+        }
+    }
+    if (i < n)
+        lp_dequantize_ref(x + i, q + i, n - i, p);
+}
