@@ -26,7 +26,7 @@ size_t lp_gemm_pack_b_bytes(int K, int N)
     return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_np(N) * 4;
 }
 
-void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs,
+void lp_gemm_pack_a_ref(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs,
                     int M, int K)
 {
     const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
@@ -45,6 +45,47 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
                 ((k >> 1) & 1)] = (uint16_t)v;
             At[lp_tile_a_at(M, K4, m, 0, k >> 2) * 4 + (k & 3)] = (int8_t)(v - 128);
         }
+        if (rowsum)
+            rowsum[m] = s;
+    }
+}
+
+/* Four codes of row m from column 4*k4 on (zero past K) into the three
+ * layouts of lp_gemm_pack_a_ref: quads (k4-major), the 16-bit pairs of the
+ * AVX2 kernel ([v0 v2 v1 v3] per row of a 4-row tile) and the tile part. */
+static inline int32_t s_pack_quad(int8_t *Ap, uint16_t *A16, int8_t *At, const uint8_t *row,
+                                  ptrdiff_t cs, int m, int k4, int K, int K4, int Mp, int kr,
+                                  int Mtp)
+{
+    int v[4] = {0, 0, 0, 0};
+    const int kn = K - 4 * k4 < 4 ? K - 4 * k4 : 4;
+    for (int j = 0; j < kn; j++)
+        v[j] = row[(ptrdiff_t)(4 * k4 + j) * cs];
+    int8_t *q = Ap + ((size_t)k4 * Mp + m) * 4;
+    int8_t *t = At + (((size_t)(k4 / kr) * Mtp + m) * kr + (size_t)(k4 % kr)) * 4;
+    uint16_t *h = A16 + (((size_t)(m >> 2) * K4 + k4) * 4 + (m & 3)) * 4;
+    for (int j = 0; j < kn; j++)
+        q[j] = t[j] = (int8_t)(v[j] - 128);
+    h[0] = (uint16_t)v[0];
+    h[1] = (uint16_t)v[2];
+    h[2] = (uint16_t)v[1];
+    h[3] = (uint16_t)v[3];
+    return v[0] + v[1] + v[2] + v[3];
+}
+
+void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs,
+                    int M, int K)
+{
+    const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
+    const int kr = lp_tile_depth(K4), Mtp = lp_tile_mp(M);
+    memset(Ap, 0, lp_gemm_pack_a_bytes(M, K));
+    uint16_t *A16 = (uint16_t *)(void *)(Ap + (size_t)K4 * Mp * 4);
+    int8_t *At = Ap + s_tile_part(M, K);
+    for (int m = 0; m < M; m++) {
+        int32_t s = 0;
+        const uint8_t *row = A + m * rs;
+        for (int k4 = 0; k4 < K4; k4++)
+            s += s_pack_quad(Ap, A16, At, row, cs, m, k4, K, K4, Mp, kr, Mtp);
         if (rowsum)
             rowsum[m] = s;
     }
