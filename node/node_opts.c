@@ -166,7 +166,7 @@ static const char s_help_run[] =
 "  --eval-every N      evaluate every N iterations          [once per epoch]\n"
 "  --eval-subset N     progress evaluations on a fixed N-sample subset of the\n"
 "                      test set (the same on every node); the last evaluation\n"
-"                      on the whole set; 0: the whole set every time   [2000]\n"
+"                      on the whole set; 0: the whole set every time   [1000]\n"
 "  --eval-offset K     progress evaluations K iterations before each multiple\n"
 "                      of --eval-every (nodes sharing a machine take turns) [0]\n"
 "  --no-eval           no test-set evaluation; one metrics line at the end\n"

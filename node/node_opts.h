@@ -39,9 +39,9 @@ typedef enum { NODE_CMD_TRAIN, NODE_CMD_SIMULATE, NODE_CMD_NODE } node_command;
  * its running level is refused (node_trainer.h; docs/node.md "Gradient-norm
  * guard" for the choice). */
 #define NODE_GUARD_DEFAULT 100.0
-/* --eval-subset default: 2000 test samples (+-1 point of accuracy at 90%,
- * a fifth of a 10000-sample test set's cost per progress evaluation). */
-#define NODE_EVAL_SUBSET_DEFAULT 2000
+/* --eval-subset default: 1000 test samples (+-1 point of accuracy at 90%,
+ * a tenth of a 10000-sample test set's cost per progress evaluation). */
+#define NODE_EVAL_SUBSET_DEFAULT 1000
 
 /* model, optimisation, run and debug-run flags (every training command) */
 typedef struct {

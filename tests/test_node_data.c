@@ -233,7 +233,7 @@ static void test_eval_subset(void **state)
     node_opts o;
     char *d[] = {"train", NULL};
     assert_int_equal(node_opts_parse(&o, NODE_CMD_TRAIN, 1, d), -1);
-    assert_int_equal(o.t.eval_subset, 2000);
+    assert_int_equal(o.t.eval_subset, 1000);
     char *g[] = {"train", "--eval-subset", "0", "--eval-offset", "7", NULL};
     assert_int_equal(node_opts_parse(&o, NODE_CMD_TRAIN, 5, g), -1);
     assert_int_equal(o.t.eval_subset, 0);
