@@ -44,6 +44,7 @@ size_t lp_linear_scratch_bytes(int N, int F, int OF)
     s += LP_ALIGN64((size_t)N * OF);
     s += LP_ALIGN64((size_t)N * F * sizeof(float));
     s += LP_ALIGN64((size_t)OF * 5);
+    s += LP_ALIGN64((size_t)mx * sizeof(double));
     return s + 64;
 }
 
@@ -57,6 +58,7 @@ typedef struct {
     uint8_t *Bp, *gq, *bcodes;
     int32_t *Cm, *SA, *SB;
     float   *xf, *bq;
+    double  *tw;
 } s_lin_parts;
 
 static s_lin_parts s_lin_carve(void *scratch, int N, int F, int OF)
@@ -74,7 +76,32 @@ static s_lin_parts s_lin_carve(void *scratch, int N, int F, int OF)
     unsigned char *bpart = lp_take(&sp, (size_t)OF * 5);
     p.bq = (float *)(void *)bpart;
     p.bcodes = bpart + (size_t)OF * 4;
+    p.tw = lp_take(&sp, (size_t)mx * sizeof(double));
     return p;
+}
+
+/* out (N, J; + bias when given) = lp_gemm_dequant(C[n*J + j], SW[j], SX[n],
+ * K, wp, xp) with the terms that depend on one index only computed once
+ * (tw: J doubles): the same operations in the same order, the same floats. */
+static void s_dequant_out(float *out, const int32_t *C, const int32_t *SW, const int32_t *SX,
+                          int N, int J, int K, lp_qparams wp, lp_qparams xp, const float *bias,
+                          double *tw)
+{
+    const double sa = wp.scale, ma = wp.min, sb = xp.scale, mb = xp.min;
+    const double c1 = sa * sb, cw = sa * mb, cx = ma * sb, t4 = (double)K * ma * mb;
+    for (int j = 0; j < J; j++)
+        tw[j] = cw * SW[j];
+    for (int n = 0; n < N; n++) {
+        const int32_t *c = C + (size_t)n * J;
+        float *o = out + (size_t)n * J;
+        const double tx = cx * SX[n];
+        if (bias)
+            for (int j = 0; j < J; j++)
+                o[j] = (float)(c1 * c[j] + tw[j] + tx + t4) + bias[j];
+        else
+            for (int j = 0; j < J; j++)
+                o[j] = (float)(c1 * c[j] + tw[j] + tx + t4);
+    }
 }
 
 void lp_linear_forward(float *out, lp_qsaved *sv, float *run_range, const float *in,
@@ -94,12 +121,7 @@ void lp_linear_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     lp_gemm_pack_a(Ap, SX, sv->xq, F, 1, N, F);
     lp_gemm_pack_b(Bp, sv->wq, 1, F, F, OF);
     lp_gemm_u8u8(Cm, OF, Ap, Bp, N, OF, F, SW);
-    for (int n = 0; n < N; n++) {
-        const int32_t *c = Cm + (size_t)n * OF;
-        float *o_row = out + (size_t)n * OF;
-        for (int o = 0; o < OF; o++)
-            o_row[o] = lp_gemm_dequant(c[o], SW[o], SX[n], F, sv->wp, sv->xp) + bq[o];
-    }
+    s_dequant_out(out, Cm, SW, SX, N, OF, F, sv->wp, sv->xp, bq, sp.tw);
 }
 
 void lp_linear_backward(float *din, float *dw, float *db, const float *dout, const lp_qsaved *sv,
@@ -128,12 +150,7 @@ void lp_linear_backward(float *din, float *dw, float *db, const float *dout, con
     lp_gemm_pack_a(Ap, SG, gq, OF, 1, N, OF);
     lp_gemm_pack_b(Bp, sv->wq, F, 1, OF, F);
     lp_gemm_u8u8(Cm, F, Ap, Bp, N, F, OF, SWc);
-    for (int n = 0; n < N; n++) {
-        const int32_t *c = Cm + (size_t)n * F;
-        float *d = din + (size_t)n * F;
-        for (int f = 0; f < F; f++)
-            d[f] = lp_gemm_dequant(c[f], SWc[f], SG[n], OF, sv->wp, gp);
-    }
+    s_dequant_out(din, Cm, SWc, SG, N, F, OF, sv->wp, gp, NULL, sp.tw);
 }
 
 size_t lp_linear_fq_scratch_floats(int N, int F, int OF)
