@@ -1,6 +1,9 @@
 /* bench_precision — FP32 vs 8-bit training step, one run, same threads.
  *
- * For resnet20 and vgg11 on 3x32x32 inputs, batch 32, at every CPU level
+ * For a model (built-in names cnn, resnet20, vgg11 on 3x32x32 inputs; mlp,
+ * an MLP 30 -> 256 -> 256 -> 2 with ReLU on tabular 30x1x1 inputs; or a
+ * model file FILE.yaml, 3x32x32 unless its `input:` says otherwise, through
+ * node/node_modelfile.h), batch 32, at every CPU level
  * this CPU supports (nn_cpu.h; FP32 and int8 kernels at the same level) and
  * with each weight-gradient arithmetic the level has (bf16 where AVX-512
  * BF16 is there, fp32): median ms per training step (forward + backward +
@@ -12,7 +15,8 @@
  * that model's steps (2*steps of them, nothing timed), for profilers, with
  * the default weight-gradient arithmetic only.
  * Usage: bench_precision [steps (default 10)] [threads (default 1)]
- *                        [model: resnet20 | vgg11 (default both)] [level]. */
+ *                        [model: cnn | mlp | resnet20 | vgg11 | FILE.yaml
+ *                         (default cnn, mlp, resnet20)] [level]. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +28,7 @@
 #include "bench/bench_batch.h"
 #include "nn/nn_model.h"
 #include "nn/nn_optim.h"
+#include "node/node_modelfile.h"
 
 typedef struct {
     nn_model *m;
@@ -37,11 +42,73 @@ static int s_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static void s_open(s_run *r, const char *arch, const nn_factory *f, int batch, int steps)
+/* What to build: a built-in name, the MLP or a parsed model file. */
+typedef struct {
+    const char *name;
+    node_mf    *mf;          /* a model file, or NULL */
+    int         c, h, w, classes;
+} s_spec;
+
+/* The benchmark MLP: 30 -> 256 -> 256 -> classes with ReLU (tabular). */
+static int s_build_mlp(nn_model *m, const void *ctx, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)err;
+    (void)errlen;
+    int x = nn_b_linear(m, "fc1", nn_model_input_slot(m), 256, 1);
+    x = nn_b_relu(m, "fc1.relu", x);
+    x = nn_b_linear(m, "fc2", x, 256, 1);
+    x = nn_b_relu(m, "fc2.relu", x);
+    nn_b_linear(m, "fc3", x, nn_model_cfg(m)->classes, 1);
+    return 0;
+}
+
+/* Fills *sp for argument `name`; exits with a message on a bad file. */
+static void s_spec_open(s_spec *sp, const char *name)
+{
+    *sp = (s_spec){.name = name, .c = 3, .h = 32, .w = 32, .classes = 10};
+    size_t n = strlen(name);
+    if (strcmp(name, "mlp") == 0) {
+        *sp = (s_spec){.name = name, .c = 30, .h = 1, .w = 1, .classes = 2};
+        return;
+    }
+    if (n < 5 || (strcmp(name + n - 5, ".yaml") != 0 && strcmp(name + n - 4, ".yml") != 0))
+        return;
+    char err[512];
+    FILE *fp = fopen(name, "rb");
+    char *buf = malloc(NODE_MF_MAX_BYTES + 1);
+    size_t len = fp ? fread(buf, 1, NODE_MF_MAX_BYTES + 1, fp) : 0;
+    if (fp)
+        fclose(fp);
+    if (!fp || len > NODE_MF_MAX_BYTES) {
+        fprintf(stderr, "%s: %s\n", name, fp ? "larger than the model-file limit" : "cannot read");
+        exit(1);
+    }
+    sp->mf = node_mf_parse(buf, len, name, err, sizeof err);
+    free(buf);
+    if (!sp->mf) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    if (sp->mf->in_c > 0) {
+        sp->c = sp->mf->in_c;
+        sp->h = sp->mf->in_h;
+        sp->w = sp->mf->in_w;
+    }
+}
+
+static void s_open(s_run *r, const s_spec *sp, const nn_factory *f, int batch, int steps)
 {
     char err[256];
-    nn_model_config cfg = {.in_c = 3, .in_h = 32, .in_w = 32, .classes = 10, .factory = f};
-    snprintf(cfg.arch, sizeof cfg.arch, "%s", arch);
+    nn_model_config cfg = {.in_c = sp->c, .in_h = sp->h, .in_w = sp->w, .classes = sp->classes,
+                           .factory = f};
+    snprintf(cfg.arch, sizeof cfg.arch, "%s", sp->mf ? "file" : sp->name);
+    if (sp->mf) {
+        cfg.build = node_mf_build;
+        cfg.build_ctx = sp->mf;
+    } else if (strcmp(sp->name, "mlp") == 0) {
+        cfg.build = s_build_mlp;
+    }
     r->m = nn_model_new(&cfg, err, sizeof err);
     if (!r->m) {
         fprintf(stderr, "%s\n", err);
@@ -84,15 +151,18 @@ static void s_close(s_run *r)
  * timing alternate single steps made the base FP32 step look 50% slower
  * than alone), so a busy neighbour on a shared machine slows both alike;
  * one warm-up turn each. */
-static void s_config(const char *arch, const char *level, const char *wgrad, int batch, int steps,
+static void s_config(const s_spec *sp, const char *level, const char *wgrad, int batch, int steps,
                      int first)
 {
+    const char *arch = sp->name;
     s_run f, q;
-    s_open(&f, arch, NULL, batch, steps);
-    s_open(&q, arch, &lp_factory_int8, batch, steps);
+    s_open(&f, sp, NULL, batch, steps);
+    s_open(&q, sp, &lp_factory_int8, batch, steps);
     float *x;
     uint8_t *y;
-    bench_random_batch(batch, 3 * 32 * 32, &x, &y);
+    bench_random_batch(batch, sp->c * sp->h * sp->w, &x, &y);
+    for (int i = 0; i < batch; i++)
+        y[i] = (uint8_t)(y[i] % sp->classes);
     double *pr = malloc((size_t)steps * sizeof *pr);
     const char *only = getenv("BENCH_ONLY"); /* "int8" or "fp32": one model, for perf */
     for (int i = 0; only && i < 2 * steps; i++)
@@ -115,7 +185,7 @@ static void s_config(const char *arch, const char *level, const char *wgrad, int
         printf("%s: saved activations int8/fp32 %.3f (%zu / %zu B), prepared %.3f\n", arch,
                (double)aq / af, aq, af,
                (double)nn_model_prepared_bytes(q.m) / nn_model_prepared_bytes(f.m));
-    printf("%-9s %-11s %-5s %9.2f %9.2f %8.3f %8.3f\n", arch, level, wgrad, mf, mq, mq / mf, mr);
+    printf("%-9s %-11s %-5s %9.3f %9.3f %8.3f %8.3f\n", arch, level, wgrad, mf, mq, mq / mf, mr);
     fflush(stdout);
     free(pr);
     free(x);
@@ -131,17 +201,20 @@ int main(int argc, char **argv)
     if (steps < 1)
         steps = 1;
     openblas_set_num_threads(threads);
-    printf("CPU best level %s%s, OpenBLAS core %s, %d thread(s), batch %d, 3x32x32, median of "
-           "%d steps\n",
+    printf("CPU best level %s%s, OpenBLAS core %s, %d thread(s), batch %d, median of "
+           "%d steps (images 3x32x32, mlp 30x1x1)\n",
            nn_cpu_name(nn_cpu_best()), lp_bf16_supported() ? " + AVX-512 BF16" : "",
            openblas_get_corename(), threads, batch, steps);
     printf("%-9s %-11s %-5s %9s %9s %8s %8s\n", "model", "level", "wgrad", "fp32 ms", "int8 ms",
            "int8/fp32", "(turns)");
-    static const char *archs[3] = {"cnn", "resnet20", "vgg11"};
+    static const char *defaults[3] = {"cnn", "mlp", "resnet20"};
+    const char *one[1] = {argc > 3 ? argv[3] : NULL};
+    const char **archs = argc > 3 ? one : defaults;
+    int narch = argc > 3 ? 1 : 3;
     char err[256];
-    for (int a = 0; a < 3; a++) {
-        if (argc > 3 && strcmp(argv[3], archs[a]) != 0)
-            continue;
+    for (int a = 0; a < narch; a++) {
+        s_spec sp;
+        s_spec_open(&sp, archs[a]);
         int first = 1;
         for (int l = NN_CPU_LEVELS - 1; l >= 0; l--) {
             const char *lv = nn_cpu_name((nn_cpu_t)l);
@@ -157,12 +230,13 @@ int main(int argc, char **argv)
                     continue;
                 if (getenv("BENCH_ONLY") && wg == LP_WGRAD_FP32 && lp_bf16_supported())
                     continue; /* profiling: the default arithmetic only */
-                s_config(archs[a], lv, lp_wgrad_name(), batch, steps, first);
+                s_config(&sp, lv, lp_wgrad_name(), batch, steps, first);
                 first = 0;
             }
         }
         nn_cpu_force("auto");
         lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
+        node_mf_destroy(&sp.mf);
     }
     return 0;
 }

@@ -26,7 +26,7 @@ size_t lp_gemm_pack_b_bytes(int K, int N)
     return (size_t)lp_gemm_k4(K) * (size_t)lp_gemm_np(N) * 4;
 }
 
-void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs,
+void lp_gemm_pack_a_ref(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs,
                     int M, int K)
 {
     const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
@@ -50,6 +50,59 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
     }
 }
 
+/* Column group k4 (codes 4*k4 .. 4*k4+3, zero past K) of all M rows into
+ * the three layouts of lp_gemm_pack_a_ref: quads (k4-major, contiguous in
+ * m), the tile part (stride kr quads in m) and the 16-bit pairs of the AVX2
+ * kernel ([v0 v2 v1 v3] per row of a 4-row tile); adds the codes to rowsum. */
+static void s_pack_group(int8_t *Ap, uint16_t *A16, int8_t *At, int32_t *rowsum,
+                         const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs, int M, int K, int k4)
+{
+    const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
+    const int kr = lp_tile_depth(K4), Mtp = lp_tile_mp(M);
+    const int kn = K - 4 * k4 < 4 ? K - 4 * k4 : 4;
+    int8_t *q = Ap + (size_t)k4 * Mp * 4;
+    int8_t *t = At + (((size_t)(k4 / kr) * Mtp) * kr + (size_t)(k4 % kr)) * 4;
+    uint16_t *h = A16 + (size_t)k4 * 16;
+    const uint8_t *col = A + (ptrdiff_t)(4 * k4) * cs;
+    for (int m = 0; m < M; m++) {
+        const uint8_t *p = col + (ptrdiff_t)m * rs;
+        uint32_t v0 = p[0], v1 = 0, v2 = 0, v3 = 0;
+        if (kn == 4) {
+            v1 = p[cs];
+            v2 = p[2 * cs];
+            v3 = p[3 * cs];
+        } else {
+            v1 = kn > 1 ? p[cs] : 0;
+            v2 = kn > 2 ? p[2 * cs] : 0;
+        }
+        uint32_t w = (v0 ^ 0x80u) | (v1 ^ 0x80u) << 8 | (v2 ^ 0x80u) << 16 | (v3 ^ 0x80u) << 24;
+        if (kn < 4) /* codes past K stay 0 */
+            w &= kn == 1 ? 0xffu : kn == 2 ? 0xffffu : 0xffffffu;
+        memcpy(q + (size_t)m * 4, &w, 4);
+        memcpy(t + (size_t)m * kr * 4, &w, 4);
+        uint16_t *hm = h + ((size_t)(m >> 2) * K4 * 4 + (size_t)(m & 3)) * 4;
+        hm[0] = (uint16_t)v0;
+        hm[1] = (uint16_t)v2;
+        hm[2] = (uint16_t)v1;
+        hm[3] = (uint16_t)v3;
+        if (rowsum)
+            rowsum[m] += (int32_t)(v0 + v1 + v2 + v3);
+    }
+}
+
+void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs,
+                    int M, int K)
+{
+    const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
+    memset(Ap, 0, lp_gemm_pack_a_bytes(M, K));
+    if (rowsum)
+        memset(rowsum, 0, (size_t)M * sizeof *rowsum);
+    uint16_t *A16 = (uint16_t *)(void *)(Ap + (size_t)K4 * Mp * 4);
+    int8_t *At = Ap + s_tile_part(M, K);
+    for (int k4 = 0; k4 < K4; k4++)
+        s_pack_group(Ap, A16, At, rowsum, A, rs, cs, M, K, k4);
+}
+
 void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, int K, int N)
 {
     const int K4 = lp_gemm_k4(K), Np = lp_gemm_np(N);
@@ -64,6 +117,10 @@ void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, i
                 dst[4 * n + 2] = r2[n];
                 dst[4 * n + 3] = r3[n];
             }
+        } else if (kn == 4 && rs == 1) { /* a transposed view: four codes in a row */
+            const uint8_t *c0 = B + 4 * k4;
+            for (int n = 0; n < N; n++)
+                memcpy(dst + 4 * n, c0 + n * cs, 4);
         } else {
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < 4; j++)

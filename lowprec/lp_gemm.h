@@ -74,6 +74,9 @@ size_t lp_gemm_pack_b_bytes(int K, int N);
  * swaps them).  rowsum (M, may be NULL) = sum_k A(m, k).  Overwrites both. */
 void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs, ptrdiff_t cs,
                     int M, int K);
+/* Its twin, element by element: the same bytes. */
+void lp_gemm_pack_a_ref(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
+                        ptrdiff_t cs, int M, int K);
 /* Bp (lp_gemm_pack_b_bytes) = packed B, where B(k, n) = B[k*rs + n*cs]. */
 void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, int K, int N);
 

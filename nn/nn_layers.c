@@ -543,8 +543,47 @@ void nn_dropout_backward(float *din, const float *dout, const uint8_t *mask, siz
 
 /* ---- pooling -------------------------------------------------------------- */
 
+/* 2x2 windows, stride 2: the four candidates in the twin's scan order. */
+static void s_maxpool_2x2(float *out, uint32_t *argmax, const float *in, int N, int C, int H,
+                          int W)
+{
+    const int OH = H / 2, OW = W / 2;
+    for (size_t pl = 0; pl < (size_t)N * C; pl++) {
+        const float *x = in + pl * H * W;
+        float *o = out + pl * OH * OW;
+        uint32_t *am = argmax + pl * OH * OW;
+        for (int oh = 0; oh < OH; oh++) {
+            const float *r0 = x + (size_t)2 * oh * W, *r1 = r0 + W;
+            const uint32_t base = (uint32_t)(2 * oh * W);
+            for (int ow = 0; ow < OW; ow++) {
+                const int i = 2 * ow;
+                float bv = r0[i];
+                uint32_t best = base + (uint32_t)i;
+                best = r0[i + 1] > bv ? base + (uint32_t)i + 1 : best;
+                bv = r0[i + 1] > bv ? r0[i + 1] : bv;
+                best = r1[i] > bv ? base + (uint32_t)(W + i) : best;
+                bv = r1[i] > bv ? r1[i] : bv;
+                best = r1[i + 1] > bv ? base + (uint32_t)(W + i + 1) : best;
+                bv = r1[i + 1] > bv ? r1[i + 1] : bv;
+                o[oh * OW + ow] = bv;
+                am[oh * OW + ow] = best;
+            }
+        }
+    }
+}
+
 void nn_maxpool_forward(float *out, uint32_t *argmax, const float *in, int N, int C, int H, int W,
                         int K, int S)
+{
+    assert(K > 0 && S > 0 && H >= K && W >= K);
+    if (K == 2 && S == 2)
+        s_maxpool_2x2(out, argmax, in, N, C, H, W);
+    else
+        nn_maxpool_forward_ref(out, argmax, in, N, C, H, W, K, S);
+}
+
+void nn_maxpool_forward_ref(float *out, uint32_t *argmax, const float *in, int N, int C, int H,
+                            int W, int K, int S)
 {
     assert(K > 0 && S > 0 && H >= K && W >= K);
     const int OH = (H - K) / S + 1, OW = (W - K) / S + 1;

@@ -145,6 +145,9 @@ void nn_dropout_backward(float *din, const float *dout, const uint8_t *mask, siz
  * first maximum, for backward. */
 void nn_maxpool_forward(float *out, uint32_t *argmax, const float *in, int N, int C, int H, int W,
                         int K, int S);
+/* Its twin, window by window for any K, S (the same outputs and argmax). */
+void nn_maxpool_forward_ref(float *out, uint32_t *argmax, const float *in, int N, int C, int H,
+                            int W, int K, int S);
 /* din overwritten (zeroed, then scattered). */
 void nn_maxpool_backward(float *din, const float *dout, const uint32_t *argmax, int N, int C,
                          int H, int W, int K, int S);

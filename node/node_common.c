@@ -162,6 +162,13 @@ double node_evaluate(nn_model *m, const node_data *d, const nn_dataset *set, int
 double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set, int batch,
                           double *loss_out, void (*tick)(void *arg), void *arg)
 {
+    return node_evaluate_sub(m, d, set, NULL, set->n, batch, loss_out, tick, arg);
+}
+
+double node_evaluate_sub(nn_model *m, const node_data *d, const nn_dataset *set,
+                         const uint32_t *sub, size_t n, int batch, double *loss_out,
+                         void (*tick)(void *arg), void *arg)
+{
     const nn_model_config *cfg = nn_model_cfg(m);
     size_t per = (size_t)cfg->in_c * (size_t)cfg->in_h * (size_t)cfg->in_w;
     float *x = nn_xalloc_aligned((size_t)batch * per * sizeof(float));
@@ -169,10 +176,12 @@ double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set
     uint32_t *idx = nn_xmalloc((size_t)batch * sizeof *idx);
     size_t correct = 0;
     double loss = 0;
-    for (size_t start = 0; start < set->n; start += (size_t)batch) {
-        int N = (int)(set->n - start < (size_t)batch ? set->n - start : (size_t)batch);
+    if (!sub || n > set->n)
+        n = set->n;
+    for (size_t start = 0; start < n; start += (size_t)batch) {
+        int N = (int)(n - start < (size_t)batch ? n - start : (size_t)batch);
         for (int i = 0; i < N; i++)
-            idx[i] = (uint32_t)(start + (size_t)i);
+            idx[i] = sub ? sub[start + (size_t)i] : (uint32_t)(start + (size_t)i);
         nn_data_batch(set, idx, N, d->mean, d->std, &d->aug_eval, NULL, x, y);
         loss += (double)nn_model_forward(m, x, y, N, 0) * N;
         correct += (size_t)nn_model_correct(m, y, N);
@@ -183,8 +192,33 @@ double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set
     free(y);
     free(idx);
     if (loss_out)
-        *loss_out = set->n ? loss / (double)set->n : 0;
-    return set->n ? (double)correct / (double)set->n : 0;
+        *loss_out = n ? loss / (double)n : 0;
+    return n ? (double)correct / (double)n : 0;
+}
+
+static int s_cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+uint32_t *node_eval_subset(size_t set_n, size_t n)
+{
+    if (n == 0 || n >= set_n)
+        return NULL;
+    uint32_t *p = nn_xmalloc(set_n * sizeof *p);
+    for (size_t i = 0; i < set_n; i++)
+        p[i] = (uint32_t)i;
+    nn_rng r;
+    nn_rng_seed(&r, 0x6576616c); /* a constant: the same subset on every node */
+    for (size_t i = 0; i < n; i++) { /* the first n of a Fisher-Yates shuffle */
+        size_t j = i + (size_t)nn_rng_below(&r, (uint32_t)(set_n - i));
+        uint32_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    qsort(p, n, sizeof *p, s_cmp_u32);
+    return p;
 }
 
 int node_model_save(const char *path, nn_model *m, const node_model_opts *o, char *err,

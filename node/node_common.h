@@ -85,6 +85,14 @@ double node_evaluate(nn_model *m, const node_data *d, const nn_dataset *set, int
  * answering its neighbours while it evaluates); tick may be NULL. */
 double node_evaluate_tick(nn_model *m, const node_data *d, const nn_dataset *set, int batch,
                           double *loss_out, void (*tick)(void *arg), void *arg);
+/* The same over the n samples sub[0..n) of the set (sub NULL: all). */
+double node_evaluate_sub(nn_model *m, const node_data *d, const nn_dataset *set,
+                         const uint32_t *sub, size_t n, int batch, double *loss_out,
+                         void (*tick)(void *arg), void *arg);
+/* A fixed subset of n of the set's samples (n >= set size: NULL, all),
+ * the same for every caller with the same set size: the first n of a
+ * permutation from a constant seed, in increasing order.  Caller frees. */
+uint32_t *node_eval_subset(size_t set_n, size_t n);
 
 /* Model files: safetensors with the options as metadata, so `eval` can
  * rebuild the model from the file alone.  A model holding a non-finite

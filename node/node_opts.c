@@ -32,7 +32,7 @@ enum {
     F_HELP = 'h', F_HELP_DEBUG = 256,
     F_MODEL, F_DATA, F_NORM, F_PREC, F_GROUPS, F_PADTO, F_AUG, F_ZIR, F_SUBSET,
     F_EPOCHS, F_BATCH, F_LR, F_MOM, F_WD, F_NONEST, F_WARMUP, F_MILE, F_LR_DECAY, F_GAMMA, F_QGM,
-    F_SEED, F_THREADS, F_WGRAD, F_METRICS, F_SAVE, F_EVAL_EVERY, F_NO_EVAL, F_NAN_AT,
+    F_SEED, F_THREADS, F_WGRAD, F_METRICS, F_SAVE, F_EVAL_EVERY, F_EVAL_SUBSET, F_EVAL_OFFSET, F_NO_EVAL, F_NAN_AT,
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
@@ -66,6 +66,7 @@ static const s_flag s_flags[] = {
     {"wgrad", 1, F_WGRAD, G_RUN},
     {"metrics", 1, F_METRICS, G_RUN},        {"save", 1, F_SAVE, G_RUN},
     {"eval-every", 1, F_EVAL_EVERY, G_RUN},  {"no-eval", 0, F_NO_EVAL, G_RUN},
+    {"eval-subset", 1, F_EVAL_SUBSET, G_RUN}, {"eval-offset", 1, F_EVAL_OFFSET, G_RUN},
     {"grad-guard", 1, F_GRAD_GUARD, G_RUN},
     {"debug-nan-at", 1, F_NAN_AT, G_DEBUG_RUN},
     {"topology", 1, F_TOPO, G_GOSSIP},       {"algo", 1, F_ALGO, G_GOSSIP},
@@ -166,6 +167,11 @@ static const char s_help_run[] =
 "  --wgrad W           int8 weight gradients: bf16 (where the CPU has AVX-512\n"
 "                      BF16) | fp32 | auto (bf16 if the CPU has it) [auto]\n"
 "  --eval-every N      evaluate every N iterations          [once per epoch]\n"
+"  --eval-subset N     progress evaluations on a fixed N-sample subset of the\n"
+"                      test set (the same on every node); the last evaluation\n"
+"                      on the whole set; 0: the whole set every time   [1000]\n"
+"  --eval-offset K     progress evaluations K iterations before each multiple\n"
+"                      of --eval-every (nodes sharing a machine take turns) [0]\n"
 "  --no-eval           no test-set evaluation; one metrics line at the end\n"
 "  --metrics FILE      append one JSON object per evaluation (docs/node.md)\n"
 "  --save FILE         write the final model (simulate: the average model)\n"
@@ -422,6 +428,10 @@ static int s_run_flag(node_train_opts *o, int code, const char *arg, char *err, 
     case F_SAVE: return s_copy(o->save, sizeof o->save, "--save", arg, err, errlen);
     case F_EVAL_EVERY:
         return node_parse_int("--eval-every", arg, 1, 1L << 40, &o->eval_every, err, errlen);
+    case F_EVAL_SUBSET:
+        return node_parse_int("--eval-subset", arg, 0, 1L << 40, &o->eval_subset, err, errlen);
+    case F_EVAL_OFFSET:
+        return node_parse_int("--eval-offset", arg, 0, 1L << 40, &o->eval_offset, err, errlen);
     case F_NO_EVAL: o->no_eval = 1; return 0;
     case F_NAN_AT:
         return node_parse_int("--debug-nan-at", arg, 0, 1L << 40, &o->debug_nan_at, err, errlen);
@@ -561,6 +571,7 @@ static void s_defaults(node_opts *o, node_command cmd, int argc)
     t->seed = 1;
     t->threads = 1;
     t->debug_nan_at = -1;
+    t->eval_subset = NODE_EVAL_SUBSET_DEFAULT;
     t->grad_guard = NODE_GUARD_DEFAULT;
     gossip_config_default(&o->g.gc);
     o->g.gc.algo = GOSSIP_CHOCO;

@@ -39,6 +39,9 @@ typedef enum { NODE_CMD_TRAIN, NODE_CMD_SIMULATE, NODE_CMD_NODE } node_command;
  * its running level is refused (node_trainer.h; docs/node.md "Gradient-norm
  * guard" for the choice). */
 #define NODE_GUARD_DEFAULT 100.0
+/* --eval-subset default: 1000 test samples (+-1 point of accuracy at 90%,
+ * a tenth of a 10000-sample test set's cost per progress evaluation). */
+#define NODE_EVAL_SUBSET_DEFAULT 1000
 
 /* model, optimisation, run and debug-run flags (every training command) */
 typedef struct {
@@ -49,6 +52,10 @@ typedef struct {
     long            epochs, batch, seed, threads;
     long            subset;        /* --train-subset N, 0: all */
     long            eval_every;    /* 0: once per epoch */
+    long            eval_subset;   /* progress evaluations on this many test samples (a
+                                    * fixed seeded subset; the last one on all); 0: all */
+    long            eval_offset;   /* progress evaluations this many iterations earlier
+                                    * (run-local staggers the nodes of one machine) */
     int             no_eval;       /* no test-set evaluation, one line at the end */
     long            debug_nan_at;  /* -1, or the iteration whose batch gets a NaN */
     double          grad_guard;    /* --grad-guard F (node_trainer_step); 0: off */

@@ -104,6 +104,7 @@ void node_metrics_write(FILE *f, const node_metrics *m)
         {"skipped_large_grad", "%.0f", (double)m->skipped_large},
         {"samples_per_s", "%.1f", m->samples_per_s}, {"seconds", "%.3f", m->seconds},
         {"seconds_compute", "%.3f", m->tm.compute},  {"seconds_gossip", "%.3f", m->tm.gossip},
+        {"seconds_eval", "%.3f", m->tm.eval}, {"eval_samples", "%.0f", (double)m->eval_samples},
     };
     s_reals(f, core, sizeof core / sizeof core[0]);
     s_str(f, "model", m->model);
@@ -162,11 +163,17 @@ static void s_pump(void *arg)
     rd->pump(rd->arg);
 }
 
+/* Progress evaluations (not the last iteration) on r->eval_sub. */
 static double s_eval_model(node_run *r, nn_model *m, double *loss)
 {
     int batch = (int)r->o->batch;
     void (*tick)(void *) = r->round.pump ? s_pump : NULL;
-    return node_evaluate_tick(m, r->d, &r->d->test, batch, loss, tick, &r->round);
+    const uint32_t *sub = r->it + 1 < r->iters ? r->eval_sub : NULL;
+    double t = nn_now(), a = node_evaluate_sub(m, r->d, &r->d->test, sub,
+                                              sub ? r->eval_sub_n : r->d->test.n, batch, loss,
+                                              tick, &r->round);
+    r->tm.eval += nn_now() - t;
+    return a;
 }
 
 /* Training statistics since the last line, over the driven ranks (reset). */
@@ -203,6 +210,8 @@ void node_run_eval(node_run *r, node_metrics *m)
     for (int i = 0; i < r->n; i++)
         node_run_debias(r, i);
     m->evaluated = !r->o->no_eval;
+    m->eval_samples = !m->evaluated ? 0 : r->it + 1 < r->iters && r->eval_sub ? r->eval_sub_n
+                                                                               : r->d->test.n;
     m->consensus = r->avg ? s_average(r->avg, r->tr, r->n) : 0.0;
     if (m->evaluated && r->avg)
         m->test_acc = s_eval_model(r, r->avg, &m->test_loss);
@@ -314,7 +323,7 @@ static int s_eval_due(const node_run *r)
     long every = r->o->eval_every > 0 ? r->o->eval_every : r->steps;
     if (r->o->no_eval)
         return last;
-    return last || (r->it + 1) % (uint64_t)every == 0;
+    return last || (r->it + 1 + (uint64_t)(r->o->eval_offset % every)) % (uint64_t)every == 0;
 }
 
 int node_run_loop(node_run *r, char *err, size_t errlen)
@@ -322,6 +331,10 @@ int node_run_loop(node_run *r, char *err, size_t errlen)
     uint32_t *run = nn_xcalloc((size_t)r->n, sizeof *run);
     int rc = 0;
     r->t0 = r->t_line = nn_now();
+    if (!r->eval_sub && r->o->eval_subset > 0 && !r->o->no_eval) {
+        r->eval_sub = node_eval_subset(r->d->test.n, (size_t)r->o->eval_subset);
+        r->eval_sub_n = r->eval_sub ? (size_t)r->o->eval_subset : 0;
+    }
     for (; r->it < r->iters; r->it++) {
         if (r->stop && *r->stop) {
             r->interrupted = 1;
@@ -355,5 +368,7 @@ int node_run_loop(node_run *r, char *err, size_t errlen)
             node_metrics_write(r->metrics, &m);
     }
     free(run);
+    free(r->eval_sub);
+    r->eval_sub = NULL;
     return rc;
 }

@@ -45,6 +45,7 @@ typedef struct {
     double compress; /* of which gossip_node_prepare (ZeroMQ link only) */
     double wait;     /* of which sending and waiting (ZeroMQ link only) */
     double mix;      /* of which mixing (ZeroMQ link only) */
+    double eval;     /* test-set evaluations */
 } node_times;
 
 /* How a gossip round happens.  round == NULL: no gossip (train,
@@ -79,6 +80,7 @@ typedef struct {
     double      loss, train_acc;  /* training batches since the last line */
     double      samples_per_s;    /* of the local steps since the last line */
     int         evaluated;        /* 0: test_acc/test_loss are null */
+    uint64_t    eval_samples;     /* test samples behind test_acc (a subset or all) */
     double      test_acc, test_loss; /* the model (simulate: the average model) */
     uint64_t    skipped_steps;    /* refused local steps: non-finite or guard */
     uint64_t    skipped_large;    /*   of which refused by the gradient-norm guard */
@@ -153,6 +155,8 @@ struct node_run {
     int        interrupted;  /* stopped by *stop */
     double     t0, t_line, compute_line;
     float      lr;
+    uint32_t  *eval_sub;     /* progress evaluations' test samples (NULL: all) */
+    size_t     eval_sub_n;
 };
 
 /* Runs iterations r->it .. r->iters-1 (r->it is then the number done).
@@ -166,7 +170,7 @@ void node_run_debias(node_run *r, int i);
 
 /* Evaluation at iteration r->it: de-biases every rank's x into its model,
  * evaluates (unless o->no_eval) the average model (n > 1) and the first
- * eval_nodes models, fills m with the training statistics since the last
+ * eval_nodes models (on r->eval_sub before the last iteration), fills m with the training statistics since the last
  * call (then reset) and the results. */
 void node_run_eval(node_run *r, node_metrics *m);
 

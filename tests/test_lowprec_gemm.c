@@ -407,10 +407,44 @@ static void test_dequant_rows(void **state)
     nn_cpu_force("auto");
 }
 
+/* The packing of A against its element-by-element twin: every byte of the
+ * three layouts and the row sums, row-major and transposed views, shapes
+ * with K not a multiple of 4 and M not a multiple of 4/8/16. */
+static void test_pack_a_twin(void **state)
+{
+    (void)state;
+    static const int shp[][2] = {{1, 1}, {3, 5}, {8, 4}, {17, 30}, {64, 129}, {130, 66}, {33, 256}};
+    nn_rng r;
+    nn_rng_seed(&r, 11);
+    for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++) {
+        const int M = shp[i][0], K = shp[i][1];
+        const size_t bytes = lp_gemm_pack_a_bytes(M, K);
+        uint8_t *A = nn_xmalloc((size_t)M * K);
+        s_fill(&r, A, (size_t)M * K, 0);
+        int8_t *P = nn_xmalloc(bytes), *Q = nn_xmalloc(bytes);
+        int32_t *sp = nn_xmalloc((size_t)M * 4), *sq = nn_xmalloc((size_t)M * 4);
+        for (int t = 0; t < 2; t++) {
+            const ptrdiff_t rs = t ? 1 : K, cs = t ? M : 1; /* t: A read as a transposed view */
+            memset(P, 0x5a, bytes);
+            memset(Q, 0xa5, bytes);
+            lp_gemm_pack_a(P, sp, A, rs, cs, M, K);
+            lp_gemm_pack_a_ref(Q, sq, A, rs, cs, M, K);
+            assert_memory_equal(P, Q, bytes);
+            assert_memory_equal(sp, sq, (size_t)M * 4);
+        }
+        free(A);
+        free(P);
+        free(Q);
+        free(sp);
+        free(sq);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels_available),
+        cmocka_unit_test(test_pack_a_twin),
         cmocka_unit_test(test_awkward_shapes),
         cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_affine_correction),

@@ -952,6 +952,31 @@ static void test_maxpool_ties(void **state)
     assert_true(din[0] == 2.0f && din[1] == 0.0f && din[2] == 0.0f && din[3] == 0.0f);
 }
 
+/* The 2x2/stride-2 path against its twin: values and argmax, with ties
+ * (codes on a coarse grid), odd sizes (the last row/column unused) and NaN. */
+static void test_maxpool_twin(void **state)
+{
+    (void)state;
+    static const int hw[][2] = {{2, 2}, {8, 6}, {7, 9}, {16, 16}};
+    nn_rng r;
+    nn_rng_seed(&r, 5);
+    for (size_t t = 0; t < sizeof hw / sizeof hw[0]; t++) {
+        const int N = 2, C = 3, H = hw[t][0], W = hw[t][1], OH = H / 2, OW = W / 2;
+        const size_t ni = (size_t)N * C * H * W, no = (size_t)N * C * OH * OW;
+        float *in = nn_xmalloc(ni * sizeof *in), *a = nn_xmalloc(no * sizeof *a);
+        float *b = nn_xmalloc(no * sizeof *b);
+        uint32_t *ia = nn_xmalloc(no * sizeof *ia), *ib = nn_xmalloc(no * sizeof *ib);
+        for (size_t i = 0; i < ni; i++)
+            in[i] = (float)nn_rng_below(&r, 4) - 1.0f; /* many ties */
+        in[ni / 2] = NAN;
+        nn_maxpool_forward(a, ia, in, N, C, H, W, 2, 2);
+        nn_maxpool_forward_ref(b, ib, in, N, C, H, W, 2, 2);
+        assert_memory_equal(a, b, no * sizeof *a);
+        assert_memory_equal(ia, ib, no * sizeof *ia);
+        free(in), free(a), free(b), free(ia), free(ib);
+    }
+}
+
 static void test_gap(void **state)
 {
     (void)state;
@@ -1076,6 +1101,7 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_pooling),
         cmocka_unit_test(test_maxpool_ties),
+        cmocka_unit_test(test_maxpool_twin),
         cmocka_unit_test(test_gap),
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_lower_paths),

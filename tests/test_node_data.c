@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "node/node_common.h"
 #include "node/node_data.h"
 #include "node/node_trainer.h"
 #include "tests/tk.h"
@@ -250,6 +251,39 @@ static int s_teardown(void **state)
     return tk_rmtree(g_dir);
 }
 
+/* The progress evaluations' subset: the same on every call (every node),
+ * increasing, distinct, in range, NULL where it would be the whole set;
+ * --eval-subset parsed with its default and bounds. */
+static void test_eval_subset(void **state)
+{
+    (void)state;
+    uint32_t *a = node_eval_subset(10000, 2000), *b = node_eval_subset(10000, 2000);
+    assert_non_null(a);
+    assert_memory_equal(a, b, 2000 * sizeof *a);
+    size_t low = 0;
+    for (size_t i = 0; i < 2000; i++) {
+        assert_true(a[i] < 10000);
+        if (i)
+            assert_true(a[i] > a[i - 1]);
+        low += a[i] < 5000;
+    }
+    assert_true(low > 800 && low < 1200); /* spread over the set, not its start */
+    free(a);
+    free(b);
+    assert_null(node_eval_subset(100, 100));
+    assert_null(node_eval_subset(100, 0));
+    node_opts o;
+    char *d[] = {"train", NULL};
+    assert_int_equal(node_opts_parse(&o, NODE_CMD_TRAIN, 1, d), -1);
+    assert_int_equal(o.t.eval_subset, 1000);
+    char *g[] = {"train", "--eval-subset", "0", "--eval-offset", "7", NULL};
+    assert_int_equal(node_opts_parse(&o, NODE_CMD_TRAIN, 5, g), -1);
+    assert_int_equal(o.t.eval_subset, 0);
+    assert_int_equal(o.t.eval_offset, 7);
+    char *bad[] = {"train", "--eval-subset", "-1", NULL};
+    assert_int_not_equal(node_opts_parse(&o, NODE_CMD_TRAIN, 3, bad), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -257,6 +291,7 @@ int main(void)
         cmocka_unit_test(test_dirichlet_shards),
         cmocka_unit_test(test_train_eval_predict),
         cmocka_unit_test(test_table_mlp),
+        cmocka_unit_test(test_eval_subset),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
