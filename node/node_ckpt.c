@@ -130,7 +130,7 @@ static int s_file_digest(const char *what, const char *path, char hex[17], char 
     char why[1200];
     FILE *f = nn_fopen_regular(path, NULL, why, sizeof why);
     if (!f)
-        return nn_errf(err, errlen, "cannot read the %s: %s", what, why);
+        return nn_errf(err, errlen, "cannot read the %s %s", what, why); /* why: "PATH: ..." */
     uint64_t h = S_FNV_INIT;
     unsigned char buf[65536];
     size_t got;

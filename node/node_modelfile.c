@@ -24,6 +24,8 @@
 
 #include <yaml.h>
 
+#include "topology/topo_yaml.h"
+
 #define S_MAX_DEPTH       8      /* the schema nests 4 deep */
 #define S_MAX_YAML_NODES  (16 * NODE_MF_MAX_LAYERS)
 #define S_MAX_ACT         (1L << 26)  /* values per sample of one activation */
@@ -69,11 +71,6 @@ typedef struct {
 
 /* ---- messages and YAML helpers ---------------------------------------- */
 
-static int s_line(const yaml_node_t *node)
-{
-    return node ? (int)node->start_mark.line + 1 : 0;
-}
-
 __attribute__((format(printf, 3, 4)))
 static int s_fail_line(s_ctx *c, int line, const char *fmt, ...)
 {
@@ -87,54 +84,17 @@ static int s_fail_line(s_ctx *c, int line, const char *fmt, ...)
     return nn_errf(c->err, c->errlen, "%s: %s", c->name, msg);
 }
 
-#define s_fail(c, node, ...) s_fail_line((c), s_line(node), __VA_ARGS__)
-
-static const char *s_type_name(const yaml_node_t *node)
-{
-    switch (node ? node->type : YAML_NO_NODE) {
-    case YAML_SCALAR_NODE:   return "a scalar";
-    case YAML_SEQUENCE_NODE: return "a list";
-    case YAML_MAPPING_NODE:  return "a mapping";
-    default:                 return "nothing";
-    }
-}
+#define s_fail(c, node, ...) s_fail_line((c), topo_yaml_line(node), __VA_ARGS__)
 
 static yaml_node_t *s_get(s_ctx *c, int index)
 {
     return yaml_document_get_node(c->doc, index);
 }
 
-/* The scalar's text if node is a scalar without embedded NUL bytes. */
-static const char *s_scalar(const yaml_node_t *node)
-{
-    if (!node || node->type != YAML_SCALAR_NODE)
-        return NULL;
-    const char *s = (const char *)node->data.scalar.value;
-    return strlen(s) == node->data.scalar.length ? s : NULL;
-}
-
-/* A scalar for a message: at most 40 characters, printable ASCII. */
-static const char *s_show(const yaml_node_t *node, char *buf, size_t len)
-{
-    size_t k = 0;
-    if (node && node->type == YAML_SCALAR_NODE) {
-        const char *s = (const char *)node->data.scalar.value;
-        size_t l = node->data.scalar.length;
-        for (size_t i = 0; i < l && i < 40 && k + 4 < len; i++)
-            buf[k++] = (s[i] >= 32 && s[i] < 127) ? s[i] : '?';
-        if (l > 40 && k + 4 < len) {
-            memcpy(buf + k, "...", 3);
-            k += 3;
-        }
-    }
-    buf[k] = 0;
-    return buf;
-}
-
 /* An empty value (`relu:` or `relu: ~`): no keys. */
 static int s_is_null(const yaml_node_t *node)
 {
-    const char *s = s_scalar(node);
+    const char *s = topo_yaml_scalar(node);
     return s && node->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
            (!*s || !strcmp(s, "~") || !strcmp(s, "null"));
 }
@@ -143,14 +103,14 @@ static int s_want_int(s_ctx *c, const yaml_node_t *node, const char *what, long 
                       long *out)
 {
     char shown[64];
-    const char *s = s_scalar(node);
+    const char *s = topo_yaml_scalar(node);
     if (!s)
-        return s_fail(c, node, "%s: expected an integer, got %s", what, s_type_name(node));
+        return s_fail(c, node, "%s: expected an integer, got %s", what, topo_yaml_type_name(node));
     char *end = NULL;
     errno = 0;
     long v = *s && strspn(s, "0123456789+-") == strlen(s) ? strtol(s, &end, 10) : 0;
     if (!end || *end || errno)
-        return s_fail(c, node, "%s: '%s' is not an integer", what, s_show(node, shown, sizeof shown));
+        return s_fail(c, node, "%s: '%s' is not an integer", what, topo_yaml_show(node, shown, sizeof shown));
     if (v < lo || v > hi)
         return s_fail(c, node, "%s: %ld is out of range %ld..%ld", what, v, lo, hi);
     *out = v;
@@ -160,13 +120,13 @@ static int s_want_int(s_ctx *c, const yaml_node_t *node, const char *what, long 
 static int s_want_bool(s_ctx *c, const yaml_node_t *node, const char *what, int *out)
 {
     char shown[64];
-    const char *s = s_scalar(node);
+    const char *s = topo_yaml_scalar(node);
     if (s && (!strcmp(s, "true") || !strcmp(s, "false"))) {
         *out = !strcmp(s, "true");
         return 0;
     }
     return s_fail(c, node, "%s: expected true or false, got %s%s%s", what,
-                  s ? "'" : s_type_name(node), s ? s_show(node, shown, sizeof shown) : "",
+                  s ? "'" : topo_yaml_type_name(node), s ? topo_yaml_show(node, shown, sizeof shown) : "",
                   s ? "'" : "");
 }
 
@@ -175,14 +135,14 @@ static int s_want_bool(s_ctx *c, const yaml_node_t *node, const char *what, int 
 static int s_want_name(s_ctx *c, const yaml_node_t *node, const char *what, char *out)
 {
     char shown[64];
-    const char *s = s_scalar(node);
+    const char *s = topo_yaml_scalar(node);
     if (!s)
-        return s_fail(c, node, "%s: expected a layer name, got %s", what, s_type_name(node));
+        return s_fail(c, node, "%s: expected a layer name, got %s", what, topo_yaml_type_name(node));
     size_t l = strlen(s);
     if (l == 0 || l > NODE_MF_NAME_MAX ||
         strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != l)
         return s_fail(c, node, "%s: '%s' is not a layer name (1 to %d letters, digits, '_', "
-                      "'.', '-')", what, s_show(node, shown, sizeof shown), NODE_MF_NAME_MAX);
+                      "'.', '-')", what, topo_yaml_show(node, shown, sizeof shown), NODE_MF_NAME_MAX);
     memcpy(out, s, l + 1);
     return 0;
 }
@@ -200,7 +160,7 @@ static int s_from_key(s_ctx *c, int i, const yaml_node_t *val, const char *who)
 {
     node_layer *L = &c->mf->layers[i];
     s_from *f = &c->from[i];
-    f->line = s_line(val);
+    f->line = topo_yaml_line(val);
     if (L->kind != NODE_L_ADD) {
         f->nref = 1;
         return s_want_name(c, val, who, f->ref[0]);
@@ -223,7 +183,7 @@ static int s_layer_key(s_ctx *c, int i, const char *key, const yaml_node_t *val,
     char what[160];
     snprintf(what, sizeof what, "%s: %s", who, key);
     if (!strcmp(key, "out")) {
-        const char *s = s_scalar(val);
+        const char *s = topo_yaml_scalar(val);
         if (s && !strcmp(s, "classes")) {
             L->out = -1;
             return 0;
@@ -242,12 +202,12 @@ static int s_layer_key(s_ctx *c, int i, const char *key, const yaml_node_t *val,
     } else if (!strcmp(key, "residual")) {
         return s_want_bool(c, val, what, &L->residual);
     } else if (!strcmp(key, "p")) {
-        const char *s = s_scalar(val);
+        const char *s = topo_yaml_scalar(val);
         char *end = NULL, shown[64];
         double p = s && *s && strspn(s, "0123456789.eE+-") == strlen(s) ? strtod(s, &end) : -1;
         if (!end || *end || !(p >= 0.0 && p < 1.0))
             return s_fail(c, val, "%s: '%s' is not a probability in [0, 1)", what,
-                          s_show(val, shown, sizeof shown));
+                          topo_yaml_show(val, shown, sizeof shown));
         L->p = (float)p;
     }
     return 0;
@@ -261,14 +221,14 @@ static int s_layer_keys(s_ctx *c, int i, const yaml_node_t *map, const char *who
     char who[128], shown[64];
     yaml_node_pair_t *p0 = map->data.mapping.pairs.start, *p1 = map->data.mapping.pairs.top;
     for (yaml_node_pair_t *p = p0; p < p1; p++) {
-        const char *k = s_scalar(s_get(c, p->key));
+        const char *k = topo_yaml_scalar(s_get(c, p->key));
         if (k && !strcmp(k, "name") && s_want_name(c, s_get(c, p->value), who0, L->name) != 0)
             return -1;
     }
     s_who(L, who, sizeof who);
     for (yaml_node_pair_t *p = p0; p < p1; p++) {
         yaml_node_t *key = s_get(c, p->key), *val = s_get(c, p->value);
-        const char *k = s_scalar(key);
+        const char *k = topo_yaml_scalar(key);
         int known = k && (!strcmp(k, "name") || !strcmp(k, "from"));
         for (int a = 0; k && !known && allowed[a]; a++)
             known = !strcmp(k, allowed[a]);
@@ -277,10 +237,10 @@ static int s_layer_keys(s_ctx *c, int i, const yaml_node_t *map, const char *who
             for (int a = 0; allowed[a]; a++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), ", %s", allowed[a]);
             return s_fail(c, key, "%s: unknown key '%s' (%s takes: %s)", who,
-                          s_show(key, shown, sizeof shown), s_kinds[L->kind], list);
+                          topo_yaml_show(key, shown, sizeof shown), s_kinds[L->kind], list);
         }
         for (yaml_node_pair_t *q = p0; q < p; q++)
-            if (!strcmp(s_scalar(s_get(c, q->key)), k))
+            if (!strcmp(topo_yaml_scalar(s_get(c, q->key)), k))
                 return s_fail(c, key, "%s: duplicate key '%s'", who, k);
         if (!strcmp(k, "from") ? s_from_key(c, i, val, who) != 0
                                : s_layer_key(c, i, k, val, who) != 0)
@@ -315,7 +275,7 @@ static int s_layer(s_ctx *c, int i, const yaml_node_t *entry)
     node_layer *L = &c->mf->layers[i];
     char who[128], shown[64];
     snprintf(who, sizeof who, "layer %d", i);
-    L->line = s_line(entry);
+    L->line = topo_yaml_line(entry);
     nn_namef(L->name, "layers.%d", i);
     if (!entry || entry->type != YAML_MAPPING_NODE ||
         entry->data.mapping.pairs.top - entry->data.mapping.pairs.start != 1)
@@ -323,7 +283,7 @@ static int s_layer(s_ctx *c, int i, const yaml_node_t *entry)
                       "'- conv: {out: 16, kernel: 3}'", who);
     yaml_node_t *key = s_get(c, entry->data.mapping.pairs.start->key);
     yaml_node_t *val = s_get(c, entry->data.mapping.pairs.start->value);
-    const char *k = s_scalar(key);
+    const char *k = topo_yaml_scalar(key);
     int kind = -1;
     for (int t = 0; k && t < S_NKINDS; t++)
         if (!strcmp(k, s_kinds[t]))
@@ -331,7 +291,7 @@ static int s_layer(s_ctx *c, int i, const yaml_node_t *entry)
     if (kind < 0)
         return s_fail(c, key, "%s: unknown layer '%s' (expected conv, norm, batchnorm, act, relu, "
                       "maxpool, avgpool, gap, flatten, linear, dropout or add)", who,
-                      s_show(key, shown, sizeof shown));
+                      topo_yaml_show(key, shown, sizeof shown));
     L->kind = (node_layer_kind)kind;
     L->nin = L->kind == NODE_L_ADD ? 2 : 1;
     L->bias = 1; /* PyTorch's default for Conv2d and Linear */
@@ -341,7 +301,7 @@ static int s_layer(s_ctx *c, int i, const yaml_node_t *entry)
         return s_layer_finish(c, i, s_who(L, who, sizeof who));
     if (!val || val->type != YAML_MAPPING_NODE)
         return s_fail(c, val, "%s (%s): expected a mapping of keys ({} for none), got %s", who, k,
-                      s_type_name(val));
+                      topo_yaml_type_name(val));
     if (s_layer_keys(c, i, val, who) != 0)
         return -1;
     return s_layer_finish(c, i, s_who(L, who, sizeof who));
@@ -469,7 +429,7 @@ static int s_order(s_ctx *c)
 static int s_input(s_ctx *c, const yaml_node_t *val)
 {
     node_mf *mf = c->mf;
-    mf->in_line = s_line(val);
+    mf->in_line = topo_yaml_line(val);
     long n = val && val->type == YAML_SEQUENCE_NODE
                  ? val->data.sequence.items.top - val->data.sequence.items.start : 0;
     if (n != 1 && n != 3)
@@ -478,7 +438,7 @@ static int s_input(s_ctx *c, const yaml_node_t *val)
     for (long k = 0; k < n; k++) {
         yaml_node_t *it = s_get(c, val->data.sequence.items.start[k]);
         long v;
-        if (s_scalar(it) && !strcmp(s_scalar(it), "any"))
+        if (topo_yaml_scalar(it) && !strcmp(topo_yaml_scalar(it), "any"))
             dims[k] = 0;
         else if (s_want_int(c, it, "input", 1, 1 << 20, &v) != 0)
             return -1;
@@ -498,7 +458,7 @@ static int s_layers(s_ctx *c, const yaml_node_t *val)
                  ? val->data.sequence.items.top - val->data.sequence.items.start : -1;
     if (n < 1)
         return s_fail(c, val, "layers: expected a list of layers (- KIND: {...}), got %s",
-                      n == 0 ? "an empty list" : s_type_name(val));
+                      n == 0 ? "an empty list" : topo_yaml_type_name(val));
     if (n > NODE_MF_MAX_LAYERS)
         return s_fail(c, val, "layers: %ld layers, at most %d", n, NODE_MF_MAX_LAYERS);
     mf->layers = nn_xcalloc((size_t)n, sizeof *mf->layers);
@@ -517,17 +477,17 @@ static int s_document(s_ctx *c, const yaml_node_t *root)
     char shown[64];
     if (!root || root->type != YAML_MAPPING_NODE)
         return s_fail(c, root, "expected a mapping with 'layers' (and optionally 'input'), got %s",
-                      s_type_name(root));
+                      topo_yaml_type_name(root));
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
         yaml_node_t *key = s_get(c, p->key);
-        const char *k = s_scalar(key);
+        const char *k = topo_yaml_scalar(key);
         int found = -1;
         for (int q = 0; k && q < 4; q++)
             if (!strcmp(k, keys[q]))
                 found = q;
         if (found < 0)
             return s_fail(c, key, "unknown key '%s' (expected description, input, augment, layers)",
-                          s_show(key, shown, sizeof shown));
+                          topo_yaml_show(key, shown, sizeof shown));
         if (slot[found])
             return s_fail(c, key, "duplicate key '%s'", k);
         slot[found] = s_get(c, p->value);

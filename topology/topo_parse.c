@@ -43,6 +43,7 @@
 #include "nn/nn_core.h"
 #include "topology/topo.h"
 #include "topology/topo_internal.h"
+#include "topology/topo_yaml.h"
 
 #define S_MAX_FILE_BYTES (16u << 20)
 /* Hostile YAML (docs/topology.md, "Limits"): the schema nests at most 6
@@ -66,11 +67,6 @@ typedef struct {
 
 /* ---- messages and YAML helpers ---------------------------------------- */
 
-static int s_line(const yaml_node_t *node)
-{
-    return node ? (int)node->start_mark.line + 1 : 0;
-}
-
 /* "NAME:LINE: message" (line 0: no line); returns -1. */
 static int s_vfail(s_ctx *c, int line, const char *fmt, va_list ap)
 {
@@ -86,7 +82,7 @@ static int s_fail(s_ctx *c, const yaml_node_t *at, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    s_vfail(c, s_line(at), fmt, ap);
+    s_vfail(c, topo_yaml_line(at), fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -101,55 +97,16 @@ static int s_fail_line(s_ctx *c, int line, const char *fmt, ...)
     return -1;
 }
 
-static const char *s_type_name(const yaml_node_t *node)
-{
-    switch (node->type) {
-    case YAML_SCALAR_NODE:   return "a scalar";
-    case YAML_SEQUENCE_NODE: return "a list";
-    case YAML_MAPPING_NODE:  return "a mapping";
-    default:                 return "nothing";
-    }
-}
-
 static yaml_node_t *s_get(s_ctx *c, int index)
 {
     return yaml_document_get_node(c->doc, index);
 }
 
-/* The scalar's text if node is a scalar without embedded NUL bytes. */
-static const char *s_scalar(const yaml_node_t *node)
-{
-    if (!node || node->type != YAML_SCALAR_NODE)
-        return NULL;
-    const char *s = (const char *)node->data.scalar.value;
-    if (strlen(s) != node->data.scalar.length)
-        return NULL;
-    return s;
-}
-
-/* Shows a scalar in a message: at most 40 characters, printable ASCII. */
-static const char *s_show(const yaml_node_t *node, char *buf, size_t len)
-{
-    size_t k = 0;
-    if (node && node->type == YAML_SCALAR_NODE) {
-        const char *s = (const char *)node->data.scalar.value;
-        size_t l = node->data.scalar.length;
-        for (size_t i = 0; i < l && i < 40 && k + 4 < len; i++)
-            buf[k++] = (s[i] >= 32 && s[i] < 127) ? s[i] : '?';
-        if (l > 40 && k + 4 < len) {
-            memcpy(buf + k, "...", 3);
-            k += 3;
-        }
-    }
-    buf[k] = 0;
-    return buf;
-}
-
 static int s_want_string(s_ctx *c, const yaml_node_t *node, const char *what, const char **out)
 {
     if (!node || node->type != YAML_SCALAR_NODE)
-        return s_fail(c, node, "%s: expected a string, got %s", what, node ? s_type_name(node) : "nothing");
-    *out = s_scalar(node);
+        return s_fail(c, node, "%s: expected a string, got %s", what, node ? topo_yaml_type_name(node) : "nothing");
+    *out = topo_yaml_scalar(node);
     if (!*out)
         return s_fail(c, node, "%s: string contains a NUL byte", what);
     return 0;
@@ -160,11 +117,11 @@ static int s_want_number(s_ctx *c, const yaml_node_t *node, const char *what, do
 {
     char shown[64];
     if (!node || node->type != YAML_SCALAR_NODE)
-        return s_fail(c, node, "%s: expected a number, got %s", what, node ? s_type_name(node) : "nothing");
-    const char *s = s_scalar(node);
+        return s_fail(c, node, "%s: expected a number, got %s", what, node ? topo_yaml_type_name(node) : "nothing");
+    const char *s = topo_yaml_scalar(node);
     if (!s || !*s || strspn(s, "0123456789.eE+-/") != strlen(s) || strlen(s) > 64)
         return s_fail(c, node, "%s: '%s' is not a number (write e.g. 0.25 or 1/4)", what,
-                      s_show(node, shown, sizeof shown));
+                      topo_yaml_show(node, shown, sizeof shown));
     char buf[72];
     snprintf(buf, sizeof buf, "%s", s);
     char *slash = strchr(buf, '/'), *end;
@@ -180,7 +137,7 @@ static int s_want_number(s_ctx *c, const yaml_node_t *node, const char *what, do
     }
     if (!ok || !isfinite(a / b))
         return s_fail(c, node, "%s: '%s' is not a number (write e.g. 0.25 or 1/4)", what,
-                      s_show(node, shown, sizeof shown));
+                      topo_yaml_show(node, shown, sizeof shown));
     *out = a / b;
     return 0;
 }
@@ -189,13 +146,13 @@ static int s_want_int(s_ctx *c, const yaml_node_t *node, const char *what, long 
 {
     char shown[64];
     if (!node || node->type != YAML_SCALAR_NODE)
-        return s_fail(c, node, "%s: expected an integer, got %s", what, node ? s_type_name(node) : "nothing");
-    const char *s = s_scalar(node);
+        return s_fail(c, node, "%s: expected an integer, got %s", what, node ? topo_yaml_type_name(node) : "nothing");
+    const char *s = topo_yaml_scalar(node);
     char *end = NULL;
     errno = 0;
     long v = s && *s && strspn(s, "0123456789+-") == strlen(s) ? strtol(s, &end, 10) : 0;
     if (!s || !*s || strspn(s, "0123456789+-") != strlen(s) || *end || errno)
-        return s_fail(c, node, "%s: '%s' is not an integer", what, s_show(node, shown, sizeof shown));
+        return s_fail(c, node, "%s: '%s' is not an integer", what, topo_yaml_show(node, shown, sizeof shown));
     if (v < lo || v > hi)
         return s_fail(c, node, "%s: %ld is out of range %ld..%ld", what, v, lo, hi);
     *out = v;
@@ -216,12 +173,12 @@ static int s_keys2(s_ctx *c, const yaml_node_t *map, const char *where, const ch
     }
     if (!map || map->type != YAML_MAPPING_NODE)
         return s_fail(c, map, "%s: expected a mapping (key: value lines), got %s", where,
-                      map ? s_type_name(map) : "nothing");
+                      map ? topo_yaml_type_name(map) : "nothing");
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
         yaml_node_t *key = s_get(c, p->key), *val = s_get(c, p->value);
-        const char *ks = s_scalar(key);
+        const char *ks = topo_yaml_scalar(key);
         if (!ks)
-            return s_fail(c, key, "%s: keys must be plain words, got %s", where, key ? s_type_name(key) : "nothing");
+            return s_fail(c, key, "%s: keys must be plain words, got %s", where, key ? topo_yaml_type_name(key) : "nothing");
         int found = -1;
         for (int k = 0; k < nkeys; k++)
             if (!strcmp(ks, keys[k]))
@@ -232,7 +189,7 @@ static int s_keys2(s_ctx *c, const yaml_node_t *map, const char *where, const ch
                 size_t l = strlen(allowed);
                 snprintf(allowed + l, sizeof allowed - l, "%s%s", k ? ", " : "", keys[k]);
             }
-            return s_fail(c, key, "%s: unknown key '%s' (expected one of: %s)", where, s_show(key, shown, sizeof shown),
+            return s_fail(c, key, "%s: unknown key '%s' (expected one of: %s)", where, topo_yaml_show(key, shown, sizeof shown),
                           allowed);
         }
         if (slots[found])
@@ -344,7 +301,7 @@ static int s_node_entry(s_ctx *c, yaml_node_t *item, int idx, topo_node *nd)
             return -1;
         if (!s_valid_id(s))
             return s_fail(c, item, "%s: bad node id '%s' (1..%d characters from A-Z a-z 0-9 _ . -)", where,
-                          s_show(item, why, sizeof why), TOPO_ID_MAX - 1);
+                          topo_yaml_show(item, why, sizeof why), TOPO_ID_MAX - 1);
         snprintf(nd->id, sizeof nd->id, "%s", s);
         return 0;
     }
@@ -356,7 +313,7 @@ static int s_node_entry(s_ctx *c, yaml_node_t *item, int idx, topo_node *nd)
         return -1;
     if (!s_valid_id(s))
         return s_fail(c, v[K_ID], "bad node id '%s' (1..%d characters from A-Z a-z 0-9 _ . -)",
-                      s_show(v[K_ID], why, sizeof why), TOPO_ID_MAX - 1);
+                      topo_yaml_show(v[K_ID], why, sizeof why), TOPO_ID_MAX - 1);
     snprintf(nd->id, sizeof nd->id, "%s", s);
     if (v[K_ENDPOINT] && (v[K_HOST] || v[K_PORT]))
         return s_fail(c, v[K_ENDPOINT], "node %s: give either endpoint or host and port, not both", nd->id);
@@ -365,7 +322,7 @@ static int s_node_entry(s_ctx *c, yaml_node_t *item, int idx, topo_node *nd)
             return -1;
         if (strlen(s) >= TOPO_ENDPOINT_MAX || s_check_endpoint(s, why, sizeof why) != 0)
             return s_fail(c, v[K_ENDPOINT], "node %s: bad endpoint '%s': %s", nd->id,
-                          s_show(v[K_ENDPOINT], where, sizeof where),
+                          topo_yaml_show(v[K_ENDPOINT], where, sizeof where),
                           strlen(s) >= TOPO_ENDPOINT_MAX ? "too long" : why);
         snprintf(nd->endpoint, sizeof nd->endpoint, "%s", s);
     } else if (v[K_HOST] || v[K_PORT]) {
@@ -379,7 +336,7 @@ static int s_node_entry(s_ctx *c, yaml_node_t *item, int idx, topo_node *nd)
         int ipv6 = strchr(s, ':') != NULL;
         snprintf(ep, sizeof ep, "tcp://%s%s%s:%ld", ipv6 ? "[" : "", s, ipv6 ? "]" : "", port);
         if (strlen(ep) >= TOPO_ENDPOINT_MAX || s_check_endpoint(ep, why, sizeof why) != 0)
-            return s_fail(c, v[K_HOST], "node %s: bad host '%s'", nd->id, s_show(v[K_HOST], where, sizeof where));
+            return s_fail(c, v[K_HOST], "node %s: bad host '%s'", nd->id, topo_yaml_show(v[K_HOST], where, sizeof where));
         memcpy(nd->endpoint, ep, strlen(ep) + 1);   /* length checked above */
     }
     if (v[K_KEY]) {
@@ -405,12 +362,12 @@ static int s_nodes(s_ctx *c, yaml_node_t *v, topo_node **out)
         *out = nn_xcalloc((size_t)n, sizeof **out);
         for (int i = 0; i < (int)n; i++) {
             snprintf((*out)[i].id, sizeof (*out)[i].id, "n%d", i);
-            c->node_line[i] = s_line(v);
+            c->node_line[i] = topo_yaml_line(v);
         }
         return 0;
     }
     if (v->type != YAML_SEQUENCE_NODE)
-        return s_fail(c, v, "nodes: expected a count or a list of nodes, got %s", s_type_name(v));
+        return s_fail(c, v, "nodes: expected a count or a list of nodes, got %s", topo_yaml_type_name(v));
     n = v->data.sequence.items.top - v->data.sequence.items.start;
     if (n < 1 || n > TOPO_MAX_NODES)
         return s_fail(c, v, "nodes: %ld nodes, expected 1..%d", n, TOPO_MAX_NODES);
@@ -420,7 +377,7 @@ static int s_nodes(s_ctx *c, yaml_node_t *v, topo_node **out)
     *out = nd;
     for (int i = 0; i < (int)n; i++) {
         yaml_node_t *item = s_get(c, v->data.sequence.items.start[i]);
-        c->node_line[i] = s_line(item);
+        c->node_line[i] = topo_yaml_line(item);
         if (s_node_entry(c, item, i, &nd[i]) != 0)
             return -1;
         for (int j = 0; j < i; j++) {
@@ -447,7 +404,7 @@ static int s_node_ref(s_ctx *c, yaml_node_t *v, const char *what, int *out)
         return -1;
     *out = topo_find_node(c->t, s);
     if (*out < 0)
-        return s_fail(c, v, "%s: '%s' is not a node (edge to a missing node?)", what, s_show(v, shown, sizeof shown));
+        return s_fail(c, v, "%s: '%s' is not a node (edge to a missing node?)", what, topo_yaml_show(v, shown, sizeof shown));
     return 0;
 }
 
@@ -497,7 +454,7 @@ static int s_generator(s_ctx *c, yaml_node_t **v, const char *where, double *w)
         return s_fail(c, v[G_GENERATOR],
                       "%s: unknown generator '%s' (directed_ring, undirected_ring, torus, exponential, complete, "
                       "star, circulant)",
-                      where, s_show(v[G_GENERATOR], shown, sizeof shown));
+                      where, topo_yaml_show(v[G_GENERATOR], shown, sizeof shown));
     static const struct { int key, kind; } only[] = {
         { G_ROWS, TOPO_GEN_TORUS }, { G_COLS, TOPO_GEN_TORUS }, { G_HUB, TOPO_GEN_STAR },
         { G_OFFSETS, TOPO_GEN_CIRCULANT },
@@ -534,7 +491,7 @@ static int s_generator(s_ctx *c, yaml_node_t **v, const char *where, double *w)
         if (!o)
             return s_fail(c, v[G_GENERATOR], "%s: generator circulant needs offsets (e.g. offsets: [1, 2, 4])", where);
         if (o->type != YAML_SEQUENCE_NODE)
-            return s_fail(c, o, "offsets: expected a list of integers, got %s", s_type_name(o));
+            return s_fail(c, o, "offsets: expected a list of integers, got %s", topo_yaml_type_name(o));
         long k = o->data.sequence.items.top - o->data.sequence.items.start;
         if (k < 1 || k > TOPO_MAX_OFFSETS)
             return s_fail(c, o, "offsets: expected 1..%d offsets, got %ld", TOPO_MAX_OFFSETS, k);
@@ -633,10 +590,10 @@ static int s_edge_store(s_ctx *c, s_edge_set *es, yaml_node_t *item, yaml_node_t
         return s_fail(c, tn, "duplicate edge %s -> %s (first at line %d)", c->t->nodes[from].id,
                       c->t->nodes[to].id, es->edge_line[at]);
     es->has[at] = 1;
-    es->edge_line[at] = s_line(tn);
+    es->edge_line[at] = topo_yaml_line(tn);
     w[at] = weight;
     if (es->sender_line[from] == es->body_line)
-        es->sender_line[from] = s_line(item);
+        es->sender_line[from] = topo_yaml_line(item);
     return 0;
 }
 
@@ -717,7 +674,7 @@ static int s_self_map(s_ctx *c, yaml_node_t *sv, const char *where, s_edge_set *
             seen[j] = 1;
             w[(size_t)j * n + j] = x;
             if (es->sender_line[j] == es->body_line)
-                es->sender_line[j] = s_line(key);
+                es->sender_line[j] = topo_yaml_line(key);
         }
     }
     for (int j = 0; j < n && !bad; j++)
@@ -751,7 +708,7 @@ static int s_edges_self(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_
         if (s_self_map(c, sv, where, es, w) != 0)
             return -1;
     } else {
-        return s_fail(c, sv, "self: expected a number or a mapping {id: weight}, got %s", s_type_name(sv));
+        return s_fail(c, sv, "self: expected a number or a mapping {id: weight}, got %s", topo_yaml_type_name(sv));
     }
     for (int j = 0; j < n; j++)
         if (!(w[(size_t)j * n + j] > 0))
@@ -770,12 +727,12 @@ static int s_edges(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *bo
     if (s_edges_mode(c, v, where, &uniform) != 0)
         return -1;
     if (e->type != YAML_SEQUENCE_NODE)
-        return s_fail(c, e, "edges: expected a list of {from, to, weight}, got %s", s_type_name(e));
+        return s_fail(c, e, "edges: expected a list of {from, to, weight}, got %s", topo_yaml_type_name(e));
     s_edge_set es = {
         .edge_line   = nn_xcalloc((size_t)n * (size_t)n, sizeof *es.edge_line),
         .sender_line = nn_xcalloc((size_t)n, sizeof *es.sender_line),
         .has         = nn_xcalloc((size_t)n * (size_t)n, 1),
-        .body_line   = s_line(body),
+        .body_line   = topo_yaml_line(body),
     };
     for (int j = 0; j < n; j++)
         es.sender_line[j] = es.body_line;
@@ -798,20 +755,20 @@ static int s_matrix(s_ctx *c, yaml_node_t **v, const char *where, double *w)
             return s_fail(c, v[k], "%s: '%s' does not go with matrix (the diagonal holds the self weights)", where,
                           s_graph_keys[k]);
     if (m->type != YAML_SEQUENCE_NODE)
-        return s_fail(c, m, "%s: matrix: expected a list of rows, got %s", where, s_type_name(m));
+        return s_fail(c, m, "%s: matrix: expected a list of rows, got %s", where, topo_yaml_type_name(m));
     long rows = m->data.sequence.items.top - m->data.sequence.items.start;
     if (rows != n)
         return s_fail(c, m, "%s: matrix: %ld rows, expected %d (one per node; every matrix of a schedule is %d x %d)",
                       where, rows, n, n, n);
     int *col_line = nn_xcalloc((size_t)n, sizeof *col_line);
     for (int j = 0; j < n; j++)
-        col_line[j] = s_line(m);
+        col_line[j] = topo_yaml_line(m);
     int rc = -1;
     for (int i = 0; i < n; i++) {
         yaml_node_t *row = s_get(c, m->data.sequence.items.start[i]);
         if (!row || row->type != YAML_SEQUENCE_NODE) {
             s_fail(c, row ? row : m, "matrix row %d (node %s): expected a list of %d numbers, got %s", i,
-                   c->t->nodes[i].id, n, row ? s_type_name(row) : "nothing");
+                   c->t->nodes[i].id, n, row ? topo_yaml_type_name(row) : "nothing");
             goto done;
         }
         long cols = row->data.sequence.items.top - row->data.sequence.items.start;
@@ -900,7 +857,7 @@ static int s_document(s_ctx *c, yaml_node_t *root)
     yaml_node_t *sched = v[K_SCHEDULE];
     if (sched) {
         if (sched->type != YAML_SEQUENCE_NODE) {
-            s_fail(c, sched, "schedule: expected a list of graphs, got %s", s_type_name(sched));
+            s_fail(c, sched, "schedule: expected a list of graphs, got %s", topo_yaml_type_name(sched));
             goto done;
         }
         long len = sched->data.sequence.items.top - sched->data.sequence.items.start;
@@ -927,7 +884,7 @@ static int s_document(s_ctx *c, yaml_node_t *root)
     c->t->discovery_port = discovery == TOPO_DISCOVERY_LAN ? (int)disc_port : 0;
     snprintf(c->t->name, sizeof c->t->name, "%s", c->name);
     if (v[K_DESC])
-        snprintf(c->t->description, sizeof c->t->description, "%s", s_scalar(v[K_DESC]));
+        snprintf(c->t->description, sizeof c->t->description, "%s", topo_yaml_scalar(v[K_DESC]));
     if (!sched) {
         if (s_graph(c, v[K_GRAPH], "graph", c->t->sched[0].w) != 0)
             goto done;
