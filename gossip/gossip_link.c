@@ -20,7 +20,8 @@
 #define S_HELLO_FIRST  0.2   /* s before the first HELLO repeat, doubling ... */
 #define S_HELLO_MAX    2.0   /* ... up to this */
 #define S_RESYNC_RETRY 1.0   /* s between two RESYNC_REQ to the same peer */
-#define S_LOG_REFUSED  20    /* refusals logged before they are only counted */
+#define S_LOG_REFUSED  5     /* refusals of one kind logged before they are only counted */
+#define S_REFUSE_KINDS 32    /* kinds (message formats) with a budget of their own */
 #define S_STATE_EVERY  1.0   /* s between two STATE answers to the same peer */
 #define S_STATE_WAIT   5.0   /* s a joiner waits for a holder's next chunk */
 #define S_STATES       3     /* states a joiner compares at most */
@@ -71,6 +72,10 @@ struct gossip_link {
     gossip_buf         sbytes, smsg;
     gossip_state_rx    rx;         /* joiner */
     int                prove;      /* ids on a plaintext port must be proved */
+    /* refusals logged per kind (s_refuse): a flood of one kind cannot hide
+     * the first refusals of another */
+    const char        *refuse_fmt[S_REFUSE_KINDS];
+    unsigned           refuse_n[S_REFUSE_KINDS];
     int                joining, state_ready;
     int                state_in;   /* the STATE asked for comes over our ROUTER */
     uint64_t           state_bytes_taken; /* bytes of the state taken last */
@@ -116,7 +121,11 @@ __attribute__((format(printf, 2, 3)))
 static void s_refuse(gossip_link *l, const char *fmt, ...)
 {
     l->st.refused++;
-    if (l->st.refused > S_LOG_REFUSED)
+    int k = 0; /* the kind: fmt's slot (the last slot is shared by any further kinds) */
+    while (k < S_REFUSE_KINDS - 1 && l->refuse_fmt[k] && l->refuse_fmt[k] != fmt)
+        k++;
+    l->refuse_fmt[k] = l->refuse_fmt[k] ? l->refuse_fmt[k] : fmt;
+    if (++l->refuse_n[k] > S_LOG_REFUSED)
         return;
     char msg[1400];
     va_list ap;
@@ -124,7 +133,8 @@ static void s_refuse(gossip_link *l, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     s_log(l, "refused: %s%s", msg,
-          l->st.refused == S_LOG_REFUSED ? " (further refusals are only counted)" : "");
+          l->refuse_n[k] == S_LOG_REFUSED ? " (further refusals of this kind are only counted)"
+                                          : "");
 }
 
 static const char *s_id(const gossip_link *l, int j)

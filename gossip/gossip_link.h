@@ -114,7 +114,7 @@
  * more than LAG + GOSSIP_WINDOW behind theirs (push-sum shares it would
  * drop); its PING at T does.
  *
- * Refused input (counted, the first 20 logged, never asserted): bytes that
+ * Refused input (counted, the first 5 of each kind logged, never asserted): bytes that
  * are not an lpgossip message, a sender field that is not the connection's
  * peer, unknown kinds, kinds on the wrong channel, a different layout,
  * replayed or far-future iterations, malformed or non-finite payloads.

@@ -276,12 +276,15 @@ static void test_eval_subset(void **state)
     char *d[] = {"train", NULL};
     assert_int_equal(node_opts_parse(&o, NODE_CMD_TRAIN, 1, d), -1);
     assert_int_equal(o.t.eval_subset, 1000);
+    node_opts_free(&o);
     char *g[] = {"train", "--eval-subset", "0", "--eval-offset", "7", NULL};
     assert_int_equal(node_opts_parse(&o, NODE_CMD_TRAIN, 5, g), -1);
     assert_int_equal(o.t.eval_subset, 0);
     assert_int_equal(o.t.eval_offset, 7);
+    node_opts_free(&o);
     char *bad[] = {"train", "--eval-subset", "-1", NULL};
     assert_int_not_equal(node_opts_parse(&o, NODE_CMD_TRAIN, 3, bad), -1);
+    node_opts_free(&o);
 }
 
 int main(void)
