@@ -249,14 +249,14 @@ static int s_start_monitor(gossip_net *net, char *err, size_t errlen)
 }
 
 /* Logs and counts one monitor event (two frames: u16 event + u32 value,
- * then the endpoint). */
-static void s_monitor_event(gossip_net *net)
+ * then the endpoint).  1 if there was one, else 0. */
+static int s_monitor_event(gossip_net *net)
 {
     zmq_msg_t m;
     zmq_msg_init(&m);
     if (zmq_msg_recv(&m, net->monitor, ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&m);
-        return;
+        return 0;
     }
     uint16_t ev = 0;
     uint32_t val = 0;
@@ -272,7 +272,7 @@ static void s_monitor_event(gossip_net *net)
             net->fd_open[val] = ev == ZMQ_EVENT_ACCEPTED ? nn_now() : 0;
             net->fd_delivered[val] = 0;
         }
-        return;
+        return 1;
     }
     const char *what = ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
                            ? "its key is not one of this node's in-neighbours (CURVE)"
@@ -281,6 +281,7 @@ static void s_monitor_event(gossip_net *net)
                                          : "a protocol error (not a ZMTP peer?)")
                            : "the handshake broke off";
     s_reject(net, 3, "a connection on %s: %s (event 0x%x, code %u)", net->endpoint, what, ev, val);
+    return 1;
 }
 
 
@@ -774,15 +775,24 @@ static int s_contested(const gossip_net *net, const uint8_t *id, size_t len)
 
 /* The message in net->cur, accepted from in-neighbour rank: another
  * connection than its last message's (another fd, or the same fd
- * accepted anew) counts a change (gossip_net_conn_gen).  The accept time
- * may arrive after the first message (the monitor is another socket): an
- * fd first seen with no accept time keeps its connection when it gets
- * one.  A connection closed and its fd number reused without the monitor
- * having told of either in between is not seen as a change. */
+ * accepted anew) counts a change (gossip_net_conn_gen).  libzmq reports
+ * a connection's accept before it passes on any of its messages, and its
+ * close after its last one, but over another socket (the monitor): the
+ * events are read first.  Then a message on an fd with no open
+ * connection is one of the last of the connection that closed there (it
+ * keeps its connection: the id still holds that pipe, libzmq gives it to
+ * no other until those are read), and an fd first seen before its
+ * accept was reported keeps its connection when it gets one.  A
+ * connection closed and its fd number reused without the monitor having
+ * told of either in between is not seen as a change. */
 static void s_note_conn(gossip_net *net, int rank)
 {
+    while (net->monitor && s_monitor_event(net))
+        ;
     int fd = zmq_msg_get(&net->cur, ZMQ_SRCFD);
     double open = fd >= 0 && fd < S_FD_MAX ? net->fd_open[fd] : 0;
+    if (fd == net->conn_fd[rank] && open == 0)
+        return; /* the closed connection's last messages */
     if (fd == net->conn_fd[rank] && (open == net->conn_open[rank] || net->conn_open[rank] == 0)) {
         net->conn_open[rank] = open; /* the monitor told of its accept after its message */
         return;

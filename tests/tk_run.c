@@ -21,7 +21,10 @@ int tk_dir_setup(char *dir, size_t len, const char *prefix)
 void tk_dir_teardown(char *dir)
 {
     tk_kill_all();
-    tk_rmtree(dir);
+    if (getenv("TK_KEEP") && dir[0]) /* TK_KEEP=1: keep the logs to read */
+        fprintf(stderr, "kept %s\n", dir);
+    else
+        tk_rmtree(dir);
     dir[0] = '\0';
 }
 
