@@ -32,7 +32,7 @@ enum {
     F_HELP = 'h', F_HELP_DEBUG = 256,
     F_MODEL, F_DATA, F_NORM, F_PREC, F_GROUPS, F_PADTO, F_AUG, F_ZIR, F_SUBSET,
     F_EPOCHS, F_BATCH, F_LR, F_MOM, F_WD, F_NONEST, F_WARMUP, F_MILE, F_LR_DECAY, F_GAMMA, F_QGM,
-    F_SEED, F_THREADS, F_WGRAD, F_METRICS, F_SAVE, F_EVAL_EVERY, F_EVAL_SUBSET, F_EVAL_OFFSET, F_NO_EVAL, F_NAN_AT,
+    F_SEED, F_THREADS, F_WGRAD, F_METRICS, F_SAVE, F_EVAL_EVERY, F_EVAL_SUBSET, F_EVAL_OFFSET, F_EVAL_FINAL, F_NO_EVAL, F_NAN_AT,
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
@@ -67,6 +67,7 @@ static const s_flag s_flags[] = {
     {"metrics", 1, F_METRICS, G_RUN},        {"save", 1, F_SAVE, G_RUN},
     {"eval-every", 1, F_EVAL_EVERY, G_RUN},  {"no-eval", 0, F_NO_EVAL, G_RUN},
     {"eval-subset", 1, F_EVAL_SUBSET, G_RUN}, {"eval-offset", 1, F_EVAL_OFFSET, G_RUN},
+    {"eval-final", 1, F_EVAL_FINAL, G_RUN},
     {"grad-guard", 1, F_GRAD_GUARD, G_RUN},
     {"debug-nan-at", 1, F_NAN_AT, G_DEBUG_RUN},
     {"topology", 1, F_TOPO, G_GOSSIP},       {"algo", 1, F_ALGO, G_GOSSIP},
@@ -172,6 +173,9 @@ static const char s_help_run[] =
 "                      on the whole set; 0: the whole set every time   [1000]\n"
 "  --eval-offset K     progress evaluations K iterations before each multiple\n"
 "                      of --eval-every (nodes sharing a machine take turns) [0]\n"
+"  --eval-final W      the last evaluation: whole (the test set) | subset (the\n"
+"                      --eval-subset samples; run-local's default, which then\n"
+"                      evaluates the averaged model on the whole set) [whole]\n"
 "  --no-eval           no test-set evaluation; one metrics line at the end\n"
 "  --metrics FILE      append one JSON object per evaluation (docs/node.md)\n"
 "  --save FILE         write the final model (simulate: the average model)\n"
@@ -432,6 +436,11 @@ static int s_run_flag(node_train_opts *o, int code, const char *arg, char *err, 
         return node_parse_int("--eval-subset", arg, 0, 1L << 40, &o->eval_subset, err, errlen);
     case F_EVAL_OFFSET:
         return node_parse_int("--eval-offset", arg, 0, 1L << 40, &o->eval_offset, err, errlen);
+    case F_EVAL_FINAL:
+        if (strcmp(arg, "whole") && strcmp(arg, "subset"))
+            return nn_errf(err, errlen, "--eval-final '%s': expected whole or subset", arg);
+        o->eval_final_subset = !strcmp(arg, "subset");
+        return 0;
     case F_NO_EVAL: o->no_eval = 1; return 0;
     case F_NAN_AT:
         return node_parse_int("--debug-nan-at", arg, 0, 1L << 40, &o->debug_nan_at, err, errlen);

@@ -54,6 +54,7 @@ typedef struct {
     long            eval_every;    /* 0: once per epoch */
     long            eval_subset;   /* progress evaluations on this many test samples (a
                                     * fixed seeded subset; the last one on all); 0: all */
+    int             eval_final_subset; /* --eval-final subset: the last one too */
     long            eval_offset;   /* progress evaluations this many iterations earlier
                                     * (run-local staggers the nodes of one machine) */
     int             no_eval;       /* no test-set evaluation, one line at the end */

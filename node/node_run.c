@@ -164,11 +164,18 @@ static void s_pump(void *arg)
 }
 
 /* Progress evaluations (not the last iteration) on r->eval_sub. */
+/* The test samples of this evaluation: the fixed subset, except the last
+ * evaluation's, on the whole set unless --eval-final subset; NULL: all. */
+static const uint32_t *s_eval_set(const node_run *r)
+{
+    return r->it + 1 < r->iters || r->o->eval_final_subset ? r->eval_sub : NULL;
+}
+
 static double s_eval_model(node_run *r, nn_model *m, double *loss)
 {
     int batch = (int)r->o->batch;
     void (*tick)(void *) = r->round.pump ? s_pump : NULL;
-    const uint32_t *sub = r->it + 1 < r->iters ? r->eval_sub : NULL;
+    const uint32_t *sub = s_eval_set(r);
     double t = nn_now(), a = node_evaluate_sub(m, r->d, &r->d->test, sub,
                                               sub ? r->eval_sub_n : r->d->test.n, batch, loss,
                                               tick, &r->round);
@@ -210,8 +217,7 @@ void node_run_eval(node_run *r, node_metrics *m)
     for (int i = 0; i < r->n; i++)
         node_run_debias(r, i);
     m->evaluated = !r->o->no_eval;
-    m->eval_samples = !m->evaluated ? 0 : r->it + 1 < r->iters && r->eval_sub ? r->eval_sub_n
-                                                                               : r->d->test.n;
+    m->eval_samples = !m->evaluated ? 0 : s_eval_set(r) ? r->eval_sub_n : r->d->test.n;
     m->consensus = r->avg ? s_average(r->avg, r->tr, r->n) : 0.0;
     if (m->evaluated && r->avg)
         m->test_acc = s_eval_model(r, r->avg, &m->test_loss);
