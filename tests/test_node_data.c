@@ -287,6 +287,36 @@ static void test_eval_subset(void **state)
     node_opts_free(&o);
 }
 
+/* The last evaluation: on the whole test set by default, on the fixed
+ * subset with --eval-final subset; a wrong value refused. */
+static void test_eval_final(void **state)
+{
+    (void)state;
+    char met[300], log[300];
+    snprintf(met, sizeof met, "%s/m.jsonl", g_dir);
+    snprintf(log, sizeof log, "%s/log.txt", g_dir);
+    for (int subset = 0; subset < 2; subset++) {
+        unlink(met);
+        char *tr[] = {"lpgossip", "train", "--model", "models/mlp.yaml", "--data",
+                      "csv:" FIX "iris_train.csv,test=" FIX "iris_test.csv", "--epochs", "2",
+                      "--batch", "4", "--eval-subset", "3", "--metrics", met, "--eval-final",
+                      subset ? "subset" : "whole", NULL};
+        if (s_run(tr, log) != 0)
+            tk_dump(log), fail();
+        char *m = tk_slurp(met), *last = strrchr(m, '{'), *first = strstr(m, "\"eval_samples\":");
+        assert_non_null(first);
+        assert_int_equal(strtol(first + strlen("\"eval_samples\":"), NULL, 10), 3);
+        char *q = strstr(last, "\"eval_samples\":");
+        assert_non_null(q);
+        assert_int_equal(strtol(q + strlen("\"eval_samples\":"), NULL, 10), subset ? 3 : 4);
+        free(m);
+    }
+    node_opts o;
+    char *bad[] = {"train", "--eval-final", "all", NULL};
+    assert_int_not_equal(node_opts_parse(&o, NODE_CMD_TRAIN, 3, bad), -1);
+    node_opts_free(&o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -295,6 +325,7 @@ int main(void)
         cmocka_unit_test(test_train_eval_predict),
         cmocka_unit_test(test_table_mlp),
         cmocka_unit_test(test_eval_subset),
+        cmocka_unit_test(test_eval_final),
     };
     return cmocka_run_group_tests(tests, s_setup, s_teardown);
 }
