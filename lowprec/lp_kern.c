@@ -11,17 +11,18 @@
 static lp_kern_t      s_tab[NN_CPU_LEVELS];
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
-/* The portable kernels, no capabilities: every entry the scalar twin but
- * the blocked pair shift GEMM (lp_gemm_blk.c), which gives the twin's sums. */
+/* The portable kernels, no capabilities: the scalar twins but the blocked
+ * pair shift GEMM (lp_gemm_blk.c) and quantization kernels
+ * (lp_quant_blk.c), which give the twins' results bit for bit. */
 static void s_fill_twins(lp_kern_t *k)
 {
     *k = (lp_kern_t){
-        .minmax = lp_minmax_ref,
-        .quantize = lp_quantize_ref,
-        .quantize_sr = lp_quantize_sr_ref,
-        .dequantize = lp_dequantize_ref,
-        .fake_quant_sr = lp_fake_quant_sr_ref,
-        .fake_quant_sr_add = lp_fake_quant_sr_add_ref,
+        .minmax = lp_minmax_blk,
+        .quantize = lp_quantize_blk,
+        .quantize_sr = lp_quantize_sr_blk,
+        .dequantize = lp_dequantize_blk,
+        .fake_quant_sr = lp_fake_quant_sr_blk,
+        .fake_quant_sr_add = lp_fake_quant_sr_add_blk,
         .gemm = lp_gemm_kernel_portable,
         .shiftgemm = lp_shiftgemm_blk,
         .shiftgemm_q = lp_shiftgemm_q_ref,

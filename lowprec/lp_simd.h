@@ -43,6 +43,17 @@ static inline uint32_t lp_noise_bits(uint32_t i, uint32_t k1, uint32_t k2)
     return lp_hash32((i * LP_WEYL + k1) ^ k2);
 }
 
+/* The portable level's blocked twins (lp_quant_blk.c), any target. */
+void lp_minmax_blk(float *mn, float *mx, const float *x, size_t n);
+void lp_quantize_blk(uint8_t *q, const float *x, size_t n, lp_qparams p);
+void lp_quantize_sr_blk(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                        uint32_t first);
+void lp_dequantize_blk(float *x, const uint8_t *q, size_t n, lp_qparams p);
+void lp_fake_quant_sr_blk(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                          uint64_t seed, uint32_t first);
+void lp_fake_quant_sr_add_blk(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                              uint32_t first);
+
 void lp_minmax_avx2(float *mn, float *mx, const float *x, size_t n);
 void lp_quantize_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p);
 void lp_quantize_sr_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,

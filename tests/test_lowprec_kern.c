@@ -25,12 +25,12 @@ static void test_portable_is_twins(void **state)
     (void)state;
     assert_int_equal(nn_cpu_force("portable"), 0);
     const lp_kern_t *k = lp_kern();
-    assert_ptr_equal(k->minmax, lp_minmax_ref);
-    assert_ptr_equal(k->quantize, lp_quantize_ref);
-    assert_ptr_equal(k->quantize_sr, lp_quantize_sr_ref);
-    assert_ptr_equal(k->dequantize, lp_dequantize_ref);
-    assert_ptr_equal(k->fake_quant_sr, lp_fake_quant_sr_ref);
-    assert_ptr_equal(k->fake_quant_sr_add, lp_fake_quant_sr_add_ref);
+    assert_ptr_equal(k->minmax, lp_minmax_blk); /* the twin's results, blocked */
+    assert_ptr_equal(k->quantize, lp_quantize_blk); /* the twin's results, blocked */
+    assert_ptr_equal(k->quantize_sr, lp_quantize_sr_blk); /* the twin's results, blocked */
+    assert_ptr_equal(k->dequantize, lp_dequantize_blk); /* the twin's results, blocked */
+    assert_ptr_equal(k->fake_quant_sr, lp_fake_quant_sr_blk); /* the twin's results, blocked */
+    assert_ptr_equal(k->fake_quant_sr_add, lp_fake_quant_sr_add_blk); /* the twin's results, blocked */
     assert_ptr_equal(k->gemm, lp_gemm_kernel_portable);
     assert_ptr_equal(k->shiftgemm, lp_shiftgemm_blk); /* the twin's sums, blocked */
     assert_ptr_equal(k->shiftgemm_q, lp_shiftgemm_q_ref);

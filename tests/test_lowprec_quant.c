@@ -22,6 +22,7 @@
 
 #include "nn/nn_cpu.h"
 #include "lowprec/lp_quant.h"
+#include "lowprec/lp_simd.h"
 #include "nn/nn_core.h"
 
 
@@ -289,6 +290,82 @@ static void test_dispatch_edges(void **state)
     }
 }
 
+/* x (n) from the values e (ne): every lane position, and past the first
+ * ne only the zeros and the NaN, so the extremes are often zeros */
+static void s_mix(float *x, size_t n, const float *e, size_t ne, size_t shift)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = e[(i * 3 + shift) % ne];
+        x[i] = i >= ne && fabsf(v) > 0.5f ? 0.0f * v : v;
+    }
+}
+
+/* min and max the twin's (a sequential scan that keeps the first of equal
+ * values): at every level with zeros of both signs as the extremes in any
+ * lane, the portable kernel bit for bit and also with NaNs at the start
+ * (which the twin keeps) and elsewhere (which it skips; the x86 levels'
+ * max/min instructions do not, and the callers never pass NaNs: a
+ * non-finite step is refused before it is quantized); lengths around the
+ * vector steps. */
+/* Every length up to 75 and lane shift of the values e (ne) against the
+ * twin: lv < 0 the portable kernel directly, else the level's */
+static int s_minmax_cases(int lv, const float *e, size_t ne)
+{
+    enum { N = 75 };
+    float x[N];
+    int cases = 0;
+    for (size_t n = 1; n <= N; n += n < 20 ? 1 : 7)
+        for (size_t shift = 0; shift < ne; shift++) {
+            s_mix(x, n, e, ne, shift);
+            float a0, b0, a1, b1;
+            lp_minmax_ref(&a0, &b0, x, n);
+            if (lv < 0)
+                lp_minmax_blk(&a1, &b1, x, n);
+            else
+                lp_minmax(&a1, &b1, x, n);
+            /* the portable kernel bit for bit, the SIMD levels by value
+             * (their min/max instructions pick either zero of a pair) */
+            if (lv < 0 ? memcmp(&a0, &a1, 4) || memcmp(&b0, &b1, 4) : a0 != a1 || b0 != b1)
+                fail_msg("%s n=%zu shift=%zu: min %g (twin %g), max %g (twin %g)",
+                         lv < 0 ? "blk" : nn_cpu_name((nn_cpu_t)lv), n, shift, a1, a0, b1, b0);
+            cases++;
+        }
+    return cases;
+}
+
+static void test_minmax_edges(void **state)
+{
+    (void)state;
+    /* NaN last: the SIMD levels take all but the last value */
+    const float mixed[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -0.0f, 0.0f, 3.0f, -2.0f, NAN};
+    const size_t nm = sizeof mixed / sizeof *mixed;
+    int cases = s_minmax_cases(-1, mixed, nm);
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++)
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) == 0)
+            cases += s_minmax_cases(lv, mixed, nm - 1);
+    /* zeros of both signs as the least (greatest) value, first met in
+     * several lanes at several places: the portable kernel bit for bit */
+    nn_rng r;
+    nn_rng_seed(&r, 31);
+    float x[64];
+    for (int k = 0; k < 2000; k++, cases++) {
+        const size_t n = 8 + nn_rng_below(&r, 57);
+        const float sign = k % 2 ? -1.0f : 1.0f;
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t c = nn_rng_below(&r, 6);
+            x[i] = c < 2 ? sign * (float)(c + 1) : c < 4 ? 0.0f : -0.0f;
+        }
+        float a0, b0, a1, b1;
+        lp_minmax_ref(&a0, &b0, x, n);
+        lp_minmax_blk(&a1, &b1, x, n);
+        if (memcmp(&a0, &a1, 4) || memcmp(&b0, &b1, 4))
+            fail_msg("blk case %d (n=%zu): min %g (twin %g), max %g (twin %g)", k, n, a1, a0,
+                     b1, b0);
+    }
+    nn_cpu_force("auto");
+    assert_true(cases > 0);
+}
+
 static void test_fake_quant(void **state)
 {
     (void)state;
@@ -330,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_ties_to_even),     cmocka_unit_test(test_sr_noise),
         cmocka_unit_test(test_sr_unbiased),      cmocka_unit_test(test_sr_pieces),
         cmocka_unit_test(test_dispatch_identical), cmocka_unit_test(test_dispatch_edges),
+        cmocka_unit_test(test_minmax_edges),
         cmocka_unit_test(test_fake_quant),
         cmocka_unit_test(test_activation_range),
     };
