@@ -1,41 +1,61 @@
 /* nn_conv_blk — the portable level's shifted dot (nn_shiftdot): blocked
- * loops that compilers vectorize with the baseline vector unit of any
- * target (SSE2, NEON, ...), no intrinsics.
+ * loops on GNU C generic vectors, the baseline vector unit of any target
+ * (SSE2, NEON, ...; scalar code where there is none), no intrinsics.
  *
  * Owns:    nn_shiftdot_blk.  Each output sums its n products in
  *          NN_BLK_L independent partial sums (lane l takes j = l mod
- *          NN_BLK_L), added in a fixed tree at the end, so one A row load
- *          serves NN_BLK_T taps at once; the summation order differs from
- *          the twin's serial one (float results agree to rounding, as the
- *          SIMD levels' do; tests/test_nn_layers.c).
+ *          NN_BLK_L; two generic 16-byte vectors), added in a fixed tree
+ *          at the end, so one A row load serves NN_BLK_T taps at once;
+ *          the summation order differs from the twin's serial one (float
+ *          results agree to rounding, as the SIMD levels' do;
+ *          tests/test_nn_layers.c).
  * Callers: the kernel table's portable entry (nn_kern.c).
  */
+#include <string.h>
+
 #include "nn/nn_layers_simd.h"
 
-#define NN_BLK_L 16
+/* GNU C generic vectors of the baseline width (16 bytes: SSE2, NEON, ...) */
+typedef float s_f32x4 __attribute__((vector_size(16)));
+
+#define NN_BLK_L 8 /* lanes: two vectors */
 #define NN_BLK_T 3
 
-static float s_fold(float v[NN_BLK_L])
+static inline s_f32x4 s_ld(const float *x)
 {
-    for (int w = NN_BLK_L / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++)
-            v[l] += v[l + w];
-    return v[0];
+    s_f32x4 v;
+    memcpy(&v, x, sizeof v);
+    return v;
 }
 
-/* D[k0..k0+nt-1] += the dots of row a with the rows b[0..nt-1] (nt <= 3) */
+/* the 8 lanes of acc (two vectors) in a fixed tree */
+static float s_fold(s_f32x4 lo, s_f32x4 hi)
+{
+    const s_f32x4 v = lo + hi;
+    return (v[0] + v[2]) + (v[1] + v[3]);
+}
+
+/* D[k0..k0+nt-1] += the dots of row a with the rows b[0..nt-1] (nt <= 3);
+ * the 6 partial sums in named variables, so they stay in registers */
 static void s_dots(float *D, const float *a, const float *const b[NN_BLK_T], int nt, size_t n)
 {
-    float acc[NN_BLK_T][NN_BLK_L] = {{0}};
+    s_f32x4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     const size_t nl = n / NN_BLK_L * NN_BLK_L;
-    for (size_t j = 0; j < nl; j += NN_BLK_L)
-        for (int t = 0; t < NN_BLK_T; t++)
-            for (int l = 0; l < NN_BLK_L; l++)
-                acc[t][l] += a[j + l] * b[t][j + l];
+    for (size_t j = 0; j < nl; j += NN_BLK_L) {
+        const s_f32x4 a0 = s_ld(a + j), a1 = s_ld(a + j + 4);
+        c00 += a0 * s_ld(b[0] + j);
+        c01 += a1 * s_ld(b[0] + j + 4);
+        c10 += a0 * s_ld(b[1] + j);
+        c11 += a1 * s_ld(b[1] + j + 4);
+        c20 += a0 * s_ld(b[2] + j);
+        c21 += a1 * s_ld(b[2] + j + 4);
+    }
+    const s_f32x4 acc[NN_BLK_T][2] = {{c00, c01}, {c10, c11}, {c20, c21}};
     for (int t = 0; t < nt; t++) {
+        float tail = 0.0f;
         for (size_t j = nl; j < n; j++)
-            acc[t][j - nl] += a[j] * b[t][j];
-        D[t] += s_fold(acc[t]);
+            tail += a[j] * b[t][j];
+        D[t] += s_fold(acc[t][0], acc[t][1]) + tail;
     }
 }
 
