@@ -141,34 +141,6 @@ void lp_gemm_u8u8_ref(int32_t *C, const uint8_t *A, const uint8_t *B, int M, int
         }
 }
 
-void lp_gemm_kernel_portable(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M,
-                             int N, int K, int32_t *colsum)
-{
-    const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M), Np = lp_gemm_np(N);
-    /* column sums first: they also restore the 128 shift of A */
-    for (int n = 0; n < N; n++) {
-        int32_t s = 0;
-        for (int k4 = 0; k4 < K4; k4++) {
-            const uint8_t *b = Bp + ((size_t)k4 * Np + n) * 4;
-            s += b[0] + b[1] + b[2] + b[3];
-        }
-        for (int m = 0; m < M; m++)
-            C[(size_t)m * ldc + n] = 128 * s;
-        if (colsum)
-            colsum[n] = s;
-    }
-    for (int m = 0; m < M; m++) {
-        int32_t *c = C + (size_t)m * ldc;
-        for (int k4 = 0; k4 < K4; k4++) {
-            const int8_t *a = Ap + ((size_t)k4 * Mp + m) * 4;
-            const int32_t a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
-            const uint8_t *b = Bp + (size_t)k4 * Np * 4;
-            for (int n = 0; n < N; n++)
-                c[n] += a0 * b[4 * n] + a1 * b[4 * n + 1] + a2 * b[4 * n + 2] + a3 * b[4 * n + 3];
-        }
-    }
-}
-
 /* The product on AMX tiles (lp_tile.h with one group: B's K4 rows of Np
  * lanes are the rows, A's tile part the weights), then the 128 shift of A
  * restored with B's column sums.  model: on the software tile model. */

@@ -91,9 +91,10 @@ void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int 
 /* Plain twin on row-major A (M, K) and B (K, N): C (M, N) = A * B. */
 void lp_gemm_u8u8_ref(int32_t *C, const uint8_t *A, const uint8_t *B, int M, int N, int K);
 
-/* The portable kernel (what lp_gemm_u8u8 runs at NN_CPU_PORTABLE). */
-void lp_gemm_kernel_portable(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M,
-                             int N, int K, int32_t *colsum);
+/* The portable kernel (what lp_gemm_u8u8 runs at NN_CPU_PORTABLE):
+ * generic vectors, lp_gemm_blk.c. */
+void lp_gemm_kernel_blk(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N,
+                        int K, int32_t *colsum);
 
 /* Real value of one entry (see the header comment), evaluated in double and
  * rounded once to float: K terms, S the int32 sum, SA/SB row/column sums. */

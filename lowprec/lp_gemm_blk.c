@@ -1,8 +1,13 @@
-/* lp_gemm_blk — the portable level's pair shift GEMM: lp_shiftgemm_ref's
- * sums as blocked loops that compilers vectorize with the baseline vector
- * unit of any target (SSE2, NEON, ...), no intrinsics.
+/* lp_gemm_blk — the portable level's GEMMs: lp_shiftgemm_ref's and
+ * lp_gemm_u8u8_ref's sums as blocked loops on GNU C generic vectors, the
+ * baseline vector unit of any target (SSE2, NEON, ...; scalar code where
+ * there is none), no intrinsics.
  *
- * Owns:    lp_shiftgemm_blk.  Register-sized tiles: the 4 rows of a packed
+ * Owns:    lp_gemm_kernel_blk.  The packed general GEMM in 4x4 tiles: 16-bit
+ *          products of the signed A and unsigned B bytes (they fit), their
+ *          pairs added widened, the two pair sums of a column combined at
+ *          the end.  Integer sums, bit-identical to the twin.
+ *          lp_shiftgemm_blk.  Register-sized tiles: the 4 rows of a packed
  *          A block x LP_BLK_J columns of int32 sums in generic 16-byte
  *          vectors; per K step each row multiplies its code pair into the
  *          B lanes as u16 halves (codes 0..255: at most 65025, exact in 16
@@ -83,4 +88,90 @@ void lp_shiftgemm_blk(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const u
             s_tile(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j0,
                    n - j0 < LP_BLK_J ? n - j0 : LP_BLK_J);
     }
+}
+
+/* ---- the general GEMM (lp_gemm_u8u8's packed layout) ------------------ */
+
+typedef int8_t s_i8x8 __attribute__((vector_size(8)));
+typedef uint8_t s_u8x8 __attribute__((vector_size(8)));
+typedef int16_t s_i16x8 __attribute__((vector_size(16)));
+typedef int32_t s_i32x4 __attribute__((vector_size(16)));
+
+static inline s_i16x8 s_wide_i8(const int8_t *p)
+{
+    s_i8x8 v;
+    memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, s_i16x8);
+}
+
+static inline s_i16x8 s_wide_u8(const uint8_t *p)
+{
+    s_u8x8 v;
+    memcpy(&v, p, sizeof v);
+    return __builtin_convertvector(v, s_i16x8);
+}
+
+/* lane i = a[2i] b[2i] + a[2i+1] b[2i+1]: each product fits 16 bits
+ * (|a| <= 128, b <= 255), its halves sign-extended and added */
+static inline s_i32x4 s_madd(s_i16x8 a, s_i16x8 b)
+{
+    const s_u32x4 p = (s_u32x4)(a * b);
+    return ((s_i32x4)(p << 16) >> 16) + ((s_i32x4)p >> 16);
+}
+
+/* C rows m..m+rows-1 (rows <= 4), columns n..n+w-1 (w <= 4) += the 4x4
+ * tile's products: per K quad, the 4 rows' A bytes (16, contiguous) and
+ * the 4 columns' B bytes (16) widened to 16 bits; each row's quad is
+ * repeated over both column halves, and the pair sums of a column kept in
+ * two lanes until the end */
+static void s_gemm_tile(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int Mp,
+                        int Np, int K4, int m, int n, int rows, int w)
+{
+    s_i32x4 c[4][2];
+    memset(c, 0, sizeof c);
+    for (int k4 = 0; k4 < K4; k4++) {
+        const int8_t *a = Ap + ((size_t)k4 * Mp + m) * 4;
+        const uint8_t *b = Bp + ((size_t)k4 * Np + n) * 4;
+        const s_i32x4 a01 = (s_i32x4)s_wide_i8(a), a23 = (s_i32x4)s_wide_i8(a + 8);
+        const s_i16x8 b01 = s_wide_u8(b), b23 = s_wide_u8(b + 8);
+        const s_i32x4 lo = {0, 1, 0, 1}, hi = {2, 3, 2, 3};
+        const s_i16x8 ar[4] = {(s_i16x8)__builtin_shuffle(a01, lo),
+                               (s_i16x8)__builtin_shuffle(a01, hi),
+                               (s_i16x8)__builtin_shuffle(a23, lo),
+                               (s_i16x8)__builtin_shuffle(a23, hi)};
+        for (int r = 0; r < 4; r++) {
+            c[r][0] += s_madd(ar[r], b01);
+            c[r][1] += s_madd(ar[r], b23);
+        }
+    }
+    const s_i32x4 even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
+    for (int r = 0; r < rows; r++) {
+        const s_i32x4 s = __builtin_shuffle(c[r][0], c[r][1], even) +
+                          __builtin_shuffle(c[r][0], c[r][1], odd);
+        int32_t *out = C + (size_t)(m + r) * ldc + n;
+        for (int j = 0; j < w; j++)
+            out[j] += s[j];
+    }
+}
+
+void lp_gemm_kernel_blk(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N,
+                        int K, int32_t *colsum)
+{
+    const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M), Np = lp_gemm_np(N);
+    /* column sums first: they also restore the 128 shift of A */
+    for (int n = 0; n < N; n++) {
+        int32_t s = 0;
+        for (int k4 = 0; k4 < K4; k4++) {
+            const uint8_t *b = Bp + ((size_t)k4 * Np + n) * 4;
+            s += b[0] + b[1] + b[2] + b[3];
+        }
+        for (int m = 0; m < M; m++)
+            C[(size_t)m * ldc + n] = 128 * s;
+        if (colsum)
+            colsum[n] = s;
+    }
+    for (int m = 0; m < M; m += 4)
+        for (int n = 0; n < N; n += 4)
+            s_gemm_tile(C, ldc, Ap, Bp, Mp, Np, K4, m, n, M - m < 4 ? M - m : 4,
+                        N - n < 4 ? N - n : 4);
 }

@@ -23,7 +23,7 @@ static void s_fill_twins(lp_kern_t *k)
         .dequantize = lp_dequantize_blk,
         .fake_quant_sr = lp_fake_quant_sr_blk,
         .fake_quant_sr_add = lp_fake_quant_sr_add_blk,
-        .gemm = lp_gemm_kernel_portable,
+        .gemm = lp_gemm_kernel_blk,
         .shiftgemm = lp_shiftgemm_blk,
         .shiftgemm_q = lp_shiftgemm_q_ref,
         .dequant_row = lp_dequant_row_ref,

@@ -31,7 +31,7 @@ static void test_portable_is_twins(void **state)
     assert_ptr_equal(k->dequantize, lp_dequantize_blk); /* the twin's results, blocked */
     assert_ptr_equal(k->fake_quant_sr, lp_fake_quant_sr_blk); /* the twin's results, blocked */
     assert_ptr_equal(k->fake_quant_sr_add, lp_fake_quant_sr_add_blk); /* the twin's results, blocked */
-    assert_ptr_equal(k->gemm, lp_gemm_kernel_portable);
+    assert_ptr_equal(k->gemm, lp_gemm_kernel_blk);
     assert_ptr_equal(k->shiftgemm, lp_shiftgemm_blk); /* the twin's sums, blocked */
     assert_ptr_equal(k->shiftgemm_q, lp_shiftgemm_q_ref);
     assert_ptr_equal(k->dequant_row, lp_dequant_row_ref);
