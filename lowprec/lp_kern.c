@@ -12,8 +12,10 @@ static lp_kern_t      s_tab[NN_CPU_LEVELS];
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
 /* The portable kernels, no capabilities: the scalar twins but the blocked
- * pair shift GEMM (lp_gemm_blk.c) and quantization kernels
- * (lp_quant_blk.c), which give the twins' results bit for bit. */
+ * GEMMs (lp_gemm_blk.c), quantization kernels (lp_quant_blk.c) and Range
+ * EvoNorm rows (lp_norm_blk.c) on generic vectors: the twins' results bit
+ * for bit, but the norm rows' sums (to ~1e-7 relative, as at the x86
+ * levels). */
 static void s_fill_twins(lp_kern_t *k)
 {
     *k = (lp_kern_t){
@@ -34,8 +36,8 @@ static void s_fill_twins(lp_kern_t *k)
         .quad_row = lp_quad_row_ref,
         .tap_sum_row = lp_tap_sum_row_ref,
         .tap_isum_row = lp_tap_isum_row_ref,
-        .ren_row_fwd = lp_ren_row_fwd_ref,
-        .ren_row_bwd = lp_ren_row_bwd_ref,
+        .ren_row_fwd = lp_ren_row_fwd_blk,
+        .ren_row_bwd = lp_ren_row_bwd_blk,
         .find_eq = lp_find_eq_ref,
         .minmax_u8 = lp_minmax_u8_ref,
         .find_u8 = lp_find_u8_ref,

@@ -54,6 +54,12 @@ void lp_fake_quant_sr_blk(float *y, uint8_t *q, const float *x, size_t n, lp_qpa
 void lp_fake_quant_sr_add_blk(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
                               uint32_t first);
 
+/* Range EvoNorm rows (lp_norm_blk.c), any target. */
+void lp_ren_row_fwd_blk(float *o, const float *x, size_t n, float v, float sc, float gamma,
+                        float beta);
+void lp_ren_row_bwd_blk(float *dx, double sums[3], const float *x, const float *g, size_t n,
+                        float v, float sc, float gamma);
+
 void lp_minmax_avx2(float *mn, float *mx, const float *x, size_t n);
 void lp_quantize_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p);
 void lp_quantize_sr_avx2(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,

@@ -41,8 +41,8 @@ static void test_portable_is_twins(void **state)
     assert_ptr_equal(k->quad_row, lp_quad_row_ref);
     assert_ptr_equal(k->tap_sum_row, lp_tap_sum_row_ref);
     assert_ptr_equal(k->tap_isum_row, lp_tap_isum_row_ref);
-    assert_ptr_equal(k->ren_row_fwd, lp_ren_row_fwd_ref);
-    assert_ptr_equal(k->ren_row_bwd, lp_ren_row_bwd_ref);
+    assert_ptr_equal(k->ren_row_fwd, lp_ren_row_fwd_blk);
+    assert_ptr_equal(k->ren_row_bwd, lp_ren_row_bwd_blk);
     assert_ptr_equal(k->find_eq, lp_find_eq_ref);
     assert_ptr_equal(k->minmax_u8, lp_minmax_u8_ref);
     assert_ptr_equal(k->find_u8, lp_find_u8_ref);

@@ -1,0 +1,94 @@
+/* lp_norm_blk — the portable level's Range EvoNorm rows (lp_layers.h) on
+ * GNU C generic vectors of 4 lanes (SSE2, NEON, ...; scalar code where a
+ * target has no vector unit), no intrinsics.
+ *
+ * Owns:    lp_ren_row_fwd_blk, lp_ren_row_bwd_blk.  The forward follows the
+ *          scalar twin operation by operation (true division by 6, no FMA:
+ *          ISO C mode does not contract), so it gives the same floats.  The
+ *          backward sums up to 64 values per lane in float, then the blocks
+ *          in double (the twin sums everything in double), as the x86
+ *          levels do: sums agree to ~1e-7 relative, dx bit for bit.  Tails
+ *          (n % 4) run the twins.
+ * Callers: the kernel table's portable entry (lp_kern.c).
+ */
+#include <string.h>
+
+#include "lowprec/lp_layers.h"
+#include "lowprec/lp_simd.h"
+
+typedef float s_f32x4 __attribute__((vector_size(16)));
+typedef int32_t s_i32x4 __attribute__((vector_size(16)));
+typedef double s_f64x4 __attribute__((vector_size(32)));
+
+static inline s_f32x4 s_ld(const float *x)
+{
+    s_f32x4 v;
+    memcpy(&v, x, sizeof v);
+    return v;
+}
+
+/* lanes of a where m is set, else 0 */
+static inline s_f32x4 s_keep(s_i32x4 m, s_f32x4 a)
+{
+    return (s_f32x4)((s_i32x4)a & m);
+}
+
+/* the twin's hardsigmoid clamp: NaN and t <= 0 give 0, t >= 1 gives 1 */
+static inline s_f32x4 s_clamp01(s_f32x4 t)
+{
+    const s_f32x4 one = {1, 1, 1, 1};
+    t = s_keep(t > 0.0f, t);
+    const s_i32x4 below = t < one;
+    return (s_f32x4)(((s_i32x4)t & below) | ((s_i32x4)one & ~below));
+}
+
+void lp_ren_row_fwd_blk(float *o, const float *x, size_t n, float v, float sc, float gamma,
+                        float beta)
+{
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const s_f32x4 xv = s_ld(x + i);
+        const s_f32x4 t = s_clamp01(xv * v / 6.0f + 0.5f);
+        const s_f32x4 out = (xv * t) * sc * gamma + beta;
+        memcpy(o + i, &out, sizeof out);
+    }
+    if (i < n)
+        lp_ren_row_fwd_ref(o + i, x + i, n - i, v, sc, gamma, beta);
+}
+
+static inline double s_sum(s_f64x4 a)
+{
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
+void lp_ren_row_bwd_blk(float *dx, double sums[3], const float *x, const float *g, size_t n,
+                        float v, float sc, float gamma)
+{
+    s_f64x4 dg = {0}, dgn = {0}, dvx = {0};
+    size_t i = 0;
+    while (i + 4 <= n) {
+        s_f32x4 bg = {0}, bgn = {0}, bvx = {0};
+        const size_t end = i + 256 <= n ? i + 256 : n; /* 64 values per lane */
+        for (; i + 4 <= end; i += 4) {
+            const s_f32x4 xv = s_ld(x + i), gv = s_ld(g + i);
+            const s_f32x4 xv6 = xv * v / 6.0f, t = xv6 + 0.5f;
+            const s_i32x4 in = (t >= 0.0f) & (t <= 1.0f);
+            const s_f32x4 h = s_clamp01(t), nrm = xv * h, dn = gv * sc * gamma;
+            bg += gv;
+            bgn += gv * nrm;
+            bvx += s_keep(in, dn * xv * xv);
+            if (dx) {
+                const s_f32x4 d = dn * (h + s_keep(in, xv6));
+                memcpy(dx + i, &d, sizeof d);
+            }
+        }
+        dg += __builtin_convertvector(bg, s_f64x4);
+        dgn += __builtin_convertvector(bgn, s_f64x4);
+        dvx += __builtin_convertvector(bvx, s_f64x4);
+    }
+    sums[0] += s_sum(dg);
+    sums[1] += s_sum(dgn);
+    sums[2] += s_sum(dvx);
+    if (i < n)
+        lp_ren_row_bwd_ref(dx ? dx + i : NULL, sums, x + i, g + i, n - i, v, sc, gamma);
+}
