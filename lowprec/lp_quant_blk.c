@@ -8,7 +8,8 @@
  *          ISO C mode does not contract), so codes and values are
  *          bit-identical; rounding to nearest even is the add and subtract
  *          of 1.5 * 2^23 (exact for the clamped 0..255), the noise the same
- *          counter hash (lp_simd.h) per lane; the tails run the twins.
+ *          counter hash (lp_simd.h) per lane, its Weyl values stepped by
+ *          adds; the tails run the twins.
  * Callers: the kernel table's portable entry (lp_kern.c), which every
  *          level without SIMD versions of its own keeps.
  */
@@ -50,11 +51,20 @@ static inline void s_codes(uint8_t *q, s_f32x4 t)
     memcpy(q, &c, sizeof c);
 }
 
-/* the noise of lanes i..i+3 (lp_noise_bits, then lp_quant.c's u) */
-static inline s_f32x4 s_noise(uint32_t i, uint32_t k1, uint32_t k2)
+/* The Weyl values i * LP_WEYL + k1 of lanes i..i+3, stepped by adds */
+static inline s_u32x4 s_weyl(uint32_t i, uint32_t k1)
 {
-    s_u32x4 x = {i, i + 1, i + 2, i + 3};
-    x = (x * LP_WEYL + k1) ^ k2;
+    const s_u32x4 x = {i, i + 1, i + 2, i + 3};
+    return x * LP_WEYL + k1;
+}
+
+#define S_WEYL_STEP (4u * LP_WEYL) /* 4 lanes on */
+
+/* the noise of the lanes whose Weyl values are w (lp_noise_bits, then
+ * lp_quant.c's u) */
+static inline s_f32x4 s_noise(s_u32x4 w, uint32_t k2)
+{
+    s_u32x4 x = w ^ k2;
     x ^= x >> 16;
     x *= LP_HASH_M1;
     x ^= x >> 15;
@@ -127,10 +137,11 @@ void lp_quantize_sr_blk(uint8_t *q, const float *x, size_t n, lp_qparams p, uint
 {
     uint32_t k1, k2;
     lp_seed_keys(seed, &k1, &k2);
+    s_u32x4 w = s_weyl(first, k1);
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
+    for (; i + 4 <= n; i += 4, w += S_WEYL_STEP) {
         const s_f32x4 t = (s_load(x + i) - p.min) / p.scale;
-        s_codes(q + i, t + s_noise((uint32_t)(first + i), k1, k2));
+        s_codes(q + i, t + s_noise(w, k2));
     }
     lp_quantize_sr_ref(q + i, x + i, n - i, p, seed, (uint32_t)(first + i));
 }
@@ -150,11 +161,12 @@ void lp_fake_quant_sr_blk(float *y, uint8_t *q, const float *x, size_t n, lp_qpa
 {
     uint32_t k1, k2;
     lp_seed_keys(seed, &k1, &k2);
+    s_u32x4 w = s_weyl(first, k1);
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
+    for (; i + 4 <= n; i += 4, w += S_WEYL_STEP) {
         uint8_t c[4];
         const s_f32x4 t = (s_load(x + i) - p.min) / p.scale;
-        s_codes(c, t + s_noise((uint32_t)(first + i), k1, k2));
+        s_codes(c, t + s_noise(w, k2));
         const s_f32x4 v = s_values(c, p);
         memcpy(y + i, &v, sizeof v);
         if (q)
@@ -168,11 +180,12 @@ void lp_fake_quant_sr_add_blk(float *y, const float *x, size_t n, lp_qparams p, 
 {
     uint32_t k1, k2;
     lp_seed_keys(seed, &k1, &k2);
+    s_u32x4 w = s_weyl(first, k1);
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
+    for (; i + 4 <= n; i += 4, w += S_WEYL_STEP) {
         uint8_t c[4];
         const s_f32x4 t = (s_load(x + i) - p.min) / p.scale;
-        s_codes(c, t + s_noise((uint32_t)(first + i), k1, k2));
+        s_codes(c, t + s_noise(w, k2));
         const s_f32x4 v = s_load(y + i) + s_values(c, p);
         memcpy(y + i, &v, sizeof v);
     }
