@@ -134,20 +134,18 @@ static void s_gemm_tile(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp
         const uint8_t *b = Bp + ((size_t)k4 * Np + n) * 4;
         const s_i32x4 a01 = (s_i32x4)s_wide_i8(a), a23 = (s_i32x4)s_wide_i8(a + 8);
         const s_i16x8 b01 = s_wide_u8(b), b23 = s_wide_u8(b + 8);
-        const s_i32x4 lo = {0, 1, 0, 1}, hi = {2, 3, 2, 3};
-        const s_i16x8 ar[4] = {(s_i16x8)__builtin_shuffle(a01, lo),
-                               (s_i16x8)__builtin_shuffle(a01, hi),
-                               (s_i16x8)__builtin_shuffle(a23, lo),
-                               (s_i16x8)__builtin_shuffle(a23, hi)};
+        const s_i16x8 ar[4] = {(s_i16x8)__builtin_shufflevector(a01, a01, 0, 1, 0, 1),
+                               (s_i16x8)__builtin_shufflevector(a01, a01, 2, 3, 2, 3),
+                               (s_i16x8)__builtin_shufflevector(a23, a23, 0, 1, 0, 1),
+                               (s_i16x8)__builtin_shufflevector(a23, a23, 2, 3, 2, 3)};
         for (int r = 0; r < 4; r++) {
             c[r][0] += s_madd(ar[r], b01);
             c[r][1] += s_madd(ar[r], b23);
         }
     }
-    const s_i32x4 even = {0, 2, 4, 6}, odd = {1, 3, 5, 7};
     for (int r = 0; r < rows; r++) {
-        const s_i32x4 s = __builtin_shuffle(c[r][0], c[r][1], even) +
-                          __builtin_shuffle(c[r][0], c[r][1], odd);
+        const s_i32x4 s = __builtin_shufflevector(c[r][0], c[r][1], 0, 2, 4, 6) +
+                          __builtin_shufflevector(c[r][0], c[r][1], 1, 3, 5, 7);
         int32_t *out = C + (size_t)(m + r) * ldc + n;
         for (int j = 0; j < w; j++)
             out[j] += s[j];

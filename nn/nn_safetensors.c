@@ -1,13 +1,14 @@
 /* nn_safetensors — see nn_safetensors.h.
  *
- * Inside: a tiny strict JSON reader building a tree (s_j*), the header
- * model (s_hdr: tensor entries and metadata, validated as a whole), the
+ * Inside: the header model (s_hdr: tensor entries and metadata, validated
+ * as a whole, on the strict JSON tree of nn_json.h), the
  * writer (header text + data, through a temp file), the module-internal
  * reader of nn_safetensors_int.h (nn_st_*: a validated file read tensor by
  * tensor, also used by nn_safetensors_weights.c) and the loaders.
  */
 #include "nn/nn_safetensors.h"
 #include "nn/nn_safetensors_int.h"
+#include "nn/nn_json.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -25,374 +26,15 @@
 #define S_MAX_DEPTH  8
 #define S_MAX_DIMS   NN_ST_MAX_DIMS
 
-/* ---- strict JSON tree --------------------------------------------------- */
-
-typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } s_jtype;
-
-typedef struct s_jval {
-    s_jtype        t;
-    char          *s;        /* J_STR: NUL-terminated (no embedded NUL) */
-    int            is_uint;  /* J_NUM: a non-negative integer fitting uint64 */
-    uint64_t       u;
-    struct s_jval *items;    /* J_ARR, J_OBJ: n values */
-    char         **keys;     /* J_OBJ: n keys */
-    size_t         n, cap;
-} s_jval;
-
-typedef struct {
-    const unsigned char *p, *start, *end;
-    const char *path;
-    char *err;
-    size_t errlen;
-} s_jparser;
-
-static void s_jfree(s_jval *v)
-{
-    free(v->s);
-    for (size_t i = 0; i < v->n; i++) {
-        s_jfree(&v->items[i]);
-        if (v->keys)
-            free(v->keys[i]);
-    }
-    free(v->items);
-    free(v->keys);
-    memset(v, 0, sizeof *v);
-}
-
-static int s_jerr(s_jparser *ps, const char *what)
-{
-    return nn_errf(ps->err, ps->errlen, "%s: bad JSON header at byte %zu: %s", ps->path,
-                   (size_t)(ps->p - ps->start), what);
-}
-
-static void s_jws(s_jparser *ps)
-{
-    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
-        ps->p++;
-}
-
-static int s_hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-static int s_read_u4(s_jparser *ps, unsigned *out)
-{
-    if (ps->end - ps->p < 4)
-        return s_jerr(ps, "truncated \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; i++) {
-        int h = s_hexval(ps->p[i]);
-        if (h < 0)
-            return s_jerr(ps, "bad hex digit in \\u escape");
-        v = v * 16 + (unsigned)h;
-    }
-    ps->p += 4;
-    *out = v;
-    return 0;
-}
-
-static void s_put_utf8(char *buf, size_t *len, unsigned cp)
-{
-    if (cp < 0x80) {
-        buf[(*len)++] = (char)cp;
-    } else if (cp < 0x800) {
-        buf[(*len)++] = (char)(0xC0 | (cp >> 6));
-        buf[(*len)++] = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        buf[(*len)++] = (char)(0xE0 | (cp >> 12));
-        buf[(*len)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        buf[(*len)++] = (char)(0x80 | (cp & 0x3F));
-    } else {
-        buf[(*len)++] = (char)(0xF0 | (cp >> 18));
-        buf[(*len)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        buf[(*len)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        buf[(*len)++] = (char)(0x80 | (cp & 0x3F));
-    }
-}
-
-/* Length of the well-formed UTF-8 sequence at p (lead byte >= 0x80), or 0. */
-static size_t s_utf8_len(const unsigned char *p, const unsigned char *end)
-{
-    unsigned c = p[0], cp, need;
-    if (c >= 0xC2 && c <= 0xDF) {
-        need = 1;
-        cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        need = 2;
-        cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 3;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if ((size_t)(end - p) <= need)
-        return 0;
-    for (unsigned i = 1; i <= need; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = cp << 6 | (p[i] & 0x3F);
-    }
-    if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return need + 1;
-}
-
-/* Parses a string at ps->p (on the opening quote) into a malloc'd C string. */
-static int s_jstring(s_jparser *ps, char **out)
-{
-    *out = NULL;
-    ps->p++; /* '"' */
-    const unsigned char *q = ps->p;
-    while (q < ps->end && *q != '"') /* decoded length <= raw length */
-        q += (*q == '\\' && q + 1 < ps->end) ? 2 : 1;
-    if (q >= ps->end)
-        return s_jerr(ps, "unterminated string");
-    char *buf = nn_xmalloc((size_t)(q - ps->p) + 1);
-    size_t len = 0;
-    while (*ps->p != '"') {
-        unsigned c = *ps->p;
-        if (c < 0x20) {
-            free(buf);
-            return s_jerr(ps, "control character in string");
-        }
-        if (c == '\\') {
-            ps->p++;
-            unsigned e = *ps->p++, cp;
-            switch (e) {
-            case '"': buf[len++] = '"'; break;
-            case '\\': buf[len++] = '\\'; break;
-            case '/': buf[len++] = '/'; break;
-            case 'b': buf[len++] = '\b'; break;
-            case 'f': buf[len++] = '\f'; break;
-            case 'n': buf[len++] = '\n'; break;
-            case 'r': buf[len++] = '\r'; break;
-            case 't': buf[len++] = '\t'; break;
-            case 'u':
-                if (s_read_u4(ps, &cp))
-                    goto fail;
-                if (cp >= 0xDC00 && cp <= 0xDFFF) {
-                    s_jerr(ps, "unpaired low surrogate in \\u escape");
-                    goto fail;
-                }
-                if (cp >= 0xD800 && cp <= 0xDBFF) {
-                    unsigned lo;
-                    if (ps->end - ps->p < 2 || ps->p[0] != '\\' || ps->p[1] != 'u') {
-                        s_jerr(ps, "unpaired high surrogate in \\u escape");
-                        goto fail;
-                    }
-                    ps->p += 2;
-                    if (s_read_u4(ps, &lo))
-                        goto fail;
-                    if (lo < 0xDC00 || lo > 0xDFFF) {
-                        s_jerr(ps, "bad low surrogate in \\u escape");
-                        goto fail;
-                    }
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                }
-                if (cp == 0) {
-                    s_jerr(ps, "\\u0000 in string");
-                    goto fail;
-                }
-                /* 4 UTF-8 bytes at most for 6 or 12 escape bytes: fits. */
-                s_put_utf8(buf, &len, cp);
-                break;
-            default:
-                ps->p--;
-                s_jerr(ps, "bad escape in string");
-                goto fail;
-            }
-            continue;
-        }
-        if (c >= 0x80) {
-            size_t k = s_utf8_len(ps->p, ps->end);
-            if (!k) {
-                s_jerr(ps, "invalid UTF-8 in string");
-                goto fail;
-            }
-            memcpy(buf + len, ps->p, k);
-            len += k;
-            ps->p += k;
-            continue;
-        }
-        buf[len++] = (char)c;
-        ps->p++;
-    }
-    ps->p++; /* closing '"' */
-    buf[len] = 0;
-    *out = buf;
-    return 0;
-fail:
-    free(buf);
-    return -1;
-}
-
-static int s_jnumber(s_jparser *ps, s_jval *v)
-{
-    const unsigned char *p = ps->p, *e = ps->end;
-    int neg = 0, frac = 0, ovf = 0;
-    uint64_t u = 0;
-    if (p < e && *p == '-') {
-        neg = 1;
-        p++;
-    }
-    if (p >= e || *p < '0' || *p > '9')
-        return s_jerr(ps, "bad number");
-    if (*p == '0') {
-        p++;
-        if (p < e && *p >= '0' && *p <= '9')
-            return s_jerr(ps, "leading zero in number");
-    } else {
-        while (p < e && *p >= '0' && *p <= '9') {
-            unsigned d = (unsigned)(*p++ - '0');
-            if (u > (UINT64_MAX - d) / 10)
-                ovf = 1;
-            else
-                u = u * 10 + d;
-        }
-    }
-    if (p < e && *p == '.') {
-        frac = 1;
-        p++;
-        if (p >= e || *p < '0' || *p > '9')
-            return s_jerr(ps, "bad fraction in number");
-        while (p < e && *p >= '0' && *p <= '9')
-            p++;
-    }
-    if (p < e && (*p == 'e' || *p == 'E')) {
-        frac = 1;
-        p++;
-        if (p < e && (*p == '+' || *p == '-'))
-            p++;
-        if (p >= e || *p < '0' || *p > '9')
-            return s_jerr(ps, "bad exponent in number");
-        while (p < e && *p >= '0' && *p <= '9')
-            p++;
-    }
-    v->t = J_NUM;
-    v->is_uint = !neg && !frac && !ovf;
-    v->u = v->is_uint ? u : 0;
-    ps->p = p;
-    return 0;
-}
-
-static int s_jvalue(s_jparser *ps, s_jval *v, int depth);
-
-static void s_jpush(s_jval *v)
-{
-    if (v->n == v->cap) {
-        v->cap = v->cap ? 2 * v->cap : 8;
-        v->items = nn_xrealloc(v->items, v->cap * sizeof *v->items);
-        if (v->t == J_OBJ)
-            v->keys = nn_xrealloc(v->keys, v->cap * sizeof *v->keys);
-    }
-    memset(&v->items[v->n], 0, sizeof v->items[v->n]);
-    if (v->t == J_OBJ)
-        v->keys[v->n] = NULL;
-    v->n++;
-}
-
-static int s_jcontainer(s_jparser *ps, s_jval *v, int depth, int obj)
-{
-    if (depth >= S_MAX_DEPTH)
-        return s_jerr(ps, "nesting too deep");
-    char close = obj ? '}' : ']';
-    v->t = obj ? J_OBJ : J_ARR;
-    ps->p++;
-    s_jws(ps);
-    if (ps->p < ps->end && *ps->p == close) {
-        ps->p++;
-        return 0;
-    }
-    for (;;) {
-        s_jpush(v);
-        if (obj) {
-            s_jws(ps);
-            if (ps->p >= ps->end || *ps->p != '"')
-                return s_jerr(ps, "expected a string key");
-            const unsigned char *kpos = ps->p;
-            if (s_jstring(ps, &v->keys[v->n - 1]))
-                return -1;
-            for (size_t i = 0; i + 1 < v->n; i++)
-                if (strcmp(v->keys[i], v->keys[v->n - 1]) == 0) {
-                    ps->p = kpos;
-                    return s_jerr(ps, "duplicate key");
-                }
-            s_jws(ps);
-            if (ps->p >= ps->end || *ps->p != ':')
-                return s_jerr(ps, "expected ':'");
-            ps->p++;
-        }
-        if (s_jvalue(ps, &v->items[v->n - 1], depth + 1))
-            return -1;
-        s_jws(ps);
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (ps->p < ps->end && *ps->p == close) {
-            ps->p++;
-            return 0;
-        }
-        return s_jerr(ps, obj ? "expected ',' or '}'" : "expected ',' or ']'");
-    }
-}
-
-static int s_jlit(s_jparser *ps, const char *lit)
-{
-    size_t n = strlen(lit);
-    if ((size_t)(ps->end - ps->p) < n || memcmp(ps->p, lit, n) != 0)
-        return s_jerr(ps, "unexpected character");
-    ps->p += n;
-    return 0;
-}
-
-static int s_jvalue(s_jparser *ps, s_jval *v, int depth)
-{
-    s_jws(ps);
-    if (ps->p >= ps->end)
-        return s_jerr(ps, "unexpected end of header");
-    switch (*ps->p) {
-    case '{':
-        return s_jcontainer(ps, v, depth, 1);
-    case '[':
-        return s_jcontainer(ps, v, depth, 0);
-    case '"':
-        v->t = J_STR;
-        return s_jstring(ps, &v->s);
-    case 't':
-        v->t = J_BOOL;
-        return s_jlit(ps, "true");
-    case 'f':
-        v->t = J_BOOL;
-        return s_jlit(ps, "false");
-    case 'n':
-        v->t = J_NULL;
-        return s_jlit(ps, "null");
-    default:
-        if (*ps->p == '-' || (*ps->p >= '0' && *ps->p <= '9'))
-            return s_jnumber(ps, v);
-        return s_jerr(ps, "unexpected character");
-    }
-}
-
 /* ---- the header model --------------------------------------------------- */
 
 typedef nn_st_entry s_entry;
 
 typedef struct {
-    s_jval   root;
+    nn_json   root;
     s_entry *e;
     size_t   ne;
-    s_jval  *meta;          /* J_OBJ or NULL */
+    nn_json  *meta;          /* NN_JSON_OBJ or NULL */
     uint64_t data_start;    /* 8 + N */
     uint64_t data_len;
 } s_hdr;
@@ -408,17 +50,9 @@ static const struct {
 
 static void s_hdr_free(s_hdr *h)
 {
-    s_jfree(&h->root);
+    nn_json_free(&h->root);
     free(h->e);
     memset(h, 0, sizeof *h);
-}
-
-static const s_jval *s_jget(const s_jval *obj, const char *key)
-{
-    for (size_t i = 0; i < obj->n; i++)
-        if (strcmp(obj->keys[i], key) == 0)
-            return &obj->items[i];
-    return NULL;
 }
 
 static int s_cmp_entry(const void *a, const void *b)
@@ -429,22 +63,22 @@ static int s_cmp_entry(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-static int s_check_entry(const char *path, const char *name, const s_jval *v, s_entry *en,
+static int s_check_entry(const char *path, const char *name, const nn_json *v, s_entry *en,
                          uint64_t data_len, char *err, size_t errlen)
 {
-    if (v->t != J_OBJ)
+    if (v->t != NN_JSON_OBJ)
         return nn_errf(err, errlen, "%s: tensor '%s': entry is not an object", path, name);
     for (size_t i = 0; i < v->n; i++)
         if (strcmp(v->keys[i], "dtype") && strcmp(v->keys[i], "shape") &&
             strcmp(v->keys[i], "data_offsets"))
             return nn_errf(err, errlen, "%s: tensor '%s': unknown field '%s'", path, name,
                            v->keys[i]);
-    const s_jval *dt = s_jget(v, "dtype"), *sh = s_jget(v, "shape"),
-                 *off = s_jget(v, "data_offsets");
+    const nn_json *dt = nn_json_get(v, "dtype"), *sh = nn_json_get(v, "shape"),
+                 *off = nn_json_get(v, "data_offsets");
     if (!dt || !sh || !off)
         return nn_errf(err, errlen, "%s: tensor '%s': missing field '%s'", path, name,
                        !dt ? "dtype" : !sh ? "shape" : "data_offsets");
-    if (dt->t != J_STR)
+    if (dt->t != NN_JSON_STR)
         return nn_errf(err, errlen, "%s: tensor '%s': dtype is not a string", path, name);
     en->name = name;
     en->dtype = dt->s;
@@ -454,7 +88,7 @@ static int s_check_entry(const char *path, const char *name, const s_jval *v, s_
             en->esize = s_dtypes[i].size;
     if (!en->esize)
         return nn_errf(err, errlen, "%s: tensor '%s': unknown dtype '%s'", path, name, dt->s);
-    if (sh->t != J_ARR)
+    if (sh->t != NN_JSON_ARR)
         return nn_errf(err, errlen, "%s: tensor '%s': shape is not an array", path, name);
     if (sh->n > S_MAX_DIMS)
         return nn_errf(err, errlen, "%s: tensor '%s': %zu dimensions (at most %d)", path, name,
@@ -462,7 +96,7 @@ static int s_check_entry(const char *path, const char *name, const s_jval *v, s_
     en->ndim = (int)sh->n;
     uint64_t bytes = en->esize;
     for (size_t d = 0; d < sh->n; d++) {
-        if (sh->items[d].t != J_NUM || !sh->items[d].is_uint)
+        if (sh->items[d].t != NN_JSON_NUM || !sh->items[d].is_uint)
             return nn_errf(err, errlen,
                            "%s: tensor '%s': shape[%zu] is not a non-negative integer", path,
                            name, d);
@@ -471,8 +105,8 @@ static int s_check_entry(const char *path, const char *name, const s_jval *v, s_
             return nn_errf(err, errlen, "%s: tensor '%s': shape too large", path, name);
         bytes *= en->shape[d];
     }
-    if (off->t != J_ARR || off->n != 2 || off->items[0].t != J_NUM || !off->items[0].is_uint ||
-        off->items[1].t != J_NUM || !off->items[1].is_uint)
+    if (off->t != NN_JSON_ARR || off->n != 2 || off->items[0].t != NN_JSON_NUM || !off->items[0].is_uint ||
+        off->items[1].t != NN_JSON_NUM || !off->items[1].is_uint)
         return nn_errf(err, errlen,
                        "%s: tensor '%s': data_offsets is not [begin, end] of non-negative integers",
                        path, name);
@@ -539,15 +173,10 @@ static int s_hdr_bytes(int fd, const char *path, s_hdr *h, unsigned char **buf, 
 static int s_hdr_parse(const unsigned char *buf, uint64_t N, const char *path, s_hdr *h,
                        char *err, size_t errlen)
 {
-    s_jparser ps = {buf, buf, buf + N, path, err, errlen};
     if (buf[0] != '{')
-        return s_jerr(&ps, "header does not start with '{'");
-    if (s_jvalue(&ps, &h->root, 0))
-        return -1;
-    s_jws(&ps);
-    if (ps.p != ps.end)
-        return s_jerr(&ps, "trailing characters after the header object");
-    return 0;
+        return nn_errf(err, errlen, "%s: bad JSON header at byte 0: header does not start "
+                       "with '{'", path);
+    return nn_json_parse(&h->root, buf, (size_t)N, S_MAX_DEPTH, path, "header", err, errlen);
 }
 
 /* Walks the root object: checks __metadata__ (into h->meta) and every
@@ -557,12 +186,12 @@ static int s_hdr_entries(const char *path, s_hdr *h, char *err, size_t errlen)
     h->e = nn_xmalloc((h->root.n ? h->root.n : 1) * sizeof *h->e);
     for (size_t i = 0; i < h->root.n; i++) {
         const char *key = h->root.keys[i];
-        const s_jval *v = &h->root.items[i];
+        const nn_json *v = &h->root.items[i];
         if (strcmp(key, "__metadata__") == 0) {
-            if (v->t != J_OBJ)
+            if (v->t != NN_JSON_OBJ)
                 return nn_errf(err, errlen, "%s: __metadata__ is not an object", path);
             for (size_t j = 0; j < v->n; j++)
-                if (v->items[j].t != J_STR)
+                if (v->items[j].t != NN_JSON_STR)
                     return nn_errf(err, errlen, "%s: __metadata__ value of '%s' is not a string",
                                    path, v->keys[j]);
             h->meta = &h->root.items[i];
@@ -1054,7 +683,7 @@ int nn_safetensors_meta(const char *path, const char *key, char *val, size_t val
     if (rc)
         return -1;
     rc = -1;
-    const s_jval *v = h.meta ? s_jget(h.meta, key) : NULL;
+    const nn_json *v = h.meta ? nn_json_get(h.meta, key) : NULL;
     if (!v) {
         nn_errf(err, errlen, "%s: no metadata key '%s'", path, key);
     } else if (strlen(v->s) + 1 > vallen) {
