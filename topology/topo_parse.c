@@ -1,8 +1,10 @@
 /* topo_parse — topology files: YAML (libyaml document API) -> topo.
  *
  * Owns:    the file schema (documented for users in docs/topology.md),
- *          topo_load and topo_parse.  Every error names the file and the
- *          line of the offending YAML node ("ring.yaml:7: ...").
+ *          topo_load and topo_parse, the document and its nodes, and the
+ *          messages and YAML helpers of topo_parse_int.h; the GRAPH
+ *          mappings are read in topo_parse_graph.c.  Every error names the
+ *          file and the line of the offending YAML node ("ring.yaml:7: ...").
  * Callers: node/ (`lpgossip topology`, the node and launcher commands),
  *          tests, the fuzz target tests/fuzz/fuzz_topology.c.
  *
@@ -43,6 +45,7 @@
 #include "nn/nn_core.h"
 #include "topology/topo.h"
 #include "topology/topo_internal.h"
+#include "topology/topo_parse_int.h"
 #include "topology/topo_yaml.h"
 
 #define S_MAX_FILE_BYTES (16u << 20)
@@ -55,20 +58,10 @@
 #define S_MAX_DEPTH      32
 #define S_MAX_YAML_NODES (2u << 20)
 
-typedef struct {
-    const char      *name;      /* file name for messages */
-    yaml_document_t *doc;
-    char            *err;
-    size_t           errlen;
-    topo            *t;         /* once nodes are known */
-    int              n;
-    int             *node_line; /* n: line of each node's entry */
-} s_ctx;
-
 /* ---- messages and YAML helpers ---------------------------------------- */
 
 /* "NAME:LINE: message" (line 0: no line); returns -1. */
-static int s_vfail(s_ctx *c, int line, const char *fmt, va_list ap)
+static int s_vfail(topo_pctx *c, int line, const char *fmt, va_list ap)
 {
     char msg[768];
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -77,8 +70,7 @@ static int s_vfail(s_ctx *c, int line, const char *fmt, va_list ap)
     return nn_errf(c->err, c->errlen, "%s: %s", c->name, msg);
 }
 
-__attribute__((format(printf, 3, 4)))
-static int s_fail(s_ctx *c, const yaml_node_t *at, const char *fmt, ...)
+int topo_p_fail(topo_pctx *c, const yaml_node_t *at, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -87,8 +79,7 @@ static int s_fail(s_ctx *c, const yaml_node_t *at, const char *fmt, ...)
     return -1;
 }
 
-__attribute__((format(printf, 3, 4)))
-static int s_fail_line(s_ctx *c, int line, const char *fmt, ...)
+int topo_p_fail_line(topo_pctx *c, int line, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -97,30 +88,30 @@ static int s_fail_line(s_ctx *c, int line, const char *fmt, ...)
     return -1;
 }
 
-static yaml_node_t *s_get(s_ctx *c, int index)
+yaml_node_t *topo_p_get(topo_pctx *c, int index)
 {
     return yaml_document_get_node(c->doc, index);
 }
 
-static int s_want_string(s_ctx *c, const yaml_node_t *node, const char *what, const char **out)
+int topo_p_want_string(topo_pctx *c, const yaml_node_t *node, const char *what, const char **out)
 {
     if (!node || node->type != YAML_SCALAR_NODE)
-        return s_fail(c, node, "%s: expected a string, got %s", what, node ? topo_yaml_type_name(node) : "nothing");
+        return topo_p_fail(c, node, "%s: expected a string, got %s", what, node ? topo_yaml_type_name(node) : "nothing");
     *out = topo_yaml_scalar(node);
     if (!*out)
-        return s_fail(c, node, "%s: string contains a NUL byte", what);
+        return topo_p_fail(c, node, "%s: string contains a NUL byte", what);
     return 0;
 }
 
 /* A number: decimal ("0.25", "1e-1") or a fraction of two decimals ("1/3"). */
-static int s_want_number(s_ctx *c, const yaml_node_t *node, const char *what, double *out)
+int topo_p_want_number(topo_pctx *c, const yaml_node_t *node, const char *what, double *out)
 {
     char shown[64];
     if (!node || node->type != YAML_SCALAR_NODE)
-        return s_fail(c, node, "%s: expected a number, got %s", what, node ? topo_yaml_type_name(node) : "nothing");
+        return topo_p_fail(c, node, "%s: expected a number, got %s", what, node ? topo_yaml_type_name(node) : "nothing");
     const char *s = topo_yaml_scalar(node);
     if (!s || !*s || strspn(s, "0123456789.eE+-/") != strlen(s) || strlen(s) > 64)
-        return s_fail(c, node, "%s: '%s' is not a number (write e.g. 0.25 or 1/4)", what,
+        return topo_p_fail(c, node, "%s: '%s' is not a number (write e.g. 0.25 or 1/4)", what,
                       topo_yaml_show(node, shown, sizeof shown));
     char buf[72];
     snprintf(buf, sizeof buf, "%s", s);
@@ -136,25 +127,25 @@ static int s_want_number(s_ctx *c, const yaml_node_t *node, const char *what, do
         ok = end != slash + 1 && *end == 0 && errno == 0 && b != 0.0;
     }
     if (!ok || !isfinite(a / b))
-        return s_fail(c, node, "%s: '%s' is not a number (write e.g. 0.25 or 1/4)", what,
+        return topo_p_fail(c, node, "%s: '%s' is not a number (write e.g. 0.25 or 1/4)", what,
                       topo_yaml_show(node, shown, sizeof shown));
     *out = a / b;
     return 0;
 }
 
-static int s_want_int(s_ctx *c, const yaml_node_t *node, const char *what, long lo, long hi, long *out)
+int topo_p_want_int(topo_pctx *c, const yaml_node_t *node, const char *what, long lo, long hi, long *out)
 {
     char shown[64];
     if (!node || node->type != YAML_SCALAR_NODE)
-        return s_fail(c, node, "%s: expected an integer, got %s", what, node ? topo_yaml_type_name(node) : "nothing");
+        return topo_p_fail(c, node, "%s: expected an integer, got %s", what, node ? topo_yaml_type_name(node) : "nothing");
     const char *s = topo_yaml_scalar(node);
     char *end = NULL;
     errno = 0;
     long v = s && *s && strspn(s, "0123456789+-") == strlen(s) ? strtol(s, &end, 10) : 0;
     if (!s || !*s || strspn(s, "0123456789+-") != strlen(s) || *end || errno)
-        return s_fail(c, node, "%s: '%s' is not an integer", what, topo_yaml_show(node, shown, sizeof shown));
+        return topo_p_fail(c, node, "%s: '%s' is not an integer", what, topo_yaml_show(node, shown, sizeof shown));
     if (v < lo || v > hi)
-        return s_fail(c, node, "%s: %ld is out of range %ld..%ld", what, v, lo, hi);
+        return topo_p_fail(c, node, "%s: %ld is out of range %ld..%ld", what, v, lo, hi);
     *out = v;
     return 0;
 }
@@ -162,7 +153,7 @@ static int s_want_int(s_ctx *c, const yaml_node_t *node, const char *what, long 
 /* Looks up the keys of a mapping: slots[k] gets the value node of keys[k]
  * (NULL if absent), kslots[k] (if kslots) the key node. Unknown and
  * duplicate keys are errors. */
-static int s_keys2(s_ctx *c, const yaml_node_t *map, const char *where, const char *const *keys, int nkeys,
+static int s_keys2(topo_pctx *c, const yaml_node_t *map, const char *where, const char *const *keys, int nkeys,
                    yaml_node_t **slots, yaml_node_t **kslots)
 {
     char shown[64];
@@ -172,13 +163,13 @@ static int s_keys2(s_ctx *c, const yaml_node_t *map, const char *where, const ch
             kslots[k] = NULL;
     }
     if (!map || map->type != YAML_MAPPING_NODE)
-        return s_fail(c, map, "%s: expected a mapping (key: value lines), got %s", where,
+        return topo_p_fail(c, map, "%s: expected a mapping (key: value lines), got %s", where,
                       map ? topo_yaml_type_name(map) : "nothing");
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-        yaml_node_t *key = s_get(c, p->key), *val = s_get(c, p->value);
+        yaml_node_t *key = topo_p_get(c, p->key), *val = topo_p_get(c, p->value);
         const char *ks = topo_yaml_scalar(key);
         if (!ks)
-            return s_fail(c, key, "%s: keys must be plain words, got %s", where, key ? topo_yaml_type_name(key) : "nothing");
+            return topo_p_fail(c, key, "%s: keys must be plain words, got %s", where, key ? topo_yaml_type_name(key) : "nothing");
         int found = -1;
         for (int k = 0; k < nkeys; k++)
             if (!strcmp(ks, keys[k]))
@@ -189,11 +180,11 @@ static int s_keys2(s_ctx *c, const yaml_node_t *map, const char *where, const ch
                 size_t l = strlen(allowed);
                 snprintf(allowed + l, sizeof allowed - l, "%s%s", k ? ", " : "", keys[k]);
             }
-            return s_fail(c, key, "%s: unknown key '%s' (expected one of: %s)", where, topo_yaml_show(key, shown, sizeof shown),
+            return topo_p_fail(c, key, "%s: unknown key '%s' (expected one of: %s)", where, topo_yaml_show(key, shown, sizeof shown),
                           allowed);
         }
         if (slots[found])
-            return s_fail(c, key, "%s: duplicate key '%s'", where, ks);
+            return topo_p_fail(c, key, "%s: duplicate key '%s'", where, ks);
         slots[found] = val ? val : key;
         if (kslots)
             kslots[found] = key;
@@ -201,7 +192,7 @@ static int s_keys2(s_ctx *c, const yaml_node_t *map, const char *where, const ch
     return 0;
 }
 
-static int s_keys(s_ctx *c, const yaml_node_t *map, const char *where, const char *const *keys, int nkeys,
+int topo_p_keys(topo_pctx *c, const yaml_node_t *map, const char *where, const char *const *keys, int nkeys,
                   yaml_node_t **slots)
 {
     return s_keys2(c, map, where, keys, nkeys, slots, NULL);
@@ -288,7 +279,7 @@ static int s_check_endpoint(const char *e, char *why, size_t whylen)
 }
 
 /* One entry of the `nodes:` list into nd. */
-static int s_node_entry(s_ctx *c, yaml_node_t *item, int idx, topo_node *nd)
+static int s_node_entry(topo_pctx *c, yaml_node_t *item, int idx, topo_node *nd)
 {
     static const char *const keys[] = { "id", "endpoint", "host", "port", "key" };
     enum { K_ID, K_ENDPOINT, K_HOST, K_PORT, K_KEY, K_N };
@@ -297,65 +288,65 @@ static int s_node_entry(s_ctx *c, yaml_node_t *item, int idx, topo_node *nd)
     char why[160], where[48];
     snprintf(where, sizeof where, "nodes[%d]", idx);
     if (item && item->type == YAML_SCALAR_NODE) {
-        if (s_want_string(c, item, where, &s) != 0)
+        if (topo_p_want_string(c, item, where, &s) != 0)
             return -1;
         if (!s_valid_id(s))
-            return s_fail(c, item, "%s: bad node id '%s' (1..%d characters from A-Z a-z 0-9 _ . -)", where,
+            return topo_p_fail(c, item, "%s: bad node id '%s' (1..%d characters from A-Z a-z 0-9 _ . -)", where,
                           topo_yaml_show(item, why, sizeof why), TOPO_ID_MAX - 1);
         snprintf(nd->id, sizeof nd->id, "%s", s);
         return 0;
     }
-    if (s_keys(c, item, where, keys, K_N, v) != 0)
+    if (topo_p_keys(c, item, where, keys, K_N, v) != 0)
         return -1;
     if (!v[K_ID])
-        return s_fail(c, item, "%s: missing 'id'", where);
-    if (s_want_string(c, v[K_ID], "id", &s) != 0)
+        return topo_p_fail(c, item, "%s: missing 'id'", where);
+    if (topo_p_want_string(c, v[K_ID], "id", &s) != 0)
         return -1;
     if (!s_valid_id(s))
-        return s_fail(c, v[K_ID], "bad node id '%s' (1..%d characters from A-Z a-z 0-9 _ . -)",
+        return topo_p_fail(c, v[K_ID], "bad node id '%s' (1..%d characters from A-Z a-z 0-9 _ . -)",
                       topo_yaml_show(v[K_ID], why, sizeof why), TOPO_ID_MAX - 1);
     snprintf(nd->id, sizeof nd->id, "%s", s);
     if (v[K_ENDPOINT] && (v[K_HOST] || v[K_PORT]))
-        return s_fail(c, v[K_ENDPOINT], "node %s: give either endpoint or host and port, not both", nd->id);
+        return topo_p_fail(c, v[K_ENDPOINT], "node %s: give either endpoint or host and port, not both", nd->id);
     if (v[K_ENDPOINT]) {
-        if (s_want_string(c, v[K_ENDPOINT], "endpoint", &s) != 0)
+        if (topo_p_want_string(c, v[K_ENDPOINT], "endpoint", &s) != 0)
             return -1;
         if (strlen(s) >= TOPO_ENDPOINT_MAX || s_check_endpoint(s, why, sizeof why) != 0)
-            return s_fail(c, v[K_ENDPOINT], "node %s: bad endpoint '%s': %s", nd->id,
+            return topo_p_fail(c, v[K_ENDPOINT], "node %s: bad endpoint '%s': %s", nd->id,
                           topo_yaml_show(v[K_ENDPOINT], where, sizeof where),
                           strlen(s) >= TOPO_ENDPOINT_MAX ? "too long" : why);
         snprintf(nd->endpoint, sizeof nd->endpoint, "%s", s);
     } else if (v[K_HOST] || v[K_PORT]) {
         long port;
         if (!v[K_HOST] || !v[K_PORT])
-            return s_fail(c, v[K_HOST] ? v[K_HOST] : v[K_PORT], "node %s: host and port go together", nd->id);
-        if (s_want_string(c, v[K_HOST], "host", &s) != 0 ||
-            s_want_int(c, v[K_PORT], "port", 1, 65535, &port) != 0)
+            return topo_p_fail(c, v[K_HOST] ? v[K_HOST] : v[K_PORT], "node %s: host and port go together", nd->id);
+        if (topo_p_want_string(c, v[K_HOST], "host", &s) != 0 ||
+            topo_p_want_int(c, v[K_PORT], "port", 1, 65535, &port) != 0)
             return -1;
         char ep[TOPO_ENDPOINT_MAX + 32];
         int ipv6 = strchr(s, ':') != NULL;
         snprintf(ep, sizeof ep, "tcp://%s%s%s:%ld", ipv6 ? "[" : "", s, ipv6 ? "]" : "", port);
         if (strlen(ep) >= TOPO_ENDPOINT_MAX || s_check_endpoint(ep, why, sizeof why) != 0)
-            return s_fail(c, v[K_HOST], "node %s: bad host '%s'", nd->id, topo_yaml_show(v[K_HOST], where, sizeof where));
+            return topo_p_fail(c, v[K_HOST], "node %s: bad host '%s'", nd->id, topo_yaml_show(v[K_HOST], where, sizeof where));
         memcpy(nd->endpoint, ep, strlen(ep) + 1);   /* length checked above */
     }
     if (v[K_KEY]) {
-        if (s_want_string(c, v[K_KEY], "key", &s) != 0)
+        if (topo_p_want_string(c, v[K_KEY], "key", &s) != 0)
             return -1;
         if (s_check_key(s, why, sizeof why) != 0)
-            return s_fail(c, v[K_KEY], "node %s: bad key length or syntax: the key %s", nd->id, why);
+            return topo_p_fail(c, v[K_KEY], "node %s: bad key length or syntax: the key %s", nd->id, why);
         snprintf(nd->pubkey, sizeof nd->pubkey, "%s", s);
     }
     return 0;
 }
 
 /* `nodes:` -> c->n and a fresh node array (owned by caller via *out). */
-static int s_nodes(s_ctx *c, yaml_node_t *v, topo_node **out)
+static int s_nodes(topo_pctx *c, yaml_node_t *v, topo_node **out)
 {
     long n;
     *out = NULL;
     if (v->type == YAML_SCALAR_NODE) {
-        if (s_want_int(c, v, "nodes", 1, TOPO_MAX_NODES, &n) != 0)
+        if (topo_p_want_int(c, v, "nodes", 1, TOPO_MAX_NODES, &n) != 0)
             return -1;
         c->n = (int)n;
         c->node_line = nn_xcalloc((size_t)n, sizeof *c->node_line);
@@ -367,27 +358,27 @@ static int s_nodes(s_ctx *c, yaml_node_t *v, topo_node **out)
         return 0;
     }
     if (v->type != YAML_SEQUENCE_NODE)
-        return s_fail(c, v, "nodes: expected a count or a list of nodes, got %s", topo_yaml_type_name(v));
+        return topo_p_fail(c, v, "nodes: expected a count or a list of nodes, got %s", topo_yaml_type_name(v));
     n = v->data.sequence.items.top - v->data.sequence.items.start;
     if (n < 1 || n > TOPO_MAX_NODES)
-        return s_fail(c, v, "nodes: %ld nodes, expected 1..%d", n, TOPO_MAX_NODES);
+        return topo_p_fail(c, v, "nodes: %ld nodes, expected 1..%d", n, TOPO_MAX_NODES);
     c->n = (int)n;
     c->node_line = nn_xcalloc((size_t)n, sizeof *c->node_line);
     topo_node *nd = nn_xcalloc((size_t)n, sizeof *nd);
     *out = nd;
     for (int i = 0; i < (int)n; i++) {
-        yaml_node_t *item = s_get(c, v->data.sequence.items.start[i]);
+        yaml_node_t *item = topo_p_get(c, v->data.sequence.items.start[i]);
         c->node_line[i] = topo_yaml_line(item);
         if (s_node_entry(c, item, i, &nd[i]) != 0)
             return -1;
         for (int j = 0; j < i; j++) {
             if (!strcmp(nd[i].id, nd[j].id))
-                return s_fail(c, item, "duplicate node id '%s' (first at line %d)", nd[i].id, c->node_line[j]);
+                return topo_p_fail(c, item, "duplicate node id '%s' (first at line %d)", nd[i].id, c->node_line[j]);
             if (nd[i].endpoint[0] && !strcmp(nd[i].endpoint, nd[j].endpoint))
-                return s_fail(c, item, "node %s: duplicate endpoint %s (also node %s, line %d)", nd[i].id,
+                return topo_p_fail(c, item, "node %s: duplicate endpoint %s (also node %s, line %d)", nd[i].id,
                               nd[i].endpoint, nd[j].id, c->node_line[j]);
             if (nd[i].pubkey[0] && !strcmp(nd[i].pubkey, nd[j].pubkey))
-                return s_fail(c, item, "nodes %s and %s (line %d) have the same public key: each node needs "
+                return topo_p_fail(c, item, "nodes %s and %s (line %d) have the same public key: each node needs "
                               "its own key pair (lpgossip keygen), or one could speak for the other",
                               nd[j].id, nd[i].id, c->node_line[j]);
         }
@@ -396,434 +387,41 @@ static int s_nodes(s_ctx *c, yaml_node_t *v, topo_node **out)
 }
 
 /* A node id scalar -> index, or an error naming the missing node. */
-static int s_node_ref(s_ctx *c, yaml_node_t *v, const char *what, int *out)
+int topo_p_node_ref(topo_pctx *c, yaml_node_t *v, const char *what, int *out)
 {
     const char *s = NULL;
     char shown[64];
-    if (s_want_string(c, v, what, &s) != 0)
+    if (topo_p_want_string(c, v, what, &s) != 0)
         return -1;
     *out = topo_find_node(c->t, s);
     if (*out < 0)
-        return s_fail(c, v, "%s: '%s' is not a node (edge to a missing node?)", what, topo_yaml_show(v, shown, sizeof shown));
+        return topo_p_fail(c, v, "%s: '%s' is not a node (edge to a missing node?)", what, topo_yaml_show(v, shown, sizeof shown));
     return 0;
-}
-
-/* ---- graphs ------------------------------------------------------------ */
-
-static int s_generator(s_ctx *c, yaml_node_t **v, const char *where, double *w);
-static int s_edges(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *body, double *w);
-static int s_matrix(s_ctx *c, yaml_node_t **v, const char *where, double *w);
-
-static const char *const s_graph_keys[] = { "generator", "rows", "cols", "hub", "offsets", "self",
-                                            "weights", "edges", "matrix", "description" };
-enum { G_GENERATOR, G_ROWS, G_COLS, G_HUB, G_OFFSETS, G_SELF, G_WEIGHTS, G_EDGES, G_MATRIX, G_DESCRIPTION, G_N };
-
-/* One GRAPH mapping into w (n*n, zeroed), then the per-matrix checks. */
-static int s_graph(s_ctx *c, yaml_node_t *body, const char *where, double *w)
-{
-    yaml_node_t *v[G_N];
-    const char *s = NULL;
-    if (s_keys(c, body, where, s_graph_keys, G_N, v) != 0)
-        return -1;
-    if (v[G_DESCRIPTION] && s_want_string(c, v[G_DESCRIPTION], "description", &s) != 0)
-        return -1;
-    int modes = !!v[G_GENERATOR] + !!v[G_EDGES] + !!v[G_MATRIX];
-    if (modes != 1)
-        return s_fail(c, body, "%s: %s one of 'generator', 'edges' or 'matrix'", where,
-                      modes ? "give only" : "needs");
-    int rc = v[G_GENERATOR] ? s_generator(c, v, where, w)
-           : v[G_EDGES]     ? s_edges(c, v, where, body, w)
-                            : s_matrix(c, v, where, w);
-    if (rc != 0)
-        return -1;
-    char msg[512];
-    if (topo__check_matrix(c->t, w, msg, sizeof msg) != 0)
-        return s_fail(c, body, "%s: %s", where, msg);
-    return 0;
-}
-
-static int s_generator(s_ctx *c, yaml_node_t **v, const char *where, double *w)
-{
-    const char *s = NULL;
-    char shown[64], msg[512];
-    int n = c->n;
-    if (s_want_string(c, v[G_GENERATOR], "generator", &s) != 0)
-        return -1;
-    topo_gen g = { .kind = topo__gen_kind(s), .self_weight = -1 };
-    if (g.kind < 0)
-        return s_fail(c, v[G_GENERATOR],
-                      "%s: unknown generator '%s' (directed_ring, undirected_ring, torus, exponential, complete, "
-                      "star, circulant)",
-                      where, topo_yaml_show(v[G_GENERATOR], shown, sizeof shown));
-    static const struct { int key, kind; } only[] = {
-        { G_ROWS, TOPO_GEN_TORUS }, { G_COLS, TOPO_GEN_TORUS }, { G_HUB, TOPO_GEN_STAR },
-        { G_OFFSETS, TOPO_GEN_CIRCULANT },
-    };
-    for (size_t k = 0; k < sizeof only / sizeof only[0]; k++)
-        if (v[only[k].key] && g.kind != only[k].kind)
-            return s_fail(c, v[only[k].key], "%s: '%s' does not apply to generator %s", where,
-                          s_graph_keys[only[k].key], s);
-    if (v[G_WEIGHTS])
-        return s_fail(c, v[G_WEIGHTS], "%s: 'weights' applies to edges, not to a generator", where);
-    if (v[G_SELF]) {
-        if (s_want_number(c, v[G_SELF], "self", &g.self_weight) != 0)
-            return -1;
-        if (!(g.self_weight > 0 && g.self_weight <= 1))
-            return s_fail(c, v[G_SELF], "%s: self weight %g must be in (0, 1]", where, g.self_weight);
-    }
-    if (g.kind == TOPO_GEN_TORUS) {
-        long r, cc;
-        if (!v[G_ROWS] || !v[G_COLS])
-            return s_fail(c, v[G_GENERATOR], "%s: generator torus needs rows and cols", where);
-        if (s_want_int(c, v[G_ROWS], "rows", 1, TOPO_MAX_NODES, &r) != 0 ||
-            s_want_int(c, v[G_COLS], "cols", 1, TOPO_MAX_NODES, &cc) != 0)
-            return -1;
-        if (r * cc != n)
-            return s_fail(c, v[G_ROWS], "%s: torus %ld x %ld has %ld nodes but the file has %d", where, r, cc, r * cc,
-                          n);
-        g.rows = (int)r;
-        g.cols = (int)cc;
-    }
-    if (g.kind == TOPO_GEN_STAR && v[G_HUB] && s_node_ref(c, v[G_HUB], "hub", &g.hub) != 0)
-        return -1;
-    if (g.kind == TOPO_GEN_CIRCULANT) {
-        yaml_node_t *o = v[G_OFFSETS];
-        if (!o)
-            return s_fail(c, v[G_GENERATOR], "%s: generator circulant needs offsets (e.g. offsets: [1, 2, 4])", where);
-        if (o->type != YAML_SEQUENCE_NODE)
-            return s_fail(c, o, "offsets: expected a list of integers, got %s", topo_yaml_type_name(o));
-        long k = o->data.sequence.items.top - o->data.sequence.items.start;
-        if (k < 1 || k > TOPO_MAX_OFFSETS)
-            return s_fail(c, o, "offsets: expected 1..%d offsets, got %ld", TOPO_MAX_OFFSETS, k);
-        for (long i = 0; i < k; i++) {
-            yaml_node_t *it = s_get(c, o->data.sequence.items.start[i]);
-            long off;
-            if (s_want_int(c, it, "offset", -TOPO_MAX_NODES, TOPO_MAX_NODES, &off) != 0)
-                return -1;
-            if (off % n == 0)
-                return s_fail(c, it, "offset %ld is a multiple of the node count %d (a node sending to itself)", off,
-                              n);
-            g.offsets[g.noffsets++] = off;
-        }
-    }
-    if (topo__fill_generator(w, n, &g, msg, sizeof msg) != 0)
-        return s_fail(c, v[G_GENERATOR], "%s: %s", where, msg);
-    return 0;
-}
-
-/* Column sums of w, failing at the line where sender j's weights are given. */
-static int s_column_sums(s_ctx *c, const double *w, const int *sender_line, const char *where)
-{
-    double sum;
-    int j = topo__bad_column(c->n, w, &sum);
-    if (j >= 0)
-        return s_fail_line(c, sender_line[j],
-                           "%s: column sum %.9g at node %s: the weights node %s sends (self included) must sum to 1",
-                           where, sum, c->t->nodes[j].id, c->t->nodes[j].id);
-    return 0;
-}
-
-/* What the edges helpers share: which (to, from) pairs are given (has, and
- * the line of each for duplicate messages), and per sender the line its
- * weights are given on (sender_line, for the column-sum message; it stays
- * body_line until an edge entry or a self key names the sender). */
-typedef struct {
-    int           *edge_line;   /* n*n, at to*n + from */
-    int           *sender_line; /* n */
-    unsigned char *has;         /* n*n, at to*n + from */
-    int            body_line;   /* line of the GRAPH mapping */
-} s_edge_set;
-
-/* Refuses the generator-only keys and reads `weights:` (only 'uniform'
- * exists): *uniform = 1 when given, else 0. */
-static int s_edges_mode(s_ctx *c, yaml_node_t **v, const char *where, int *uniform)
-{
-    const char *s = NULL;
-    *uniform = 0;
-    for (int k = G_ROWS; k <= G_OFFSETS; k++)
-        if (v[k])
-            return s_fail(c, v[k], "%s: '%s' applies to generators only", where, s_graph_keys[k]);
-    if (v[G_WEIGHTS]) {
-        if (s_want_string(c, v[G_WEIGHTS], "weights", &s) != 0)
-            return -1;
-        if (strcmp(s, "uniform") != 0)
-            return s_fail(c, v[G_WEIGHTS], "%s: weights: the only choice is 'uniform' (or give a weight per edge)",
-                          where);
-        *uniform = 1;
-    }
-    return 0;
-}
-
-/* The weight of the edge entry item (ev = its from, to, weight) sent by
- * node `from`: none allowed with weights: uniform (*weight = 0), else
- * required and in [0, 1]. */
-static int s_edge_weight(s_ctx *c, yaml_node_t *item, yaml_node_t **ev, int from, int uniform, double *weight)
-{
-    *weight = 0;
-    if (uniform && ev[2])
-        return s_fail(c, ev[2], "edge: no weight with weights: uniform (each sender splits its mass evenly)");
-    if (uniform)
-        return 0;
-    if (!ev[2])
-        return s_fail(c, item, "edge from %s: missing weight (or set weights: uniform)", c->t->nodes[from].id);
-    if (s_want_number(c, ev[2], "weight", weight) != 0)
-        return -1;
-    if (!(*weight >= 0 && *weight <= 1))
-        return s_fail(c, ev[2], "edge from %s: weight %g out of [0, 1]", c->t->nodes[from].id, *weight);
-    return 0;
-}
-
-/* Stores the edge from -> (the node named by tn) with its weight in w,
- * refusing an edge to itself and a duplicate; the sender's line becomes
- * the entry's (item) if no earlier entry set it. */
-static int s_edge_store(s_ctx *c, s_edge_set *es, yaml_node_t *item, yaml_node_t *tn, int from, double weight,
-                        double *w)
-{
-    int n = c->n, to;
-    if (s_node_ref(c, tn, "to", &to) != 0)
-        return -1;
-    if (to == from)
-        return s_fail(c, tn, "edge %s -> %s: a node's own share goes under 'self', not in edges",
-                      c->t->nodes[from].id, c->t->nodes[to].id);
-    size_t at = (size_t)to * n + from;
-    if (es->has[at])
-        return s_fail(c, tn, "duplicate edge %s -> %s (first at line %d)", c->t->nodes[from].id,
-                      c->t->nodes[to].id, es->edge_line[at]);
-    es->has[at] = 1;
-    es->edge_line[at] = topo_yaml_line(tn);
-    w[at] = weight;
-    if (es->sender_line[from] == es->body_line)
-        es->sender_line[from] = topo_yaml_line(item);
-    return 0;
-}
-
-/* One entry {from, to: ID | [ID, ...], weight} of the edges list into w. */
-static int s_edge_entry(s_ctx *c, s_edge_set *es, yaml_node_t *item, int uniform, double *w)
-{
-    static const char *const ekeys[] = { "from", "to", "weight" };
-    yaml_node_t *ev[3];
-    int from;
-    double weight;
-    if (s_keys(c, item, "edge", ekeys, 3, ev) != 0)
-        return -1;
-    if (!ev[0] || !ev[1])
-        return s_fail(c, item, "edge: needs from and to");
-    if (s_node_ref(c, ev[0], "from", &from) != 0 || s_edge_weight(c, item, ev, from, uniform, &weight) != 0)
-        return -1;
-    if (ev[1]->type != YAML_SEQUENCE_NODE)
-        return s_edge_store(c, es, item, ev[1], from, weight, w);
-    yaml_node_item_t *t0 = ev[1]->data.sequence.items.start, *t1 = ev[1]->data.sequence.items.top;
-    if (t0 == t1)
-        return s_fail(c, ev[1], "edge from %s: empty 'to' list", c->t->nodes[from].id);
-    for (yaml_node_item_t *tp = t0; tp < t1; tp++)
-        if (s_edge_store(c, es, item, s_get(c, *tp), from, weight, w) != 0)
-            return -1;
-    return 0;
-}
-
-/* weights: uniform: sender j keeps `self` (one number for every node;
- * default 1/(out-degree + 1)) and splits the rest evenly over its edges
- * (has); a node without edges must keep everything. */
-static int s_edges_uniform(s_ctx *c, yaml_node_t **v, const char *where, const unsigned char *has, double *w)
-{
-    int n = c->n;
-    double self = -1;
-    if (v[G_SELF] && v[G_SELF]->type != YAML_SCALAR_NODE)
-        return s_fail(c, v[G_SELF], "%s: with weights: uniform, self is one number for every node", where);
-    if (v[G_SELF]) {
-        if (s_want_number(c, v[G_SELF], "self", &self) != 0)
-            return -1;
-        if (!(self > 0 && self <= 1))
-            return s_fail(c, v[G_SELF], "%s: self weight %g must be in (0, 1]", where, self);
-    }
-    for (int j = 0; j < n; j++) {
-        int deg = 0;
-        for (int i = 0; i < n; i++)
-            deg += has[(size_t)i * n + j];
-        double sj = self < 0 ? 1.0 / (deg + 1) : self;
-        if (deg == 0 && sj != 1.0)
-            return s_fail(c, v[G_SELF], "%s: node %s sends to nobody, so its self weight must be 1", where,
-                          c->t->nodes[j].id);
-        w[(size_t)j * n + j] = sj;
-        for (int i = 0; i < n; i++)
-            if (has[(size_t)i * n + j])
-                w[(size_t)i * n + j] = (1.0 - sj) / deg;
-    }
-    return 0;
-}
-
-/* self: {ID: W, ...} into w's diagonal: every node exactly once, W in
- * [0, 1]; a node's key line becomes its sender line if no edge set it. */
-static int s_self_map(s_ctx *c, yaml_node_t *sv, const char *where, s_edge_set *es, double *w)
-{
-    int n = c->n, bad = 0;
-    unsigned char *seen = nn_xcalloc((size_t)n, 1);
-    for (yaml_node_pair_t *p = sv->data.mapping.pairs.start; p < sv->data.mapping.pairs.top && !bad; p++) {
-        yaml_node_t *key = s_get(c, p->key), *val = s_get(c, p->value);
-        int j;
-        double x;
-        if (s_node_ref(c, key, "self", &j) != 0 || s_want_number(c, val, "self weight", &x) != 0) {
-            bad = 1;
-        } else if (seen[j]) {
-            s_fail(c, key, "self: duplicate self weight for node %s", c->t->nodes[j].id);
-            bad = 1;
-        } else if (!(x >= 0 && x <= 1)) {
-            s_fail(c, val, "self weight %g of node %s out of [0, 1]", x, c->t->nodes[j].id);
-            bad = 1;
-        } else {
-            seen[j] = 1;
-            w[(size_t)j * n + j] = x;
-            if (es->sender_line[j] == es->body_line)
-                es->sender_line[j] = topo_yaml_line(key);
-        }
-    }
-    for (int j = 0; j < n && !bad; j++)
-        if (!seen[j]) {
-            s_fail(c, sv, "%s: missing self weight for node %s", where, c->t->nodes[j].id);
-            bad = 1;
-        }
-    free(seen);
-    return bad ? -1 : 0;
-}
-
-/* Explicit weights: the self weights are required (self: W for every node
- * or self: {ID: W, ...}) and must be positive; then every column must sum
- * to 1. */
-static int s_edges_self(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *body, s_edge_set *es, double *w)
-{
-    int n = c->n;
-    yaml_node_t *sv = v[G_SELF];
-    if (!sv)
-        return s_fail(c, body, "%s: missing self weights: add 'self: W' (every node) or 'self: {id: W, ...}'",
-                      where);
-    if (sv->type == YAML_SCALAR_NODE) {
-        double self;
-        if (s_want_number(c, sv, "self", &self) != 0)
-            return -1;
-        if (!(self >= 0 && self <= 1))
-            return s_fail(c, sv, "%s: self weight %g out of [0, 1]", where, self);
-        for (int j = 0; j < n; j++)
-            w[(size_t)j * n + j] = self;
-    } else if (sv->type == YAML_MAPPING_NODE) {
-        if (s_self_map(c, sv, where, es, w) != 0)
-            return -1;
-    } else {
-        return s_fail(c, sv, "self: expected a number or a mapping {id: weight}, got %s", topo_yaml_type_name(sv));
-    }
-    for (int j = 0; j < n; j++)
-        if (!(w[(size_t)j * n + j] > 0))
-            return s_fail(c, sv, "%s: missing self weight: node %s has self weight 0 (must be positive)", where,
-                          c->t->nodes[j].id);
-    return s_column_sums(c, w, es->sender_line, where);
-}
-
-/* GRAPH given by `edges:` into w: the mode (s_edges_mode), every entry of
- * the list in order (s_edge_entry), then the self weights, uniform
- * (s_edges_uniform) or explicit (s_edges_self). */
-static int s_edges(s_ctx *c, yaml_node_t **v, const char *where, yaml_node_t *body, double *w)
-{
-    int n = c->n, rc = 0, uniform;
-    yaml_node_t *e = v[G_EDGES];
-    if (s_edges_mode(c, v, where, &uniform) != 0)
-        return -1;
-    if (e->type != YAML_SEQUENCE_NODE)
-        return s_fail(c, e, "edges: expected a list of {from, to, weight}, got %s", topo_yaml_type_name(e));
-    s_edge_set es = {
-        .edge_line   = nn_xcalloc((size_t)n * (size_t)n, sizeof *es.edge_line),
-        .sender_line = nn_xcalloc((size_t)n, sizeof *es.sender_line),
-        .has         = nn_xcalloc((size_t)n * (size_t)n, 1),
-        .body_line   = topo_yaml_line(body),
-    };
-    for (int j = 0; j < n; j++)
-        es.sender_line[j] = es.body_line;
-    for (yaml_node_item_t *it = e->data.sequence.items.start; it < e->data.sequence.items.top && rc == 0; it++)
-        rc = s_edge_entry(c, &es, s_get(c, *it), uniform, w);
-    if (rc == 0)
-        rc = uniform ? s_edges_uniform(c, v, where, es.has, w) : s_edges_self(c, v, where, body, &es, w);
-    free(es.edge_line);
-    free(es.sender_line);
-    free(es.has);
-    return rc;
-}
-
-static int s_matrix(s_ctx *c, yaml_node_t **v, const char *where, double *w)
-{
-    int n = c->n;
-    yaml_node_t *m = v[G_MATRIX];
-    for (int k = G_ROWS; k <= G_WEIGHTS; k++)
-        if (v[k])
-            return s_fail(c, v[k], "%s: '%s' does not go with matrix (the diagonal holds the self weights)", where,
-                          s_graph_keys[k]);
-    if (m->type != YAML_SEQUENCE_NODE)
-        return s_fail(c, m, "%s: matrix: expected a list of rows, got %s", where, topo_yaml_type_name(m));
-    long rows = m->data.sequence.items.top - m->data.sequence.items.start;
-    if (rows != n)
-        return s_fail(c, m, "%s: matrix: %ld rows, expected %d (one per node; every matrix of a schedule is %d x %d)",
-                      where, rows, n, n, n);
-    int *col_line = nn_xcalloc((size_t)n, sizeof *col_line);
-    for (int j = 0; j < n; j++)
-        col_line[j] = topo_yaml_line(m);
-    int rc = -1;
-    for (int i = 0; i < n; i++) {
-        yaml_node_t *row = s_get(c, m->data.sequence.items.start[i]);
-        if (!row || row->type != YAML_SEQUENCE_NODE) {
-            s_fail(c, row ? row : m, "matrix row %d (node %s): expected a list of %d numbers, got %s", i,
-                   c->t->nodes[i].id, n, row ? topo_yaml_type_name(row) : "nothing");
-            goto done;
-        }
-        long cols = row->data.sequence.items.top - row->data.sequence.items.start;
-        if (cols != n) {
-            s_fail(c, row, "%s: matrix row %d (node %s): %ld entries, expected %d", where, i, c->t->nodes[i].id, cols,
-                   n);
-            goto done;
-        }
-        for (int j = 0; j < n; j++) {
-            yaml_node_t *x = s_get(c, row->data.sequence.items.start[j]);
-            double val;
-            if (s_want_number(c, x, "matrix entry", &val) != 0)
-                goto done;
-            if (!(val >= 0 && val <= 1)) {
-                s_fail(c, x, "matrix entry [%d][%d] (node %s from %s): weight %g out of [0, 1]", i, j,
-                       c->t->nodes[i].id, c->t->nodes[j].id, val);
-                goto done;
-            }
-            w[(size_t)i * n + j] = val;
-        }
-        if (!(w[(size_t)i * n + i] > 0)) {
-            s_fail(c, row, "matrix row %d: missing self weight: node %s has diagonal entry 0 (must be positive)", i,
-                   c->t->nodes[i].id);
-            goto done;
-        }
-    }
-    rc = s_column_sums(c, w, col_line, where);
-done:
-    free(col_line);
-    return rc;
 }
 
 /* ---- the document ------------------------------------------------------ */
 
 /* `discovery: none | lan` and `discovery_port: P` (only with lan: a port
  * that nothing reads is a mistake worth naming). */
-static int s_discovery(s_ctx *c, yaml_node_t *disc, yaml_node_t *port, int *discovery, long *out)
+static int s_discovery(topo_pctx *c, yaml_node_t *disc, yaml_node_t *port, int *discovery, long *out)
 {
     const char *s = NULL;
     if (disc) {
-        if (s_want_string(c, disc, "discovery", &s) != 0)
+        if (topo_p_want_string(c, disc, "discovery", &s) != 0)
             return -1;
         if (!strcmp(s, "lan"))
             *discovery = TOPO_DISCOVERY_LAN;
         else if (strcmp(s, "none") != 0)
-            return s_fail(c, disc, "discovery: expected 'none' or 'lan'");
+            return topo_p_fail(c, disc, "discovery: expected 'none' or 'lan'");
     }
     if (!port)
         return 0;
     if (*discovery != TOPO_DISCOVERY_LAN)
-        return s_fail(c, port, "discovery_port is only used with 'discovery: lan'");
-    return s_want_int(c, port, "discovery_port", 1, 65535, out);
+        return topo_p_fail(c, port, "discovery_port is only used with 'discovery: lan'");
+    return topo_p_want_int(c, port, "discovery_port", 1, 65535, out);
 }
 
-static int s_document(s_ctx *c, yaml_node_t *root)
+static int s_document(topo_pctx *c, yaml_node_t *root)
 {
     static const char *const keys[] = { "description", "security", "nodes", "graph", "schedule",
                                         "discovery", "discovery_port" };
@@ -835,46 +433,46 @@ static int s_document(s_ctx *c, yaml_node_t *root)
     long disc_port = TOPO_DISCOVERY_PORT_DEFAULT;
     if (s_keys2(c, root, "topology", keys, K_N, v, kv) != 0)
         return -1;
-    if (v[K_DESC] && s_want_string(c, v[K_DESC], "description", &s) != 0)
+    if (v[K_DESC] && topo_p_want_string(c, v[K_DESC], "description", &s) != 0)
         return -1;
     if (s_discovery(c, v[K_DISC], v[K_DISC_PORT], &discovery, &disc_port) != 0)
         return -1;
     if (v[K_SECURITY]) {
-        if (s_want_string(c, v[K_SECURITY], "security", &s) != 0)
+        if (topo_p_want_string(c, v[K_SECURITY], "security", &s) != 0)
             return -1;
         if (!strcmp(s, "curve"))
             security = 1;
         else if (strcmp(s, "none") != 0)
-            return s_fail(c, v[K_SECURITY], "security: expected 'none' or 'curve'");
+            return topo_p_fail(c, v[K_SECURITY], "security: expected 'none' or 'curve'");
     }
     if (!v[K_NODES])
-        return s_fail(c, root, "missing 'nodes' (a count such as 'nodes: 8', or a list)");
+        return topo_p_fail(c, root, "missing 'nodes' (a count such as 'nodes: 8', or a list)");
     if (!!v[K_GRAPH] + !!v[K_SCHEDULE] != 1)
-        return s_fail(c, kv[K_GRAPH] ? kv[K_GRAPH] : root, "give exactly one of 'graph' or 'schedule'");
+        return topo_p_fail(c, kv[K_GRAPH] ? kv[K_GRAPH] : root, "give exactly one of 'graph' or 'schedule'");
     if (s_nodes(c, v[K_NODES], &nodes) != 0)
         goto done;
     int nsched = 1;
     yaml_node_t *sched = v[K_SCHEDULE];
     if (sched) {
         if (sched->type != YAML_SEQUENCE_NODE) {
-            s_fail(c, sched, "schedule: expected a list of graphs, got %s", topo_yaml_type_name(sched));
+            topo_p_fail(c, sched, "schedule: expected a list of graphs, got %s", topo_yaml_type_name(sched));
             goto done;
         }
         long len = sched->data.sequence.items.top - sched->data.sequence.items.start;
         if (len < 1 || len > TOPO_MAX_SCHED) {
-            s_fail(c, sched, "schedule: %ld graphs, expected 1..%d", len, TOPO_MAX_SCHED);
+            topo_p_fail(c, sched, "schedule: %ld graphs, expected 1..%d", len, TOPO_MAX_SCHED);
             goto done;
         }
         nsched = (int)len;
     }
     if ((size_t)nsched * (size_t)c->n * (size_t)c->n > TOPO_MAX_ENTRIES) {
-        s_fail(c, sched ? sched : v[K_NODES], "%d nodes x %d schedule entries is too large (at most %u weights)", c->n,
+        topo_p_fail(c, sched ? sched : v[K_NODES], "%d nodes x %d schedule entries is too large (at most %u weights)", c->n,
                nsched, TOPO_MAX_ENTRIES);
         goto done;
     }
     for (int i = 0; i < c->n; i++)
         if (security && !nodes[i].pubkey[0]) {
-            s_fail_line(c, c->node_line[i], "security: curve but node %s has no key", nodes[i].id);
+            topo_p_fail_line(c, c->node_line[i], "security: curve but node %s has no key", nodes[i].id);
             goto done;
         }
     c->t = topo__new(c->n, nsched);
@@ -886,19 +484,19 @@ static int s_document(s_ctx *c, yaml_node_t *root)
     if (v[K_DESC])
         snprintf(c->t->description, sizeof c->t->description, "%s", topo_yaml_scalar(v[K_DESC]));
     if (!sched) {
-        if (s_graph(c, v[K_GRAPH], "graph", c->t->sched[0].w) != 0)
+        if (topo_p_graph(c, v[K_GRAPH], "graph", c->t->sched[0].w) != 0)
             goto done;
     } else {
         for (int k = 0; k < nsched; k++) {
             char where[32];
             snprintf(where, sizeof where, "schedule[%d]", k);
-            if (s_graph(c, s_get(c, sched->data.sequence.items.start[k]), where, c->t->sched[k].w) != 0)
+            if (topo_p_graph(c, topo_p_get(c, sched->data.sequence.items.start[k]), where, c->t->sched[k].w) != 0)
                 goto done;
         }
     }
     char msg[512];
     if (topo__check_connected(c->t, msg, sizeof msg) != 0) {
-        s_fail(c, sched ? kv[K_SCHEDULE] : kv[K_GRAPH], "%s", msg);
+        topo_p_fail(c, sched ? kv[K_SCHEDULE] : kv[K_GRAPH], "%s", msg);
         goto done;
     }
     rc = 0;
@@ -952,7 +550,7 @@ static int s_check_limits(const char *yaml, size_t len, const char *name, char *
 
 topo *topo_parse(const char *yaml, size_t len, const char *name, char *err, size_t errlen)
 {
-    s_ctx c = { .name = name ? name : "(string)", .err = err, .errlen = errlen };
+    topo_pctx c = { .name = name ? name : "(string)", .err = err, .errlen = errlen };
     yaml_parser_t parser;
     yaml_document_t doc;
     topo *t = NULL;
