@@ -19,11 +19,7 @@
 #include <string.h>
 
 #include "lowprec/lp_gemm.h"
-
-/* GNU C generic vectors of the baseline vector width (16 bytes: SSE2,
- * NEON, ...; scalar code where a target has none), no intrinsics */
-typedef uint16_t s_u16x8 __attribute__((vector_size(16)));
-typedef uint32_t s_u32x4 __attribute__((vector_size(16)));
+#include "nn/nn_vec.h"
 
 #define LP_BLK_J 8
 
@@ -32,14 +28,14 @@ typedef uint32_t s_u32x4 __attribute__((vector_size(16)));
  * each product fits 16 bits; a 16-bit multiply, e.g. pmullw), then the
  * two halves of each u32 lane are added, widened.  Either byte order
  * pairs the halves alike. */
-static inline s_u32x4 s_pairs(s_u32x4 acc, s_u32x4 av, s_u32x4 v)
+static inline nn_u32x4 s_pairs(nn_u32x4 acc, nn_u32x4 av, nn_u32x4 v)
 {
-    const s_u32x4 p = (s_u32x4)((s_u16x8)av * (s_u16x8)v);
+    const nn_u32x4 p = (nn_u32x4)((nn_u16x8)av * (nn_u16x8)v);
     return acc + (p & 0xFFFF) + (p >> 16);
 }
 
 /* The 8 B lanes at b (w of them; the rest 0) */
-static inline void s_load(s_u32x4 v[2], const uint32_t *b, size_t w)
+static inline void s_load(nn_u32x4 v[2], const uint32_t *b, size_t w)
 {
     if (w == LP_BLK_J) {
         memcpy(v, b, 2 * sizeof *v);
@@ -55,14 +51,14 @@ static inline void s_load(s_u32x4 v[2], const uint32_t *b, size_t w)
 static void s_tile(int32_t *S, size_t ldc, const uint32_t *a, int rows, const uint32_t *B,
                    size_t ldb, int np, const int *toff, int T, size_t j0, size_t w)
 {
-    s_u32x4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0},
+    nn_u32x4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0},
             c31 = {0};
     for (int p = 0; p < np; p++)
         for (int t = 0; t < T; t++, a += 4) {
-            s_u32x4 v[2];
+            nn_u32x4 v[2];
             s_load(v, B + (size_t)p * ldb + toff[t] + j0, w);
-            const s_u32x4 a0 = {a[0], a[0], a[0], a[0]}, a1 = {a[1], a[1], a[1], a[1]};
-            const s_u32x4 a2 = {a[2], a[2], a[2], a[2]}, a3 = {a[3], a[3], a[3], a[3]};
+            const nn_u32x4 a0 = {a[0], a[0], a[0], a[0]}, a1 = {a[1], a[1], a[1], a[1]};
+            const nn_u32x4 a2 = {a[2], a[2], a[2], a[2]}, a3 = {a[3], a[3], a[3], a[3]};
             c00 = s_pairs(c00, a0, v[0]);
             c01 = s_pairs(c01, a0, v[1]);
             c10 = s_pairs(c10, a1, v[0]);
@@ -72,7 +68,7 @@ static void s_tile(int32_t *S, size_t ldc, const uint32_t *a, int rows, const ui
             c30 = s_pairs(c30, a3, v[0]);
             c31 = s_pairs(c31, a3, v[1]);
         }
-    const s_u32x4 acc[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+    const nn_u32x4 acc[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
     for (int r = 0; r < rows; r++)
         memcpy(S + (size_t)r * ldc + j0, acc[r], w * sizeof(int32_t));
 }
@@ -92,31 +88,26 @@ void lp_shiftgemm_blk(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const u
 
 /* ---- the general GEMM (lp_gemm_u8u8's packed layout) ------------------ */
 
-typedef int8_t s_i8x8 __attribute__((vector_size(8)));
-typedef uint8_t s_u8x8 __attribute__((vector_size(8)));
-typedef int16_t s_i16x8 __attribute__((vector_size(16)));
-typedef int32_t s_i32x4 __attribute__((vector_size(16)));
-
-static inline s_i16x8 s_wide_i8(const int8_t *p)
+static inline nn_i16x8 s_wide_i8(const int8_t *p)
 {
-    s_i8x8 v;
+    nn_i8x8 v;
     memcpy(&v, p, sizeof v);
-    return __builtin_convertvector(v, s_i16x8);
+    return __builtin_convertvector(v, nn_i16x8);
 }
 
-static inline s_i16x8 s_wide_u8(const uint8_t *p)
+static inline nn_i16x8 s_wide_u8(const uint8_t *p)
 {
-    s_u8x8 v;
+    nn_u8x8 v;
     memcpy(&v, p, sizeof v);
-    return __builtin_convertvector(v, s_i16x8);
+    return __builtin_convertvector(v, nn_i16x8);
 }
 
 /* lane i = a[2i] b[2i] + a[2i+1] b[2i+1]: each product fits 16 bits
  * (|a| <= 128, b <= 255), its halves sign-extended and added */
-static inline s_i32x4 s_madd(s_i16x8 a, s_i16x8 b)
+static inline nn_i32x4 s_madd(nn_i16x8 a, nn_i16x8 b)
 {
-    const s_u32x4 p = (s_u32x4)(a * b);
-    return ((s_i32x4)(p << 16) >> 16) + ((s_i32x4)p >> 16);
+    const nn_u32x4 p = (nn_u32x4)(a * b);
+    return ((nn_i32x4)(p << 16) >> 16) + ((nn_i32x4)p >> 16);
 }
 
 /* C rows m..m+rows-1 (rows <= 4), columns n..n+w-1 (w <= 4) += the 4x4
@@ -127,24 +118,24 @@ static inline s_i32x4 s_madd(s_i16x8 a, s_i16x8 b)
 static void s_gemm_tile(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int Mp,
                         int Np, int K4, int m, int n, int rows, int w)
 {
-    s_i32x4 c[4][2];
+    nn_i32x4 c[4][2];
     memset(c, 0, sizeof c);
     for (int k4 = 0; k4 < K4; k4++) {
         const int8_t *a = Ap + ((size_t)k4 * Mp + m) * 4;
         const uint8_t *b = Bp + ((size_t)k4 * Np + n) * 4;
-        const s_i32x4 a01 = (s_i32x4)s_wide_i8(a), a23 = (s_i32x4)s_wide_i8(a + 8);
-        const s_i16x8 b01 = s_wide_u8(b), b23 = s_wide_u8(b + 8);
-        const s_i16x8 ar[4] = {(s_i16x8)__builtin_shufflevector(a01, a01, 0, 1, 0, 1),
-                               (s_i16x8)__builtin_shufflevector(a01, a01, 2, 3, 2, 3),
-                               (s_i16x8)__builtin_shufflevector(a23, a23, 0, 1, 0, 1),
-                               (s_i16x8)__builtin_shufflevector(a23, a23, 2, 3, 2, 3)};
+        const nn_i32x4 a01 = (nn_i32x4)s_wide_i8(a), a23 = (nn_i32x4)s_wide_i8(a + 8);
+        const nn_i16x8 b01 = s_wide_u8(b), b23 = s_wide_u8(b + 8);
+        const nn_i16x8 ar[4] = {(nn_i16x8)__builtin_shufflevector(a01, a01, 0, 1, 0, 1),
+                               (nn_i16x8)__builtin_shufflevector(a01, a01, 2, 3, 2, 3),
+                               (nn_i16x8)__builtin_shufflevector(a23, a23, 0, 1, 0, 1),
+                               (nn_i16x8)__builtin_shufflevector(a23, a23, 2, 3, 2, 3)};
         for (int r = 0; r < 4; r++) {
             c[r][0] += s_madd(ar[r], b01);
             c[r][1] += s_madd(ar[r], b23);
         }
     }
     for (int r = 0; r < rows; r++) {
-        const s_i32x4 s = __builtin_shufflevector(c[r][0], c[r][1], 0, 2, 4, 6) +
+        const nn_i32x4 s = __builtin_shufflevector(c[r][0], c[r][1], 0, 2, 4, 6) +
                           __builtin_shufflevector(c[r][0], c[r][1], 1, 3, 5, 7);
         int32_t *out = C + (size_t)(m + r) * ldc + n;
         for (int j = 0; j < w; j++)

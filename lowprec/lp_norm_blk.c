@@ -15,31 +15,21 @@
 
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_simd.h"
-
-typedef float s_f32x4 __attribute__((vector_size(16)));
-typedef int32_t s_i32x4 __attribute__((vector_size(16)));
-typedef double s_f64x4 __attribute__((vector_size(32)));
-
-static inline s_f32x4 s_ld(const float *x)
-{
-    s_f32x4 v;
-    memcpy(&v, x, sizeof v);
-    return v;
-}
+#include "nn/nn_vec.h"
 
 /* lanes of a where m is set, else 0 */
-static inline s_f32x4 s_keep(s_i32x4 m, s_f32x4 a)
+static inline nn_f32x4 s_keep(nn_i32x4 m, nn_f32x4 a)
 {
-    return (s_f32x4)((s_i32x4)a & m);
+    return (nn_f32x4)((nn_i32x4)a & m);
 }
 
 /* the twin's hardsigmoid clamp: NaN and t <= 0 give 0, t >= 1 gives 1 */
-static inline s_f32x4 s_clamp01(s_f32x4 t)
+static inline nn_f32x4 s_clamp01(nn_f32x4 t)
 {
-    const s_f32x4 one = {1, 1, 1, 1};
+    const nn_f32x4 one = {1, 1, 1, 1};
     t = s_keep(t > 0.0f, t);
-    const s_i32x4 below = t < one;
-    return (s_f32x4)(((s_i32x4)t & below) | ((s_i32x4)one & ~below));
+    const nn_i32x4 below = t < one;
+    return (nn_f32x4)(((nn_i32x4)t & below) | ((nn_i32x4)one & ~below));
 }
 
 void lp_ren_row_fwd_blk(float *o, const float *x, size_t n, float v, float sc, float gamma,
@@ -47,16 +37,16 @@ void lp_ren_row_fwd_blk(float *o, const float *x, size_t n, float v, float sc, f
 {
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        const s_f32x4 xv = s_ld(x + i);
-        const s_f32x4 t = s_clamp01(xv * v / 6.0f + 0.5f);
-        const s_f32x4 out = (xv * t) * sc * gamma + beta;
+        const nn_f32x4 xv = nn_vec_ld(x + i);
+        const nn_f32x4 t = s_clamp01(xv * v / 6.0f + 0.5f);
+        const nn_f32x4 out = (xv * t) * sc * gamma + beta;
         memcpy(o + i, &out, sizeof out);
     }
     if (i < n)
         lp_ren_row_fwd_ref(o + i, x + i, n - i, v, sc, gamma, beta);
 }
 
-static inline double s_sum(s_f64x4 a)
+static inline double s_sum(nn_f64x4 a)
 {
     return (a[0] + a[1]) + (a[2] + a[3]);
 }
@@ -64,27 +54,27 @@ static inline double s_sum(s_f64x4 a)
 void lp_ren_row_bwd_blk(float *dx, double sums[3], const float *x, const float *g, size_t n,
                         float v, float sc, float gamma)
 {
-    s_f64x4 dg = {0}, dgn = {0}, dvx = {0};
+    nn_f64x4 dg = {0}, dgn = {0}, dvx = {0};
     size_t i = 0;
     while (i + 4 <= n) {
-        s_f32x4 bg = {0}, bgn = {0}, bvx = {0};
+        nn_f32x4 bg = {0}, bgn = {0}, bvx = {0};
         const size_t end = i + 256 <= n ? i + 256 : n; /* 64 values per lane */
         for (; i + 4 <= end; i += 4) {
-            const s_f32x4 xv = s_ld(x + i), gv = s_ld(g + i);
-            const s_f32x4 xv6 = xv * v / 6.0f, t = xv6 + 0.5f;
-            const s_i32x4 in = (t >= 0.0f) & (t <= 1.0f);
-            const s_f32x4 h = s_clamp01(t), nrm = xv * h, dn = gv * sc * gamma;
+            const nn_f32x4 xv = nn_vec_ld(x + i), gv = nn_vec_ld(g + i);
+            const nn_f32x4 xv6 = xv * v / 6.0f, t = xv6 + 0.5f;
+            const nn_i32x4 in = (t >= 0.0f) & (t <= 1.0f);
+            const nn_f32x4 h = s_clamp01(t), nrm = xv * h, dn = gv * sc * gamma;
             bg += gv;
             bgn += gv * nrm;
             bvx += s_keep(in, dn * xv * xv);
             if (dx) {
-                const s_f32x4 d = dn * (h + s_keep(in, xv6));
+                const nn_f32x4 d = dn * (h + s_keep(in, xv6));
                 memcpy(dx + i, &d, sizeof d);
             }
         }
-        dg += __builtin_convertvector(bg, s_f64x4);
-        dgn += __builtin_convertvector(bgn, s_f64x4);
-        dvx += __builtin_convertvector(bvx, s_f64x4);
+        dg += __builtin_convertvector(bg, nn_f64x4);
+        dgn += __builtin_convertvector(bgn, nn_f64x4);
+        dvx += __builtin_convertvector(bvx, nn_f64x4);
     }
     sums[0] += s_sum(dg);
     sums[1] += s_sum(dgn);

@@ -14,24 +14,15 @@
 #include <string.h>
 
 #include "nn/nn_layers_simd.h"
-
-/* GNU C generic vectors of the baseline width (16 bytes: SSE2, NEON, ...) */
-typedef float s_f32x4 __attribute__((vector_size(16)));
+#include "nn/nn_vec.h"
 
 #define NN_BLK_L 8 /* lanes: two vectors */
 #define NN_BLK_T 3
 
-static inline s_f32x4 s_ld(const float *x)
-{
-    s_f32x4 v;
-    memcpy(&v, x, sizeof v);
-    return v;
-}
-
 /* the 8 lanes of acc (two vectors) in a fixed tree */
-static float s_fold(s_f32x4 lo, s_f32x4 hi)
+static float s_fold(nn_f32x4 lo, nn_f32x4 hi)
 {
-    const s_f32x4 v = lo + hi;
+    const nn_f32x4 v = lo + hi;
     return (v[0] + v[2]) + (v[1] + v[3]);
 }
 
@@ -39,18 +30,18 @@ static float s_fold(s_f32x4 lo, s_f32x4 hi)
  * the 6 partial sums in named variables, so they stay in registers */
 static void s_dots(float *D, const float *a, const float *const b[NN_BLK_T], int nt, size_t n)
 {
-    s_f32x4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
+    nn_f32x4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0};
     const size_t nl = n / NN_BLK_L * NN_BLK_L;
     for (size_t j = 0; j < nl; j += NN_BLK_L) {
-        const s_f32x4 a0 = s_ld(a + j), a1 = s_ld(a + j + 4);
-        c00 += a0 * s_ld(b[0] + j);
-        c01 += a1 * s_ld(b[0] + j + 4);
-        c10 += a0 * s_ld(b[1] + j);
-        c11 += a1 * s_ld(b[1] + j + 4);
-        c20 += a0 * s_ld(b[2] + j);
-        c21 += a1 * s_ld(b[2] + j + 4);
+        const nn_f32x4 a0 = nn_vec_ld(a + j), a1 = nn_vec_ld(a + j + 4);
+        c00 += a0 * nn_vec_ld(b[0] + j);
+        c01 += a1 * nn_vec_ld(b[0] + j + 4);
+        c10 += a0 * nn_vec_ld(b[1] + j);
+        c11 += a1 * nn_vec_ld(b[1] + j + 4);
+        c20 += a0 * nn_vec_ld(b[2] + j);
+        c21 += a1 * nn_vec_ld(b[2] + j + 4);
     }
-    const s_f32x4 acc[NN_BLK_T][2] = {{c00, c01}, {c10, c11}, {c20, c21}};
+    const nn_f32x4 acc[NN_BLK_T][2] = {{c00, c01}, {c10, c11}, {c20, c21}};
     for (int t = 0; t < nt; t++) {
         float tail = 0.0f;
         for (size_t j = nl; j < n; j++)
