@@ -33,7 +33,7 @@ static void s_sim(const char *precision, const char *extra, char *last)
 {
     char dir[256];
     assert_int_equal(tk_mkdtemp(dir, sizeof dir, "sim"), 0);
-    const char *bin = tk_bin();
+    const char *bin = tk_bin_cmd();
     assert_non_null(bin);
     char cmd[2048], metrics[300];
     snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
@@ -134,7 +134,7 @@ static void test_join(void **state)
 static int s_cli(const char *dir, const char *args)
 {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=1 timeout 300 %s %s >%s/log 2>&1", tk_bin(),
+    snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=1 timeout 300 %s %s >%s/log 2>&1", tk_bin_cmd(),
              args, dir);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;

@@ -62,6 +62,17 @@ const char *tk_bin(void)
     return bin;
 }
 
+const char *tk_bin_cmd(void)
+{
+    static char cmd[1400];
+    const char *bin = tk_bin(), *wrap = getenv("LPGOSSIP_TEST_EXEC");
+    if (!bin)
+        return NULL;
+    snprintf(cmd, sizeof cmd, "%s%s%s", wrap && wrap[0] ? wrap : "", wrap && wrap[0] ? " " : "",
+             bin);
+    return cmd;
+}
+
 int tk_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -133,6 +144,30 @@ void tk_dump(const char *path)
     free(s);
 }
 
+/* execv(bin, args); the lpgossip binary through $LPGOSSIP_TEST_EXEC when
+ * that is set (an emulator: scripts/cross runs the tests of another
+ * architecture under qemu-user, whose children are that architecture's
+ * binaries too). */
+static void s_exec(const char *bin, char *const *args)
+{
+    const char *wrap = getenv("LPGOSSIP_TEST_EXEC"), *own = tk_bin();
+    if (!wrap || !wrap[0] || !own || strcmp(bin, own) != 0) {
+        execv(bin, args);
+        return;
+    }
+    size_t n = 0;
+    while (args[n])
+        n++;
+    char **argv = calloc(n + 2, sizeof *argv);
+    if (!argv)
+        return;
+    argv[0] = (char *)wrap;
+    argv[1] = (char *)bin;
+    for (size_t k = 1; k <= n; k++) /* args[n] is the NULL */
+        argv[k + 1] = args[k];
+    execvp(wrap, argv);
+}
+
 pid_t tk_spawn(const char *bin, char *const *args, const char *logpath, int env_rank)
 {
     if (!bin)
@@ -164,7 +199,7 @@ pid_t tk_spawn(const char *bin, char *const *args, const char *logpath, int env_
         } else {
             unsetenv("LPGOSSIP_RANK");
         }
-        execv(bin, args);
+        s_exec(bin, args);
         _exit(127);
     }
     s_tab[s_n++] = (s_proc){pid, 0, 0};

@@ -4,7 +4,7 @@
  *          kill on teardown), and small helpers every process-level test
  *          needs.
  * Exposes: tk_quick, tk_bin, tk_free_port, tk_mkdtemp, tk_rmtree,
- *          tk_slurp, tk_dump, tk_spawn, tk_wait, tk_wait_all, tk_kill,
+ *          tk_bin_cmd, tk_slurp, tk_dump, tk_spawn, tk_wait, tk_wait_all, tk_kill,
  *          tk_kill_all.
  * Callers: tests/test_*.c (linked into every test program by the Makefile:
  *          each tests/NAME.c that is not a test program is a helper).
@@ -30,6 +30,10 @@ int tk_quick(void);
  * stderr) when it is not an executable file. */
 const char *tk_bin(void);
 
+/* tk_bin() as a shell command word: behind $LPGOSSIP_TEST_EXEC when set
+ * (for system()); NULL as tk_bin(). */
+const char *tk_bin_cmd(void);
+
 /* A TCP port on 127.0.0.1 that was free a moment ago (the kernel picked
  * it); -1 on failure. */
 int tk_free_port(void);
@@ -51,8 +55,9 @@ void tk_dump(const char *path);
 /* Starts tk_bin() (or bin when not NULL) with args (argv[0] included,
  * NULL-terminated) in a child whose stdout and stderr go to logpath (NULL:
  * inherited), with OPENBLAS_NUM_THREADS=1 and no rank variables from the
- * environment; env_rank >= 0 sets LPGOSSIP_RANK.  The child is recorded in
- * the process table.  Returns its pid, or -1. */
+ * environment; env_rank >= 0 sets LPGOSSIP_RANK; the lpgossip binary runs
+ * under $LPGOSSIP_TEST_EXEC when set (an emulator such as qemu-aarch64).
+ * The child is recorded in the process table.  Returns its pid, or -1. */
 pid_t tk_spawn(const char *bin, char *const *args, const char *logpath, int env_rank);
 
 /* Waits up to seconds for pid (a child from tk_spawn).  Returns its exit
