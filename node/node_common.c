@@ -10,6 +10,7 @@
 
 #include "lowprec/lp_model.h"
 #include "node/node_modelio.h"
+#include "nn/nn_pool.h"
 #include "nn/nn_safetensors.h"
 #include "node/node_data.h"
 
@@ -360,8 +361,10 @@ void node_avg_free(node_avg *a)
 
 void node_set_threads(int threads)
 {
-    if (threads > 0)
+    if (threads > 0) {
         openblas_set_num_threads(threads);
+        nn_pool_set_threads(threads);
+    }
 }
 
 int node_parse_int(const char *flag, const char *s, long lo, long hi, long *out, char *err,

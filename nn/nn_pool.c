@@ -1,0 +1,182 @@
+/* nn_pool — the persistent worker pool (nn_pool.h).
+ *
+ * Workers 1..nw wait on `go` for a new generation; worker i runs share i of
+ * the current job when i < nt, then counts itself done.  The caller runs
+ * share 0 and every share past the workers, then waits on `done`.  One job
+ * at a time: `busy` is taken with trylock, and a caller that cannot take it
+ * runs all shares inline (same split, same results). */
+#include "nn/nn_pool.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+static struct {
+    pthread_mutex_t mu, busy;
+    pthread_cond_t  go, done;
+    pthread_t       th[NN_POOL_MAX_THREADS];
+    int             nw;       /* workers started: ids 1..nw */
+    int             want;     /* set count, 0: follow OpenBLAS */
+    unsigned        gen;      /* job generation */
+    int             stop;
+    nn_pool_fn      fn;
+    void           *ctx;
+    int             nt, left; /* job width, worker shares not yet done */
+    unsigned        gen0[NN_POOL_MAX_THREADS]; /* generation at a worker's start */
+} s_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER,
+            .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+/* Polls of a fresh generation (or of the workers' end) before sleeping:
+ * kernels come in bursts, and a wake-up through the kernel costs more than
+ * a short conv chunk. */
+#define S_SPIN 20000
+
+static void s_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static unsigned s_load(const unsigned *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static void *s_worker(void *arg)
+{
+    const int id = (int)(size_t)arg;
+    pthread_mutex_lock(&s_pool.mu);
+    unsigned seen = s_pool.gen0[id]; /* a job posted since is this worker's too */
+    for (;;) {
+        pthread_mutex_unlock(&s_pool.mu);
+        for (int i = 0; i < S_SPIN && s_load(&s_pool.gen) == seen; i++)
+            s_relax();
+        pthread_mutex_lock(&s_pool.mu);
+        while (s_pool.gen == seen && !s_pool.stop)
+            pthread_cond_wait(&s_pool.go, &s_pool.mu);
+        if (s_pool.stop)
+            break;
+        seen = s_pool.gen;
+        if (id >= s_pool.nt)
+            continue;
+        nn_pool_fn fn = s_pool.fn;
+        void *ctx = s_pool.ctx;
+        const int nt = s_pool.nt;
+        pthread_mutex_unlock(&s_pool.mu);
+        fn(ctx, id, nt);
+        pthread_mutex_lock(&s_pool.mu);
+        __atomic_store_n(&s_pool.left, s_pool.left - 1, __ATOMIC_RELEASE);
+        if (s_pool.left == 0)
+            pthread_cond_signal(&s_pool.done);
+    }
+    pthread_mutex_unlock(&s_pool.mu);
+    return NULL;
+}
+
+static void s_stop_all(void)
+{
+    pthread_mutex_lock(&s_pool.busy);
+    pthread_mutex_lock(&s_pool.mu);
+    s_pool.stop = 1;
+    pthread_cond_broadcast(&s_pool.go);
+    const int nw = s_pool.nw;
+    pthread_mutex_unlock(&s_pool.mu);
+    for (int i = 1; i <= nw; i++)
+        pthread_join(s_pool.th[i], NULL);
+    pthread_mutex_lock(&s_pool.mu);
+    s_pool.nw = 0;
+    pthread_mutex_unlock(&s_pool.mu);
+    pthread_mutex_unlock(&s_pool.busy);
+}
+
+/* Starts workers up to ids n-1 (caller holds busy). */
+static void s_grow(int n)
+{
+    static int registered;
+    if (!registered) {
+        registered = 1;
+        atexit(s_stop_all);
+    }
+    pthread_mutex_lock(&s_pool.mu);
+    int nw = s_pool.nw;
+    pthread_mutex_unlock(&s_pool.mu);
+    while (nw + 1 < n && !s_pool.stop) {
+        s_pool.gen0[nw + 1] = s_pool.gen; /* stable: gen changes under busy only */
+        if (pthread_create(&s_pool.th[nw + 1], NULL, s_worker, (void *)(size_t)(nw + 1)) != 0)
+            break;
+        nw++;
+        pthread_mutex_lock(&s_pool.mu);
+        s_pool.nw = nw;
+        pthread_mutex_unlock(&s_pool.mu);
+    }
+}
+
+static int s_clamp(int n)
+{
+    return n < 1 ? 1 : n > NN_POOL_MAX_THREADS ? NN_POOL_MAX_THREADS : n;
+}
+
+static int s_threads_locked(void)
+{
+    return s_clamp(s_pool.want ? s_pool.want : openblas_get_num_threads());
+}
+
+void nn_pool_set_threads(int n)
+{
+    pthread_mutex_lock(&s_pool.busy);
+    s_pool.want = n < 1 ? 0 : s_clamp(n);
+    s_grow(s_threads_locked());
+    pthread_mutex_unlock(&s_pool.busy);
+}
+
+int nn_pool_threads(void)
+{
+    int w = __atomic_load_n(&s_pool.want, __ATOMIC_RELAXED);
+    return s_clamp(w ? w : openblas_get_num_threads());
+}
+
+void nn_pool_run(int nt, nn_pool_fn fn, void *ctx)
+{
+    assert(nt >= 1 && nt <= NN_POOL_MAX_THREADS);
+    if (nt == 1 || pthread_mutex_trylock(&s_pool.busy) != 0) {
+        for (int t = 0; t < nt; t++)
+            fn(ctx, t, nt);
+        return;
+    }
+    s_grow(nt);
+    pthread_mutex_lock(&s_pool.mu);
+    const int nw = s_pool.nw;
+    const int onw = nt - 1 < nw ? nt - 1 : nw; /* shares the workers take */
+    s_pool.fn = fn;
+    s_pool.ctx = ctx;
+    s_pool.nt = nt;
+    s_pool.left = onw;
+    __atomic_store_n(&s_pool.gen, s_pool.gen + 1, __ATOMIC_RELEASE);
+    if (onw > 0)
+        pthread_cond_broadcast(&s_pool.go);
+    pthread_mutex_unlock(&s_pool.mu);
+    fn(ctx, 0, nt);
+    for (int t = onw + 1; t < nt; t++)
+        fn(ctx, t, nt);
+    for (int i = 0; i < S_SPIN && __atomic_load_n(&s_pool.left, __ATOMIC_ACQUIRE) > 0; i++)
+        s_relax();
+    pthread_mutex_lock(&s_pool.mu);
+    while (s_pool.left > 0)
+        pthread_cond_wait(&s_pool.done, &s_pool.mu);
+    pthread_mutex_unlock(&s_pool.mu);
+    pthread_mutex_unlock(&s_pool.busy);
+}
+
+void nn_pool_share(size_t n, int t, int nt, size_t align, size_t *lo, size_t *hi)
+{
+    assert(nt >= 1 && t >= 0 && t < nt && align >= 1);
+    size_t a = n * (size_t)t / (size_t)nt, b = n * (size_t)(t + 1) / (size_t)nt;
+    a = a / align * align;
+    b = t + 1 == nt ? n : b / align * align;
+    *lo = a;
+    *hi = b;
+}
