@@ -30,7 +30,9 @@ static struct {
 /* Polls of a fresh generation (or of the workers' end) before sleeping:
  * kernels come in bursts, and a wake-up through the kernel costs more than
  * a short conv chunk. */
-#define S_SPIN 20000
+#ifndef S_SPIN
+#define S_SPIN 2000
+#endif
 
 static void s_relax(void)
 {
