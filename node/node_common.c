@@ -456,6 +456,12 @@ int node_threads_auto(void)
     const int q = s_cgroup_cpus();
     if (q > 0 && q < n)
         n = q;
+    /* a count set for this process's OpenBLAS (multi-process runs set 1)
+     * is a cap too */
+    const char *env = getenv("OPENBLAS_NUM_THREADS");
+    const int e = env ? atoi(env) : 0;
+    if (e > 0 && e < n)
+        n = e;
     return n > 256 ? 256 : n;
 }
 

@@ -137,7 +137,8 @@ int node_parse_threads(const char *s, long *out, char *err, size_t errlen);
 
 /* The threads `--threads auto` gives: the CPUs in this process's affinity
  * mask, capped by the cgroup CPU quota (v2 cpu.max, v1 cfs_quota_us /
- * cfs_period_us, rounded up), at least 1. */
+ * cfs_period_us, rounded up) and by OPENBLAS_NUM_THREADS where that is
+ * set (multi-process runs set 1), at least 1. */
 int node_threads_auto(void);
 
 /* Whole CPUs of a cgroup quota of `quota` us per `period` us, rounded up;

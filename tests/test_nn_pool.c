@@ -2,7 +2,8 @@
  * kernels that split over it: every share runs once, a busy pool runs a
  * second caller's shares inline, and the threaded int8 conv (forward, input
  * and weight gradients), stochastic rounding, dequantization and batch
- * ranges give the same bits at 2 and 3 threads as at 1. */
+ * ranges give the same bits at 2 and 3 threads as at 1; and the parsing
+ * behind --threads auto. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +20,7 @@
 #include "nn/nn_core.h"
 #include "nn/nn_layers.h"
 #include "nn/nn_pool.h"
+#include "node/node_common.h"
 
 /* ---- the pool ------------------------------------------------------------ */
 
@@ -231,6 +233,36 @@ static void test_quant_threads_identical(void **state)
     free(x); free(y1); free(y); free(q1); free(q); free(qr);
 }
 
+/* --threads auto (node_common.h): cgroup quotas round up, "max" and junk
+ * are no quota, the flag takes a count or "auto" and nothing else. */
+static void test_threads_auto(void **state)
+{
+    (void)state;
+    assert_int_equal(node_cpu_max_cpus("max 100000\n"), 0);
+    assert_int_equal(node_cpu_max_cpus("150000 100000\n"), 2);
+    assert_int_equal(node_cpu_max_cpus("100000 100000"), 1);
+    assert_int_equal(node_cpu_max_cpus("5000 100000"), 1);
+    assert_int_equal(node_cpu_max_cpus("800000 100000"), 8);
+    assert_int_equal(node_cpu_max_cpus("garbage"), 0);
+    assert_int_equal(node_cpu_max_cpus(""), 0);
+    assert_int_equal(node_quota_cpus(-1, 100000), 0); /* v1: no quota */
+    assert_int_equal(node_quota_cpus(250000, 100000), 3);
+    assert_int_equal(node_quota_cpus(100000, 0), 0);
+    char err[128];
+    long t = -1;
+    assert_int_equal(node_parse_threads("auto", &t, err, sizeof err), 0);
+    assert_int_equal(t, 0);
+    assert_int_equal(node_parse_threads("3", &t, err, sizeof err), 0);
+    assert_int_equal(t, 3);
+    assert_int_equal(node_parse_threads("0", &t, err, sizeof err), -1);
+    assert_int_equal(node_parse_threads("-2", &t, err, sizeof err), -1);
+    assert_int_equal(node_parse_threads("two", &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--threads"));
+    assert_int_equal(node_parse_threads("", &t, err, sizeof err), -1);
+    const int n = node_threads_auto();
+    assert_true(n >= 1 && n <= 256);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +271,7 @@ int main(void)
         cmocka_unit_test(test_share_partitions),
         cmocka_unit_test(test_conv_threads_identical),
         cmocka_unit_test(test_quant_threads_identical),
+        cmocka_unit_test(test_threads_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
