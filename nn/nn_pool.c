@@ -1,8 +1,9 @@
 /* nn_pool — the persistent worker pool (nn_pool.h).
  *
- * Workers 1..nw wait on `go` for a new generation; worker i runs share i of
- * the current job when i < nt, then counts itself done.  The caller runs
- * share 0 and every share past the workers, then waits on `done`.  One job
+ * Workers 1..nw wait on `go` for a new generation, then claim shares of the
+ * job (an atomic counter tagged with the generation) until none is left;
+ * the caller claims shares too, then waits on `done` until all nt are
+ * finished.  Which thread runs a share never changes what it computes.  One job
  * at a time: `busy` is taken with trylock, and a caller that cannot take it
  * runs all shares inline (same split, same results). */
 #include "nn/nn_pool.h"
@@ -10,6 +11,7 @@
 #include <assert.h>
 #include <cblas.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static struct {
@@ -22,7 +24,9 @@ static struct {
     int             stop;
     nn_pool_fn      fn;
     void           *ctx;
-    int             nt, left; /* job width, worker shares not yet done */
+    int             nt;       /* job width */
+    uint64_t        claim;    /* gen << 32 | next unclaimed share */
+    int             finished; /* shares of the job done */
     unsigned        gen0[NN_POOL_MAX_THREADS]; /* generation at a worker's start */
 } s_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER,
             .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
@@ -48,6 +52,36 @@ static unsigned s_load(const unsigned *p)
     return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 }
 
+/* The next unclaimed share of job `gen`, or -1 when none is left or the job
+ * is not the current one (a late worker never touches a newer job). */
+static int s_claim(unsigned gen, int nt)
+{
+    uint64_t c = __atomic_load_n(&s_pool.claim, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if ((unsigned)(c >> 32) != gen || (int)(uint32_t)c >= nt)
+            return -1;
+        if (__atomic_compare_exchange_n(&s_pool.claim, &c, c + 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return (int)(uint32_t)c;
+    }
+}
+
+/* Runs shares of job `gen` until none is left; the last one done wakes the
+ * caller.  Shares go to whichever thread is free first: a worker the
+ * scheduler has not run yet leaves its share to the others. */
+static void s_work(unsigned gen, nn_pool_fn fn, void *ctx, int nt)
+{
+    int t;
+    while ((t = s_claim(gen, nt)) >= 0) {
+        fn(ctx, t, nt);
+        if (__atomic_add_fetch(&s_pool.finished, 1, __ATOMIC_ACQ_REL) == nt) {
+            pthread_mutex_lock(&s_pool.mu);
+            pthread_cond_signal(&s_pool.done);
+            pthread_mutex_unlock(&s_pool.mu);
+        }
+    }
+}
+
 static void *s_worker(void *arg)
 {
     const int id = (int)(size_t)arg;
@@ -63,17 +97,12 @@ static void *s_worker(void *arg)
         if (s_pool.stop)
             break;
         seen = s_pool.gen;
-        if (id >= s_pool.nt)
-            continue;
         nn_pool_fn fn = s_pool.fn;
         void *ctx = s_pool.ctx;
         const int nt = s_pool.nt;
         pthread_mutex_unlock(&s_pool.mu);
-        fn(ctx, id, nt);
+        s_work(seen, fn, ctx, nt);
         pthread_mutex_lock(&s_pool.mu);
-        __atomic_store_n(&s_pool.left, s_pool.left - 1, __ATOMIC_RELEASE);
-        if (s_pool.left == 0)
-            pthread_cond_signal(&s_pool.done);
     }
     pthread_mutex_unlock(&s_pool.mu);
     return NULL;
@@ -151,23 +180,21 @@ void nn_pool_run(int nt, nn_pool_fn fn, void *ctx)
     }
     s_grow(nt);
     pthread_mutex_lock(&s_pool.mu);
-    const int nw = s_pool.nw;
-    const int onw = nt - 1 < nw ? nt - 1 : nw; /* shares the workers take */
+    const unsigned gen = s_pool.gen + 1;
     s_pool.fn = fn;
     s_pool.ctx = ctx;
     s_pool.nt = nt;
-    s_pool.left = onw;
-    __atomic_store_n(&s_pool.gen, s_pool.gen + 1, __ATOMIC_RELEASE);
-    if (onw > 0)
+    __atomic_store_n(&s_pool.finished, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&s_pool.claim, (uint64_t)gen << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&s_pool.gen, gen, __ATOMIC_RELEASE);
+    if (s_pool.nw > 0)
         pthread_cond_broadcast(&s_pool.go);
     pthread_mutex_unlock(&s_pool.mu);
-    fn(ctx, 0, nt);
-    for (int t = onw + 1; t < nt; t++)
-        fn(ctx, t, nt);
-    for (int i = 0; i < S_SPIN && __atomic_load_n(&s_pool.left, __ATOMIC_ACQUIRE) > 0; i++)
+    s_work(gen, fn, ctx, nt);
+    for (int i = 0; i < S_SPIN && __atomic_load_n(&s_pool.finished, __ATOMIC_ACQUIRE) < nt; i++)
         s_relax();
     pthread_mutex_lock(&s_pool.mu);
-    while (s_pool.left > 0)
+    while (__atomic_load_n(&s_pool.finished, __ATOMIC_ACQUIRE) < nt)
         pthread_cond_wait(&s_pool.done, &s_pool.mu);
     pthread_mutex_unlock(&s_pool.mu);
     pthread_mutex_unlock(&s_pool.busy);
