@@ -233,6 +233,48 @@ static void test_quant_threads_identical(void **state)
     free(x); free(y1); free(y); free(q1); free(q); free(qr);
 }
 
+/* Range EvoNorm forward (the output pass split over (sample, group) pairs)
+ * and backward: the same bits at 2 and 3 threads as at 1. */
+static void test_ren_threads_identical(void **state)
+{
+    (void)state;
+    const int N = 8, C = 32, HW = 256, G = 8;
+    const size_t n = (size_t)N * C * HW;
+    nn_rng r;
+    nn_rng_seed(&r, 5);
+    float *x = nn_xmalloc(n * 4), *g = nn_xmalloc(n * 4), *o = nn_xmalloc(n * 4);
+    float *o1 = nn_xmalloc(n * 4), *dx = nn_xmalloc(n * 4), *dx1 = nn_xmalloc(n * 4);
+    float gam[32], bet[32], v[32], dp[3][32], dp1[3][32];
+    s_fill(&r, x, n, -1.0f, 2.0f);
+    s_fill(&r, g, n, -0.01f, 0.01f);
+    s_fill(&r, gam, C, 0.5f, 1.5f);
+    s_fill(&r, bet, C, -0.2f, 0.2f);
+    s_fill(&r, v, C, 0.8f, 1.2f);
+    uint8_t *saved = nn_xmalloc(lp_ren_saved_bytes(N, C, HW, G));
+    float *scratch = nn_xmalloc(lp_ren_scratch_floats(N, C, HW) * 4);
+    for (int t = 1; t <= 3; t++) {
+        nn_pool_set_threads(t);
+        lp_ren_saved sv = {saved, {0, 0}, (float *)(void *)(saved + n), NULL};
+        sv.sq = sv.s + N * G;
+        float run[2] = {0, 0};
+        memset(dp, 0, sizeof dp);
+        lp_range_evonorm_forward(o, &sv, run, x, gam, bet, v, N, C, HW, G, (lp_mode){1, 31},
+                                 scratch);
+        lp_range_evonorm_backward(dx, dp[0], dp[1], dp[2], g, &sv, gam, v, N, C, HW, G, 9,
+                                  scratch);
+        if (t == 1) {
+            memcpy(o1, o, n * 4);
+            memcpy(dx1, dx, n * 4);
+            memcpy(dp1, dp, sizeof dp);
+        }
+        assert_memory_equal(o, o1, n * 4);
+        assert_memory_equal(dx, dx1, n * 4);
+        assert_memory_equal(dp, dp1, sizeof dp);
+    }
+    nn_pool_set_threads(0);
+    free(x); free(g); free(o); free(o1); free(dx); free(dx1); free(saved); free(scratch);
+}
+
 /* --threads auto (node_common.h): cgroup quotas round up, "max" and junk
  * are no quota, the flag takes a count or "auto" and nothing else. */
 static void test_threads_auto(void **state)
@@ -271,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_share_partitions),
         cmocka_unit_test(test_conv_threads_identical),
         cmocka_unit_test(test_quant_threads_identical),
+        cmocka_unit_test(test_ren_threads_identical),
         cmocka_unit_test(test_threads_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
