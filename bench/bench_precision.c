@@ -14,7 +14,11 @@
  * Also prints the OpenBLAS core that ran.  BENCH_ONLY=int8|fp32 runs only
  * that model's steps (2*steps of them, nothing timed), for profilers, with
  * the default weight-gradient arithmetic only.
- * Usage: bench_precision [steps (default 10)] [threads (default 1)]
+ * Each configuration runs at several thread counts side by side (the
+ * threads argument: a comma list, "all" = the CPUs this process may use;
+ * default 1,2,all), interleaved turn by turn, with the int8 and FP32
+ * speed-ups over the first count.
+ * Usage: bench_precision [steps (default 10)] [threads (default 1,2,all)]
  *                        [model: cnn | mlp | resnet20 | vgg11 | FILE.yaml
  *                         (default cnn, mlp, resnet20)] [level]. */
 #include <cblas.h>
@@ -28,6 +32,8 @@
 #include "bench/bench_batch.h"
 #include "nn/nn_model.h"
 #include "nn/nn_optim.h"
+#include "nn/nn_pool.h"
+#include "node/node_common.h"
 #include "node/node_modelfile.h"
 
 typedef struct {
@@ -144,15 +150,45 @@ static void s_close(s_run *r)
     nn_model_destroy(&r->m);
 }
 
-/* One configuration (CPU level, weight-gradient arithmetic): both models
- * built after the level is set (kernel paths and scratch depend on it),
- * then taking turns: each turn is two steps of one model and only the
- * second is timed (the first refills the caches the other model evicted:
- * timing alternate single steps made the base FP32 step look 50% slower
- * than alone), so a busy neighbour on a shared machine slows both alike;
- * one warm-up turn each. */
+#define S_MAXT 8 /* thread counts per run */
+
+/* The thread counts to compare: argument "1,2,all" style ("all": the CPUs
+ * this process may use, node_threads_auto), duplicates dropped. */
+static int s_threads_list(const char *arg, int *thr)
+{
+    int n = 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", arg);
+    for (char *tok = strtok(buf, ","); tok && n < S_MAXT; tok = strtok(NULL, ",")) {
+        int t = strcmp(tok, "all") == 0 ? node_threads_auto() : atoi(tok);
+        int dup = t < 1;
+        for (int i = 0; i < n; i++)
+            dup |= thr[i] == t;
+        if (!dup)
+            thr[n++] = t;
+    }
+    if (n == 0)
+        thr[n++] = 1;
+    return n;
+}
+
+static void s_set_threads(int t)
+{
+    openblas_set_num_threads(t);
+    nn_pool_set_threads(t);
+}
+
+/* One configuration (CPU level, weight-gradient arithmetic) at nth thread
+ * counts thr[]: both models built after the level is set (kernel paths and
+ * scratch depend on it), then taking turns: each turn runs, for every
+ * thread count, two steps of one model and only the second is timed (the
+ * first refills the caches the other model evicted: timing alternate single
+ * steps made the base FP32 step look 50% slower than alone), so a busy
+ * neighbour on a shared machine slows every column alike; one warm-up turn.
+ * One row per thread count; "x1T" is the speed-up of the int8 (and FP32)
+ * step over the first count's. */
 static void s_config(const s_spec *sp, const char *level, const char *wgrad, int batch, int steps,
-                     int first)
+                     int first, const int *thr, int nth)
 {
     const char *arch = sp->name;
     s_run f, q;
@@ -163,30 +199,47 @@ static void s_config(const s_spec *sp, const char *level, const char *wgrad, int
     bench_random_batch(batch, sp->c * sp->h * sp->w, &x, &y);
     for (int i = 0; i < batch; i++)
         y[i] = (uint8_t)(y[i] % sp->classes);
-    double *pr = malloc((size_t)steps * sizeof *pr);
+    double *tf = malloc((size_t)steps * nth * sizeof *tf);
+    double *tq = malloc((size_t)steps * nth * sizeof *tq);
+    double *pr = malloc((size_t)steps * nth * sizeof *pr);
     const char *only = getenv("BENCH_ONLY"); /* "int8" or "fp32": one model, for perf */
+    s_set_threads(thr[0]);
     for (int i = 0; only && i < 2 * steps; i++)
         s_step(strcmp(only, "int8") == 0 ? &q : &f, x, y, batch);
-    for (int i = 0; !only && i < steps + 1; i++) {
-        s_step(&f, x, y, batch);
-        double tf = s_step(&f, x, y, batch);
-        s_step(&q, x, y, batch);
-        double tq = s_step(&q, x, y, batch);
-        if (i >= 1) {
-            f.t[i - 1] = tf;
-            q.t[i - 1] = tq;
-            pr[i - 1] = tq / tf;
+    for (int i = 0; !only && i < steps + 1; i++)
+        for (int k = 0; k < nth; k++) {
+            s_set_threads(thr[k]);
+            s_step(&f, x, y, batch);
+            double a = s_step(&f, x, y, batch);
+            s_step(&q, x, y, batch);
+            double b = s_step(&q, x, y, batch);
+            if (i >= 1) {
+                tf[k * steps + i - 1] = a;
+                tq[k * steps + i - 1] = b;
+                pr[k * steps + i - 1] = b / a;
+            }
         }
-    }
-    double mf = 1000 * s_median(f.t, steps), mq = 1000 * s_median(q.t, steps);
-    double mr = s_median(pr, steps);
     size_t af = nn_model_activation_bytes(f.m, batch), aq = nn_model_activation_bytes(q.m, batch);
     if (first)
         printf("%s: saved activations int8/fp32 %.3f (%zu / %zu B), prepared %.3f\n", arch,
                (double)aq / af, aq, af,
                (double)nn_model_prepared_bytes(q.m) / nn_model_prepared_bytes(f.m));
-    printf("%-9s %-11s %-5s %9.3f %9.3f %8.3f %8.3f\n", arch, level, wgrad, mf, mq, mq / mf, mr);
+    double mf1 = 0, mq1 = 0;
+    for (int k = 0; k < nth; k++) {
+        double mf = 1000 * s_median(tf + k * steps, steps);
+        double mq = 1000 * s_median(tq + k * steps, steps);
+        double mr = s_median(pr + k * steps, steps);
+        if (k == 0) {
+            mf1 = mf;
+            mq1 = mq;
+        }
+        printf("%-9s %-11s %-5s %3d %9.3f %9.3f %8.3f %8.3f %8.3f %8.3f\n", arch, level, wgrad,
+               thr[k], mf, mq, mq / mf, mr, mq1 / mq, mf1 / mf);
+    }
     fflush(stdout);
+    s_set_threads(thr[0]);
+    free(tf);
+    free(tq);
     free(pr);
     free(x);
     free(y);
@@ -196,17 +249,19 @@ static void s_config(const s_spec *sp, const char *level, const char *wgrad, int
 
 int main(int argc, char **argv)
 {
-    int steps = argc > 1 ? atoi(argv[1]) : 10, threads = argc > 2 ? atoi(argv[2]) : 1;
+    int steps = argc > 1 ? atoi(argv[1]) : 10, thr[S_MAXT];
+    const int nth = s_threads_list(argc > 2 ? argv[2] : "1,2,all", thr);
     const int batch = 32;
     if (steps < 1)
         steps = 1;
-    openblas_set_num_threads(threads);
-    printf("CPU best level %s%s, OpenBLAS core %s, %d thread(s), batch %d, median of "
-           "%d steps (images 3x32x32, mlp 30x1x1)\n",
-           nn_cpu_name(nn_cpu_best()), lp_bf16_supported() ? " + AVX-512 BF16" : "",
-           openblas_get_corename(), threads, batch, steps);
-    printf("%-9s %-11s %-5s %9s %9s %8s %8s\n", "model", "level", "wgrad", "fp32 ms", "int8 ms",
-           "int8/fp32", "(turns)");
+    printf("CPU best level %s%s, OpenBLAS core %s, threads", nn_cpu_name(nn_cpu_best()),
+           lp_bf16_supported() ? " + AVX-512 BF16" : "", openblas_get_corename());
+    for (int k = 0; k < nth; k++)
+        printf("%s%d", k ? "," : " ", thr[k]);
+    printf(" (all: %d), batch %d, median of %d steps (images 3x32x32, mlp 30x1x1)\n",
+           node_threads_auto(), batch, steps);
+    printf("%-9s %-11s %-5s %3s %9s %9s %8s %8s %8s %8s\n", "model", "level", "wgrad", "thr",
+           "fp32 ms", "int8 ms", "int8/fp32", "(turns)", "int8 x1T", "fp32 x1T");
     static const char *defaults[3] = {"cnn", "mlp", "resnet20"};
     const char *one[1] = {argc > 3 ? argv[3] : NULL};
     const char **archs = argc > 3 ? one : defaults;
@@ -230,7 +285,7 @@ int main(int argc, char **argv)
                     continue;
                 if (getenv("BENCH_ONLY") && wg == LP_WGRAD_FP32 && lp_bf16_supported())
                     continue; /* profiling: the default arithmetic only */
-                s_config(&sp, lv, lp_wgrad_name(), batch, steps, first);
+                s_config(&sp, lv, lp_wgrad_name(), batch, steps, first, thr, nth);
                 first = 0;
             }
         }

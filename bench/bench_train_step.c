@@ -1,9 +1,11 @@
 /* bench_train_step — ms per training step (forward, backward, SGD update;
- * batch 32) of resnet20 on 1x28x28 and 3x32x32 inputs with 1 and 2 BLAS
- * threads, next to PyTorch for exactly the same architecture
+ * batch 32) of resnet20 on 1x28x28 and 3x32x32 inputs with 1, 2 and all
+ * threads (the CPUs this process may use; BLAS and the layer pool), FP32
+ * and int8 (lowprec/) side by side with the int8 speed-up over 1 thread,
+ * next to PyTorch for exactly the same architecture
  * (bench/torch_resnet20.py, run with /usr/bin/python3 when Debian's
  * python3-torch is installed; skipped with a message otherwise).
- * Prints ratio = ours / PyTorch (lower is better; the goal is <= 0.8 for
+ * Prints ratio = ours (FP32) / PyTorch (lower is better; the goal is <= 0.8 for
  * 3x32x32 with 1 thread).  Medians of repeated steps. */
 #include <cblas.h>
 #include <stdio.h>
@@ -12,7 +14,10 @@
 
 #include "bench/bench_batch.h"
 #include "nn/nn_model.h"
+#include "lowprec/lp_model.h"
 #include "nn/nn_optim.h"
+#include "nn/nn_pool.h"
+#include "node/node_common.h"
 
 static int s_cmp(const void *a, const void *b)
 {
@@ -20,10 +25,11 @@ static int s_cmp(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double s_ours(const char *arch, int c, int h, int w, int batch, int steps)
+static double s_ours(const char *arch, const nn_factory *f, int c, int h, int w, int batch,
+                     int steps)
 {
     char err[256];
-    nn_model_config cfg = {.in_c = c, .in_h = h, .in_w = w, .classes = 10};
+    nn_model_config cfg = {.in_c = c, .in_h = h, .in_w = w, .classes = 10, .factory = f};
     snprintf(cfg.arch, sizeof cfg.arch, "%s", arch);
     nn_model *m = nn_model_new(&cfg, err, sizeof err);
     if (!m) {
@@ -90,23 +96,34 @@ int main(int argc, char **argv)
     if (!have_torch)
         printf("PyTorch comparison skipped: /usr/bin/python3 cannot import torch "
                "(apt-get install python3-torch)\n");
-    printf("%-10s %-8s %7s %12s %12s %8s\n", "model", "input", "threads", "ours ms", "torch ms",
-           "ratio");
+    printf("%-10s %-8s %7s %12s %12s %9s %8s %12s %8s\n", "model", "input", "threads",
+           "ours ms", "int8 ms", "int8/fp32", "int8 x1T", "torch ms", "ratio");
     static const int shapes[2][3] = {{1, 28, 28}, {3, 32, 32}};
-    for (int s = 0; s < 2; s++)
-        for (int threads = 1; threads <= 2; threads++) {
+    const int all = node_threads_auto(), counts[3] = {1, 2, all};
+    for (int s = 0; s < 2; s++) {
+        double q1 = 0;
+        for (int k = 0; k < 3; k++) {
+            const int threads = counts[k];
+            if (k == 2 && all <= 2)
+                break;
             openblas_set_num_threads(threads);
+            nn_pool_set_threads(threads);
             const int *sh = shapes[s];
-            double ours = s_ours("resnet20", sh[0], sh[1], sh[2], batch, steps);
+            double ours = s_ours("resnet20", NULL, sh[0], sh[1], sh[2], batch, steps);
+            double q = s_ours("resnet20", &lp_factory_int8, sh[0], sh[1], sh[2], batch, steps);
             double theirs = have_torch ? s_torch(sh[0], sh[1], sh[2], threads, batch, steps) : -1;
-            char in[32];
+            if (k == 0)
+                q1 = q;
+            char in[32], tm[32] = "-", ratio[32] = "-";
             snprintf(in, sizeof in, "%dx%dx%d", sh[0], sh[1], sh[2]);
-            if (theirs > 0)
-                printf("%-10s %-8s %7d %12.2f %12.2f %8.3f\n", "resnet20", in, threads, ours,
-                       theirs, ours / theirs);
-            else
-                printf("%-10s %-8s %7d %12.2f %12s %8s\n", "resnet20", in, threads, ours, "-", "-");
+            if (theirs > 0) {
+                snprintf(tm, sizeof tm, "%.2f", theirs);
+                snprintf(ratio, sizeof ratio, "%.3f", ours / theirs);
+            }
+            printf("%-10s %-8s %7d %12.2f %12.2f %9.3f %8.3f %12s %8s\n", "resnet20", in,
+                   threads, ours, q, q / ours, q1 / q, tm, ratio);
             fflush(stdout);
         }
+    }
     return 0;
 }

@@ -8,6 +8,7 @@
 
 #include "lowprec/lp_kern.h"
 #include "nn/nn_cpu.h"
+#include "nn/nn_pool.h"
 
 static lp_wgrad_t s_wgrad = LP_WGRAD_AUTO;
 
@@ -107,14 +108,47 @@ void lp_shiftdot_bf16_ref(float *D, size_t ldd, const uint16_t *A, size_t lda, i
             }
 }
 
+/* One thread's rows of lp_shiftdot_bf16 (nn_pool.h): rows [m0, m1) in
+ * multiples of 4 (the kernel's row tile), each row's sums those of the
+ * single-threaded call. */
+typedef struct {
+    float *D;
+    const uint16_t *A, *B;
+    size_t ldd, lda, ldb, n;
+    const int *toff;
+    int M, nch, T;
+} s_dot_job;
+
+static void s_dot_worker(void *arg, int t, int nt)
+{
+    const s_dot_job *j = arg;
+    size_t m0, m1;
+    nn_pool_share((size_t)j->M, t, nt, 4, &m0, &m1);
+    if (m1 > m0)
+        lp_kern()->shiftdot_bf16(j->D + m0 * j->ldd, j->ldd, j->A + m0 * j->lda, j->lda,
+                                 (int)(m1 - m0), j->B, j->ldb, j->nch, j->toff, j->T, j->n);
+}
+
+/* Products per thread below which one thread does the work. */
+#define S_DOT_MIN_WORK ((size_t)1 << 18)
+
 void lp_shiftdot_bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
                       const uint16_t *B, size_t ldb, int nch, const int *toff, int T, size_t n)
 {
     assert(M >= 1 && nch >= 1 && T >= 1);
-    if (lp_tile_model_forced())
+    if (lp_tile_model_forced()) {
         (void)lp_tiledot_bf16_emu(D, ldd, A, lda, M, B, ldb, nch, toff, T, n); /* counted */
-    else if (lp_tile_bf16_ready())
+        return;
+    }
+    if (lp_tile_bf16_ready()) {
         lp_tiledot_bf16(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
-    else
-        lp_kern()->shiftdot_bf16(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+        return;
+    }
+    const size_t work = (size_t)M * nch * T * n;
+    int nt = nn_pool_threads();
+    nt = nt > M / 4 ? M / 4 : nt;
+    while (nt > 1 && work / (size_t)nt < S_DOT_MIN_WORK)
+        nt--;
+    s_dot_job j = {D, A, B, ldd, lda, ldb, n, toff, M, nch, T};
+    nn_pool_run(nt < 1 ? 1 : nt, s_dot_worker, &j);
 }

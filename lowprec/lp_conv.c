@@ -35,6 +35,7 @@
 #include "lowprec/lp_layer_common.h"
 #include "lowprec/lp_simd.h"
 #include "lowprec/lp_tile.h"
+#include "nn/nn_pool.h"
 
 /* ---- conv2d ------------------------------------------------------------ */
 
@@ -118,23 +119,44 @@ static size_t s_vlen(int nb, int H, int W, int pad)
 /* (The pair layout's rows and packed A are the largest of the three
  * layouts, except the tile layout's grid for one quad row and its packed A
  * for M not a multiple of 16: the max of the two is taken.) */
-static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int pad)
+/* Bytes of one thread's part of s_shift_conv scratch: the grid, the channel
+ * sums and the GEMM sums of a chunk, and the dequant row sums. */
+static size_t s_shift_thread_bytes(int N, int nch, int M, int H, int W, int K, int pad)
 {
-    const int np = (nch + 1) / 2, nq = (nch + 3) / 4, T = K * K, nb = s_shift_nb(N, H, W, pad);
+    const int np = (nch + 1) / 2, nq = (nch + 3) / 4, nb = s_shift_nb(N, H, W, pad);
     const size_t cs = (size_t)nb * (H + 2 * pad) * (W + 2 * pad), vlen = s_vlen(nb, H, W, pad);
-    const size_t ap = lp_shift_pack_lanes(M, np * T), at = lp_tile_pack_lanes(M, K, nq * K);
     const size_t gp = (size_t)np * K * vlen, gt = (size_t)nq * K * (vlen + 1);
     size_t s = 0;
-    s += LP_ALIGN64((ap > at ? ap : at) * 4);
-    s += LP_ALIGN64((size_t)M * (K + 1) * (K + 1) * 4);
-    s += LP_ALIGN64((size_t)(H + W) * 2 * sizeof(int));
     s += LP_ALIGN64((gp > gt ? gp : gt) * 4);
     s += LP_ALIGN64(cs * 4);
     s += LP_ALIGN64((size_t)M * vlen * 4);
     s += LP_ALIGN64((size_t)H * W * sizeof(double));
+    return s;
+}
+
+/* Threads s_shift_conv may use: its chunks of samples, at most
+ * LP_CONV_MAX_THREADS (the thread parts its scratch holds). */
+static int s_shift_threads(int N, int H, int W, int pad)
+{
+    const int nb = s_shift_nb(N, H, W, pad), chunks = (N + nb - 1) / nb;
+    int nt = nn_pool_threads();
+    nt = nt > LP_CONV_MAX_THREADS ? LP_CONV_MAX_THREADS : nt;
+    return nt > chunks ? chunks : nt;
+}
+
+static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int pad)
+{
+    const int np = (nch + 1) / 2, nq = (nch + 3) / 4, T = K * K, nb = s_shift_nb(N, H, W, pad);
+    const size_t ap = lp_shift_pack_lanes(M, np * T), at = lp_tile_pack_lanes(M, K, nq * K);
+    const int parts = LP_CONV_MAX_THREADS < (N + nb - 1) / nb ? LP_CONV_MAX_THREADS
+                                                              : (N + nb - 1) / nb;
+    size_t s = 0;
+    s += LP_ALIGN64((ap > at ? ap : at) * 4);
+    s += LP_ALIGN64((size_t)M * (K + 1) * (K + 1) * 4);
+    s += LP_ALIGN64((size_t)(H + W) * 2 * sizeof(int));
     s += LP_ALIGN64((size_t)M * s_max_classes(H, K) * W * sizeof(double));
     s += LP_ALIGN64((size_t)H * sizeof(int));
-    return s;
+    return s + (size_t)parts * s_shift_thread_bytes(N, nch, M, H, W, K, pad);
 }
 
 size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
@@ -524,27 +546,82 @@ static void s_shift_tilegemm(int32_t *S, const uint32_t *Ap, int M, const uint32
  * s_shift_conv_bytes(N, nch, M, H, W, K, pad).  Pairs and vpmaddwd at the
  * portable and AVX2 levels, quads and vpdpbusd at AVX-512 VNNI: the same
  * floats either way. */
+/* The sample-independent part of a shift conv, shared by its threads. */
+typedef struct {
+    float *out;
+    const uint8_t *b;
+    const uint32_t *Ap;
+    const double *bases;
+    const int *hcls;
+    unsigned char *parts; /* thread t's scratch at t * part */
+    size_t part;
+    s_shift_geo g;
+    s_conv_rows rows;
+    int N, nch, M, nh;
+    int toff[LP_SHIFT_TMAX], ctoff[LP_SHIFT_TMAX];
+    double cS, cSB;
+} s_shift_job;
+
+/* Thread t of nt: chunks [nc*t/nt, nc*(t+1)/nt) of nb samples each, in its
+ * own scratch part; every sample's floats are those of one thread. */
+static void s_shift_worker(void *arg, int t, int nt)
+{
+    const s_shift_job *j = arg;
+    const s_shift_geo *g = &j->g;
+    const int H = g->H, W = g->W, pad = g->pad, M = j->M;
+    unsigned char *sp = j->parts + (size_t)t * j->part;
+    uint32_t *grid = lp_take(&sp, (size_t)g->np * g->ldb * 4);
+    int32_t *chs = lp_take(&sp, (size_t)g->nb * g->plane * 4);
+    int32_t *Sm = lp_take(&sp, (size_t)M * g->vlen * 4);
+    double *tx = lp_take(&sp, (size_t)H * W * sizeof(double));
+    size_t c0, c1;
+    nn_pool_share((size_t)(j->N + g->nb - 1) / g->nb, t, nt, 1, &c0, &c1);
+    for (int n0 = (int)c0 * g->nb; n0 < (int)c1 * g->nb && n0 < j->N; n0 += g->nb) {
+        const int cnt = j->N - n0 < g->nb ? j->N - n0 : g->nb;
+        s_shift_grid(grid, chs, j->b, j->nch, n0, cnt, g, &j->rows);
+        /* only the real pixels' sums are computed (rows of W, not Wp) */
+        const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
+        if (j->rows.tile)
+            s_shift_tilegemm(Sm + g->J0, j->Ap, M, grid + g->J0, g, &j->rows, n);
+        else if (j->rows.quad)
+            lp_shiftgemm_q(Sm + g->J0, g->vlen, j->Ap, M, grid + g->J0, g->ldb, g->np, j->toff,
+                           g->T, n);
+        else
+            lp_shiftgemm(Sm + g->J0, g->vlen, j->Ap, M, grid + g->J0, g->ldb, g->np, j->toff,
+                         g->T, n);
+        for (int s = 0; s < cnt; s++)
+            s_shift_dequant(j->out + (size_t)(n0 + s) * M * H * W, Sm, chs, j->ctoff, j->cS,
+                            j->cSB, j->bases, j->hcls, j->nh, M, s, g, &j->rows, tx);
+    }
+}
+
+/* out (N, M, H, W) = the stride-1 same conv (K x K, pad = (K-1)/2) of the
+ * codes b (N, nch, H, W) with the kernel codes a (M, nch, K, K), in real
+ * values: sum over the taps inside the image of (sa*a + ma)(sb*b + mb),
+ * plus bias[m] (may be NULL).  Overwrites out.  Scratch:
+ * s_shift_conv_bytes(N, nch, M, H, W, K, pad).  Pairs and vpmaddwd at the
+ * portable and AVX2 levels, quads and vpdpbusd at AVX-512 VNNI: the same
+ * floats either way.  Chunks of samples split over the threads of
+ * nn_pool.h: the same floats for any thread count. */
 static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uint8_t *a,
                          lp_qparams aqp, const float *bias, int N, int nch, int M, int H, int W,
                          int K, int pad, void *scratch)
 {
-    const s_conv_rows rows = s_rows();
-    const s_shift_geo g = s_geo(&rows, N, nch, H, W, K, pad);
-    const int T = g.T, K2 = g.np * T, Wp = W + 2 * pad;
+    s_shift_job j = {.out = out, .b = b, .N = N, .nch = nch, .M = M};
+    j.rows = s_rows();
+    j.g = s_geo(&j.rows, N, nch, H, W, K, pad);
+    const s_shift_geo *g = &j.g;
+    const int T = g->T, K2 = g->np * T, Wp = W + 2 * pad;
     const size_t PS = (size_t)(K + 1) * (K + 1);
     unsigned char *sp = (unsigned char *)scratch;
-    uint32_t *Ap = lp_take(&sp, (g.tile ? lp_tile_pack_lanes(M, K, g.np * K)
-                                       : lp_shift_pack_lanes(M, K2)) * 4);
+    uint32_t *Ap = lp_take(&sp, (g->tile ? lp_tile_pack_lanes(M, K, g->np * K)
+                                        : lp_shift_pack_lanes(M, K2)) * 4);
     int32_t *pre = lp_take(&sp, (size_t)M * PS * 4);
     int *rh = lp_take(&sp, (size_t)(H + W) * 2 * sizeof(int)), *rw = rh + 2 * H;
-    uint32_t *grid = lp_take(&sp, (size_t)g.np * g.ldb * 4);
-    int32_t *chs = lp_take(&sp, (size_t)g.nb * g.plane * 4);
-    int32_t *Sm = lp_take(&sp, (size_t)M * g.vlen * 4);
-    double *tx = lp_take(&sp, (size_t)H * W * sizeof(double));
     double *bases = lp_take(&sp, (size_t)M * s_max_classes(H, K) * W * sizeof(double));
     int *hcls = lp_take(&sp, (size_t)H * sizeof(int));
 
-    s_shift_pack_a(Ap, a, M, nch, &g);
+    s_shift_pack_a(Ap, a, M, nch, g);
     s_tap_prefix(pre, a, M, nch, K, K);
     for (int o = 0; o < H; o++)
         s_tap_range(o, 1, pad, K, H, &rh[2 * o], &rh[2 * o + 1]);
@@ -552,32 +629,25 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
         s_tap_range(o, 1, pad, K, W, &rw[2 * o], &rw[2 * o + 1]);
     /* tap (kh, kw) reads variant kw, shifted by rows and columns; ctoff the
      * same taps in the zero-bordered (Wp-wide) grid of channel sums */
-    int toff[LP_SHIFT_TMAX], ctoff[LP_SHIFT_TMAX];
     assert(T <= LP_SHIFT_TMAX);
     for (int kh = 0; kh < K; kh++)
         for (int kw = 0; kw < K; kw++) {
-            toff[kh * K + kw] = (int)((size_t)kw * g.vlen) + (kh - pad) * W + (kw - pad);
-            ctoff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
+            j.toff[kh * K + kw] = (int)((size_t)kw * g->vlen) + (kh - pad) * W + (kw - pad);
+            j.ctoff[kh * K + kw] = (kh - pad) * Wp + (kw - pad);
         }
     const double sa = aqp.scale, ma = aqp.min, sb = bqp.scale, mb = bqp.min;
-    const double cS = sa * sb, cSB = ma * sb, cSA = sa * mb, cK = ma * mb;
-    const int nh = s_base_rows(bases, hcls, pre, rh, rw, M, H, W, K, K, nch, cSA, cK, bias);
-
-    for (int n0 = 0; n0 < N; n0 += g.nb) {
-        const int cnt = N - n0 < g.nb ? N - n0 : g.nb;
-        s_shift_grid(grid, chs, b, nch, n0, cnt, &g, &rows);
-        /* only the real pixels' sums are computed (rows of W, not Wp) */
-        const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
-        if (rows.tile)
-            s_shift_tilegemm(Sm + g.J0, Ap, M, grid + g.J0, &g, &rows, n);
-        else if (rows.quad)
-            lp_shiftgemm_q(Sm + g.J0, g.vlen, Ap, M, grid + g.J0, g.ldb, g.np, toff, T, n);
-        else
-            lp_shiftgemm(Sm + g.J0, g.vlen, Ap, M, grid + g.J0, g.ldb, g.np, toff, T, n);
-        for (int j = 0; j < cnt; j++)
-            s_shift_dequant(out + (size_t)(n0 + j) * M * H * W, Sm, chs, ctoff, cS, cSB, bases,
-                            hcls, nh, M, j, &g, &rows, tx);
-    }
+    const double cSA = sa * mb, cK = ma * mb;
+    j.cS = sa * sb;
+    j.cSB = ma * sb;
+    j.nh = s_base_rows(bases, hcls, pre, rh, rw, M, H, W, K, K, nch, cSA, cK, bias);
+    j.Ap = Ap;
+    j.bases = bases;
+    j.hcls = hcls;
+    j.parts = sp;
+    j.part = s_shift_thread_bytes(N, nch, M, H, W, K, pad);
+    /* the tile path (AMX, or its model with its shared tile state) stays on
+     * the calling thread */
+    nn_pool_run(j.rows.tile ? 1 : s_shift_threads(N, H, W, pad), s_shift_worker, &j);
 }
 
 void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float *in,

@@ -17,6 +17,7 @@
 #include "lowprec/lp_bf16.h"
 #include "lowprec/lp_kern.h"
 #include "lowprec/lp_layer_common.h"
+#include "nn/nn_pool.h"
 
 /* True when the conv weight gradients are bf16 now (lp_bf16.h): every
  * conv, through shifted grids (stride-1 same) or an im2col of the codes. */
@@ -84,31 +85,58 @@ static int s_wgrad_nb(const nn_conv_dims *d)
 }
 
 
+typedef struct {
+    uint16_t *gx, *gg;
+    const uint8_t *xq;
+    const float *dout;
+    const nn_conv_dims *d;
+    int n0, cnt;
+} s_grids_job;
+
+/* Thread t's rows of the C + OC grid rows (input channels, then gradient
+ * channels): each row zeroed and filled by one thread. */
+static void s_grids_worker(void *arg, int t, int nt)
+{
+    const s_grids_job *jb = arg;
+    const nn_conv_dims *d = jb->d;
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
+    const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)jb->cnt * plane;
+    const size_t P = (size_t)H * W;
+    const lp_kern_t *k = lp_kern(); /* resolved once, not per row */
+    size_t r0, r1;
+    nn_pool_share((size_t)C + OC, t, nt, 1, &r0, &r1);
+    for (size_t r = r0; r < r1; r++) {
+        const int x = r < (size_t)C, c = x ? (int)r : (int)r - C, nch = x ? C : OC;
+        uint16_t *row = (x ? jb->gx : jb->gg) + (size_t)c * cs;
+        memset(row, 0, cs * 2);
+        for (int j = 0; j < jb->cnt; j++) {
+            const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
+            const size_t src = ((size_t)(jb->n0 + j) * nch + c) * P;
+            for (int h = 0; h < H; h++) {
+                if (x)
+                    k->bf16_codes_row(row + at + (size_t)h * Wp, jb->xq + src + (size_t)h * W,
+                                      (size_t)W);
+                else
+                    k->bf16_row(row + at + (size_t)h * Wp, jb->dout + src + (size_t)h * W,
+                                (size_t)W);
+            }
+        }
+    }
+}
+
 /* The bf16 grids of one chunk: samples [n0, n0+cnt) of the codes xq
  * (N, C, H, W) and of dout (N, OC, H, W), each plane (Hp, Wp) zero-bordered
  * with the image at (pad, pad), channel rows of cs = cnt*Hp*Wp values.
- * Overwrites gx (C, cs) and gg (OC, cs). */
+ * Overwrites gx (C, cs) and gg (OC, cs).  Rows split over the pool. */
 static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const float *dout,
                          const nn_conv_dims *d, int n0, int cnt)
 {
-    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, Wp = W + 2 * pad;
-    const size_t plane = (size_t)(H + 2 * pad) * Wp, cs = (size_t)cnt * plane, P = (size_t)H * W;
-    const lp_kern_t *k = lp_kern(); /* resolved once, not per row */
-    void (*codes_row)(uint16_t *, const uint8_t *, size_t) = k->bf16_codes_row;
-    void (*f32_row)(uint16_t *, const float *, size_t) = k->bf16_row;
-    memset(gx, 0, (size_t)C * cs * 2);
-    memset(gg, 0, (size_t)OC * cs * 2);
-    for (int j = 0; j < cnt; j++) {
-        const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
-        for (int c = 0; c < C; c++)
-            for (int h = 0; h < H; h++)
-                codes_row(gx + (size_t)c * cs + at + (size_t)h * Wp,
-                                  xq + ((size_t)(n0 + j) * C + c) * P + (size_t)h * W, (size_t)W);
-        for (int oc = 0; oc < OC; oc++)
-            for (int h = 0; h < H; h++)
-                f32_row(gg + (size_t)oc * cs + at + (size_t)h * Wp,
-                            dout + ((size_t)(n0 + j) * OC + oc) * P + (size_t)h * W, (size_t)W);
-    }
+    s_grids_job jb = {gx, gg, xq, dout, d, n0, cnt};
+    const size_t work = ((size_t)d->C + d->OC) * cnt * d->H * d->W;
+    int nt = nn_pool_threads();
+    while (nt > 1 && work / (size_t)nt < ((size_t)1 << 14))
+        nt--;
+    nn_pool_run(nt, s_grids_worker, &jb);
 }
 
 /* The bf16 rows of one lowered chunk: the im2col of the codes of samples

@@ -20,6 +20,7 @@
 #include "lowprec/lp_kern.h"
 #include "lowprec/lp_layer_common.h"
 #include "lowprec/lp_simd.h"
+#include "nn/nn_pool.h"
 
 /* ---- Range EvoNorm ------------------------------------------------------ */
 
@@ -147,7 +148,50 @@ static const float *s_vals_at(s_vals v, size_t off, size_t n, float *buf)
     return buf;
 }
 
-/* lp_ren_core_forward on x in either form; buf: T floats when x is codes;
+/* Threads of a Range EvoNorm pass (nn_pool.h): at most G (thread t uses
+ * group buffer slot t, 2T floats, of the 2*C*HW of scratch), fewer when
+ * there is little work. */
+static int s_ren_threads(int N, int C, int HW, int G)
+{
+    int nt = nn_pool_threads();
+    nt = nt > G ? G : nt;
+    while (nt > 1 && (size_t)N * C * HW / (size_t)nt < ((size_t)1 << 14))
+        nt--;
+    return nt < 1 ? 1 : nt;
+}
+
+typedef struct {
+    float *out;
+    const float *sq;
+    s_vals x;
+    const float *gamma, *beta, *v;
+    int N, C, HW, G;
+    float *buf;
+} s_ren_fwd_job;
+
+/* Thread t's (sample, group) pairs of the forward's output pass. */
+static void s_ren_fwd_worker(void *arg, int t, int nt)
+{
+    const s_ren_fwd_job *j = arg;
+    const lp_kern_t *kern = lp_kern();
+    const int C = j->C, HW = j->HW, G = j->G, cg = C / G, T = cg * HW;
+    float *buf = j->buf ? j->buf + (size_t)2 * T * t : NULL;
+    size_t p0, p1;
+    nn_pool_share((size_t)j->N * G, t, nt, 1, &p0, &p1);
+    for (size_t p = p0; p < p1; p++) {
+        const int n = (int)(p / (size_t)G), g = (int)(p % (size_t)G);
+        const size_t off = ((size_t)n * C + (size_t)g * cg) * HW;
+        const float *xg = s_vals_at(j->x, off, (size_t)T, buf);
+        for (int k = 0; k < cg; k++) {
+            const int ch = g * cg + k;
+            kern->ren_row_fwd(j->out + off + (size_t)k * HW, xg + (size_t)k * HW, (size_t)HW,
+                              j->v[ch], j->sq[n * G + g], j->gamma[ch], j->beta[ch]);
+        }
+    }
+}
+
+/* lp_ren_core_forward on x in either form; buf: 2*C*HW floats when x is
+ * codes (a slot per thread of the output pass, split over the pool);
  * qstep: the quantization step of x (s_range_floor; 0: none). */
 static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float *gamma,
                           const float *beta, const float *v, int N, int C, int HW, int G,
@@ -188,16 +232,8 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
         lp_fake_quant(sq, s, (size_t)N * G, lp_tensor_qparams(s, (size_t)N * G), 0, 0);
     else
         memcpy(sq, s, (size_t)N * G * sizeof(float));
-    for (int n = 0; n < N; n++)
-        for (int g = 0; g < G; g++) {
-            const size_t off = ((size_t)n * C + (size_t)g * cg) * HW;
-            const float *xg = s_vals_at(x, off, (size_t)T, buf);
-            for (int k = 0; k < cg; k++) {
-                const int ch = g * cg + k;
-                kern->ren_row_fwd(out + off + (size_t)k * HW, xg + (size_t)k * HW, (size_t)HW,
-                                  v[ch], sq[n * G + g], gamma[ch], beta[ch]);
-            }
-        }
+    s_ren_fwd_job j = {out, sq, x, gamma, beta, v, N, C, HW, G, buf};
+    nn_pool_run(s_ren_threads(N, C, HW, G), s_ren_fwd_worker, &j);
 }
 
 /* The first arg-max and arg-min of the chunk [st, st + len) of the group
@@ -256,45 +292,67 @@ static void s_ren_range_grad(float *dg, float dR, float rmin, s_vals x, const fl
     }
 }
 
-/* lp_ren_core_backward on g and x in either form; buf: 2*T floats when
- * they are codes; qstep as s_ren_forward's. */
-static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_vals gv,
-                           s_vals x, const float *s, const float *sq, const float *gamma,
-                           const float *v, int N, int C, int HW, int G, float qstep, float *buf)
+typedef struct {
+    float *dx, *dgamma, *dbeta, *dv;
+    s_vals gv, x;
+    const float *s, *sq, *gamma, *v, *lut;
+    int N, C, HW, G;
+    float c, rmin, *buf;
+} s_ren_bwd_job;
+
+/* Thread t's groups [g0, g1) of the backward, every sample in order: a
+ * channel's dgamma, dbeta, dv sums run over the samples as in one thread. */
+static void s_ren_bwd_worker(void *arg, int t, int nt)
 {
+    const s_ren_bwd_job *j = arg;
     const lp_kern_t *kern = lp_kern();
-    const int cg = C / G, T = cg * HW;
-    const float c = s_range_c(T), rmin = s_range_floor(qstep, c);
-    float lut[256];
-    if (!x.f)
-        lp_dequantize_lut(lut, x.p);
-    for (int n = 0; n < N; n++)
-        for (int gr = 0; gr < G; gr++) {
+    const int C = j->C, HW = j->HW, G = j->G, cg = C / G, T = cg * HW;
+    float *buf = j->buf ? j->buf + (size_t)2 * T * t : NULL;
+    size_t g0, g1;
+    nn_pool_share((size_t)G, t, nt, 1, &g0, &g1);
+    for (int n = 0; n < j->N; n++)
+        for (int gr = (int)g0; gr < (int)g1; gr++) {
             const size_t off = ((size_t)n * C + (size_t)gr * cg) * HW;
-            const float *xg = s_vals_at(x, off, (size_t)T, buf);
-            const float *gg = s_vals_at(gv, off, (size_t)T, buf + T);
-            float *dg = dx ? dx + off : NULL;
-            const float sc = sq[n * G + gr];
+            const float *xg = s_vals_at(j->x, off, (size_t)T, buf);
+            const float *gg = s_vals_at(j->gv, off, (size_t)T, buf ? buf + T : NULL);
+            float *dg = j->dx ? j->dx + off : NULL;
+            const float sc = j->sq[n * G + gr];
             double dsq = 0;
             for (int k = 0; k < cg; k++) {
                 const int ch = gr * cg + k;
                 const size_t ro = (size_t)k * HW;
                 /* sums: dout, dout*nrm, dnrm*x*x over the values where h' != 0 */
                 double sums[3] = {0, 0, 0};
-                kern->ren_row_bwd(dg ? dg + ro : NULL, sums, xg + ro, gg + ro, (size_t)HW, v[ch],
-                                  sc, gamma[ch]);
-                dgamma[ch] += (float)(sums[1] * sc);
-                dbeta[ch] += (float)sums[0];
-                dv[ch] += (float)(sums[2] / 6.0);
-                dsq += sums[1] * gamma[ch];
+                kern->ren_row_bwd(dg ? dg + ro : NULL, sums, xg + ro, gg + ro, (size_t)HW,
+                                  j->v[ch], sc, j->gamma[ch]);
+                j->dgamma[ch] += (float)(sums[1] * sc);
+                j->dbeta[ch] += (float)sums[0];
+                j->dv[ch] += (float)(sums[2] / 6.0);
+                dsq += sums[1] * j->gamma[ch];
             }
-            if (!dx)
+            if (!j->dx)
                 continue;
             /* s = 1/(R c + eps): ds/dR = -c s^2; R = mean(max) - mean(min) */
-            const float sv = s[n * G + gr];
-            const float dR = (float)(dsq * -(double)c * sv * sv);
-            s_ren_range_grad(dg, dR, rmin, x, xg, off, T, lut);
+            const float sv = j->s[n * G + gr];
+            const float dR = (float)(dsq * -(double)j->c * sv * sv);
+            s_ren_range_grad(dg, dR, j->rmin, j->x, xg, off, T, j->lut);
         }
+}
+
+/* lp_ren_core_backward on g and x in either form; buf: 2*C*HW floats when
+ * they are codes (a 2T slot per thread); qstep as s_ren_forward's. */
+static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_vals gv,
+                           s_vals x, const float *s, const float *sq, const float *gamma,
+                           const float *v, int N, int C, int HW, int G, float qstep, float *buf)
+{
+    const int cg = C / G, T = cg * HW;
+    const float c = s_range_c(T), rmin = s_range_floor(qstep, c);
+    float lut[256];
+    if (!x.f)
+        lp_dequantize_lut(lut, x.p);
+    s_ren_bwd_job j = {dx, dgamma, dbeta, dv, gv, x, s, sq, gamma, v, lut, N, C, HW, G,
+                       c, rmin, buf};
+    nn_pool_run(s_ren_threads(N, C, HW, G), s_ren_bwd_worker, &j);
 }
 
 void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const float *gamma,

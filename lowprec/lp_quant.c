@@ -9,6 +9,7 @@
 
 #include "lowprec/lp_kern.h"
 #include "lowprec/lp_simd.h"
+#include "nn/nn_pool.h"
 
 lp_qparams lp_qparams_from_range(float min, float max)
 {
@@ -113,27 +114,83 @@ void lp_quantize(uint8_t *q, const float *x, size_t n, lp_qparams p)
     lp_kern()->quantize(q, x, n, p);
 }
 
+/* ---- threads (nn_pool.h) ---------------------------------------------------
+ * The element-wise kernels split n into pieces of whole 64-element blocks,
+ * one per thread; element i keeps its noise index first + i, so the codes
+ * and values are those of one call for any thread count. */
+
+typedef enum { S_Q_SR, S_DEQ, S_FQ_SR, S_FQ_SR_ADD } s_elt_kind;
+
+typedef struct {
+    s_elt_kind kind;
+    float *y;
+    uint8_t *q;
+    const float *x;
+    const uint8_t *qin;
+    size_t n;
+    lp_qparams p;
+    uint64_t seed;
+    uint32_t first;
+} s_elt_job;
+
+/* Elements per thread below which one thread does the work. */
+#define S_ELT_MIN ((size_t)1 << 15)
+
+static void s_elt_worker(void *arg, int t, int nt)
+{
+    const s_elt_job *j = arg;
+    const lp_kern_t *k = lp_kern();
+    size_t lo, hi;
+    nn_pool_share(j->n, t, nt, 64, &lo, &hi);
+    if (hi <= lo)
+        return;
+    const size_t m = hi - lo;
+    const uint32_t f = j->first + (uint32_t)lo;
+    switch (j->kind) {
+    case S_Q_SR: k->quantize_sr(j->q + lo, j->x + lo, m, j->p, j->seed, f); break;
+    case S_DEQ: k->dequantize(j->y + lo, j->qin + lo, m, j->p); break;
+    case S_FQ_SR:
+        k->fake_quant_sr(j->y + lo, j->q ? j->q + lo : NULL, j->x + lo, m, j->p, j->seed, f);
+        break;
+    case S_FQ_SR_ADD: k->fake_quant_sr_add(j->y + lo, j->x + lo, m, j->p, j->seed, f); break;
+    }
+}
+
+static void s_elt_run(s_elt_job *j)
+{
+    int nt = nn_pool_threads();
+    while (nt > 1 && j->n / (size_t)nt < S_ELT_MIN)
+        nt--;
+    nn_pool_run(nt, s_elt_worker, j);
+}
+
 void lp_quantize_sr(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
                     uint32_t first)
 {
-    lp_kern()->quantize_sr(q, x, n, p, seed, first);
+    s_elt_job j = {.kind = S_Q_SR, .q = q, .x = x, .n = n, .p = p, .seed = seed, .first = first};
+    s_elt_run(&j);
 }
 
 void lp_dequantize(float *x, const uint8_t *q, size_t n, lp_qparams p)
 {
-    lp_kern()->dequantize(x, q, n, p);
+    s_elt_job j = {.kind = S_DEQ, .y = x, .qin = q, .n = n, .p = p};
+    s_elt_run(&j);
 }
 
 void lp_fake_quant_sr(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
                       uint64_t seed, uint32_t first)
 {
-    lp_kern()->fake_quant_sr(y, q, x, n, p, seed, first);
+    s_elt_job j = {.kind = S_FQ_SR, .y = y, .q = q, .x = x, .n = n, .p = p, .seed = seed,
+                   .first = first};
+    s_elt_run(&j);
 }
 
 void lp_fake_quant_sr_add(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
                           uint32_t first)
 {
-    lp_kern()->fake_quant_sr_add(y, x, n, p, seed, first);
+    s_elt_job j = {.kind = S_FQ_SR_ADD, .y = y, .x = x, .n = n, .p = p, .seed = seed,
+                   .first = first};
+    s_elt_run(&j);
 }
 
 /* ---- helpers ----------------------------------------------------------- */
@@ -166,15 +223,42 @@ lp_qparams lp_tensor_qparams(const float *x, size_t n)
     return lp_qparams_from_range(mn, mx);
 }
 
+typedef struct {
+    float *mn, *mx; /* (N) per-sample min and max */
+    const float *x;
+    size_t per;
+    int N;
+} s_range_job;
+
+static void s_range_worker(void *arg, int t, int nt)
+{
+    const s_range_job *j = arg;
+    size_t lo, hi;
+    nn_pool_share((size_t)j->N, t, nt, 1, &lo, &hi);
+    for (size_t i = lo; i < hi; i++)
+        lp_minmax(&j->mn[i], &j->mx[i], j->x + i * j->per, j->per);
+}
+
+/* Samples per call whose ranges a stack buffer holds; more go in rounds. */
+#define S_RANGE_MAXN 256
+
 void lp_batch_range(float *mn, float *mx, const float *x, int N, size_t per)
 {
     assert(N > 0 && per > 0);
     double smin = 0.0, smax = 0.0;
-    for (int i = 0; i < N; i++) {
-        float a, b;
-        lp_minmax(&a, &b, x + (size_t)i * per, per);
-        smin += a;
-        smax += b;
+    float a[S_RANGE_MAXN], b[S_RANGE_MAXN];
+    for (int i0 = 0; i0 < N; i0 += S_RANGE_MAXN) {
+        const int cnt = N - i0 < S_RANGE_MAXN ? N - i0 : S_RANGE_MAXN;
+        s_range_job j = {a, b, x + (size_t)i0 * per, per, cnt};
+        int nt = nn_pool_threads();
+        nt = nt > cnt ? cnt : nt;
+        while (nt > 1 && (size_t)cnt * per / (size_t)nt < S_ELT_MIN)
+            nt--;
+        nn_pool_run(nt, s_range_worker, &j);
+        for (int i = 0; i < cnt; i++) { /* in sample order: any thread count */
+            smin += a[i];
+            smax += b[i];
+        }
     }
     *mn = (float)(smin / N);
     *mx = (float)(smax / N);

@@ -7,7 +7,7 @@
  *          every non-1x1-stride-1 conv on AVX-512 CPUs; on AVX2 CPUs the
  *          AVX2 kernels were not faster than OpenBLAS there, so those convs
  *          keep sgemm: bench/bench_layers.c), the batch-split thread
- *          helper (nn_par_run, nn_layers_set_threads), plus the direct-loop
+ *          helper (nn_par_run, nn_layers_set_threads: over nn_pool.h), plus the direct-loop
  *          _ref twins the tests compare against.
  * Exposes: nn_conv_dims_make, nn_conv_scratch_floats, nn_conv2d_forward/
  *          backward (+ _ref), and the *_nb variants that take the chunk size
@@ -60,9 +60,9 @@
 #include "nn/nn_layers.h"
 #include "nn/nn_kern.h"
 #include "nn/nn_layers_simd.h"
+#include "nn/nn_pool.h"
 
 #include <assert.h>
-#include <pthread.h>
 #include <string.h>
 
 #include <cblas.h>
@@ -330,53 +330,25 @@ static void s_col2im(float *din, const float *dcol, int nb, const nn_conv_dims *
 /* ---- threads ------------------------------------------------------------------
  * Batch-split parallelism for the non-BLAS kernels: nn_par_run(nt, fn, arg)
  * runs fn(arg, t, nt) for t in [0, nt), t = 0 on the calling thread and the
- * others on short-lived pthreads (joined before returning), so a kernel
- * stays a plain call with no state left behind.  Work splits and reductions
+ * others on the persistent workers of nn_pool.h (no thread is created per
+ * call), so a kernel stays a plain call with no state left behind.  Work splits and reductions
  * depend only on nt: results are deterministic for a given thread count. */
-
-static int s_par_threads; /* 0: follow OpenBLAS */
 
 void nn_layers_set_threads(int n)
 {
-    s_par_threads = n < 0 ? 0 : n;
+    nn_pool_set_threads(n);
 }
 
 int nn_par_threads(void)
 {
-    int n = s_par_threads ? s_par_threads : openblas_get_num_threads();
-    return n < 1 ? 1 : n > NN_PAR_MAX_THREADS ? NN_PAR_MAX_THREADS : n;
-}
-
-typedef struct {
-    nn_par_fn fn;
-    void *arg;
-    int t, nt;
-} s_par_arg;
-
-static void *s_par_main(void *p)
-{
-    s_par_arg *a = p;
-    a->fn(a->arg, a->t, a->nt);
-    return NULL;
+    int n = nn_pool_threads();
+    return n > NN_PAR_MAX_THREADS ? NN_PAR_MAX_THREADS : n;
 }
 
 void nn_par_run(int nt, nn_par_fn fn, void *arg)
 {
     assert(nt >= 1 && nt <= NN_PAR_MAX_THREADS);
-    pthread_t th[NN_PAR_MAX_THREADS];
-    s_par_arg a[NN_PAR_MAX_THREADS];
-    int started[NN_PAR_MAX_THREADS] = {0};
-    for (int t = 1; t < nt; t++) {
-        a[t] = (s_par_arg){fn, arg, t, nt};
-        started[t] = pthread_create(&th[t], NULL, s_par_main, &a[t]) == 0;
-    }
-    fn(arg, 0, nt);
-    for (int t = 1; t < nt; t++) {
-        if (started[t])
-            pthread_join(th[t], NULL);
-        else
-            fn(arg, t, nt); /* no thread available: run the share here */
-    }
+    nn_pool_run(nt, fn, arg);
 }
 
 /* ---- shift path ------------------------------------------------------------ */

@@ -34,6 +34,7 @@
 #include "node/node_lock.h"
 #include "node/node_modelio.h"
 #include "node/node_run.h"
+#include "nn/nn_pool.h"
 #include "topology/topo.h"
 
 /* Exit status of a node that finished cut off from all its neighbours
@@ -330,6 +331,7 @@ static void s_live_identity(s_node *s, node_live_snap *p)
     snprintf(p->node, sizeof p->node, "%s", s->t->nodes[s->me].id);
     p->rank = s->me;
     p->nodes = s->t->n;
+    p->threads = nn_pool_threads();
     snprintf(p->topology, sizeof p->topology, "%s", o->g.topology);
     snprintf(p->model, sizeof p->model, "%s", node_arch_name(o->t.mo.model));
     snprintf(p->precision, sizeof p->precision, "%s", node_precision_name(o->t.mo.precision));

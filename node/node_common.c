@@ -5,11 +5,15 @@
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lowprec/lp_model.h"
 #include "node/node_modelio.h"
+#include "nn/nn_pool.h"
 #include "nn/nn_safetensors.h"
 #include "node/node_data.h"
 
@@ -360,8 +364,105 @@ void node_avg_free(node_avg *a)
 
 void node_set_threads(int threads)
 {
-    if (threads > 0)
+    if (threads > 0) {
         openblas_set_num_threads(threads);
+        nn_pool_set_threads(threads);
+    }
+}
+
+int node_parse_threads(const char *s, long *out, char *err, size_t errlen)
+{
+    if (s && strcmp(s, "auto") == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (!s || !*s || strspn(s, "0123456789") != strlen(s))
+        return nn_errf(err, errlen, "--threads '%s': expected an integer in [1, 256] or auto",
+                       s ? s : "");
+    return node_parse_int("--threads", s, 1, 256, out, err, errlen);
+}
+
+int node_quota_cpus(long long quota, long long period)
+{
+    if (quota < 0 || period <= 0)
+        return 0;
+    long long n = (quota + period - 1) / period;
+    return n < 1 ? 1 : n > 4096 ? 4096 : (int)n;
+}
+
+int node_cpu_max_cpus(const char *text)
+{
+    long long q, p;
+    if (!text || strncmp(text, "max", 3) == 0 || sscanf(text, "%lld %lld", &q, &p) != 2)
+        return 0;
+    return node_quota_cpus(q, p);
+}
+
+/* The first line of file `path` into buf (NUL-terminated); -1 if unreadable. */
+static int s_read_line(const char *path, char *buf, size_t len)
+{
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        return -1;
+    int ok = fgets(buf, (int)len, fp) != NULL;
+    fclose(fp);
+    return ok ? 0 : -1;
+}
+
+/* CPUs of this process's cgroup quota, 0 for none or unknown: v2 (the
+ * process's own cgroup, then the root of the mounted tree), then v1. */
+static int s_cgroup_cpus(void)
+{
+    char line[512], path[700], own[512] = "";
+    FILE *fp = fopen("/proc/self/cgroup", "r");
+    while (fp && fgets(line, sizeof line, fp))
+        if (strncmp(line, "0::", 3) == 0) { /* v2: "0::/path" */
+            snprintf(own, sizeof own, "%s", line + 3);
+            own[strcspn(own, "\n")] = 0;
+        }
+    if (fp)
+        fclose(fp);
+    if (own[0] && strcmp(own, "/") != 0) {
+        snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpu.max", own);
+        if (s_read_line(path, line, sizeof line) == 0)
+            return node_cpu_max_cpus(line);
+    }
+    if (s_read_line("/sys/fs/cgroup/cpu.max", line, sizeof line) == 0)
+        return node_cpu_max_cpus(line);
+    char per[64];
+    const char *dirs[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dirs[i]);
+        if (s_read_line(path, line, sizeof line) != 0)
+            continue;
+        snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dirs[i]);
+        if (s_read_line(path, per, sizeof per) != 0)
+            continue;
+        return node_quota_cpus(atoll(line), atoll(per));
+    }
+    return 0;
+}
+
+int node_threads_auto(void)
+{
+    cpu_set_t set;
+    int n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+    if (n < 1) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c < 1 ? 1 : (int)c;
+    }
+    const int q = s_cgroup_cpus();
+    if (q > 0 && q < n)
+        n = q;
+    /* a count set for this process's OpenBLAS (multi-process runs set 1)
+     * is a cap too */
+    const char *env = getenv("OPENBLAS_NUM_THREADS");
+    const int e = env ? atoi(env) : 0;
+    if (e > 0 && e < n)
+        n = e;
+    return n > 256 ? 256 : n;
 }
 
 int node_parse_int(const char *flag, const char *s, long lo, long hi, long *out, char *err,

@@ -128,8 +128,26 @@ double node_avg_param(const node_avg *a, size_t k);
 void node_avg_write(const node_avg *a, nn_model *dst);
 void node_avg_free(node_avg *a);
 
-/* Sets the BLAS thread count (OpenBLAS). */
+/* Sets the kernels' thread count: OpenBLAS and the layer pool (nn_pool.h);
+ * threads <= 0 leaves both as they are. */
 void node_set_threads(int threads);
+
+/* --threads T|auto: *out = T in [1, 256], or 0 for auto; -1 with a message. */
+int node_parse_threads(const char *s, long *out, char *err, size_t errlen);
+
+/* The threads `--threads auto` gives: the CPUs in this process's affinity
+ * mask, capped by the cgroup CPU quota (v2 cpu.max, v1 cfs_quota_us /
+ * cfs_period_us, rounded up) and by OPENBLAS_NUM_THREADS where that is
+ * set (multi-process runs set 1), at least 1. */
+int node_threads_auto(void);
+
+/* Whole CPUs of a cgroup quota of `quota` us per `period` us, rounded up;
+ * 0 when there is no quota (quota < 0 or period <= 0). */
+int node_quota_cpus(long long quota, long long period);
+
+/* The quota of a cgroup v2 cpu.max text ("max 100000", "150000 100000"):
+ * node_quota_cpus of it; 0 for "max" or text that does not parse. */
+int node_cpu_max_cpus(const char *text);
 
 /* Parses an int/float/uint64 flag value; -1 with a message naming the flag. */
 int node_parse_int(const char *flag, const char *s, long lo, long hi, long *out, char *err,

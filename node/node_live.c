@@ -249,6 +249,8 @@ char *node_live_prometheus(const node_live_snap *s, size_t *len)
     s_labels(&b, s, "lpgossip_info", e.p);
     free(e.p);
     s_add(&b, " 1\n");
+    s_metric(&b, s, "lpgossip_threads", "gauge", "Threads of the training kernels.",
+             (double)s->threads);
     s_metric(&b, s, "lpgossip_iteration", "gauge", "Iterations done.", (double)s->iteration);
     s_metric(&b, s, "lpgossip_iterations", "gauge", "Iterations of the whole run.",
              (double)s->iterations);
@@ -299,7 +301,7 @@ static void s_jnum(s_buf *b, const char *key, double v)
 
 static void s_jconfig(s_buf *b, const node_live_snap *s)
 {
-    s_add(b, ",\"config\":{\"nodes\":%d", s->nodes);
+    s_add(b, ",\"config\":{\"nodes\":%d,\"threads\":%d", s->nodes, s->threads);
     s_jstr(b, "topology", s->topology);
     s_jstr(b, "model", s->model);
     s_jstr(b, "precision", s->precision);

@@ -78,6 +78,7 @@ typedef struct {
     char     run[17];          /* run id, 16 hex digits */
     char     node[TOPO_ID_MAX];
     int      rank, nodes;
+    int      threads;          /* of the kernels (nn_pool.h) */
     char     topology[512], model[32], precision[32], algo[32], compress[96];
     char     endpoint[160];    /* this node's ROUTER */
     double   eta;

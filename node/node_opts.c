@@ -164,7 +164,10 @@ static const char s_help_optim[] =
 static const char s_help_run[] =
 "run:\n"
 "  --seed S            initial weights and data order          [1]\n"
-"  --threads T         BLAS threads                            [1]\n"
+"  --threads T|auto    threads of the kernels (BLAS and the layer pool); auto:\n"
+"                      the CPUs this process may use (affinity, cgroup quota,\n"
+"                      OPENBLAS_NUM_THREADS if set)\n"
+"                                                            [auto]\n"
 "  --wgrad W           int8 weight gradients: bf16 (where the CPU has AVX-512\n"
 "                      BF16) | fp32 | auto (bf16 if the CPU has it) [auto]\n"
 "  --eval-every N      evaluate every N iterations          [once per epoch]\n"
@@ -426,7 +429,7 @@ static int s_run_flag(node_train_opts *o, int code, const char *arg, char *err, 
 {
     switch (code) {
     case F_SEED: return node_parse_int("--seed", arg, 0, 1L << 62, &o->seed, err, errlen);
-    case F_THREADS: return node_parse_int("--threads", arg, 1, 256, &o->threads, err, errlen);
+    case F_THREADS: return node_parse_threads(arg, &o->threads, err, errlen);
     case F_WGRAD: return s_wgrad(arg, err, errlen);
     case F_METRICS: return s_copy(o->metrics, sizeof o->metrics, "--metrics", arg, err, errlen);
     case F_SAVE: return s_copy(o->save, sizeof o->save, "--save", arg, err, errlen);
@@ -578,7 +581,7 @@ static void s_defaults(node_opts *o, node_command cmd, int argc)
     t->epochs = 5;
     t->batch = 32;
     t->seed = 1;
-    t->threads = 1;
+    t->threads = 0; /* auto */
     t->debug_nan_at = -1;
     t->eval_subset = NODE_EVAL_SUBSET_DEFAULT;
     t->grad_guard = NODE_GUARD_DEFAULT;
@@ -690,8 +693,13 @@ int node_opts_main(node_command cmd, int argc, char **argv, int (*run)(const nod
     node_opts o;
     int rc = node_opts_parse(&o, cmd, argc, argv);
     if (rc < 0) {
-        printf("kernels: CPU level %s (LPGOSSIP_CPU caps it)%s, int8 weight gradients %s\n",
-               nn_cpu_name(nn_cpu_level()), lp_tile_status(), lp_wgrad_name());
+        const int auto_threads = o.t.threads == 0;
+        if (auto_threads)
+            o.t.threads = node_threads_auto();
+        printf("kernels: CPU level %s (LPGOSSIP_CPU caps it)%s, int8 weight gradients %s, "
+               "%ld thread(s)%s\n",
+               nn_cpu_name(nn_cpu_level()), lp_tile_status(), lp_wgrad_name(), o.t.threads,
+               auto_threads ? " (--threads auto)" : "");
         rc = run(&o);
     }
     node_opts_free(&o);

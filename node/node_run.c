@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "nn/nn_pool.h"
+
 /* ---- the metrics writer ------------------------------------------------- */
 
 static void s_num(FILE *f, const char *key, const char *fmt, double v)
@@ -94,7 +96,7 @@ void node_metrics_write(FILE *f, const node_metrics *m)
     fprintf(f, "{\"command\":\"%s\"", m->command);
     if (m->rank >= 0)
         fprintf(f, ",\"rank\":%d", m->rank);
-    fprintf(f, ",\"nodes\":%d", m->nodes);
+    fprintf(f, ",\"nodes\":%d,\"threads\":%d", m->nodes, nn_pool_threads());
     s_u64(f, "iter", m->iter);
     const s_real core[] = {
         {"epoch", "%.4f", m->epoch},           {"lr", "%.6g", m->lr},

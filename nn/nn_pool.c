@@ -1,0 +1,211 @@
+/* nn_pool — the persistent worker pool (nn_pool.h).
+ *
+ * Workers 1..nw wait on `go` for a new generation, then claim shares of the
+ * job (an atomic counter tagged with the generation) until none is left;
+ * the caller claims shares too, then waits on `done` until all nt are
+ * finished.  Which thread runs a share never changes what it computes.  One job
+ * at a time: `busy` is taken with trylock, and a caller that cannot take it
+ * runs all shares inline (same split, same results). */
+#include "nn/nn_pool.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static struct {
+    pthread_mutex_t mu, busy;
+    pthread_cond_t  go, done;
+    pthread_t       th[NN_POOL_MAX_THREADS];
+    int             nw;       /* workers started: ids 1..nw */
+    int             want;     /* set count, 0: follow OpenBLAS */
+    unsigned        gen;      /* job generation */
+    int             stop;
+    nn_pool_fn      fn;
+    void           *ctx;
+    int             nt;       /* job width */
+    uint64_t        claim;    /* gen << 32 | next unclaimed share */
+    int             finished; /* shares of the job done */
+    unsigned        gen0[NN_POOL_MAX_THREADS]; /* generation at a worker's start */
+} s_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER,
+            .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+/* Polls of a fresh generation (or of the workers' end) before sleeping:
+ * kernels come in bursts, and a wake-up through the kernel costs more than
+ * a short conv chunk. */
+#ifndef S_SPIN
+#define S_SPIN 2000
+#endif
+
+static void s_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield");
+#endif
+}
+
+static unsigned s_load(const unsigned *p)
+{
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+/* The next unclaimed share of job `gen`, or -1 when none is left or the job
+ * is not the current one (a late worker never touches a newer job). */
+static int s_claim(unsigned gen, int nt)
+{
+    uint64_t c = __atomic_load_n(&s_pool.claim, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if ((unsigned)(c >> 32) != gen || (int)(uint32_t)c >= nt)
+            return -1;
+        if (__atomic_compare_exchange_n(&s_pool.claim, &c, c + 1, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return (int)(uint32_t)c;
+    }
+}
+
+/* Runs shares of job `gen` until none is left; the last one done wakes the
+ * caller.  Shares go to whichever thread is free first: a worker the
+ * scheduler has not run yet leaves its share to the others. */
+static void s_work(unsigned gen, nn_pool_fn fn, void *ctx, int nt)
+{
+    int t;
+    while ((t = s_claim(gen, nt)) >= 0) {
+        fn(ctx, t, nt);
+        if (__atomic_add_fetch(&s_pool.finished, 1, __ATOMIC_ACQ_REL) == nt) {
+            pthread_mutex_lock(&s_pool.mu);
+            pthread_cond_signal(&s_pool.done);
+            pthread_mutex_unlock(&s_pool.mu);
+        }
+    }
+}
+
+static void *s_worker(void *arg)
+{
+    const int id = (int)(size_t)arg;
+    pthread_mutex_lock(&s_pool.mu);
+    unsigned seen = s_pool.gen0[id]; /* a job posted since is this worker's too */
+    for (;;) {
+        pthread_mutex_unlock(&s_pool.mu);
+        for (int i = 0; i < S_SPIN && s_load(&s_pool.gen) == seen; i++)
+            s_relax();
+        pthread_mutex_lock(&s_pool.mu);
+        while (s_pool.gen == seen && !s_pool.stop)
+            pthread_cond_wait(&s_pool.go, &s_pool.mu);
+        if (s_pool.stop)
+            break;
+        seen = s_pool.gen;
+        nn_pool_fn fn = s_pool.fn;
+        void *ctx = s_pool.ctx;
+        const int nt = s_pool.nt;
+        pthread_mutex_unlock(&s_pool.mu);
+        s_work(seen, fn, ctx, nt);
+        pthread_mutex_lock(&s_pool.mu);
+    }
+    pthread_mutex_unlock(&s_pool.mu);
+    return NULL;
+}
+
+static void s_stop_all(void)
+{
+    pthread_mutex_lock(&s_pool.busy);
+    pthread_mutex_lock(&s_pool.mu);
+    s_pool.stop = 1;
+    pthread_cond_broadcast(&s_pool.go);
+    const int nw = s_pool.nw;
+    pthread_mutex_unlock(&s_pool.mu);
+    for (int i = 1; i <= nw; i++)
+        pthread_join(s_pool.th[i], NULL);
+    pthread_mutex_lock(&s_pool.mu);
+    s_pool.nw = 0;
+    pthread_mutex_unlock(&s_pool.mu);
+    pthread_mutex_unlock(&s_pool.busy);
+}
+
+/* Starts workers up to ids n-1 (caller holds busy). */
+static void s_grow(int n)
+{
+    static int registered;
+    if (!registered) {
+        registered = 1;
+        atexit(s_stop_all);
+    }
+    pthread_mutex_lock(&s_pool.mu);
+    int nw = s_pool.nw;
+    pthread_mutex_unlock(&s_pool.mu);
+    while (nw + 1 < n && !s_pool.stop) {
+        s_pool.gen0[nw + 1] = s_pool.gen; /* stable: gen changes under busy only */
+        if (pthread_create(&s_pool.th[nw + 1], NULL, s_worker, (void *)(size_t)(nw + 1)) != 0)
+            break;
+        nw++;
+        pthread_mutex_lock(&s_pool.mu);
+        s_pool.nw = nw;
+        pthread_mutex_unlock(&s_pool.mu);
+    }
+}
+
+static int s_clamp(int n)
+{
+    return n < 1 ? 1 : n > NN_POOL_MAX_THREADS ? NN_POOL_MAX_THREADS : n;
+}
+
+static int s_threads_locked(void)
+{
+    return s_clamp(s_pool.want ? s_pool.want : openblas_get_num_threads());
+}
+
+void nn_pool_set_threads(int n)
+{
+    pthread_mutex_lock(&s_pool.busy);
+    s_pool.want = n < 1 ? 0 : s_clamp(n);
+    s_grow(s_threads_locked());
+    pthread_mutex_unlock(&s_pool.busy);
+}
+
+int nn_pool_threads(void)
+{
+    int w = __atomic_load_n(&s_pool.want, __ATOMIC_RELAXED);
+    return s_clamp(w ? w : openblas_get_num_threads());
+}
+
+void nn_pool_run(int nt, nn_pool_fn fn, void *ctx)
+{
+    assert(nt >= 1 && nt <= NN_POOL_MAX_THREADS);
+    if (nt == 1 || pthread_mutex_trylock(&s_pool.busy) != 0) {
+        for (int t = 0; t < nt; t++)
+            fn(ctx, t, nt);
+        return;
+    }
+    s_grow(nt);
+    pthread_mutex_lock(&s_pool.mu);
+    const unsigned gen = s_pool.gen + 1;
+    s_pool.fn = fn;
+    s_pool.ctx = ctx;
+    s_pool.nt = nt;
+    __atomic_store_n(&s_pool.finished, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&s_pool.claim, (uint64_t)gen << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&s_pool.gen, gen, __ATOMIC_RELEASE);
+    if (s_pool.nw > 0)
+        pthread_cond_broadcast(&s_pool.go);
+    pthread_mutex_unlock(&s_pool.mu);
+    s_work(gen, fn, ctx, nt);
+    for (int i = 0; i < S_SPIN && __atomic_load_n(&s_pool.finished, __ATOMIC_ACQUIRE) < nt; i++)
+        s_relax();
+    pthread_mutex_lock(&s_pool.mu);
+    while (__atomic_load_n(&s_pool.finished, __ATOMIC_ACQUIRE) < nt)
+        pthread_cond_wait(&s_pool.done, &s_pool.mu);
+    pthread_mutex_unlock(&s_pool.mu);
+    pthread_mutex_unlock(&s_pool.busy);
+}
+
+void nn_pool_share(size_t n, int t, int nt, size_t align, size_t *lo, size_t *hi)
+{
+    assert(nt >= 1 && t >= 0 && t < nt && align >= 1);
+    size_t a = n * (size_t)t / (size_t)nt, b = n * (size_t)(t + 1) / (size_t)nt;
+    a = a / align * align;
+    b = t + 1 == nt ? n : b / align * align;
+    *lo = a;
+    *hi = b;
+}

@@ -1,0 +1,320 @@
+/* test_nn_pool — the persistent worker pool (nn/nn_pool.h) and the int8
+ * kernels that split over it: every share runs once, a busy pool runs a
+ * second caller's shares inline, and the threaded int8 conv (forward, input
+ * and weight gradients), stochastic rounding, dequantization and batch
+ * ranges give the same bits at 2 and 3 threads as at 1; and the parsing
+ * behind --threads auto. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lowprec/lp_bf16.h"
+#include "lowprec/lp_layers.h"
+#include "lowprec/lp_quant.h"
+#include "nn/nn_core.h"
+#include "nn/nn_layers.h"
+#include "nn/nn_pool.h"
+#include "node/node_common.h"
+
+/* ---- the pool ------------------------------------------------------------ */
+
+typedef struct {
+    int hits[NN_POOL_MAX_THREADS];
+    int bad;
+} s_count;
+
+static void s_count_fn(void *ctx, int t, int nt)
+{
+    s_count *c = ctx;
+    if (t < 0 || t >= nt)
+        c->bad = 1;
+    else
+        __atomic_add_fetch(&c->hits[t], 1, __ATOMIC_RELAXED);
+}
+
+static void test_every_share_once(void **state)
+{
+    (void)state;
+    nn_pool_set_threads(3);
+    assert_int_equal(nn_pool_threads(), 3);
+    for (int rep = 0; rep < 200; rep++)
+        for (int nt = 1; nt <= 7; nt++) { /* past the workers: the caller takes the rest */
+            s_count c = {{0}, 0};
+            nn_pool_run(nt, s_count_fn, &c);
+            assert_int_equal(c.bad, 0);
+            for (int t = 0; t < NN_POOL_MAX_THREADS; t++)
+                assert_int_equal(c.hits[t], t < nt ? 1 : 0);
+        }
+    nn_pool_set_threads(0);
+}
+
+/* A share that calls the pool again: the pool is busy, so the inner call
+ * runs all its shares on that thread. */
+static void s_nested_fn(void *ctx, int t, int nt)
+{
+    (void)nt;
+    s_count *c = ctx;
+    s_count inner = {{0}, 0};
+    nn_pool_run(3, s_count_fn, &inner);
+    int ok = inner.hits[0] == 1 && inner.hits[1] == 1 && inner.hits[2] == 1 && !inner.bad;
+    c->hits[t] = ok ? 1 : -1;
+}
+
+static void test_busy_pool_runs_inline(void **state)
+{
+    (void)state;
+    nn_pool_set_threads(2);
+    s_count c = {{0}, 0};
+    nn_pool_run(2, s_nested_fn, &c);
+    assert_int_equal(c.hits[0], 1);
+    assert_int_equal(c.hits[1], 1);
+    nn_pool_set_threads(0);
+}
+
+static void test_share_partitions(void **state)
+{
+    (void)state;
+    const size_t ns[] = {0, 1, 5, 63, 64, 65, 1000, 4097};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (int nt = 1; nt <= 5; nt++)
+            for (size_t align = 1; align <= 64; align *= 4) {
+                size_t at = 0;
+                for (int t = 0; t < nt; t++) {
+                    size_t lo, hi;
+                    nn_pool_share(ns[i], t, nt, align, &lo, &hi);
+                    assert_true(lo == at && hi >= lo);
+                    assert_true(t + 1 == nt || hi % align == 0);
+                    at = hi;
+                }
+                assert_true(at == ns[i]);
+            }
+}
+
+/* ---- the int8 kernels at 1, 2, 3 threads ---------------------------------- */
+
+static void s_fill(nn_rng *r, float *x, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * nn_rng_uniform(r);
+}
+
+typedef struct {
+    float *out, *din, *dw, *db;
+} s_conv_res;
+
+/* One forward + backward of the int8 conv at `threads`, into fresh buffers. */
+static s_conv_res s_conv_run(const nn_conv_dims *d, const float *x, const float *w,
+                             const float *b, const float *g, int threads)
+{
+    nn_pool_set_threads(threads);
+    const size_t xn = (size_t)d->N * d->C * d->H * d->W, wn = (size_t)d->OC * d->C * d->KH * d->KW;
+    const size_t on = (size_t)d->N * d->OC * d->OH * d->OW;
+    s_conv_res r = {nn_xmalloc(on * 4), nn_xmalloc(xn * 4), nn_xcalloc(wn, 4),
+                    nn_xcalloc((size_t)d->OC, 4)};
+    uint8_t *saved = nn_xmalloc(lp_conv2d_saved_bytes(d));
+    lp_qsaved sv = {saved, {0, 0}, saved + xn, {0, 0}};
+    void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(d));
+    float run[2] = {0, 0};
+    lp_conv2d_forward(r.out, &sv, run, x, w, b, d, (lp_mode){1, 5}, scratch);
+    lp_conv2d_backward(r.din, r.dw, r.db, g, &sv, d, 6, scratch);
+    free(saved);
+    free(scratch);
+    nn_pool_set_threads(0);
+    return r;
+}
+
+static void s_conv_free(s_conv_res *r)
+{
+    free(r->out);
+    free(r->din);
+    free(r->dw);
+    free(r->db);
+}
+
+static void s_conv_case(int N, int C, int H, int OC, int K, int stride, int pad)
+{
+    nn_rng r;
+    nn_rng_seed(&r, (uint64_t)(N * 7 + C + H + K));
+    nn_conv_dims d = nn_conv_dims_make(N, C, H, H, OC, K, stride, pad);
+    const size_t xn = (size_t)N * C * H * H, wn = (size_t)OC * C * K * K;
+    const size_t on = (size_t)N * OC * d.OH * d.OW;
+    float *x = nn_xmalloc(xn * 4), *w = nn_xmalloc(wn * 4), *b = nn_xmalloc((size_t)OC * 4);
+    float *g = nn_xmalloc(on * 4);
+    s_fill(&r, x, xn, -1.0f, 2.0f);
+    s_fill(&r, w, wn, -0.4f, 0.4f);
+    s_fill(&r, b, (size_t)OC, -0.1f, 0.1f);
+    s_fill(&r, g, on, -0.03f, 0.02f);
+    char err[256];
+    for (int wg = LP_WGRAD_FP32; wg <= LP_WGRAD_BF16; wg++) {
+        if (lp_wgrad_set((lp_wgrad_t)wg, err, sizeof err) != 0)
+            continue;
+        s_conv_res one = s_conv_run(&d, x, w, b, g, 1);
+        for (int t = 2; t <= 3; t++) {
+            s_conv_res many = s_conv_run(&d, x, w, b, g, t);
+            /* FP32 weight gradients off the shift geometry come from nn's
+             * batch-split conv (per-thread partial sums): the same bits
+             * for the same count, within FP32 rounding across counts */
+            const int exact = wg == LP_WGRAD_BF16 || (stride == 1 && 2 * pad + 1 == K);
+            if (memcmp(one.out, many.out, on * 4) || memcmp(one.din, many.din, xn * 4) ||
+                memcmp(one.db, many.db, (size_t)OC * 4) ||
+                (exact && memcmp(one.dw, many.dw, wn * 4)))
+                fail_msg("conv N=%d C=%d H=%d OC=%d K=%d s=%d (%s): %d threads differ from 1",
+                         N, C, H, OC, K, stride, lp_wgrad_name(), t);
+            if (!exact) {
+                s_conv_res again = s_conv_run(&d, x, w, b, g, t);
+                assert_memory_equal(again.dw, many.dw, wn * 4);
+                for (size_t i = 0; i < wn; i++)
+                    assert_true(fabsf(many.dw[i] - one.dw[i]) <= 1e-5f * (1 + fabsf(one.dw[i])));
+                s_conv_free(&again);
+            }
+            s_conv_free(&many);
+        }
+        s_conv_free(&one);
+    }
+    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
+    free(x);
+    free(w);
+    free(b);
+    free(g);
+}
+
+static void test_conv_threads_identical(void **state)
+{
+    (void)state;
+    s_conv_case(8, 16, 32, 16, 3, 1, 1); /* shift path, one sample a chunk */
+    s_conv_case(11, 12, 8, 20, 3, 1, 1); /* several samples a chunk, a tail */
+    s_conv_case(6, 8, 12, 16, 3, 2, 1);  /* strided: im2col */
+}
+
+static void test_quant_threads_identical(void **state)
+{
+    (void)state;
+    const size_t n = 300001; /* odd: a tail in the last share */
+    nn_rng r;
+    nn_rng_seed(&r, 77);
+    float *x = nn_xmalloc(n * 4), *y1 = nn_xmalloc(n * 4), *y = nn_xmalloc(n * 4);
+    uint8_t *q1 = nn_xmalloc(n), *q = nn_xmalloc(n), *qr = nn_xmalloc(n);
+    s_fill(&r, x, n, -3.0f, 5.0f);
+    const lp_qparams p = lp_qparams_from_range(-3.0f, 5.0f);
+    lp_quantize_sr_ref(qr, x, n, p, 99, 12345);
+    float mn1 = 0, mx1 = 0;
+    for (int t = 1; t <= 3; t++) {
+        nn_pool_set_threads(t);
+        lp_quantize_sr(q, x, n, p, 99, 12345);
+        assert_memory_equal(q, qr, n);
+        lp_dequantize(y, q, n, p);
+        if (t == 1)
+            memcpy(y1, y, n * 4);
+        assert_memory_equal(y, y1, n * 4);
+        lp_fake_quant_sr(y, q, x, n, p, 99, 12345);
+        assert_memory_equal(q, qr, n);
+        assert_memory_equal(y, y1, n * 4);
+        memcpy(y, x, n * 4);
+        lp_fake_quant_sr_add(y, x, n, p, 99, 12345);
+        for (size_t i = 0; i < n; i += 997)
+            assert_true(y[i] == x[i] + y1[i]);
+        if (t == 1)
+            memcpy(q1, q, n);
+        float mn, mx;
+        lp_batch_range(&mn, &mx, x, 30, n / 30);
+        if (t == 1) {
+            mn1 = mn;
+            mx1 = mx;
+        }
+        assert_true(mn == mn1 && mx == mx1);
+    }
+    nn_pool_set_threads(0);
+    free(x); free(y1); free(y); free(q1); free(q); free(qr);
+}
+
+/* Range EvoNorm forward (the output pass split over (sample, group) pairs)
+ * and backward: the same bits at 2 and 3 threads as at 1. */
+static void test_ren_threads_identical(void **state)
+{
+    (void)state;
+    const int N = 8, C = 32, HW = 256, G = 8;
+    const size_t n = (size_t)N * C * HW;
+    nn_rng r;
+    nn_rng_seed(&r, 5);
+    float *x = nn_xmalloc(n * 4), *g = nn_xmalloc(n * 4), *o = nn_xmalloc(n * 4);
+    float *o1 = nn_xmalloc(n * 4), *dx = nn_xmalloc(n * 4), *dx1 = nn_xmalloc(n * 4);
+    float gam[32], bet[32], v[32], dp[3][32], dp1[3][32];
+    s_fill(&r, x, n, -1.0f, 2.0f);
+    s_fill(&r, g, n, -0.01f, 0.01f);
+    s_fill(&r, gam, C, 0.5f, 1.5f);
+    s_fill(&r, bet, C, -0.2f, 0.2f);
+    s_fill(&r, v, C, 0.8f, 1.2f);
+    uint8_t *saved = nn_xmalloc(lp_ren_saved_bytes(N, C, HW, G));
+    float *scratch = nn_xmalloc(lp_ren_scratch_floats(N, C, HW) * 4);
+    for (int t = 1; t <= 3; t++) {
+        nn_pool_set_threads(t);
+        lp_ren_saved sv = {saved, {0, 0}, (float *)(void *)(saved + n), NULL};
+        sv.sq = sv.s + N * G;
+        float run[2] = {0, 0};
+        memset(dp, 0, sizeof dp);
+        lp_range_evonorm_forward(o, &sv, run, x, gam, bet, v, N, C, HW, G, (lp_mode){1, 31},
+                                 scratch);
+        lp_range_evonorm_backward(dx, dp[0], dp[1], dp[2], g, &sv, gam, v, N, C, HW, G, 9,
+                                  scratch);
+        if (t == 1) {
+            memcpy(o1, o, n * 4);
+            memcpy(dx1, dx, n * 4);
+            memcpy(dp1, dp, sizeof dp);
+        }
+        assert_memory_equal(o, o1, n * 4);
+        assert_memory_equal(dx, dx1, n * 4);
+        assert_memory_equal(dp, dp1, sizeof dp);
+    }
+    nn_pool_set_threads(0);
+    free(x); free(g); free(o); free(o1); free(dx); free(dx1); free(saved); free(scratch);
+}
+
+/* --threads auto (node_common.h): cgroup quotas round up, "max" and junk
+ * are no quota, the flag takes a count or "auto" and nothing else. */
+static void test_threads_auto(void **state)
+{
+    (void)state;
+    assert_int_equal(node_cpu_max_cpus("max 100000\n"), 0);
+    assert_int_equal(node_cpu_max_cpus("150000 100000\n"), 2);
+    assert_int_equal(node_cpu_max_cpus("100000 100000"), 1);
+    assert_int_equal(node_cpu_max_cpus("5000 100000"), 1);
+    assert_int_equal(node_cpu_max_cpus("800000 100000"), 8);
+    assert_int_equal(node_cpu_max_cpus("garbage"), 0);
+    assert_int_equal(node_cpu_max_cpus(""), 0);
+    assert_int_equal(node_quota_cpus(-1, 100000), 0); /* v1: no quota */
+    assert_int_equal(node_quota_cpus(250000, 100000), 3);
+    assert_int_equal(node_quota_cpus(100000, 0), 0);
+    char err[128];
+    long t = -1;
+    assert_int_equal(node_parse_threads("auto", &t, err, sizeof err), 0);
+    assert_int_equal(t, 0);
+    assert_int_equal(node_parse_threads("3", &t, err, sizeof err), 0);
+    assert_int_equal(t, 3);
+    assert_int_equal(node_parse_threads("0", &t, err, sizeof err), -1);
+    assert_int_equal(node_parse_threads("-2", &t, err, sizeof err), -1);
+    assert_int_equal(node_parse_threads("two", &t, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--threads"));
+    assert_int_equal(node_parse_threads("", &t, err, sizeof err), -1);
+    const int n = node_threads_auto();
+    assert_true(n >= 1 && n <= 256);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_share_once),
+        cmocka_unit_test(test_busy_pool_runs_inline),
+        cmocka_unit_test(test_share_partitions),
+        cmocka_unit_test(test_conv_threads_identical),
+        cmocka_unit_test(test_quant_threads_identical),
+        cmocka_unit_test(test_ren_threads_identical),
+        cmocka_unit_test(test_threads_auto),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
