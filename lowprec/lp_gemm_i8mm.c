@@ -12,7 +12,8 @@
  * into rows (m, m+1) and (m+2, m+3); two B loads (steps k, k+1, 4 columns)
  * zip into column pairs (j, j+1) and (j+2, j+3).  An odd last step pairs
  * with zeros.  Register tile 4 rows x 16 columns: 16 accumulators of 2x2,
- * 16 UMMLA per step pair (32 pair products each, 256 in all).
+ * 16 UMMLA per step pair (32 pair products each, 256 in all); the loops
+ * are unrolled so that the accumulators stay in registers.
  */
 #include <arm_neon.h>
 
@@ -26,6 +27,7 @@ static inline void s_step(uint32x4_t acc[2][8], uint32x4_t a0, uint32x4_t a1,
 {
     const uint8x16_t ar0 = vreinterpretq_u8_u32(vzip1q_u32(a0, a1));
     const uint8x16_t ar1 = vreinterpretq_u8_u32(vzip2q_u32(a0, a1));
+#pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
         const uint32x4_t x0 = vld1q_u32(b0 + 4 * v);
         const uint32x4_t x1 = b1 ? vld1q_u32(b1 + 4 * v) : vdupq_n_u32(0);
@@ -43,7 +45,9 @@ static void s_tile16(int32_t *S, size_t ldc, const uint32_t *a, int rows, const 
                      size_t ldb, int np, const int *toff, int T, size_t j)
 {
     uint32x4_t acc[2][8];
+#pragma GCC unroll 2
     for (int r = 0; r < 2; r++)
+#pragma GCC unroll 8
         for (int c = 0; c < 8; c++)
             acc[r][c] = vdupq_n_u32(0);
     const size_t K2 = (size_t)np * T;
@@ -59,7 +63,9 @@ static void s_tile16(int32_t *S, size_t ldc, const uint32_t *a, int rows, const 
     if (k < K2)
         s_step(acc, vld1q_u32(a), vdupq_n_u32(0), B + (size_t)p * ldb + toff[t] + j, NULL);
     /* block (r, c) lanes: (2r, 2c) (2r, 2c+1) (2r+1, 2c) (2r+1, 2c+1) */
+#pragma GCC unroll 2
     for (int r = 0; r < 2; r++)
+#pragma GCC unroll 4
         for (int v = 0; v < 4; v++) {
             const uint64x2_t lo = vreinterpretq_u64_u32(acc[r][2 * v]);
             const uint64x2_t hi = vreinterpretq_u64_u32(acc[r][2 * v + 1]);
