@@ -4,7 +4,7 @@
 # against the FP32 shift GEMM on FMLA (nn_conv_neon.c), as the aarch64
 # cross build compiles them (scripts/cross aarch64 build first).
 #
-#   bench/mca-arm.sh [cpu ...]       default: neoverse-n1 cortex-a76
+#   bench/mca-arm.sh [cpu ...]   default: neoverse-n1 cortex-a76 neoverse-n2 neoverse-v1
 #
 # For each kernel the innermost loop holding its multiply instructions is
 # cut from the object file (objdump), its branches dropped, and fed to
@@ -13,12 +13,16 @@
 # one float times one float).  MACs per multiply instruction: FMLA 4 (4
 # outputs x 1 channel), UDOT 8 (4 outputs x a pair lane), UMMLA 16 (2x2
 # outputs x two K steps of pair lanes).  A CPU without the extension (neoverse-n1, cortex-a76: no I8MM)
-# is still modelled by llvm-mca with -mattr; its line says so.
+# is still modelled by llvm-mca with -mattr (a what-if: those CPUs cannot
+# run UMMLA).
 set -eu
 cd "$(dirname "$0")/.."
-cpus=${*:-neoverse-n1 cortex-a76}
+cpus=${*:-neoverse-n1 cortex-a76 neoverse-n2 neoverse-v1}
 obj=build/aarch64/obj
-mca=$(command -v llvm-mca || ls /usr/bin/llvm-mca-* 2>/dev/null | tail -1)
+# the newest llvm-mca: LLVM 16 has scheduling models of neoverse-n2 and -v1
+# (LLVM 14 models them as neoverse-n1)
+mca=$(ls /usr/bin/llvm-mca-* 2>/dev/null | sort -V | tail -1)
+mca=${mca:-$(command -v llvm-mca || true)}
 [ -n "$mca" ] || { echo "mca-arm: llvm-mca missing (apt-get install -y llvm)" >&2; exit 1; }
 for f in lowprec/lp_gemm_dotprod lowprec/lp_gemm_i8mm nn/nn_conv_neon; do
     [ -f "$obj/$f.o" ] || { echo "mca-arm: no $obj/$f.o (scripts/cross aarch64 build)" >&2; exit 1; }
@@ -59,6 +63,7 @@ s_loop $obj/lowprec/lp_gemm_i8mm.o lp_shiftgemm_i8mm '^ummla$' >"$tmp/i8mm.s" 2>
 s_loop $obj/nn/nn_conv_neon.o nn_neon_shiftgemm '^fmla$' >"$tmp/fp32.s" 2>/dev/null ||
     s_loop $obj/nn/nn_conv_neon.o s_gemm_tile '^fmla$' >"$tmp/fp32.s"
 
+echo "$("$mca" --version | grep -i 'llvm version' | sed 's/^ *//')"
 printf '%-12s %-8s %6s %6s %7s %8s %9s\n' cpu kernel insns mults cyc/it MACs/it cyc/kMAC
 for cpu in $cpus; do
     for k in fp32:fmla:4 dotprod:udot:8 i8mm:ummla:16; do
