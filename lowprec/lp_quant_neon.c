@@ -48,3 +48,37 @@ void lp_dequantize_neon(float *x, const uint8_t *q, size_t n, lp_qparams p)
     if (i < n)
         lp_dequantize_ref(x + i, q + i, n - i, p);
 }
+
+/* lp_minmax on FMIN/FMAX: four vectors of partial extremes, folded, then
+ * the last values in order.  The min and max of the same set as the twin's
+ * (the order does not matter to min/max of non-NaN floats; a zero may come
+ * back with the other sign, which compares equal). */
+void lp_minmax_neon(float *mn, float *mx, const float *x, size_t n)
+{
+    size_t i = 0;
+    float a = x[0], b = x[0];
+    if (n >= 16) {
+        float32x4_t n0 = vld1q_f32(x), n1 = vld1q_f32(x + 4), n2 = vld1q_f32(x + 8);
+        float32x4_t n3 = vld1q_f32(x + 12), m0 = n0, m1 = n1, m2 = n2, m3 = n3;
+        for (i = 16; i + 16 <= n; i += 16) {
+            const float32x4_t v0 = vld1q_f32(x + i), v1 = vld1q_f32(x + i + 4);
+            const float32x4_t v2 = vld1q_f32(x + i + 8), v3 = vld1q_f32(x + i + 12);
+            n0 = vminq_f32(n0, v0);
+            m0 = vmaxq_f32(m0, v0);
+            n1 = vminq_f32(n1, v1);
+            m1 = vmaxq_f32(m1, v1);
+            n2 = vminq_f32(n2, v2);
+            m2 = vmaxq_f32(m2, v2);
+            n3 = vminq_f32(n3, v3);
+            m3 = vmaxq_f32(m3, v3);
+        }
+        a = vminvq_f32(vminq_f32(vminq_f32(n0, n1), vminq_f32(n2, n3)));
+        b = vmaxvq_f32(vmaxq_f32(vmaxq_f32(m0, m1), vmaxq_f32(m2, m3)));
+    }
+    for (; i < n; i++) {
+        a = x[i] < a ? x[i] : a;
+        b = x[i] > b ? x[i] : b;
+    }
+    *mn = a;
+    *mx = b;
+}

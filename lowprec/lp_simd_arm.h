@@ -16,6 +16,7 @@
 /* lp_quant_neon.c: the twins' operation order, bit-identical */
 void lp_quantize_neon(uint8_t *q, const float *x, size_t n, lp_qparams p);
 void lp_dequantize_neon(float *x, const uint8_t *q, size_t n, lp_qparams p);
+void lp_minmax_neon(float *mn, float *mx, const float *x, size_t n);
 
 /* lp_gemm_dotprod.c: lp_shiftgemm on UDOT.  A pair lane (lo | hi << 16,
  * codes 0..255) read as four bytes is (lo, 0, hi, 0), so the four-byte dot
