@@ -17,6 +17,8 @@
 void lp_quantize_neon(uint8_t *q, const float *x, size_t n, lp_qparams p);
 void lp_dequantize_neon(float *x, const uint8_t *q, size_t n, lp_qparams p);
 void lp_minmax_neon(float *mn, float *mx, const float *x, size_t n);
+void lp_quantize_sr_neon(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                         uint32_t first);
 
 /* lp_gemm_dotprod.c: lp_shiftgemm on UDOT.  A pair lane (lo | hi << 16,
  * codes 0..255) read as four bytes is (lo, 0, hi, 0), so the four-byte dot
