@@ -1,11 +1,11 @@
 /* lp_kern_arm — the kernel tables of the aarch64 levels (lp_kern.h).
  *
  * Owns:    which ARM kernel each aarch64 level of nn_cpu.h runs: NEON the
- *          NEON quantizers (nearest and
- *          stochastic) and min/max (lp_quant_neon.c); DOTPROD those plus the
- *          pair shift GEMM on UDOT (lp_gemm_dotprod.c); I8MM the same GEMM
- *          on UMMLA (lp_gemm_i8mm.c).  Every other
- *          entry stays the portable kernel the table starts with.
+ *          NEON quantizers (nearest and stochastic), dequantizer and
+ *          min/max (lp_quant_neon.c); DOTPROD those plus the pair shift
+ *          GEMM on UDOT (lp_gemm_dotprod.c); I8MM the same GEMM on UMMLA
+ *          (lp_gemm_i8mm.c).  Every other entry stays the portable kernel
+ *          the table starts with.
  * Exposes: lp_kern_fill_arch.
  * Callers: lp_kern.c, once per level.
  */
