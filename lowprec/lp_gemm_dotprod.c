@@ -19,13 +19,16 @@ static void s_tile16(int32_t *S, size_t ldc, const uint32_t *a, int rows, const 
                      size_t ldb, int np, const int *toff, int T, size_t j)
 {
     uint32x4_t acc[4][4];
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
             acc[r][v] = vdupq_n_u32(0);
     for (int p = 0; p < np; p++)
         for (int t = 0; t < T; t++, a += 4) {
             const uint32_t *b = B + (size_t)p * ldb + toff[t] + j;
             const uint8x16_t av = vreinterpretq_u8_u32(vld1q_u32(a));
+#pragma GCC unroll 4
             for (int v = 0; v < 4; v++) {
                 const uint8x16_t bv = vreinterpretq_u8_u32(vld1q_u32(b + 4 * v));
                 acc[0][v] = vdotq_laneq_u32(acc[0][v], bv, av, 0);
@@ -34,9 +37,14 @@ static void s_tile16(int32_t *S, size_t ldc, const uint32_t *a, int rows, const 
                 acc[3][v] = vdotq_laneq_u32(acc[3][v], bv, av, 3);
             }
         }
-    for (int r = 0; r < rows; r++)
+    /* r runs to 4 (unrolled) so that acc stays in registers: a runtime
+     * bound on r made GCC keep acc on the stack, stored every K step */
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
-            vst1q_s32(S + (size_t)r * ldc + j + 4 * v, vreinterpretq_s32_u32(acc[r][v]));
+            if (r < rows)
+                vst1q_s32(S + (size_t)r * ldc + j + 4 * v, vreinterpretq_s32_u32(acc[r][v]));
 }
 
 void lp_shiftgemm_dotprod(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,

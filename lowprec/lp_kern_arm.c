@@ -1,9 +1,11 @@
 /* lp_kern_arm — the kernel tables of the aarch64 levels (lp_kern.h).
  *
  * Owns:    which ARM kernel each aarch64 level of nn_cpu.h runs: NEON the
- *          NEON quantizers (lp_quant_neon.c); DOTPROD and I8MM those plus
- *          the pair shift GEMM on UDOT (lp_gemm_dotprod.c).  Every other
- *          entry stays the portable kernel the table starts with.
+ *          NEON quantizers (nearest and stochastic), dequantizer and
+ *          min/max (lp_quant_neon.c); DOTPROD those plus the pair shift
+ *          GEMM on UDOT (lp_gemm_dotprod.c); I8MM the same GEMM on UMMLA
+ *          (lp_gemm_i8mm.c).  Every other entry stays the portable kernel
+ *          the table starts with.
  * Exposes: lp_kern_fill_arch.
  * Callers: lp_kern.c, once per level.
  */
@@ -18,9 +20,13 @@ void lp_kern_fill_arch(lp_kern_t *k, nn_cpu_t level)
     if (level >= NN_CPU_NEON) {
         k->quantize = lp_quantize_neon;
         k->dequantize = lp_dequantize_neon;
+        k->minmax = lp_minmax_neon;
+        k->quantize_sr = lp_quantize_sr_neon;
     }
     if (level >= NN_CPU_DOTPROD)
         k->shiftgemm = lp_shiftgemm_dotprod;
+    if (level >= NN_CPU_I8MM)
+        k->shiftgemm = lp_shiftgemm_i8mm;
 }
 
 #else

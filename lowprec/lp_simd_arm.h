@@ -1,7 +1,7 @@
 /* lp_simd_arm — the ARM kernels of lowprec/ (aarch64 only): declarations
  * for the builder of the ARM levels' tables (lp_kern_arm.c) and the tests.
  * Each lives in a *_neon.c (Advanced SIMD, every aarch64 CPU) or
- * *_dotprod.c (UDOT, -march=armv8.2-a+dotprod) file and has a scalar _ref
+ * *_dotprod.c (UDOT, -march=armv8.2-a+dotprod) or *_i8mm.c (UMMLA) file and has a scalar _ref
  * twin (lp_quant.h, lp_gemm.h) that gives the same bits.
  */
 #ifndef LP_SIMD_ARM_H
@@ -16,12 +16,20 @@
 /* lp_quant_neon.c: the twins' operation order, bit-identical */
 void lp_quantize_neon(uint8_t *q, const float *x, size_t n, lp_qparams p);
 void lp_dequantize_neon(float *x, const uint8_t *q, size_t n, lp_qparams p);
+void lp_minmax_neon(float *mn, float *mx, const float *x, size_t n);
+void lp_quantize_sr_neon(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                         uint32_t first);
 
 /* lp_gemm_dotprod.c: lp_shiftgemm on UDOT.  A pair lane (lo | hi << 16,
  * codes 0..255) read as four bytes is (lo, 0, hi, 0), so the four-byte dot
  * product of an A lane and a B lane is exactly the lane's pair product. */
 void lp_shiftgemm_dotprod(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                           size_t ldb, int np, const int *toff, int T, size_t n);
+
+/* lp_gemm_i8mm.c: lp_shiftgemm on UMMLA (2x8 by 8x2 byte blocks: the lanes
+ * of two K steps per 8-byte row), the same exact sums. */
+void lp_shiftgemm_i8mm(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
+                       size_t ldb, int np, const int *toff, int T, size_t n);
 #endif
 
 #endif

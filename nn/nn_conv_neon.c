@@ -19,13 +19,16 @@ static void s_gemm_tile(float *C, size_t ldc, const float *a, int rows, const fl
                         size_t ldb, int nch, const int *toff, int T, size_t j)
 {
     float32x4_t acc[4][4];
+#pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
             acc[r][v] = vdupq_n_f32(0.0f);
     for (int c = 0; c < nch; c++)
         for (int t = 0; t < T; t++, a += 4) {
             const float *b = B + (size_t)c * ldb + toff[t] + j;
             const float32x4_t av = vld1q_f32(a);
+#pragma GCC unroll 4
             for (int v = 0; v < 4; v++) {
                 const float32x4_t bv = vld1q_f32(b + 4 * v);
                 acc[0][v] = vfmaq_laneq_f32(acc[0][v], bv, av, 0);
@@ -34,9 +37,14 @@ static void s_gemm_tile(float *C, size_t ldc, const float *a, int rows, const fl
                 acc[3][v] = vfmaq_laneq_f32(acc[3][v], bv, av, 3);
             }
         }
-    for (int r = 0; r < rows; r++)
+    /* r runs to 4 (unrolled) so that acc stays in registers: a runtime
+     * bound on r made GCC keep acc on the stack, stored every K step */
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
         for (int v = 0; v < 4; v++)
-            vst1q_f32(C + (size_t)r * ldc + j + 4 * v, acc[r][v]);
+            if (r < rows)
+                vst1q_f32(C + (size_t)r * ldc + j + 4 * v, acc[r][v]);
 }
 
 void nn_neon_shiftgemm(float *C, size_t ldc, const float *Ap, int M, const float *B, size_t ldb,

@@ -235,6 +235,49 @@ static void test_shiftgemm(void **state)
                     }
 }
 
+/* The shifted-row GEMM at even and odd K2 = np*T whose consecutive steps
+ * cross from one pair row to the next (the I8MM kernel takes steps two at a
+ * time): every level against the twin, lane by lane. */
+static void test_shiftgemm_step_pairs(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 15);
+    static const int shapes[][2] = {{2, 3}, {3, 2}, {2, 9}, {5, 1}, {4, 1}};
+    const int M = 7, margin = 20;
+    const size_t n = 37, ldb = n + 2 * margin, ldc = n + 3;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int np = shapes[s][0], T = shapes[s][1], K2 = np * T;
+        int toff[9];
+        for (int t = 0; t < T; t++)
+            toff[t] = t * 3 - margin / 2;
+        uint32_t *grid = nn_xmalloc((size_t)np * ldb * 4);
+        uint32_t *Ap = nn_xcalloc(lp_shift_pack_lanes(M, K2), 4);
+        for (size_t i = 0; i < (size_t)np * ldb; i++)
+            grid[i] = lp_pair((uint8_t)nn_rng_below(&r, 256), (uint8_t)nn_rng_below(&r, 256));
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K2; k++)
+                Ap[(size_t)(m / 4) * K2 * 4 + (size_t)k * 4 + m % 4] =
+                    lp_pair((uint8_t)nn_rng_below(&r, 256), (uint8_t)nn_rng_below(&r, 256));
+        const uint32_t *B = grid + margin;
+        int32_t *want = nn_xmalloc((size_t)M * ldc * 4), *S = nn_xmalloc((size_t)M * ldc * 4);
+        memset(want, 0x5a, (size_t)M * ldc * 4);
+        lp_shiftgemm_ref(want, ldc, Ap, M, B, ldb, np, toff, T, n);
+        for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+            if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+                continue;
+            memset(S, 0x5a, (size_t)M * ldc * 4);
+            lp_shiftgemm(S, ldc, Ap, M, B, ldb, np, toff, T, n);
+            for (size_t i = 0; i < (size_t)M * ldc; i++)
+                if (S[i] != want[i])
+                    fail_msg("%s np=%d T=%d: S[%zu][%zu] = %d, want %d",
+                             nn_cpu_name((nn_cpu_t)lv), np, T, i / ldc, i % ldc, S[i], want[i]);
+        }
+        nn_cpu_force("auto");
+        free(grid); free(Ap); free(want); free(S);
+    }
+}
+
 /* The shifted-row GEMM on byte quads (vpdpbusd at AVX-512 VNNI): every
  * level against a direct sum over the codes, after restoring the 128 shift
  * of A (S + 128 * the b codes read), over tile and mask tails (n around
@@ -449,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_affine_correction),
         cmocka_unit_test(test_shiftgemm),
+        cmocka_unit_test(test_shiftgemm_step_pairs),
         cmocka_unit_test(test_dequant_row),
         cmocka_unit_test(test_dequant_rows),
         cmocka_unit_test(test_shiftgemm_quads),
