@@ -80,6 +80,7 @@ typedef struct {
     node_times        tm_last;     /* r->tm at the last snapshot */
     double            loss_last;   /* trainer loss_sum at the last snapshot */
     size_t            seen_last;   /* trainer seen at the last snapshot */
+    node_skip_state   skip;        /* catch-up decisions (s_skip) */
 } s_node;
 
 __attribute__((format(printf, 2, 3)))
@@ -496,7 +497,9 @@ static int s_skip(void *arg, int i, uint64_t it)
     (void)it;
     if (gossip_node_config(s->g)->staleness <= 0 || !s->link)
         return 0;
-    return gossip_node_ahead(s->g) >= 1;
+    if (!s->run)
+        return gossip_node_ahead(s->g) >= 1;
+    return node_skip_decide(&s->skip, &s->run->tm, gossip_node_ahead(s->g));
 }
 
 /* A re-join after falling behind (gossip_link.h "Re-join"): the link took a

@@ -246,6 +246,22 @@ void node_run_eval(node_run *r, node_metrics *m)
     m->psi = r->g && r->g[0] ? gossip_node_psi(r->g[0]) : 1.0;
 }
 
+int node_skip_decide(node_skip_state *st, const node_times *tm, uint64_t ahead)
+{
+    double dw = tm->wait - st->wait, dc = tm->compute - st->compute;
+    st->wait = tm->wait;
+    st->compute = tm->compute;
+    if (dc > 0)
+        st->step_s = st->step_s > 0 ? 0.75 * st->step_s + 0.25 * dc : dc;
+    if (ahead < 1)
+        return 0;
+    if (st->step_s > 0 && dw > 0.5 * st->step_s) {
+        st->held++;
+        return 0;
+    }
+    return 1;
+}
+
 /* ---- the loop ----------------------------------------------------------- */
 
 /* The local steps of iteration r->it on every rank, with the non-finite

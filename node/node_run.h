@@ -159,6 +159,24 @@ struct node_run {
     size_t     eval_sub_n;
 };
 
+/* Catch-up decision of a node with bounded staleness (node_cmd_node.c
+ * s_skip, docs/gossip.md "Catch-up of a slow node"): called before each
+ * local step with the run's cumulative times and gossip_node_ahead.  1:
+ * take a mix-only iteration (a neighbour is a whole iteration ahead and
+ * this node was not held back); 0: take the step.  Held back = the
+ * iteration since the last call waited for neighbours longer than half a
+ * local step (EWMA of the steps taken): such a node is behind because it
+ * was made to wait, not because it is slow, and skipping would only hand
+ * the lag on to the next node (a node that is slow at everything, e.g.
+ * under a CPU quota, otherwise makes its fast neighbours skip most of
+ * their steps). */
+typedef struct {
+    double wait, compute; /* tm at the last call */
+    double step_s;        /* EWMA of a local step's seconds, 0: none yet */
+    uint64_t held;        /* decisions not to skip because held back */
+} node_skip_state;
+int node_skip_decide(node_skip_state *st, const node_times *tm, uint64_t ahead);
+
 /* Runs iterations r->it .. r->iters-1 (r->it is then the number done).
  * 0: done or interrupted (r->interrupted); -1 with a message: diverged or
  * a gossip round failed. */
