@@ -138,6 +138,15 @@ void lp_shiftgemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const u
  * portable level's kernel. */
 void lp_shiftgemm_blk(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                       size_t ldb, int np, const int *toff, int T, size_t n);
+/* The driver of SIMD shift GEMMs built from a tile of 4 rows (rows <= 4
+ * of them real) x 16 columns from column j: every whole tile, then the
+ * last n % 16 columns by lp_shiftgemm_blk. */
+typedef void lp_shift_tile16_fn(int32_t *S, size_t ldc, const uint32_t *a, int rows,
+                                const uint32_t *B, size_t ldb, int np, const int *toff, int T,
+                                size_t j);
+void lp_shiftgemm_tiles16(lp_shift_tile16_fn *tile, int32_t *S, size_t ldc, const uint32_t *Ap,
+                          int M, const uint32_t *B, size_t ldb, int np, const int *toff, int T,
+                          size_t n);
 
 /* ---- shifted-row GEMM on byte quads (AVX-512 VNNI level) -----------------
  * The same product as lp_shiftgemm with four channels per 32-bit lane, for

@@ -7,7 +7,8 @@
  *          products of the signed A and unsigned B bytes (they fit), their
  *          pairs added widened, the two pair sums of a column combined at
  *          the end.  Integer sums, bit-identical to the twin.
- *          lp_shiftgemm_blk.  Register-sized tiles: the 4 rows of a packed
+ *          lp_shiftgemm_blk; lp_shiftgemm_tiles16, the SIMD levels' driver
+ *          around their 4x16 tiles.  Register-sized tiles: the 4 rows of a packed
  *          A block x LP_BLK_J columns of int32 sums in generic 16-byte
  *          vectors; per K step each row multiplies its code pair into the
  *          B lanes as u16 halves (codes 0..255: at most 65025, exact in 16
@@ -84,6 +85,21 @@ void lp_shiftgemm_blk(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const u
             s_tile(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j0,
                    n - j0 < LP_BLK_J ? n - j0 : LP_BLK_J);
     }
+}
+
+void lp_shiftgemm_tiles16(lp_shift_tile16_fn *tile, int32_t *S, size_t ldc, const uint32_t *Ap,
+                          int M, const uint32_t *B, size_t ldb, int np, const int *toff, int T,
+                          size_t n)
+{
+    const size_t K2 = (size_t)np * T, n16 = n / 16 * 16;
+    for (int m0 = 0; m0 < M; m0 += 4) {
+        const uint32_t *a = Ap + (size_t)(m0 / 4) * K2 * 4;
+        const int rows = M - m0 < 4 ? M - m0 : 4;
+        for (size_t j = 0; j < n16; j += 16)
+            tile(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j);
+    }
+    if (n16 < n) /* the last columns, on the rest of each row */
+        lp_shiftgemm_blk(S + n16, ldc, Ap, M, B + n16, ldb, np, toff, T, n - n16);
 }
 
 /* ---- the general GEMM (lp_gemm_u8u8's packed layout) ------------------ */

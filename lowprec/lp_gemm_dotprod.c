@@ -50,13 +50,5 @@ static void s_tile16(int32_t *S, size_t ldc, const uint32_t *a, int rows, const 
 void lp_shiftgemm_dotprod(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                           size_t ldb, int np, const int *toff, int T, size_t n)
 {
-    const size_t K2 = (size_t)np * T, n16 = n / 16 * 16;
-    for (int m0 = 0; m0 < M; m0 += 4) {
-        const uint32_t *a = Ap + (size_t)(m0 / 4) * K2 * 4;
-        const int rows = M - m0 < 4 ? M - m0 : 4;
-        for (size_t j = 0; j < n16; j += 16)
-            s_tile16(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j);
-    }
-    if (n16 < n) /* the last columns: the twin on the rest of each row */
-        lp_shiftgemm_ref(S + n16, ldc, Ap, M, B + n16, ldb, np, toff, T, n - n16);
+    lp_shiftgemm_tiles16(s_tile16, S, ldc, Ap, M, B, ldb, np, toff, T, n);
 }
