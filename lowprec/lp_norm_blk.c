@@ -46,9 +46,10 @@ void lp_ren_row_fwd_blk(float *o, const float *x, size_t n, float v, float sc, f
         lp_ren_row_fwd_ref(o + i, x + i, n - i, v, sc, gamma, beta);
 }
 
-static inline double s_sum(nn_f64x4 a)
+/* (by pointer: a 32-byte vector argument would depend on AVX's ABI) */
+static inline double s_sum(const nn_f64x4 *a)
 {
-    return (a[0] + a[1]) + (a[2] + a[3]);
+    return ((*a)[0] + (*a)[1]) + ((*a)[2] + (*a)[3]);
 }
 
 void lp_ren_row_bwd_blk(float *dx, double sums[3], const float *x, const float *g, size_t n,
@@ -76,9 +77,9 @@ void lp_ren_row_bwd_blk(float *dx, double sums[3], const float *x, const float *
         dgn += __builtin_convertvector(bgn, nn_f64x4);
         dvx += __builtin_convertvector(bvx, nn_f64x4);
     }
-    sums[0] += s_sum(dg);
-    sums[1] += s_sum(dgn);
-    sums[2] += s_sum(dvx);
+    sums[0] += s_sum(&dg);
+    sums[1] += s_sum(&dgn);
+    sums[2] += s_sum(&dvx);
     if (i < n)
         lp_ren_row_bwd_ref(dx ? dx + i : NULL, sums, x + i, g + i, n - i, v, sc, gamma);
 }
