@@ -7,6 +7,7 @@
  * at a time: `busy` is taken with trylock, and a caller that cannot take it
  * runs all shares inline (same split, same results). */
 #include "nn/nn_pool.h"
+#include "nn/nn_core.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -31,11 +32,15 @@ static struct {
 } s_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER,
             .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
-/* Polls of a fresh generation (or of the workers' end) before sleeping:
- * kernels come in bursts, and a wake-up through the kernel costs more than
- * a short conv chunk. */
-#ifndef S_SPIN
-#define S_SPIN 2000
+/* How long a thread polls (a worker for a new job, the caller for the
+ * job's end) before it sleeps on a condition variable: kernels come in
+ * bursts with short serial gaps, and a wake-up through the kernel costs
+ * more than a short conv chunk (tens of microseconds, far more for an idle
+ * virtual CPU).  Measured in time, not polls, since a pause instruction
+ * lasts 10 cycles on one CPU and 140 on another.  LPGOSSIP_POOL_SPIN_US
+ * overrides the default (0: sleep at once). */
+#ifndef S_SPIN_US
+#define S_SPIN_US 1000
 #endif
 
 static void s_relax(void)
@@ -47,9 +52,39 @@ static void s_relax(void)
 #endif
 }
 
-static unsigned s_load(const unsigned *p)
+static double s_spin_s(void)
 {
-    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    static long spin_us = -1;
+    long us = __atomic_load_n(&spin_us, __ATOMIC_RELAXED);
+    if (us < 0) {
+        const char *e = getenv("LPGOSSIP_POOL_SPIN_US");
+        us = e && *e ? strtol(e, NULL, 10) : S_SPIN_US;
+        us = us < 0 ? 0 : us > 1000000 ? 1000000 : us;
+        __atomic_store_n(&spin_us, us, __ATOMIC_RELAXED);
+    }
+    return (double)us * 1e-6;
+}
+
+/* Polls until *p differs from v (unequal = 1) or reaches v (unequal = 0),
+ * for at most the spin time; whether it did. */
+static int s_poll(const unsigned *p, unsigned v, int unequal)
+{
+    const double budget = s_spin_s();
+    if (budget <= 0)
+        return 0;
+    double until = 0;
+    for (unsigned i = 0;; i++) {
+        if ((__atomic_load_n(p, __ATOMIC_ACQUIRE) != v) == unequal)
+            return 1;
+        if ((i & 63) == 0) {
+            double now = nn_now();
+            if (until == 0)
+                until = now + budget;
+            else if (now > until)
+                return 0;
+        }
+        s_relax();
+    }
 }
 
 /* The next unclaimed share of job `gen`, or -1 when none is left or the job
@@ -89,8 +124,7 @@ static void *s_worker(void *arg)
     unsigned seen = s_pool.gen0[id]; /* a job posted since is this worker's too */
     for (;;) {
         pthread_mutex_unlock(&s_pool.mu);
-        for (int i = 0; i < S_SPIN && s_load(&s_pool.gen) == seen; i++)
-            s_relax();
+        s_poll(&s_pool.gen, seen, 1);
         pthread_mutex_lock(&s_pool.mu);
         while (s_pool.gen == seen && !s_pool.stop)
             pthread_cond_wait(&s_pool.go, &s_pool.mu);
@@ -191,8 +225,7 @@ void nn_pool_run(int nt, nn_pool_fn fn, void *ctx)
         pthread_cond_broadcast(&s_pool.go);
     pthread_mutex_unlock(&s_pool.mu);
     s_work(gen, fn, ctx, nt);
-    for (int i = 0; i < S_SPIN && __atomic_load_n(&s_pool.finished, __ATOMIC_ACQUIRE) < nt; i++)
-        s_relax();
+    s_poll((const unsigned *)&s_pool.finished, (unsigned)nt, 0);
     pthread_mutex_lock(&s_pool.mu);
     while (__atomic_load_n(&s_pool.finished, __ATOMIC_ACQUIRE) < nt)
         pthread_cond_wait(&s_pool.done, &s_pool.mu);
