@@ -363,6 +363,10 @@ static void s_live_link(s_node *s, node_live_snap *p)
 {
     if (!s->link)
         return;
+    if (s->skip.yielded)
+        s_log(s, "yielded %llu local steps to keep the neighbours' pace (a local step %.3f s, "
+              "their iteration %.3f s)", (unsigned long long)s->skip.yielded, s->skip.step_s,
+              s->skip.period);
     gossip_net_stats ns;
     gossip_link_stats ls;
     gossip_net_stats_get(s->net, &ns);
@@ -499,7 +503,8 @@ static int s_skip(void *arg, int i, uint64_t it)
         return 0;
     if (!s->run)
         return gossip_node_ahead(s->g) >= 1;
-    return node_skip_decide(&s->skip, &s->run->tm, gossip_node_ahead(s->g));
+    s->skip.stale = gossip_node_config(s->g)->staleness;
+    return node_skip_decide(&s->skip, &s->run->tm, gossip_node_ahead(s->g), nn_now());
 }
 
 /* A re-join after falling behind (gossip_link.h "Re-join"): the link took a
@@ -703,6 +708,10 @@ static void s_goodbye(s_node *s, uint64_t done, int failed, int saved, uint64_t 
     double timeout = s->o->n.lc.timeout;
     /* after a failure, tell the others quickly and do not wait long */
     gossip_link_goodbye(s->link, done, failed ? (timeout < 2 ? timeout : 2) : timeout);
+    if (s->skip.yielded)
+        s_log(s, "yielded %llu local steps to keep the neighbours' pace (a local step %.3f s, "
+              "their iteration %.3f s)", (unsigned long long)s->skip.yielded, s->skip.step_s,
+              s->skip.period);
     gossip_net_stats ns;
     gossip_link_stats ls;
     gossip_net_stats_get(s->net, &ns);

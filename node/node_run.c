@@ -246,15 +246,43 @@ void node_run_eval(node_run *r, node_metrics *m)
     m->psi = r->g && r->g[0] ? gossip_node_psi(r->g[0]) : 1.0;
 }
 
-int node_skip_decide(node_skip_state *st, const node_times *tm, uint64_t ahead)
+/* How many iterations a node whose step just held its neighbours up
+ * yields (node_run.h); 1 while their period is not measured yet. */
+static int s_yields(const node_skip_state *st)
+{
+    if (st->period <= 0)
+        return 1;
+    double k = (st->step_s / st->period - NODE_YIELD_PACE * (st->stale + 1)) / (NODE_YIELD_PACE - 1.0);
+    int most = st->periods < NODE_YIELD_MAX ? (int)st->periods : NODE_YIELD_MAX;
+    return k <= 0 ? 0 : k >= most ? most : (int)ceil(k);
+}
+
+int node_skip_decide(node_skip_state *st, const node_times *tm, uint64_t ahead, double now)
 {
     double dw = tm->wait - st->wait, dc = tm->compute - st->compute;
+    double dt = st->last > 0 ? now - st->last : 0;
     st->wait = tm->wait;
     st->compute = tm->compute;
+    st->last = now;
     if (dc > 0)
         st->step_s = st->step_s > 0 ? 0.75 * st->step_s + 0.25 * dc : dc;
-    if (ahead < 1)
-        return 0;
+    if (st->yielding && dt > 0) {
+        st->period = st->period > 0 ? 0.75 * st->period + 0.25 * dt : dt;
+        st->periods++;
+    }
+    st->yielding = 0;
+    /* after our step t the neighbours' newest is t + S when they ran into
+     * the bound (they sent t + S, then waited for our t): ahead = S - 1 */
+    if (dc > 0 && st->stale > 0 && ahead + 1 >= (uint64_t)st->stale)
+        st->yield_left = s_yields(st);
+    if (ahead < 1) {
+        if (st->yield_left <= 0)
+            return 0;
+        st->yield_left--;
+        st->yielding = 1;
+        st->yielded++;
+        return 1;
+    }
     if (st->step_s > 0 && dw > 0.5 * st->step_s) {
         st->held++;
         return 0;

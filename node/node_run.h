@@ -170,12 +170,31 @@ struct node_run {
  * the lag on to the next node (a node that is slow at everything, e.g.
  * under a CPU quota, otherwise makes its fast neighbours skip most of
  * their steps). */
+/* A node that holds its neighbours up (after its step they are S - 1
+ * iterations ahead: they ran into the staleness bound and waited for it)
+ * also yields: once level it takes K more mix-only iterations, each about
+ * as long as a neighbour's iteration (their period P, measured on these
+ * iterations), with K chosen so that its neighbours' pace is at least
+ * 1/NODE_YIELD_PACE of their own: during its step d they do S + 1
+ * iterations' work (the last one's mix waits), so K = (d/P - r (S + 1)) /
+ * (r - 1), r = NODE_YIELD_PACE; K is at most the number of periods measured
+ * (one short sample cannot make a node of normal speed yield for long).
+ * Set stale = S before the first call. */
+#define NODE_YIELD_PACE 1.15
+#define NODE_YIELD_MAX  32 /* mix-only iterations in a row, at most */
 typedef struct {
     double wait, compute; /* tm at the last call */
     double step_s;        /* EWMA of a local step's seconds, 0: none yet */
     uint64_t held;        /* decisions not to skip because held back */
+    int stale;            /* S of the run */
+    double last;          /* wall clock at the last call, 0: none */
+    double period;        /* EWMA of a yielded iteration's seconds, 0: none */
+    uint64_t periods;     /* yielded iterations measured (K is at most this) */
+    int yielding;         /* the last iteration was a yield */
+    int yield_left;       /* yields still owed */
+    uint64_t yielded;     /* yields taken */
 } node_skip_state;
-int node_skip_decide(node_skip_state *st, const node_times *tm, uint64_t ahead);
+int node_skip_decide(node_skip_state *st, const node_times *tm, uint64_t ahead, double now);
 
 /* Runs iterations r->it .. r->iters-1 (r->it is then the number done).
  * 0: done or interrupted (r->interrupted); -1 with a message: diverged or
