@@ -363,10 +363,6 @@ static void s_live_link(s_node *s, node_live_snap *p)
 {
     if (!s->link)
         return;
-    if (s->skip.yielded)
-        s_log(s, "yielded %llu local steps to keep the neighbours' pace (a local step %.3f s, "
-              "their iteration %.3f s)", (unsigned long long)s->skip.yielded, s->skip.step_s,
-              s->skip.period);
     gossip_net_stats ns;
     gossip_link_stats ls;
     gossip_net_stats_get(s->net, &ns);
@@ -708,6 +704,10 @@ static void s_goodbye(s_node *s, uint64_t done, int failed, int saved, uint64_t 
     double timeout = s->o->n.lc.timeout;
     /* after a failure, tell the others quickly and do not wait long */
     gossip_link_goodbye(s->link, done, failed ? (timeout < 2 ? timeout : 2) : timeout);
+    if (s->skip.yielded)
+        s_log(s, "yielded %llu local steps to keep the neighbours' pace (a local step %.3f s, "
+              "their iteration %.3f s)", (unsigned long long)s->skip.yielded, s->skip.step_s,
+              s->skip.period);
     if (s->skip.yielded)
         s_log(s, "yielded %llu local steps to keep the neighbours' pace (a local step %.3f s, "
               "their iteration %.3f s)", (unsigned long long)s->skip.yielded, s->skip.step_s,
