@@ -10,25 +10,28 @@
 # and one core per node); run from anywhere, paths are taken from the
 # repository root:
 #
-#   bench/stale-device.sh LOGDIR [NODES (8)] [SUBSET (32000)] [EPOCHS (2)] [REPS (2)]
+#   bench/stale-device.sh LOGDIR [NODES (8)] [SUBSET (24000)] [EPOCHS (2)] [REPS (2)]
 #
 # e.g. `bench/stale-device.sh /tmp/sd 4 2000 1 1` as a quick check.  Needs
-# build/lpgossip (built here with make if missing) and python3.
+# python3 and build/lpgossip (built here with make if missing), or another
+# binary in $LPGOSSIP_BIN; $NODE_FLAGS is added to every node's flags (e.g.
+# NODE_FLAGS="--data fashion-mnist:DIR" where Debian's Fashion-MNIST is elsewhere).
 set -eu
 [ $# -ge 1 ] || { echo "usage: $0 LOGDIR [NODES] [SUBSET] [EPOCHS] [REPS]" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$1"
 logs=$(cd "$1" && pwd)
-nodes=${2:-8}; subset=${3:-32000}; epochs=${4:-2}; reps=${5:-2}
+nodes=${2:-8}; subset=${3:-24000}; epochs=${4:-2}; reps=${5:-2}
 cd "$root"
-[ -x build/lpgossip ] || make -j"$(nproc)" >"$logs/make.log" 2>&1 \
+bin=${LPGOSSIP_BIN:-build/lpgossip}
+[ -x "$bin" ] || [ "$bin" != build/lpgossip ] || make -j"$(nproc)" >"$logs/make.log" 2>&1 \
     || { echo "stale-device: make failed, see $logs/make.log" >&2; exit 1; }
 export OPENBLAS_NUM_THREADS=1
 topo="$logs/ring$nodes.yaml"
 printf 'description: %d-node undirected ring\nnodes: %d\ngraph: {generator: undirected_ring}\n' \
     "$nodes" "$nodes" >"$topo"
 flags=(--model cnn --train-subset "$subset" --epochs "$epochs" --seed 1
-       --compress topk:0.01+q8 --threads 1 --quiet)
+       --compress topk:0.01+q8 --threads 1 --quiet --bin "$bin" ${NODE_FLAGS:-})
 echo "stale-device: $nodes-node ring, $(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), subset $subset, $epochs epochs, $reps reps; logs in $logs"
 start=$(date +%s)
 for r in $(seq 1 "$reps"); do
