@@ -9,7 +9,10 @@
 #   4. a node slowed to a third of a CPU (a cgroup quota where the machine
 #      allows it) with a core per node: 4- and 8-node rings, Choco top-1%+q8
 #      and SGP, each against an undisturbed run;
-#   5. 16 nodes on a 4x4 torus, a core each.
+#   5. 16 nodes on a 4x4 torus, a core each;
+#   6. where perf runs (MC_PERF=path, sampling on the cpu-clock, which needs
+#      no hardware counters): where the int8 step's time goes at 1 and 2
+#      threads, per thread.
 # Every part writes under OUTDIR (default runs/multicore) and prints its
 # figures; a part that fails says so and the next one runs.
 #
@@ -54,10 +57,10 @@ fi
 
 if part 3; then
     say "bench_precision, 1-16 threads"
-    for m in resnet20 cnn mlp; do
+    for m in ${MC_MODELS:-resnet20 cnn mlp}; do
         lvs=$levels
         [ $m = resnet20 ] || lvs=$(echo "$levels" | tr ' ' '\n' | grep -v portable | tr '\n' ' ')
-        for lv in $lvs; do
+        for lv in ${MC_LEVELS:-$lvs}; do
             timeout 120 $b/bench/bench_precision 5 ${MC_THREADS:-1,2,4,8,16} $m $lv 2>&1 | grep -v '^$' | tail -n +2
         done
     done | tee "$out/precision.txt"
@@ -95,5 +98,17 @@ if part 5; then
     say "16 nodes, 4x4 torus"
     s_run t16 22000 topologies/torus4x4.yaml --model cnn --train-subset 16000 --epochs 2 --compress topk:0.01+q8
     cat "$out/t16/summary.md" 2>/dev/null | grep -vE '^\s*$|png' | head -40
+fi
+if part 6; then
+    say "where the int8 step's time goes (perf, cpu-clock)"
+    perf=${MC_PERF:-perf}
+    lv=${levels##* }
+    for t in 1 2; do
+        BENCH_ONLY=int8 LPGOSSIP_CPU=$lv $perf record -q -e cpu-clock -F 4000 -o "$out/perf$t.data" \
+            $b/bench/bench_precision 8 $t resnet20 $lv > /dev/null 2>&1 || { echo "perf record failed"; break; }
+        echo "--- resnet20 int8 at $lv, $t thread(s): share of samples by thread and function"
+        $perf report -i "$out/perf$t.data" --no-children --sort pid,sym --stdio 2>/dev/null |
+            grep -v '^#' | grep -v '^$' | head -40
+    done
 fi
 say "done"
