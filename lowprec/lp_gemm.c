@@ -280,6 +280,23 @@ void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
         out[i] = (float)(c * S[i] + t[i] + base[i]);
 }
 
+void lp_dequant_lin_ref(float *out, const int32_t *S, const double *tw, double c, double tx,
+                        double t4, const float *bias, size_t n)
+{
+    if (bias)
+        for (size_t j = 0; j < n; j++)
+            out[j] = (float)(c * S[j] + tw[j] + tx + t4) + bias[j];
+    else
+        for (size_t j = 0; j < n; j++)
+            out[j] = (float)(c * S[j] + tw[j] + tx + t4);
+}
+
+void lp_dequant_lin(float *out, const int32_t *S, const double *tw, double c, double tx,
+                    double t4, const float *bias, size_t n)
+{
+    lp_kern()->dequant_lin(out, S, tw, c, tx, t4, bias, n);
+}
+
 void lp_dequant_rows_ref(float *out, const int32_t *S, const double *t, double c,
                          const double *base, size_t W, int rows)
 {
