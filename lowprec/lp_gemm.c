@@ -126,11 +126,10 @@ void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, i
         int kn = K - 4 * k4 < 4 ? K - 4 * k4 : 4;
         if (kn == 4 && cs == 1) {
             const uint8_t *r0 = B + (4 * k4) * rs, *r1 = r0 + rs, *r2 = r1 + rs, *r3 = r2 + rs;
-            for (int n = 0; n < N; n++) {
-                dst[4 * n + 0] = r0[n];
-                dst[4 * n + 1] = r1[n];
-                dst[4 * n + 2] = r2[n];
-                dst[4 * n + 3] = r3[n];
+            for (int n = 0; n < N; n++) { /* one 32-bit word a column: vectorizes */
+                const uint32_t w = (uint32_t)r0[n] | (uint32_t)r1[n] << 8 |
+                                   (uint32_t)r2[n] << 16 | (uint32_t)r3[n] << 24;
+                memcpy(dst + 4 * (size_t)n, &w, 4);
             }
         } else if (kn == 4 && rs == 1) { /* a transposed view: four codes in a row */
             const uint8_t *c0 = B + 4 * k4;
