@@ -175,10 +175,20 @@ static size_t s_i2c_bwd_part(const nn_conv_dims *d)
            LP_ALIGN64((size_t)lp_gemm_np(P) * 4) + LP_ALIGN64((size_t)P * sizeof(double));
 }
 
-/* Thread parts the im2col path's scratch holds. */
-static int s_i2c_parts(const nn_conv_dims *d)
+/* Scratch bytes the im2col path's thread parts may take together (one
+ * part always): large images keep their scratch, small ones get a part
+ * for every thread. */
+#define S_I2C_PARTS_BYTES ((size_t)16 << 20)
+
+/* Thread parts of `part` bytes the im2col path's scratch holds: at most
+ * LP_CONV_MAX_THREADS, the samples, and S_I2C_PARTS_BYTES together; from
+ * the dimensions alone, so sizing and running agree. */
+static int s_i2c_parts(const nn_conv_dims *d, size_t part)
 {
-    return d->N < LP_CONV_MAX_THREADS ? d->N : LP_CONV_MAX_THREADS;
+    size_t n = d->N < LP_CONV_MAX_THREADS ? (size_t)d->N : LP_CONV_MAX_THREADS;
+    const size_t fit = S_I2C_PARTS_BYTES / (part ? part : 1);
+    n = n < fit ? n : fit;
+    return n < 1 ? 1 : (int)n;
 }
 
 size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
@@ -191,7 +201,7 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     si += LP_ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
     si += LP_ALIGN64((size_t)d->OC * s_max_classes(d->OH, d->KH) * d->OW * sizeof(double));
     si += LP_ALIGN64((size_t)d->OH * sizeof(int));
-    si += (size_t)s_i2c_parts(d) * s_i2c_fwd_part(d);
+    si += (size_t)s_i2c_parts(d, s_i2c_fwd_part(d)) * s_i2c_fwd_part(d);
     size_t ss = s_shift_conv_bytes(d->N, d->C, d->OC, d->H, d->W, d->KH, d->pad);
     s += si > ss ? si : ss;
     /* backward, weight gradient (lp_conv_wgrad.c) */
@@ -201,7 +211,7 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     bi += LP_ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
     bi += LP_ALIGN64((size_t)CK * 4);
     bi += LP_ALIGN64((size_t)(d->KH + d->KW) * 2 * sizeof(int));
-    bi += (size_t)s_i2c_parts(d) * s_i2c_bwd_part(d);
+    bi += (size_t)s_i2c_parts(d, s_i2c_bwd_part(d)) * s_i2c_bwd_part(d);
     size_t bs = LP_ALIGN64((size_t)d->OC * CK) +
                 s_shift_conv_bytes(d->N, d->OC, d->C, d->H, d->W, d->KH, d->pad);
     b += bi > bs ? bi : bs;
@@ -690,14 +700,15 @@ typedef struct {
 /* Multiply-adds per thread below which fewer threads run. */
 #define S_I2C_MIN_WORK ((size_t)1 << 18)
 
-/* Threads of an im2col pass: at most its parts, fewer when there is little
- * work; one on the tile GEMM (its tile state is the calling thread's). */
-static int s_i2c_threads(const nn_conv_dims *d)
+/* Threads of an im2col pass whose thread parts are `part` bytes: at most
+ * its parts, fewer when there is little work; one on the tile GEMM (its
+ * tile state is the calling thread's). */
+static int s_i2c_threads(const nn_conv_dims *d, size_t part)
 {
     if (lp_tile_ready() || lp_tile_model_forced())
         return 1;
     const size_t work = (size_t)d->N * d->OC * d->C * d->KH * d->KW * d->OH * d->OW;
-    int nt = nn_pool_threads(), parts = s_i2c_parts(d);
+    int nt = nn_pool_threads(), parts = s_i2c_parts(d, part);
     nt = nt > parts ? parts : nt;
     while (nt > 1 && work / (size_t)nt < S_I2C_MIN_WORK)
         nt--;
@@ -774,7 +785,7 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     const int nh = s_base_rows(bases, hcls, pre, rh, rw, OC, OH, OW, KH, KW, C, cSW, cK, bq);
     s_i2c_job j = {.out = out, .codes = sv->xq, .Ap = Ap, .bases = bases, .hcls = hcls, .d = d,
                    .parts = sp, .part = s_i2c_fwd_part(d), .cS = sw * sx, .cT = cSX, .nh = nh};
-    nn_pool_run(s_i2c_threads(d), s_i2c_fwd_worker, &j);
+    nn_pool_run(s_i2c_threads(d, j.part), s_i2c_fwd_worker, &j);
 }
 
 /* Sample n's input gradient: dcol = wq^T gq_n, its correction, col2im
@@ -865,7 +876,7 @@ static void s_dgrad_im2col(float *din, const uint8_t *gq, lp_qparams gp, const l
     s_i2c_job j = {.out = din, .codes = gq, .Ap = Ap, .SWc = SWc, .rh = rh, .d = d, .parts = sp,
                    .part = s_i2c_bwd_part(d), .cS = sw * sg, .cT = mw * sg, .sw = sw, .mw = mw,
                    .mg = mg};
-    nn_pool_run(s_i2c_threads(d), s_dgrad_worker, &j);
+    nn_pool_run(s_i2c_threads(d, j.part), s_dgrad_worker, &j);
 }
 
 void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
