@@ -20,7 +20,9 @@
  * speed-ups over the first count.
  * Usage: bench_precision [steps (default 10)] [threads (default 1,2,all)]
  *                        [model: cnn | mlp | resnet20 | vgg11 | FILE.yaml
- *                         (default cnn, mlp, resnet20)] [level]. */
+ *                         (default cnn, mlp, resnet20)] [level]
+ *        (or --threads LIST anywhere, e.g. --threads 1,2,4,8,16, in place of
+ *        the threads argument: the positional ones shift up). */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,8 +249,42 @@ static void s_config(const s_spec *sp, const char *level, const char *wgrad, int
     s_close(&q);
 }
 
+/* Drops "--threads LIST" (or "--threads=LIST") from argv and returns LIST
+ * (NULL when absent): the same list as the second positional argument. */
+static const char *s_threads_flag(int *argc, char **argv)
+{
+    const char *list = NULL;
+    int k = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < *argc)
+            list = argv[++i];
+        else if (strncmp(argv[i], "--threads=", 10) == 0)
+            list = argv[i] + 10;
+        else
+            argv[k++] = argv[i];
+    }
+    *argc = k;
+    return list;
+}
+
 int main(int argc, char **argv)
 {
+    const char *tflag = s_threads_flag(&argc, argv);
+    if (tflag) { /* --threads given: the positional list is not */
+        static char *args[8];
+        int k = 0;
+        for (int i = 0; i < argc && k < 8; i++) {
+            args[k++] = argv[i];
+            if (i == 1 && k < 8)
+                args[k++] = (char *)tflag;
+        }
+        if (argc == 1 && k < 8) {
+            args[k++] = "10";
+            args[k++] = (char *)tflag;
+        }
+        argc = k;
+        argv = args;
+    }
     int steps = argc > 1 ? atoi(argv[1]) : 10, thr[S_MAXT];
     const int nth = s_threads_list(argc > 2 ? argv[2] : "1,2,all", thr);
     const int batch = 32;

@@ -159,20 +159,49 @@ static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int
     return s + (size_t)parts * s_shift_thread_bytes(N, nch, M, H, W, K, pad);
 }
 
+/* Bytes of one thread's part of the forward: packed B, sums, column sums. */
+static size_t s_i2c_fwd_part(const nn_conv_dims *d)
+{
+    const int CK = d->C * d->KH * d->KW, P = d->OH * d->OW;
+    return LP_ALIGN64(lp_gemm_pack_b_bytes(CK, P)) + LP_ALIGN64((size_t)d->OC * P * 4) +
+           LP_ALIGN64((size_t)lp_gemm_np(P) * 4) + LP_ALIGN64((size_t)P * sizeof(double));
+}
+
+/* Bytes of one thread's part of the input gradient. */
+static size_t s_i2c_bwd_part(const nn_conv_dims *d)
+{
+    const int CK = d->C * d->KH * d->KW, P = d->OH * d->OW;
+    return LP_ALIGN64(lp_gemm_pack_b_bytes(d->OC, P)) + LP_ALIGN64((size_t)CK * P * 4) +
+           LP_ALIGN64((size_t)lp_gemm_np(P) * 4) + LP_ALIGN64((size_t)P * sizeof(double));
+}
+
+/* Scratch bytes the im2col path's thread parts may take together (one
+ * part always): large images keep their scratch, small ones get a part
+ * for every thread. */
+#define S_I2C_PARTS_BYTES ((size_t)16 << 20)
+
+/* Thread parts of `part` bytes the im2col path's scratch holds: at most
+ * LP_CONV_MAX_THREADS, the samples, and S_I2C_PARTS_BYTES together; from
+ * the dimensions alone, so sizing and running agree. */
+static int s_i2c_parts(const nn_conv_dims *d, size_t part)
+{
+    size_t n = d->N < LP_CONV_MAX_THREADS ? (size_t)d->N : LP_CONV_MAX_THREADS;
+    const size_t fit = S_I2C_PARTS_BYTES / (part ? part : 1);
+    n = n < fit ? n : fit;
+    return n < 1 ? 1 : (int)n;
+}
+
 size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
 {
-    const int CK = d->C * d->KH * d->KW, P = d->OH * d->OW, Pp = lp_gemm_np(P);
+    const int CK = d->C * d->KH * d->KW, P = d->OH * d->OW;
     /* forward: bias, then the im2col path or the shift path */
     size_t s = LP_ALIGN64((size_t)d->OC * 5), si = 0;
     si += LP_ALIGN64(lp_gemm_pack_a_bytes(d->OC, CK));
-    si += LP_ALIGN64(lp_gemm_pack_b_bytes(CK, P));
-    si += LP_ALIGN64((size_t)d->OC * P * 4);
-    si += LP_ALIGN64((size_t)Pp * 4);
     si += LP_ALIGN64((size_t)d->OC * (d->KH + 1) * (d->KW + 1) * 4);
     si += LP_ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
-    si += LP_ALIGN64((size_t)P * sizeof(double));
     si += LP_ALIGN64((size_t)d->OC * s_max_classes(d->OH, d->KH) * d->OW * sizeof(double));
     si += LP_ALIGN64((size_t)d->OH * sizeof(int));
+    si += (size_t)s_i2c_parts(d, s_i2c_fwd_part(d)) * s_i2c_fwd_part(d);
     size_t ss = s_shift_conv_bytes(d->N, d->C, d->OC, d->H, d->W, d->KH, d->pad);
     s += si > ss ? si : ss;
     /* backward, weight gradient (lp_conv_wgrad.c) */
@@ -181,11 +210,8 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     size_t b = LP_ALIGN64((size_t)d->N * d->OC * P), bi = 0;
     bi += LP_ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
     bi += LP_ALIGN64((size_t)CK * 4);
-    bi += LP_ALIGN64(lp_gemm_pack_b_bytes(d->OC, P));
-    bi += LP_ALIGN64((size_t)CK * P * 4);
-    bi += LP_ALIGN64((size_t)Pp * 4);
-    bi += LP_ALIGN64((size_t)P * sizeof(double));
     bi += LP_ALIGN64((size_t)(d->KH + d->KW) * 2 * sizeof(int));
+    bi += (size_t)s_i2c_parts(d, s_i2c_bwd_part(d)) * s_i2c_bwd_part(d);
     size_t bs = LP_ALIGN64((size_t)d->OC * CK) +
                 s_shift_conv_bytes(d->N, d->OC, d->C, d->H, d->W, d->KH, d->pad);
     b += bi > bs ? bi : bs;
@@ -650,12 +676,84 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
     nn_pool_run(j.rows.tile ? 1 : s_shift_threads(N, H, W, pad), s_shift_worker, &j);
 }
 
+/* ---- im2col path: samples split over the pool ------------------------------
+ * Every sample's GEMM, correction and output (or col2im into its own din
+ * plane) are one thread's, in its own part of the scratch (packed B, the
+ * int32 sums, the column sums): the same floats for any thread count. */
+
+/* The per-sample part of the im2col path shared by its threads. */
+typedef struct {
+    float *out;            /* forward: out (N, OC, P); input gradient: din */
+    const uint8_t *codes;  /* forward: the input codes; input gradient: gq */
+    const int8_t *Ap;      /* packed weights */
+    const int32_t *SWc;    /* input gradient: weight code sums per ck */
+    const double *bases;   /* forward: correction base rows */
+    const int *hcls, *rh;  /* forward: row classes; input gradient: tap ranges */
+    const nn_conv_dims *d;
+    unsigned char *parts;  /* thread t's scratch at t * part */
+    size_t part;
+    double cS, cT;         /* factors of the sums and of the column sums */
+    double sw, mw, mg;     /* input gradient: weight scale and min, gradient min */
+    int nh;
+} s_i2c_job;
+
+/* Multiply-adds per thread below which fewer threads run. */
+#define S_I2C_MIN_WORK ((size_t)1 << 18)
+
+/* Threads of an im2col pass whose thread parts are `part` bytes: at most
+ * its parts, fewer when there is little work; one on the tile GEMM (its
+ * tile state is the calling thread's). */
+static int s_i2c_threads(const nn_conv_dims *d, size_t part)
+{
+    if (lp_tile_ready() || lp_tile_model_forced())
+        return 1;
+    const size_t work = (size_t)d->N * d->OC * d->C * d->KH * d->KW * d->OH * d->OW;
+    int nt = nn_pool_threads(), parts = s_i2c_parts(d, part);
+    nt = nt > parts ? parts : nt;
+    while (nt > 1 && work / (size_t)nt < S_I2C_MIN_WORK)
+        nt--;
+    return nt;
+}
+
+/* Thread t's samples of the im2col forward: im2col of the codes, the GEMM
+ * S = wq xq_col, out = cS*S + cT*SX(p) + base(oc, p). */
+static void s_i2c_fwd_worker(void *arg, int t, int nt)
+{
+    const s_i2c_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int OC = d->OC, OH = d->OH, OW = d->OW, CK = d->C * d->KH * d->KW, P = OH * OW;
+    const size_t xper = (size_t)d->C * d->H * d->W;
+    unsigned char *sp = j->parts + (size_t)t * j->part;
+    uint8_t *Bp = lp_take(&sp, lp_gemm_pack_b_bytes(CK, P));
+    int32_t *Cm = lp_take(&sp, (size_t)OC * P * 4);
+    int32_t *SX = lp_take(&sp, (size_t)lp_gemm_np(P) * 4);
+    double *tSX = lp_take(&sp, (size_t)P * sizeof(double));
+    size_t n0, n1;
+    nn_pool_share((size_t)d->N, t, nt, 1, &n0, &n1);
+    if (n1 <= n0)
+        return;
+    memset(Bp, 0, lp_gemm_pack_b_bytes(CK, P));
+    for (size_t n = n0; n < n1; n++) {
+        s_im2col_b4(Bp, j->codes + n * xper, d);
+        lp_gemm_u8u8(Cm, P, j->Ap, Bp, OC, P, CK, SX);
+        float *o = j->out + n * OC * P;
+        for (int p = 0; p < P; p++)
+            tSX[p] = j->cT * SX[p];
+        for (int oc = 0; oc < OC; oc++)
+            for (int oh = 0; oh < OH; oh++)
+                lp_dequant_row(o + (size_t)oc * P + (size_t)oh * OW,
+                               Cm + (size_t)oc * P + (size_t)oh * OW, tSX + (size_t)oh * OW,
+                               j->cS, j->bases + ((size_t)oc * j->nh + j->hcls[oh]) * OW,
+                               (size_t)OW);
+    }
+}
+
 void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float *in,
                        const float *w, const float *b, const nn_conv_dims *d, lp_mode mode,
                        void *scratch)
 {
     const int N = d->N, C = d->C, OC = d->OC, KH = d->KH, KW = d->KW;
-    const int OH = d->OH, OW = d->OW, CK = C * KH * KW, P = OH * OW;
+    const int OH = d->OH, OW = d->OW, CK = C * KH * KW;
     const size_t xper = (size_t)C * d->H * d->W, PS = (size_t)(KH + 1) * (KW + 1);
     unsigned char *sp = (unsigned char *)scratch;
     unsigned char *bpart = lp_take(&sp, (size_t)OC * 5);
@@ -670,12 +768,8 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
         return;
     }
     int8_t *Ap = lp_take(&sp, lp_gemm_pack_a_bytes(OC, CK));
-    uint8_t *Bp = lp_take(&sp, lp_gemm_pack_b_bytes(CK, P));
-    int32_t *Cm = lp_take(&sp, (size_t)OC * P * 4);
-    int32_t *SX = lp_take(&sp, (size_t)lp_gemm_np(P) * 4);
     int32_t *pre = lp_take(&sp, (size_t)OC * PS * 4);
     int *rh = lp_take(&sp, (size_t)(OH + OW) * 2 * sizeof(int)), *rw = rh + 2 * OH;
-    double *tSX = lp_take(&sp, (size_t)P * sizeof(double));
     double *bases = lp_take(&sp, (size_t)OC * s_max_classes(OH, KH) * OW * sizeof(double));
     int *hcls = lp_take(&sp, (size_t)OH * sizeof(int));
 
@@ -687,22 +781,72 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
         s_tap_range(ow, d->stride, d->pad, KW, d->W, &rw[2 * ow], &rw[2 * ow + 1]);
 
     const double sw = sv->wp.scale, mw = sv->wp.min, sx = sv->xp.scale, mx = sv->xp.min;
-    const double cS = sw * sx, cSX = mw * sx, cSW = sw * mx, cK = mw * mx;
+    const double cSX = mw * sx, cSW = sw * mx, cK = mw * mx;
     const int nh = s_base_rows(bases, hcls, pre, rh, rw, OC, OH, OW, KH, KW, C, cSW, cK, bq);
-    memset(Bp, 0, lp_gemm_pack_b_bytes(CK, P));
-    for (int n = 0; n < N; n++) {
-        s_im2col_b4(Bp, sv->xq + (size_t)n * xper, d);
-        lp_gemm_u8u8(Cm, P, Ap, Bp, OC, P, CK, SX);
-        float *o = out + (size_t)n * OC * P;
-        for (int p = 0; p < P; p++)
-            tSX[p] = cSX * SX[p];
-        for (int oc = 0; oc < OC; oc++)
-            for (int oh = 0; oh < OH; oh++)
-                lp_dequant_row(o + (size_t)oc * P + (size_t)oh * OW,
-                               Cm + (size_t)oc * P + (size_t)oh * OW, tSX + (size_t)oh * OW, cS,
-                               bases + ((size_t)oc * nh + hcls[oh]) * OW, (size_t)OW);
-    }
+    s_i2c_job j = {.out = out, .codes = sv->xq, .Ap = Ap, .bases = bases, .hcls = hcls, .d = d,
+                   .parts = sp, .part = s_i2c_fwd_part(d), .cS = sw * sx, .cT = cSX, .nh = nh};
+    nn_pool_run(s_i2c_threads(d, j.part), s_i2c_fwd_worker, &j);
 }
+
+/* Sample n's input gradient: dcol = wq^T gq_n, its correction, col2im
+ * into its own din plane (zeroed first). */
+static void s_dgrad_sample(const s_i2c_job *j, size_t n, uint8_t *Bp, int32_t *Cm, int32_t *SG,
+                           double *tSG)
+{
+    const nn_conv_dims *d = j->d;
+    const int C = d->C, H = d->H, W = d->W, OC = d->OC, KH = d->KH, KW = d->KW;
+    const int OW = d->OW, CK = C * KH * KW, P = d->OH * OW, S = d->stride, pad = d->pad;
+    const int *rh = j->rh, *rw = j->rh + 2 * KH;
+    const size_t xper = (size_t)C * H * W;
+    lp_gemm_pack_b(Bp, j->codes + n * OC * P, P, 1, OC, P);
+    lp_gemm_u8u8(Cm, P, j->Ap, Bp, CK, P, OC, SG);
+    for (int p = 0; p < P; p++)
+        tSG[p] = j->cT * SG[p];
+    float *dx = j->out + n * xper;
+    memset(dx, 0, xper * sizeof(float));
+    const double cS = j->cS;
+    for (int c = 0; c < C; c++)
+        for (int kh = 0; kh < KH; kh++)
+            for (int kw = 0; kw < KW; kw++) {
+                int ck = (c * KH + kh) * KW + kw;
+                double base = j->sw * j->mg * j->SWc[ck] + (double)OC * j->mw * j->mg;
+                const int32_t *crow = Cm + (size_t)ck * P;
+                /* output columns whose tap kw falls inside the image */
+                int ow0 = rw[2 * kw], ow1 = rw[2 * kw + 1];
+                if (ow1 <= ow0)
+                    continue;
+                for (int oh = rh[2 * kh]; oh < rh[2 * kh + 1]; oh++) {
+                    int ih = oh * S - pad + kh;
+                    float *xrow = dx + ((size_t)c * H + ih) * W + (ow0 * S - pad + kw);
+                    const int32_t *cr = crow + (size_t)oh * OW;
+                    const double *tg = tSG + (size_t)oh * OW;
+                    if (S == 1)
+                        for (int ow = ow0; ow < ow1; ow++)
+                            xrow[ow - ow0] += (float)(cS * cr[ow] + tg[ow] + base);
+                    else
+                        for (int ow = ow0; ow < ow1; ow++)
+                            xrow[(ow - ow0) * S] += (float)(cS * cr[ow] + tg[ow] + base);
+                }
+            }
+}
+
+/* Thread t's samples of the im2col input gradient. */
+static void s_dgrad_worker(void *arg, int t, int nt)
+{
+    const s_i2c_job *j = arg;
+    const nn_conv_dims *d = j->d;
+    const int CK = d->C * d->KH * d->KW, P = d->OH * d->OW;
+    unsigned char *sp = j->parts + (size_t)t * j->part;
+    uint8_t *Bp = lp_take(&sp, lp_gemm_pack_b_bytes(d->OC, P));
+    int32_t *Cm = lp_take(&sp, (size_t)CK * P * 4);
+    int32_t *SG = lp_take(&sp, (size_t)lp_gemm_np(P) * 4);
+    double *tSG = lp_take(&sp, (size_t)P * sizeof(double));
+    size_t n0, n1;
+    nn_pool_share((size_t)d->N, t, nt, 1, &n0, &n1);
+    for (size_t n = n0; n < n1; n++)
+        s_dgrad_sample(j, n, Bp, Cm, SG, tSG);
+}
+
 /* din (N, C, H, W) = the im2col path's input gradient from the gradient
  * codes gq (N, OC, OH, OW) with qparams gp: per sample the GEMM
  * dcol = wq^T gq (lp_gemm), its affine correction, then col2im.  Scratch
@@ -710,20 +854,12 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
 static void s_dgrad_im2col(float *din, const uint8_t *gq, lp_qparams gp, const lp_qsaved *sv,
                            const nn_conv_dims *d, unsigned char *sp)
 {
-    const int N = d->N, C = d->C, H = d->H, W = d->W, OC = d->OC, KH = d->KH, KW = d->KW;
-    const int OH = d->OH, OW = d->OW, CK = C * KH * KW, P = OH * OW, S = d->stride;
-    const int pad = d->pad;
-    const size_t xper = (size_t)C * H * W;
+    const int H = d->H, W = d->W, OC = d->OC, KH = d->KH, KW = d->KW;
+    const int OH = d->OH, OW = d->OW, CK = d->C * KH * KW, S = d->stride, pad = d->pad;
     int8_t *Ap = lp_take(&sp, lp_gemm_pack_a_bytes(CK, OC));
     int32_t *SWc = lp_take(&sp, (size_t)CK * 4);
-    uint8_t *Bp = lp_take(&sp, lp_gemm_pack_b_bytes(OC, P));
-    int32_t *Cm = lp_take(&sp, (size_t)CK * P * 4);
-    int32_t *SG = lp_take(&sp, (size_t)lp_gemm_np(P) * 4);
-    double *tSG = lp_take(&sp, (size_t)P * sizeof(double));
-    int *rh = lp_take(&sp, (size_t)(KH + KW) * 2 * sizeof(int)), *rw = rh + 2 * KH;
+    int *rh = lp_take(&sp, (size_t)(KH + KW) * 2 * sizeof(int));
     lp_gemm_pack_a(Ap, SWc, sv->wq, 1, CK, CK, OC); /* A(ck, oc) = wq[oc][ck] */
-    const double sw = sv->wp.scale, mw = sv->wp.min, sg = gp.scale, mg = gp.min;
-    const double cS = sw * sg, cSG = mw * sg;
     /* rows / columns of the output a tap kh / kw reads inside the image */
     for (int k = 0; k < KH + KW; k++) {
         int kk = k < KH ? k : k - KH, O = k < KH ? OH : OW, In = k < KH ? H : W;
@@ -736,37 +872,11 @@ static void s_dgrad_im2col(float *din, const uint8_t *gq, lp_qparams gp, const l
         rh[2 * k] = lo;
         rh[2 * k + 1] = hi;
     }
-    for (int n = 0; n < N; n++) {
-        lp_gemm_pack_b(Bp, gq + (size_t)n * OC * P, P, 1, OC, P);
-        lp_gemm_u8u8(Cm, P, Ap, Bp, CK, P, OC, SG);
-        for (int p = 0; p < P; p++)
-            tSG[p] = cSG * SG[p];
-        float *dx = din + (size_t)n * xper;
-        memset(dx, 0, xper * sizeof(float));
-        for (int c = 0; c < C; c++)
-            for (int kh = 0; kh < KH; kh++)
-                for (int kw = 0; kw < KW; kw++) {
-                    int ck = (c * KH + kh) * KW + kw;
-                    double base = sw * mg * SWc[ck] + (double)OC * mw * mg;
-                    const int32_t *crow = Cm + (size_t)ck * P;
-                    /* output columns whose tap kw falls inside the image */
-                    int ow0 = rw[2 * kw], ow1 = rw[2 * kw + 1];
-                    if (ow1 <= ow0)
-                        continue;
-                    for (int oh = rh[2 * kh]; oh < rh[2 * kh + 1]; oh++) {
-                        int ih = oh * S - pad + kh;
-                        float *xrow = dx + ((size_t)c * H + ih) * W + (ow0 * S - pad + kw);
-                        const int32_t *cr = crow + (size_t)oh * OW;
-                        const double *tg = tSG + (size_t)oh * OW;
-                        if (S == 1)
-                            for (int ow = ow0; ow < ow1; ow++)
-                                xrow[ow - ow0] += (float)(cS * cr[ow] + tg[ow] + base);
-                        else
-                            for (int ow = ow0; ow < ow1; ow++)
-                                xrow[(ow - ow0) * S] += (float)(cS * cr[ow] + tg[ow] + base);
-                    }
-                }
-    }
+    const double sw = sv->wp.scale, mw = sv->wp.min, sg = gp.scale, mg = gp.min;
+    s_i2c_job j = {.out = din, .codes = gq, .Ap = Ap, .SWc = SWc, .rh = rh, .d = d, .parts = sp,
+                   .part = s_i2c_bwd_part(d), .cS = sw * sg, .cT = mw * sg, .sw = sw, .mw = mw,
+                   .mg = mg};
+    nn_pool_run(s_i2c_threads(d, j.part), s_dgrad_worker, &j);
 }
 
 void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,

@@ -19,8 +19,9 @@
 
 #define LP_SHIFT_TMAX 49 /* most taps (K*K) the shift path takes */
 /* Most threads (nn_pool.h) a conv splits its samples or rows over: its
- * scratch holds this many per-thread parts at most. */
-#define LP_CONV_MAX_THREADS 8
+ * scratch holds this many per-thread parts at most (never more than its
+ * chunks of samples; a 16-core board runs every core). */
+#define LP_CONV_MAX_THREADS 16
 
 /* Stride-1 "same" geometry (K x K, pad (K-1)/2, K >= 2): shifted rows. */
 int lp_conv_shift_geom(const nn_conv_dims *d);

@@ -246,6 +246,62 @@ static void s_f32_zero_pads(float *row, size_t vlen, int cnt, int H, int W, int 
     memset(row + end, 0, (vlen - end) * sizeof(float));
 }
 
+typedef struct {
+    float *gx, *gg;
+    size_t vlen;
+    const lp_qsaved *sv;
+    const float *dout;
+    const nn_conv_dims *d;
+    int n0, cnt;
+} s_f32_job;
+
+/* Row r of s_f32_grids: input channel r (its V variants) for r < C, else
+ * gradient channel r - C. */
+static void s_f32_grid_row(const s_f32_job *jb, int r)
+{
+    const nn_conv_dims *d = jb->d;
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, V = 2 * pad + 1;
+    const size_t P = (size_t)H * W, J0 = (size_t)pad + (size_t)pad * W, vlen = jb->vlen;
+    const size_t srow = (size_t)(H + pad) * W;
+    if (r >= C) {
+        const int oc = r - C;
+        s_f32_zero_pads(jb->gg + (size_t)oc * vlen, vlen, jb->cnt, H, W, pad);
+        for (int j = 0; j < jb->cnt; j++)
+            memcpy(jb->gg + (size_t)oc * vlen + J0 + (size_t)j * srow,
+                   jb->dout + ((size_t)(jb->n0 + j) * OC + oc) * P, P * sizeof(float));
+        return;
+    }
+    const int c = r;
+    for (int v = 0; v < V; v++)
+        s_f32_zero_pads(jb->gx + ((size_t)c * V + v) * vlen, vlen, jb->cnt, H, W, pad);
+    for (int j = 0; j < jb->cnt; j++) {
+        float *g0 = jb->gx + (size_t)c * V * vlen + J0 + (size_t)j * srow;
+        float *gc = g0 + (size_t)pad * vlen; /* dx = 0: the plane as it is */
+        lp_kern()->dequantize(gc, jb->sv->xq + ((size_t)(jb->n0 + j) * C + c) * P, P,
+                              jb->sv->xp);
+        for (int v = 0; v < V; v++) {
+            const int dx = v - pad;
+            if (!dx)
+                continue;
+            float *gv = g0 + (size_t)v * vlen;
+            memcpy(gv, gc, P * sizeof(float));
+            const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
+            for (int h = 0; h < H; h++)
+                for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
+                    gv[(size_t)h * W + w] = 0.0f;
+        }
+    }
+}
+
+static void s_f32_grids_worker(void *arg, int t, int nt)
+{
+    const s_f32_job *jb = arg;
+    size_t r0, r1;
+    nn_pool_share((size_t)jb->d->C + jb->d->OC, t, nt, 1, &r0, &r1);
+    for (size_t r = r0; r < r1; r++)
+        s_f32_grid_row(jb, (int)r);
+}
+
 /* The FP32 grids of one chunk (samples [n0, n0 + cnt)) in s_shift_grid's
  * layout, in floats: gx (C rows of V = 2 pad + 1 variants of vlen lanes)
  * the dequantized codes, variant v (column shift dx = v - pad) with the
@@ -253,38 +309,51 @@ static void s_f32_zero_pads(float *row, size_t vlen, int cnt, int H, int W, int 
  * reaches; gg (OC rows of vlen) dout.  Image rows are W lanes (no pad
  * columns) and samples share their pad rows, so the shifted dot runs over
  * (H + pad) * W lanes a sample instead of (H + 2 pad) * (W + 2 pad): 72
- * instead of 100 on resnet20's 8x8 images.  Overwrites both. */
+ * instead of 100 on resnet20's 8x8 images.  Overwrites both; channel rows
+ * split over the pool (each row one thread's). */
 static void s_f32_grids(float *gx, float *gg, size_t vlen, const lp_qsaved *sv,
                         const float *dout, const nn_conv_dims *d, int n0, int cnt)
 {
-    const int C = d->C, OC = d->OC, H = d->H, W = d->W, pad = d->pad, V = 2 * pad + 1;
-    const size_t P = (size_t)H * W, J0 = (size_t)pad + (size_t)pad * W;
-    const size_t srow = (size_t)(H + pad) * W;
-    for (int r = 0; r < C * V; r++)
-        s_f32_zero_pads(gx + (size_t)r * vlen, vlen, cnt, H, W, pad);
-    for (int r = 0; r < OC; r++)
-        s_f32_zero_pads(gg + (size_t)r * vlen, vlen, cnt, H, W, pad);
-    for (int j = 0; j < cnt; j++) {
-        for (int c = 0; c < C; c++) {
-            float *g0 = gx + (size_t)c * V * vlen + J0 + (size_t)j * srow;
-            float *gc = g0 + (size_t)pad * vlen; /* dx = 0: the plane as it is */
-            lp_dequantize(gc, sv->xq + ((size_t)(n0 + j) * C + c) * P, P, sv->xp);
-            for (int v = 0; v < V; v++) {
-                const int dx = v - pad;
-                if (!dx)
-                    continue;
-                float *gv = g0 + (size_t)v * vlen;
-                memcpy(gv, gc, P * sizeof(float));
-                const int z0 = dx < 0 ? W + dx : 0, z1 = dx < 0 ? W : dx;
-                for (int h = 0; h < H; h++)
-                    for (int w = z0 < 0 ? 0 : z0; w < (z1 > W ? W : z1); w++)
-                        gv[(size_t)h * W + w] = 0.0f;
-            }
-        }
-        for (int oc = 0; oc < OC; oc++)
-            memcpy(gg + (size_t)oc * vlen + J0 + (size_t)j * srow,
-                   dout + ((size_t)(n0 + j) * OC + oc) * P, P * sizeof(float));
-    }
+    s_f32_job jb = {gx, gg, vlen, sv, dout, d, n0, cnt};
+    const size_t work = ((size_t)d->C * (2 * d->pad + 1) + d->OC) * cnt * d->H * d->W;
+    int nt = nn_pool_threads();
+    while (nt > 1 && work / (size_t)nt < ((size_t)1 << 14))
+        nt--;
+    nn_pool_run(nt, s_f32_grids_worker, &jb);
+}
+
+typedef struct {
+    float *D;
+    const float *A, *B;
+    size_t ldd, lda, ldb, n;
+    const int *toff;
+    int M, nch, T;
+} s_f32_dot_job;
+
+/* Thread t's rows of the FP32 shifted dot: rows [m0, m1) in multiples of
+ * 4 (every level's row tile; a row's sums never depend on its tile
+ * mates), so each row's sums are those of one call. */
+static void s_f32_dot_worker(void *arg, int t, int nt)
+{
+    const s_f32_dot_job *j = arg;
+    size_t m0, m1;
+    nn_pool_share((size_t)j->M, t, nt, 4, &m0, &m1);
+    if (m1 > m0)
+        nn_shiftdot(j->D + m0 * j->ldd, j->ldd, j->A + m0 * j->lda, j->lda, (int)(m1 - m0), j->B,
+                    j->ldb, j->nch, j->toff, j->T, j->n);
+}
+
+/* nn_shiftdot split over the pool by rows of A (and D). */
+static void s_f32_dot(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
+                      size_t ldb, int nch, const int *toff, int T, size_t n)
+{
+    const size_t work = (size_t)M * nch * T * n;
+    int nt = nn_pool_threads();
+    nt = nt > M / 4 ? M / 4 : nt;
+    while (nt > 1 && work / (size_t)nt < ((size_t)1 << 18))
+        nt--;
+    s_f32_dot_job j = {D, A, B, ldd, lda, ldb, n, toff, M, nch, T};
+    nn_pool_run(nt < 1 ? 1 : nt, s_f32_dot_worker, &j);
 }
 
 /* dw (OC, C, K, K) += the FP32 weight gradient of a stride-1 same conv:
@@ -313,8 +382,7 @@ static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const
         const int cnt = N - n0 < nb ? N - n0 : nb;
         const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
         s_f32_grids(gx, gg, vlen, sv, dout, d, n0, cnt);
-        nn_shiftdot(Dt, (size_t)C * T, gg + J0, vlen, OC, gx + J0, (size_t)V * vlen, C, toff, T,
-                    n);
+        s_f32_dot(Dt, (size_t)C * T, gg + J0, vlen, OC, gx + J0, (size_t)V * vlen, C, toff, T, n);
     }
     for (size_t r = 0; r < (size_t)OC * C; r++)
         for (int u = 0; u < T; u++)

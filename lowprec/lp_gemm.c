@@ -64,6 +64,21 @@ static void s_pack_group(int8_t *Ap, uint16_t *A16, int8_t *At, int32_t *rowsum,
     int8_t *t = At + (((size_t)(k4 / kr) * Mtp) * kr + (size_t)(k4 % kr)) * 4;
     uint16_t *h = A16 + (size_t)k4 * 16;
     const uint8_t *col = A + (ptrdiff_t)(4 * k4) * cs;
+    if (kn == 4 && cs == 1) { /* four codes in a row: one 32-bit load */
+        for (int m = 0; m < M; m++) {
+            uint32_t c;
+            memcpy(&c, col + (ptrdiff_t)m * rs, 4);
+            const uint32_t w = c ^ 0x80808080u;
+            memcpy(q + (size_t)m * 4, &w, 4);
+            memcpy(t + (size_t)m * kr * 4, &w, 4);
+            const uint32_t v0 = c & 0xffu, v1 = c >> 8 & 0xffu, v2 = c >> 16 & 0xffu, v3 = c >> 24;
+            const uint16_t hv[4] = {(uint16_t)v0, (uint16_t)v2, (uint16_t)v1, (uint16_t)v3};
+            memcpy(h + ((size_t)(m >> 2) * K4 * 4 + (size_t)(m & 3)) * 4, hv, 8);
+            if (rowsum)
+                rowsum[m] += (int32_t)(v0 + v1 + v2 + v3);
+        }
+        return;
+    }
     for (int m = 0; m < M; m++) {
         const uint8_t *p = col + (ptrdiff_t)m * rs;
         uint32_t v0 = p[0], v1 = 0, v2 = 0, v3 = 0;
@@ -111,11 +126,10 @@ void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, i
         int kn = K - 4 * k4 < 4 ? K - 4 * k4 : 4;
         if (kn == 4 && cs == 1) {
             const uint8_t *r0 = B + (4 * k4) * rs, *r1 = r0 + rs, *r2 = r1 + rs, *r3 = r2 + rs;
-            for (int n = 0; n < N; n++) {
-                dst[4 * n + 0] = r0[n];
-                dst[4 * n + 1] = r1[n];
-                dst[4 * n + 2] = r2[n];
-                dst[4 * n + 3] = r3[n];
+            for (int n = 0; n < N; n++) { /* one 32-bit word a column: vectorizes */
+                const uint32_t w = (uint32_t)r0[n] | (uint32_t)r1[n] << 8 |
+                                   (uint32_t)r2[n] << 16 | (uint32_t)r3[n] << 24;
+                memcpy(dst + 4 * (size_t)n, &w, 4);
             }
         } else if (kn == 4 && rs == 1) { /* a transposed view: four codes in a row */
             const uint8_t *c0 = B + 4 * k4;
@@ -263,6 +277,23 @@ void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
 {
     for (size_t i = 0; i < n; i++)
         out[i] = (float)(c * S[i] + t[i] + base[i]);
+}
+
+void lp_dequant_lin_ref(float *out, const int32_t *S, const double *tw, double c, double tx,
+                        double t4, const float *bias, size_t n)
+{
+    if (bias)
+        for (size_t j = 0; j < n; j++)
+            out[j] = (float)(c * S[j] + tw[j] + tx + t4) + bias[j];
+    else
+        for (size_t j = 0; j < n; j++)
+            out[j] = (float)(c * S[j] + tw[j] + tx + t4);
+}
+
+void lp_dequant_lin(float *out, const int32_t *S, const double *tw, double c, double tx,
+                    double t4, const float *bias, size_t n)
+{
+    lp_kern()->dequant_lin(out, S, tw, c, tx, t4, bias, n);
 }
 
 void lp_dequant_rows_ref(float *out, const int32_t *S, const double *t, double c,

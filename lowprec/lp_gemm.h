@@ -199,6 +199,16 @@ void lp_dequant_row(float *out, const int32_t *S, const double *t, double c, con
                     size_t n);
 void lp_dequant_row_ref(float *out, const int32_t *S, const double *t, double c,
                         const double *base, size_t n);
+/* out[j] = (float)(c*S[j] + tw[j] + tx + t4) (+ bias[j] in float after the
+ * rounding when bias is not NULL), j < n, in double without FMA, added in
+ * that order: one row of the linear layer's correction (lp_linear.c; tw the
+ * terms of the other operand's codes, tx those of this row, t4 the
+ * constant).  Overwrites out; every level gives the same floats. */
+void lp_dequant_lin(float *out, const int32_t *S, const double *tw, double c, double tx,
+                    double t4, const float *bias, size_t n);
+void lp_dequant_lin_ref(float *out, const int32_t *S, const double *tw, double c, double tx,
+                        double t4, const float *bias, size_t n);
+
 /* lp_dequant_row on rows consecutive rows of W values that share base
  * (W values): out[r*W + i] from S[r*W + i], t[r*W + i] and base[i], in one
  * call (the rows of a conv output whose taps cover the same kernel rows;

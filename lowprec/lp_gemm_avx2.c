@@ -224,6 +224,25 @@ void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c
     s_dequant_row(out, S, t, _mm256_set1_pd(c), c, base, n);
 }
 
+/* lp_dequant_lin (lp_gemm.h): the twin's mul and three adds in double, 4
+ * values a step (128-bit int32 loads and float stores, as s_dequant_row). */
+void lp_dequant_lin_avx2(float *out, const int32_t *S, const double *tw, double c, double tx,
+                         double t4, const float *bias, size_t n)
+{
+    const __m256d vc = _mm256_set1_pd(c), vx = _mm256_set1_pd(tx), v4 = _mm256_set1_pd(t4);
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m256d v = _mm256_cvtepi32_pd(_mm_loadu_si128((const __m128i *)(S + j)));
+        v = _mm256_add_pd(_mm256_mul_pd(vc, v), _mm256_loadu_pd(tw + j));
+        v = _mm256_add_pd(_mm256_add_pd(v, vx), v4);
+        __m128 f = _mm256_cvtpd_ps(v);
+        if (bias)
+            f = _mm_add_ps(f, _mm_loadu_ps(bias + j));
+        _mm_storeu_ps(out + j, f);
+    }
+    lp_dequant_lin_ref(out + j, S + j, tw + j, c, tx, t4, bias ? bias + j : NULL, n - j);
+}
+
 void lp_dequant_rows_avx2(float *out, const int32_t *S, const double *t, double c,
                           const double *base, size_t W, int rows)
 {

@@ -4,7 +4,8 @@
  * bytes of A per row: one vpdpbusd per row and vector.  The packed panel of
  * B for a column block (K*16*U bytes) stays in L1 while all row blocks run
  * over it.  Column sums of B come from one more vpdpbusd against ones in
- * the first row block and restore the 128 shift of A at the store. */
+ * the first row block and restore the 128 shift of A at the store.
+ * Also the linear layer's row correction (lp_dequant_lin_avx512). */
 #include <immintrin.h>
 #include <string.h>
 
@@ -81,4 +82,23 @@ void lp_gemm_kernel_avx512(int32_t *C, int ldc, const int8_t *Ap, const uint8_t 
         for (int mb = MR; mb < Mp; mb += MR)
             s_tile(C, ldc, Ap, Bp, Mp, Np, K4, M, N, mb, nb, 1, csblk, colsum, 0);
     }
+}
+
+/* lp_dequant_lin (lp_gemm.h) on 8 values a step: int32 in a ymm, the
+ * twin's mul and three adds on 8 doubles, one rounding to float. */
+void lp_dequant_lin_avx512(float *out, const int32_t *S, const double *tw, double c, double tx,
+                           double t4, const float *bias, size_t n)
+{
+    const __m512d vc = _mm512_set1_pd(c), vx = _mm512_set1_pd(tx), v4 = _mm512_set1_pd(t4);
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m512d v = _mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)(S + j)));
+        v = _mm512_add_pd(_mm512_mul_pd(vc, v), _mm512_loadu_pd(tw + j));
+        v = _mm512_add_pd(_mm512_add_pd(v, vx), v4);
+        __m256 f = _mm512_cvtpd_ps(v);
+        if (bias)
+            f = _mm256_add_ps(f, _mm256_loadu_ps(bias + j));
+        _mm256_storeu_ps(out + j, f);
+    }
+    lp_dequant_lin_ref(out + j, S + j, tw + j, c, tx, t4, bias ? bias + j : NULL, n - j);
 }

@@ -31,6 +31,7 @@ static void s_fill_twins(lp_kern_t *k)
         .dequant_row = lp_dequant_row_ref,
         .dequant_rows = lp_dequant_rows_ref,
         .dequant_row_q = lp_dequant_row_q_ref,
+        .dequant_lin = lp_dequant_lin_ref,
         .quads = 0,
         .pair_plane = lp_pair_plane_ref,
         .quad_row = lp_quad_row_ref,

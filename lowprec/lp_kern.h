@@ -49,6 +49,8 @@ typedef struct {
                          const double *base, size_t W, int rows);
     void (*dequant_row_q)(float *out, const int32_t *S, const int32_t *SB, double c, double cb,
                           const double *base, size_t n);
+    void (*dequant_lin)(float *out, const int32_t *S, const double *tw, double c, double tx,
+                        double t4, const float *bias, size_t n);
 
     /* the conv shift path's grid rows (lp_simd.h); quads: 1 when the
      * path runs on byte quads (shiftgemm_q), 0 on int16 pairs */

@@ -32,6 +32,7 @@ static void s_fill_avx2(lp_kern_t *k)
     k->shiftgemm = lp_shiftgemm_avx2;
     k->dequant_row = lp_dequant_row_avx2;
     k->dequant_rows = lp_dequant_rows_avx2;
+    k->dequant_lin = lp_dequant_lin_avx2;
     k->pair_plane = lp_pair_plane_avx2;
     k->tap_sum_row = lp_tap_sum_row_avx2;
     k->ren_row_fwd = lp_ren_row_fwd_avx2;
@@ -52,6 +53,7 @@ static void s_fill_avx512vnni(lp_kern_t *k)
     k->gemm = lp_gemm_kernel_avx512;
     k->shiftgemm_q = lp_shiftgemm_q_avx512;
     k->dequant_row_q = lp_dequant_row_q_avx512;
+    k->dequant_lin = lp_dequant_lin_avx512;
     k->quads = 1;
     k->quad_row = lp_quad_row_avx512;
     k->tap_isum_row = lp_tap_isum_row_avx512;

@@ -91,17 +91,9 @@ static void s_dequant_out(float *out, const int32_t *C, const int32_t *SW, const
     const double c1 = sa * sb, cw = sa * mb, cx = ma * sb, t4 = (double)K * ma * mb;
     for (int j = 0; j < J; j++)
         tw[j] = cw * SW[j];
-    for (int n = 0; n < N; n++) {
-        const int32_t *c = C + (size_t)n * J;
-        float *o = out + (size_t)n * J;
-        const double tx = cx * SX[n];
-        if (bias)
-            for (int j = 0; j < J; j++)
-                o[j] = (float)(c1 * c[j] + tw[j] + tx + t4) + bias[j];
-        else
-            for (int j = 0; j < J; j++)
-                o[j] = (float)(c1 * c[j] + tw[j] + tx + t4);
-    }
+    for (int n = 0; n < N; n++)
+        lp_dequant_lin(out + (size_t)n * J, C + (size_t)n * J, tw, c1, cx * SX[n], t4, bias,
+                       (size_t)J);
 }
 
 void lp_linear_forward(float *out, lp_qsaved *sv, float *run_range, const float *in,

@@ -190,6 +190,49 @@ static void s_ren_fwd_worker(void *arg, int t, int nt)
     }
 }
 
+typedef struct {
+    float *s;
+    s_vals x;
+    const float *lut; /* the codes' values when x is codes */
+    int N, C, HW, G;
+    float c, rmin;
+} s_ren_range_job;
+
+/* Thread t's (sample, group) pairs of the forward's range pass: each
+ * group's R from its 16 chunk ranges, s = 1 / (R*c + eps); every pair is
+ * one thread's, so s is that of one call for any thread count. */
+static void s_ren_range_worker(void *arg, int t, int nt)
+{
+    const s_ren_range_job *j = arg;
+    const lp_kern_t *kern = lp_kern();
+    const int C = j->C, HW = j->HW, G = j->G, cg = C / G, T = cg * HW;
+    size_t p0, p1;
+    nn_pool_share((size_t)j->N * G, t, nt, 1, &p0, &p1);
+    for (size_t p = p0; p < p1; p++) {
+        const int n = (int)(p / (size_t)G), g = (int)(p % (size_t)G);
+        const size_t off = ((size_t)n * C + (size_t)g * cg) * HW;
+        float smax = 0, smin = 0;
+        for (int k = 0; k < 16; k++) {
+            int st, len;
+            lp_ren_chunk(T, k, &st, &len);
+            float mn, mx;
+            if (j->x.f) {
+                kern->minmax(&mn, &mx, j->x.f + off + st, (size_t)len);
+            } else { /* the values of the extreme codes (monotone) */
+                uint8_t a, b;
+                kern->minmax_u8(&a, &b, j->x.q + off + st, (size_t)len);
+                mn = j->lut[a];
+                mx = j->lut[b];
+            }
+            smax += mx;
+            smin += mn;
+        }
+        float R = smax / 16.0f - smin / 16.0f;
+        R = R < j->rmin ? j->rmin : R;
+        j->s[p] = 1.0f / (R * j->c + 1e-5f);
+    }
+}
+
 /* lp_ren_core_forward on x in either form; buf: 2*C*HW floats when x is
  * codes (a slot per thread of the output pass, split over the pool);
  * qstep: the quantization step of x (s_range_floor; 0: none). */
@@ -197,37 +240,17 @@ static void s_ren_forward(float *out, float *s, float *sq, s_vals x, const float
                           const float *beta, const float *v, int N, int C, int HW, int G,
                           int quant_s, float qstep, float *buf)
 {
-    const lp_kern_t *kern = lp_kern();
     assert(G > 0 && C % G == 0);
     const int cg = C / G, T = cg * HW;
     assert(T >= 32);
     const float c = s_range_c(T), rmin = s_range_floor(qstep, c);
+    s_ren_range_job rj = {s, x, NULL, N, C, HW, G, c, rmin};
     float lut[256];
-    if (!x.f)
+    if (!x.f) {
         lp_dequantize_lut(lut, x.p);
-    for (int n = 0; n < N; n++)
-        for (int g = 0; g < G; g++) {
-            const size_t off = ((size_t)n * C + (size_t)g * cg) * HW;
-            float smax = 0, smin = 0;
-            for (int j = 0; j < 16; j++) {
-                int st, len;
-                lp_ren_chunk(T, j, &st, &len);
-                float mn, mx;
-                if (x.f) {
-                    lp_minmax(&mn, &mx, x.f + off + st, (size_t)len);
-                } else { /* the values of the extreme codes (monotone) */
-                    uint8_t a, b;
-                    kern->minmax_u8(&a, &b, x.q + off + st, (size_t)len);
-                    mn = lut[a];
-                    mx = lut[b];
-                }
-                smax += mx;
-                smin += mn;
-            }
-            float R = smax / 16.0f - smin / 16.0f;
-            R = R < rmin ? rmin : R;
-            s[n * G + g] = 1.0f / (R * c + 1e-5f);
-        }
+        rj.lut = lut;
+    }
+    nn_pool_run(s_ren_threads(N, C, HW, G), s_ren_range_worker, &rj);
     if (quant_s)
         lp_fake_quant(sq, s, (size_t)N * G, lp_tensor_qparams(s, (size_t)N * G), 0, 0);
     else

@@ -216,10 +216,57 @@ void lp_fake_quant(float *y, const float *x, size_t n, lp_qparams p, int stochas
     }
 }
 
+typedef struct {
+    float mn[NN_POOL_MAX_THREADS], mx[NN_POOL_MAX_THREADS];
+    const float *x;
+    size_t n;
+} s_minmax_job;
+
+/* Thread t's piece of the whole-tensor min/max: whole 64-element blocks. */
+static void s_minmax_worker(void *arg, int t, int nt)
+{
+    s_minmax_job *j = arg;
+    size_t lo, hi;
+    nn_pool_share(j->n, t, nt, 64, &lo, &hi);
+    if (hi > lo)
+        lp_kern()->minmax(&j->mn[t], &j->mx[t], j->x + lo, hi - lo);
+}
+
+/* The min and max of x (n > 0) split over the pool: the pieces' extremes
+ * combined in piece order with the kernels' compare (x < a, x > b); a min
+ * or max is the same number whichever piece holds it (signed zeros aside,
+ * whose sign no code or value depends on), so any thread count gives the
+ * range of one call. */
+static void s_minmax_split(float *mn, float *mx, const float *x, size_t n)
+{
+    int nt = nn_pool_threads();
+    while (nt > 1 && n / (size_t)nt < S_ELT_MIN)
+        nt--;
+    if (nt == 1) {
+        lp_minmax(mn, mx, x, n);
+        return;
+    }
+    s_minmax_job j = {.x = x, .n = n};
+    nn_pool_run(nt, s_minmax_worker, &j);
+    float a = 0, b = 0;
+    int any = 0;
+    for (int t = 0; t < nt; t++) {
+        size_t lo, hi;
+        nn_pool_share(n, t, nt, 64, &lo, &hi);
+        if (hi <= lo)
+            continue;
+        a = !any || j.mn[t] < a ? j.mn[t] : a;
+        b = !any || j.mx[t] > b ? j.mx[t] : b;
+        any = 1;
+    }
+    *mn = a;
+    *mx = b;
+}
+
 lp_qparams lp_tensor_qparams(const float *x, size_t n)
 {
     float mn, mx;
-    lp_minmax(&mn, &mx, x, n);
+    s_minmax_split(&mn, &mx, x, n);
     return lp_qparams_from_range(mn, mx);
 }
 

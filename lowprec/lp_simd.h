@@ -133,6 +133,10 @@ void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c
                          const double *base, size_t n);
 void lp_dequant_rows_avx2(float *out, const int32_t *S, const double *t, double c,
                           const double *base, size_t W, int rows);
+void lp_dequant_lin_avx2(float *out, const int32_t *S, const double *tw, double c, double tx,
+                         double t4, const float *bias, size_t n);
+void lp_dequant_lin_avx512(float *out, const int32_t *S, const double *tw, double c, double tx,
+                           double t4, const float *bias, size_t n);
 
 /* Quad-grid helpers of the conv shift path at the AVX-512 VNNI level
  * (lp_conv.c), scalar twins and AVX-512 versions (exact integers, and the

@@ -511,10 +511,18 @@ void nn_relu_forward(float *out, const float *in, size_t n)
         out[i] = in[i] > 0.0f ? in[i] : 0.0f;
 }
 
+/* The gradient is selected without a branch (dout read unconditionally, a
+ * compare mask on its bits): the signs of a layer's inputs are random, and
+ * the branchy loop mispredicted half of them (a fifth of a small MLP's
+ * step).  The same values as `in > 0 ? dout : 0`. */
 void nn_relu_backward(float *din, const float *dout, const float *in, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
-        din[i] = in[i] > 0.0f ? dout[i] : 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t g;
+        memcpy(&g, &dout[i], 4);
+        g &= -(uint32_t)(in[i] > 0.0f);
+        memcpy(&din[i], &g, 4);
+    }
 }
 
 void nn_add_forward(float *out, const float *a, const float *b, size_t n)

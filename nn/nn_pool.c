@@ -233,12 +233,21 @@ void nn_pool_run(int nt, nn_pool_fn fn, void *ctx)
     pthread_mutex_unlock(&s_pool.busy);
 }
 
+static int s_fault; /* nn_pool_fault */
+
+void nn_pool_fault(int on)
+{
+    __atomic_store_n(&s_fault, on != 0, __ATOMIC_RELAXED);
+}
+
 void nn_pool_share(size_t n, int t, int nt, size_t align, size_t *lo, size_t *hi)
 {
     assert(nt >= 1 && t >= 0 && t < nt && align >= 1);
     size_t a = n * (size_t)t / (size_t)nt, b = n * (size_t)(t + 1) / (size_t)nt;
     a = a / align * align;
     b = t + 1 == nt ? n : b / align * align;
+    if (t > 0 && a + align <= b && __atomic_load_n(&s_fault, __ATOMIC_RELAXED))
+        a += align; /* the deliberate gap */
     *lo = a;
     *hi = b;
 }

@@ -43,4 +43,10 @@ void nn_pool_run(int nt, nn_pool_fn fn, void *ctx);
  * to multiples of `align` (>= 1) except the end n. */
 void nn_pool_share(size_t n, int t, int nt, size_t align, size_t *lo, size_t *hi);
 
+/* Tests only: on != 0 breaks nn_pool_share on purpose (every share but the
+ * first starts `align` later, leaving a gap no share covers), so a test
+ * can show that its thread-count comparison catches a wrong split; 0
+ * restores it.  Set it while no kernel runs. */
+void nn_pool_fault(int on);
+
 #endif

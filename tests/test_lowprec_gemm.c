@@ -415,6 +415,44 @@ static void test_dequant_row(void **state)
     nn_cpu_force("auto");
 }
 
+/* The linear layer's row correction: every level gives the floats of the
+ * scalar twin, with and without a bias, at every length around the
+ * vector steps; nothing past the row. */
+static void test_dequant_lin(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 16);
+    const size_t n = 37;
+    int32_t S[37];
+    double tw[37];
+    float bias[37], ref[37], got[37];
+    for (size_t i = 0; i < n; i++) {
+        S[i] = (int32_t)nn_rng_below(&r, 40000000) - 1000000;
+        tw[i] = (nn_rng_uniform(&r) - 0.5) * 3.7;
+        bias[i] = (float)(nn_rng_uniform(&r) - 0.5);
+    }
+    const double c = 1.3e-5, tx = -0.377, t4 = 0.0731;
+    for (int b = 0; b < 2; b++)
+        for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+            if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+                continue;
+            for (size_t len = 0; len <= n; len++) {
+                memset(got, 0x7f, sizeof got);
+                lp_dequant_lin_ref(ref, S, tw, c, tx, t4, b ? bias : NULL, len);
+                lp_dequant_lin(got, S, tw, c, tx, t4, b ? bias : NULL, len);
+                assert_memory_equal(got, ref, len * sizeof(float));
+                for (size_t i = len; i < n; i++)
+                    assert_int_equal(((uint8_t *)&got[i])[0], 0x7f);
+            }
+            /* the twin's order: ((c*S + tw) + tx) + t4, one rounding */
+            float one;
+            lp_dequant_lin(&one, S, tw, c, tx, t4, NULL, 1);
+            assert_true(one == (float)(c * S[0] + tw[0] + tx + t4));
+        }
+    nn_cpu_force("auto");
+}
+
 /* Rows sharing one base row: the floats of the twin row by row, at every
  * level, for widths around the 8-lane blocks; nothing past the rows. */
 static void test_dequant_rows(void **state)
@@ -494,6 +532,7 @@ int main(void)
         cmocka_unit_test(test_shiftgemm),
         cmocka_unit_test(test_shiftgemm_step_pairs),
         cmocka_unit_test(test_dequant_row),
+        cmocka_unit_test(test_dequant_lin),
         cmocka_unit_test(test_dequant_rows),
         cmocka_unit_test(test_shiftgemm_quads),
         cmocka_unit_test(test_dequant_row_quads),

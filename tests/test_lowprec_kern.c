@@ -37,6 +37,7 @@ static void test_portable_is_twins(void **state)
     assert_ptr_equal(k->dequant_row, lp_dequant_row_ref);
     assert_ptr_equal(k->dequant_rows, lp_dequant_rows_ref);
     assert_ptr_equal(k->dequant_row_q, lp_dequant_row_q_ref);
+    assert_ptr_equal(k->dequant_lin, lp_dequant_lin_ref);
     assert_ptr_equal(k->pair_plane, lp_pair_plane_ref);
     assert_ptr_equal(k->quad_row, lp_quad_row_ref);
     assert_ptr_equal(k->tap_sum_row, lp_tap_sum_row_ref);
@@ -82,6 +83,7 @@ static void test_every_level(void **state)
         assert_non_null(k->dequant_row);
         assert_non_null(k->dequant_rows);
         assert_non_null(k->dequant_row_q);
+        assert_non_null(k->dequant_lin);
         assert_non_null(k->pair_plane);
         assert_non_null(k->quad_row);
         assert_non_null(k->tap_sum_row);

@@ -1,9 +1,10 @@
 /* test_nn_pool — the persistent worker pool (nn/nn_pool.h) and the int8
  * kernels that split over it: every share runs once, a busy pool runs a
  * second caller's shares inline, and the threaded int8 conv (forward, input
- * and weight gradients), stochastic rounding, dequantization and batch
- * ranges give the same bits at 2 and 3 threads as at 1; and the parsing
- * behind --threads auto. */
+ * and weight gradients, shift and im2col paths), stochastic rounding,
+ * dequantization, batch and whole-tensor ranges and Range EvoNorm give the
+ * same bits at 2 and 3 threads as at 1, while a deliberately broken split
+ * is caught; and the parsing behind --threads auto. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -108,7 +109,8 @@ typedef struct {
     float *out, *din, *dw, *db;
 } s_conv_res;
 
-/* One forward + backward of the int8 conv at `threads`, into fresh buffers. */
+/* One forward + backward of the int8 conv at `threads`, into fresh buffers
+ * (out and din start as NaN: an element no share writes shows). */
 static s_conv_res s_conv_run(const nn_conv_dims *d, const float *x, const float *w,
                              const float *b, const float *g, int threads)
 {
@@ -117,6 +119,8 @@ static s_conv_res s_conv_run(const nn_conv_dims *d, const float *x, const float 
     const size_t on = (size_t)d->N * d->OC * d->OH * d->OW;
     s_conv_res r = {nn_xmalloc(on * 4), nn_xmalloc(xn * 4), nn_xcalloc(wn, 4),
                     nn_xcalloc((size_t)d->OC, 4)};
+    memset(r.out, 0xff, on * 4);
+    memset(r.din, 0xff, xn * 4);
     uint8_t *saved = nn_xmalloc(lp_conv2d_saved_bytes(d));
     lp_qsaved sv = {saved, {0, 0}, saved + xn, {0, 0}};
     void *scratch = nn_xalloc_aligned(lp_conv2d_scratch_bytes(d));
@@ -137,7 +141,15 @@ static void s_conv_free(s_conv_res *r)
     free(r->db);
 }
 
-static void s_conv_case(int N, int C, int H, int OC, int K, int stride, int pad)
+enum { S_OUT = 1, S_DIN = 2, S_DW = 4, S_DB = 8 };
+
+/* A conv case at `threads` against 1 thread: which of out, din, dw, db
+ * differ in any bit (S_* mask), for the current weight-gradient
+ * arithmetic.  dw is compared only where it is split by rows (bf16, or
+ * FP32 on the shift geometry); off it nn's batch-split conv (per-thread
+ * partial sums) gives the same bits for the same count and agrees across
+ * counts within FP32 rounding (checked here). */
+static int s_conv_diff(int N, int C, int H, int OC, int K, int stride, int pad, int threads)
 {
     nn_rng r;
     nn_rng_seed(&r, (uint64_t)(N * 7 + C + H + K));
@@ -150,46 +162,63 @@ static void s_conv_case(int N, int C, int H, int OC, int K, int stride, int pad)
     s_fill(&r, w, wn, -0.4f, 0.4f);
     s_fill(&r, b, (size_t)OC, -0.1f, 0.1f);
     s_fill(&r, g, on, -0.03f, 0.02f);
-    char err[256];
-    for (int wg = LP_WGRAD_FP32; wg <= LP_WGRAD_BF16; wg++) {
-        if (lp_wgrad_set((lp_wgrad_t)wg, err, sizeof err) != 0)
-            continue;
-        s_conv_res one = s_conv_run(&d, x, w, b, g, 1);
-        for (int t = 2; t <= 3; t++) {
-            s_conv_res many = s_conv_run(&d, x, w, b, g, t);
-            /* FP32 weight gradients off the shift geometry come from nn's
-             * batch-split conv (per-thread partial sums): the same bits
-             * for the same count, within FP32 rounding across counts */
-            const int exact = wg == LP_WGRAD_BF16 || (stride == 1 && 2 * pad + 1 == K);
-            if (memcmp(one.out, many.out, on * 4) || memcmp(one.din, many.din, xn * 4) ||
-                memcmp(one.db, many.db, (size_t)OC * 4) ||
-                (exact && memcmp(one.dw, many.dw, wn * 4)))
-                fail_msg("conv N=%d C=%d H=%d OC=%d K=%d s=%d (%s): %d threads differ from 1",
-                         N, C, H, OC, K, stride, lp_wgrad_name(), t);
-            if (!exact) {
-                s_conv_res again = s_conv_run(&d, x, w, b, g, t);
-                assert_memory_equal(again.dw, many.dw, wn * 4);
-                for (size_t i = 0; i < wn; i++)
-                    assert_true(fabsf(many.dw[i] - one.dw[i]) <= 1e-5f * (1 + fabsf(one.dw[i])));
-                s_conv_free(&again);
-            }
-            s_conv_free(&many);
-        }
-        s_conv_free(&one);
+    const int exact = lp_wgrad_bf16() || (stride == 1 && 2 * pad + 1 == K);
+    s_conv_res one = s_conv_run(&d, x, w, b, g, 1), many = s_conv_run(&d, x, w, b, g, threads);
+    int diff = (memcmp(one.out, many.out, on * 4) ? S_OUT : 0) |
+               (memcmp(one.din, many.din, xn * 4) ? S_DIN : 0) |
+               (exact && memcmp(one.dw, many.dw, wn * 4) ? S_DW : 0) |
+               (memcmp(one.db, many.db, (size_t)OC * 4) ? S_DB : 0);
+    if (!exact) {
+        s_conv_res again = s_conv_run(&d, x, w, b, g, threads);
+        if (memcmp(again.dw, many.dw, wn * 4))
+            diff |= S_DW;
+        for (size_t i = 0; i < wn; i++)
+            if (!(fabsf(many.dw[i] - one.dw[i]) <= 1e-5f * (1 + fabsf(one.dw[i]))))
+                diff |= S_DW;
+        s_conv_free(&again);
     }
-    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
+    s_conv_free(&one);
+    s_conv_free(&many);
     free(x);
     free(w);
     free(b);
     free(g);
+    return diff;
+}
+
+/* The conv cases: the shift path, im2col (strided, wide, 1x1 strided). */
+static const int s_cases[][7] = {
+    {8, 16, 32, 16, 3, 1, 1},  /* shift path, one sample a chunk */
+    {11, 12, 8, 20, 3, 1, 1},  /* several samples a chunk, a tail */
+    {6, 8, 12, 16, 3, 2, 1},   /* strided: im2col, too little work to split */
+    {13, 16, 16, 32, 3, 2, 1}, /* strided: im2col split over samples */
+    {5, 136, 6, 12, 3, 1, 1},  /* over the shift path's channels: im2col */
+    {14, 32, 16, 64, 1, 2, 0}, /* 1x1 strided shortcut */
+};
+#define S_NCASES (sizeof s_cases / sizeof s_cases[0])
+
+static int s_case_diff(size_t i, int threads)
+{
+    const int *c = s_cases[i];
+    return s_conv_diff(c[0], c[1], c[2], c[3], c[4], c[5], c[6], threads);
 }
 
 static void test_conv_threads_identical(void **state)
 {
     (void)state;
-    s_conv_case(8, 16, 32, 16, 3, 1, 1); /* shift path, one sample a chunk */
-    s_conv_case(11, 12, 8, 20, 3, 1, 1); /* several samples a chunk, a tail */
-    s_conv_case(6, 8, 12, 16, 3, 2, 1);  /* strided: im2col */
+    char err[256];
+    for (int wg = LP_WGRAD_FP32; wg <= LP_WGRAD_BF16; wg++) {
+        if (lp_wgrad_set((lp_wgrad_t)wg, err, sizeof err) != 0)
+            continue;
+        for (size_t i = 0; i < S_NCASES; i++)
+            for (int t = 2; t <= 3; t++) {
+                const int diff = s_case_diff(i, t);
+                if (diff)
+                    fail_msg("conv case %zu (%s): %d threads differ from 1 (mask %d)", i,
+                             lp_wgrad_name(), t, diff);
+            }
+    }
+    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
 }
 
 static void test_quant_threads_identical(void **state)
@@ -228,23 +257,28 @@ static void test_quant_threads_identical(void **state)
             mx1 = mx;
         }
         assert_true(mn == mn1 && mx == mx1);
+        /* the whole-tensor range: that of the plain twin */
+        float rmn, rmx;
+        lp_minmax_ref(&rmn, &rmx, x, n);
+        const lp_qparams tp = lp_tensor_qparams(x, n), rp = lp_qparams_from_range(rmn, rmx);
+        assert_true(tp.min == rp.min && tp.scale == rp.scale);
     }
     nn_pool_set_threads(0);
     free(x); free(y1); free(y); free(q1); free(q); free(qr);
 }
 
-/* Range EvoNorm forward (the output pass split over (sample, group) pairs)
- * and backward: the same bits at 2 and 3 threads as at 1. */
-static void test_ren_threads_identical(void **state)
+/* Range EvoNorm forward (the range pass and the output pass split over
+ * (sample, group) pairs) and backward at `threads` against 1 thread: a mask
+ * of what differs in any bit (1: the scales s, 2: out, 4: dx, 8: the
+ * parameter gradients). */
+static int s_ren_diff(int threads)
 {
-    (void)state;
     const int N = 8, C = 32, HW = 256, G = 8;
     const size_t n = (size_t)N * C * HW;
     nn_rng r;
     nn_rng_seed(&r, 5);
-    float *x = nn_xmalloc(n * 4), *g = nn_xmalloc(n * 4), *o = nn_xmalloc(n * 4);
-    float *o1 = nn_xmalloc(n * 4), *dx = nn_xmalloc(n * 4), *dx1 = nn_xmalloc(n * 4);
-    float gam[32], bet[32], v[32], dp[3][32], dp1[3][32];
+    float *x = nn_xmalloc(n * 4), *g = nn_xmalloc(n * 4), *o[2], *dx[2], s[2][64];
+    float gam[32], bet[32], v[32], dp[2][3][32];
     s_fill(&r, x, n, -1.0f, 2.0f);
     s_fill(&r, g, n, -0.01f, 0.01f);
     s_fill(&r, gam, C, 0.5f, 1.5f);
@@ -252,27 +286,78 @@ static void test_ren_threads_identical(void **state)
     s_fill(&r, v, C, 0.8f, 1.2f);
     uint8_t *saved = nn_xmalloc(lp_ren_saved_bytes(N, C, HW, G));
     float *scratch = nn_xmalloc(lp_ren_scratch_floats(N, C, HW) * 4);
-    for (int t = 1; t <= 3; t++) {
-        nn_pool_set_threads(t);
+    for (int k = 0; k < 2; k++) {
+        nn_pool_set_threads(k ? threads : 1);
+        o[k] = nn_xmalloc(n * 4);
+        dx[k] = nn_xmalloc(n * 4);
+        memset(saved, 0xff, lp_ren_saved_bytes(N, C, HW, G)); /* NaN where nothing writes */
         lp_ren_saved sv = {saved, {0, 0}, (float *)(void *)(saved + n), NULL};
         sv.sq = sv.s + N * G;
         float run[2] = {0, 0};
-        memset(dp, 0, sizeof dp);
-        lp_range_evonorm_forward(o, &sv, run, x, gam, bet, v, N, C, HW, G, (lp_mode){1, 31},
+        memset(dp[k], 0, sizeof dp[k]);
+        lp_range_evonorm_forward(o[k], &sv, run, x, gam, bet, v, N, C, HW, G, (lp_mode){1, 31},
                                  scratch);
-        lp_range_evonorm_backward(dx, dp[0], dp[1], dp[2], g, &sv, gam, v, N, C, HW, G, 9,
-                                  scratch);
-        if (t == 1) {
-            memcpy(o1, o, n * 4);
-            memcpy(dx1, dx, n * 4);
-            memcpy(dp1, dp, sizeof dp);
-        }
-        assert_memory_equal(o, o1, n * 4);
-        assert_memory_equal(dx, dx1, n * 4);
-        assert_memory_equal(dp, dp1, sizeof dp);
+        memcpy(s[k], sv.s, (size_t)N * G * 4);
+        lp_range_evonorm_backward(dx[k], dp[k][0], dp[k][1], dp[k][2], g, &sv, gam, v, N, C, HW,
+                                  G, 9, scratch);
     }
     nn_pool_set_threads(0);
-    free(x); free(g); free(o); free(o1); free(dx); free(dx1); free(saved); free(scratch);
+    const int diff = (memcmp(s[0], s[1], (size_t)N * G * 4) ? 1 : 0) |
+                     (memcmp(o[0], o[1], n * 4) ? 2 : 0) | (memcmp(dx[0], dx[1], n * 4) ? 4 : 0) |
+                     (memcmp(dp[0], dp[1], sizeof dp[0]) ? 8 : 0);
+    for (int k = 0; k < 2; k++) {
+        free(o[k]);
+        free(dx[k]);
+    }
+    free(x); free(g); free(saved); free(scratch);
+    return diff;
+}
+
+static void test_ren_threads_identical(void **state)
+{
+    (void)state;
+    for (int t = 2; t <= 3; t++)
+        assert_int_equal(s_ren_diff(t), 0);
+}
+
+/* The comparisons above catch a wrong split: with nn_pool_share broken on
+ * purpose (a gap between shares), every newly split kernel gives other
+ * bits at 2 and 3 threads than at 1. */
+static void test_broken_split_caught(void **state)
+{
+    (void)state;
+    char err[256];
+    nn_pool_fault(1);
+    assert_int_equal(lp_wgrad_set(LP_WGRAD_FP32, err, sizeof err), 0);
+    for (int t = 2; t <= 3; t++) {
+        /* the im2col forward and input gradient (strided; wide channels) */
+        assert_true((s_case_diff(3, t) & (S_OUT | S_DIN)) == (S_OUT | S_DIN));
+        assert_true((s_case_diff(4, t) & (S_OUT | S_DIN)) == (S_OUT | S_DIN));
+        /* the FP32 weight gradient on the shift geometry */
+        assert_true(s_case_diff(0, t) & S_DW);
+        /* Range EvoNorm's range pass */
+        assert_true(s_ren_diff(t) & 1);
+        /* the whole-tensor min/max: the minimum where share 1 starts */
+        const size_t n = 300001;
+        float *x = nn_xmalloc(n * 4);
+        nn_rng r;
+        nn_rng_seed(&r, 78);
+        s_fill(&r, x, n, -3.0f, 5.0f);
+        size_t lo, hi;
+        nn_pool_fault(0);
+        nn_pool_share(n, 1, t, 64, &lo, &hi);
+        nn_pool_fault(1);
+        x[lo] = -7.0f;
+        nn_pool_set_threads(t);
+        assert_true(lp_tensor_qparams(x, n).min != -7.0f);
+        nn_pool_set_threads(0);
+        free(x);
+    }
+    nn_pool_fault(0);
+    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
+    /* and the same cases pass again once the split is right */
+    assert_int_equal(s_case_diff(3, 2), 0);
+    assert_int_equal(s_ren_diff(2), 0);
 }
 
 /* --threads auto (node_common.h): cgroup quotas round up, "max" and junk
@@ -314,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_conv_threads_identical),
         cmocka_unit_test(test_quant_threads_identical),
         cmocka_unit_test(test_ren_threads_identical),
+        cmocka_unit_test(test_broken_split_caught),
         cmocka_unit_test(test_threads_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
