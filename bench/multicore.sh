@@ -81,17 +81,26 @@ if part 4; then
     R8=topologies/ring8-undirected.yaml
     C="--compress topk:0.01+q8"
     S="--algo dpsgd --compress q8"
+    # case name, base port, topology and flags
+    cases=${MC_CASES:-"c4 s4 c8"}
+    s_case() {
+        case $1 in
+        c4) echo 21000 $R4 $C ;;
+        s4) echo 21100 $R4 $S ;;
+        c8) echo 21200 $R8 $C ;;
+        esac
+    }
     for seed in ${MC_SEEDS:-1 2}; do
-        s_run c4b$seed 21000 $R4 $B --seed $seed $C &
-        s_run s4b$seed 21100 $R4 $B --seed $seed $S &
-        s_run c8b$seed 21200 $R8 $B --seed $seed $C &
-        wait
-        s_run c4q$seed 21000 $R4 $B --seed $seed $C --quota 2:0.333 --baseline $out/c4b$seed &
-        s_run s4q$seed 21100 $R4 $B --seed $seed $S --quota 2:0.333 --baseline $out/s4b$seed &
-        s_run c8q$seed 21200 $R8 $B --seed $seed $C --quota 2:0.333 --baseline $out/c8b$seed &
+        for c in $cases; do s_run ${c}b$seed $(s_case $c) $B --seed $seed & done; wait
+        for c in $cases; do
+            s_run ${c}q$seed $(s_case $c) $B --seed $seed --quota 2:0.333 ${MC_QFLAGS:-} \
+                --baseline $out/${c}b$seed &
+        done
         wait
     done
-    for f in "$out"/*q?/summary.md; do echo "--- $f"; cat "$f"; done 2>/dev/null | grep -vE '^\s*$|png' | head -120
+    for f in "$out"/*q?/summary.md; do echo "--- $f"; cat "$f"; done 2>/dev/null |
+        grep -E '^---|node flags|accuracy|wall time|CPU quota|against' | cut -c1-220
+    grep -h "yielded" "$out"/*q?/log-*.txt 2>/dev/null | cut -c1-160
 fi
 
 if part 5; then
