@@ -16,14 +16,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gossip/gossip_defaults.h"
+
 void gossip_config_default(gossip_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->algo = GOSSIP_DPSGD;
-    strcpy(cfg->compressor, "identity");
-    cfg->eta = 1.0;
-    cfg->push_sum = 1;
-    cfg->seed = 1;
+    strcpy(cfg->compressor, GOSSIP_DEF_COMPRESSOR);
+    cfg->eta = GOSSIP_DEF_ETA;
+    cfg->push_sum = GOSSIP_DEF_PUSH_SUM;
+    cfg->seed = GOSSIP_DEF_SEED;
 }
 
 int gossip_algo_parse(const char *name, gossip_algo *out, char *err, size_t errlen)
