@@ -11,8 +11,8 @@
  * own: node/ sits above it and may read it, gossip/ could not read a header
  * of node/.  Defaults of the layers below (nn_sgd_defaults: momentum 0.9,
  * weight decay 1e-4, Nesterov) stay with their code, which knows nothing of
- * the layers above.  A value here must be a plain literal: GOSSIP_DEF_STR
- * prints it into the help texts as written.
+ * the layers above.  A value that a help text shows must be a plain
+ * literal: GOSSIP_DEF_STR prints it as written.
  */
 #ifndef GOSSIP_DEFAULTS_H
 #define GOSSIP_DEFAULTS_H
@@ -23,6 +23,10 @@
 
 /* ---- the gossip algorithm (gossip_config, gossip_node.h) ---------------- */
 
+/* --algo of the commands: Choco-SGD (a gossip_algo, gossip_node.h) */
+#define GOSSIP_DEF_ALGO        GOSSIP_CHOCO
+/* gossip_config_default's algorithm: dpsgd, the one that needs no options */
+#define GOSSIP_DEF_CONFIG_ALGO GOSSIP_DPSGD
 #define GOSSIP_DEF_COMPRESSOR "identity" /* compressor spec: send x uncompressed */
 #define GOSSIP_DEF_ETA        1          /* consensus step without a sparsifier */
 #define GOSSIP_DEF_ETA_SPARSE 0.01       /* consensus step with a sparsifier (99% top-k) */
@@ -30,7 +34,7 @@
 #define GOSSIP_DEF_SEED       1          /* compressor RNG and initial weights, data order */
 /* --staleness of `lpgossip node` when not given (with push-sum or choco; 0
  * otherwise); simulate's is GOSSIP_DEF_STALENESS_SIM.  Chosen from the
- * measurements in results/ ("Bounded staleness"). */
+ * measurements in results/stale.md (results/README.md "Bounded staleness"). */
 #define GOSSIP_DEF_STALENESS     2
 #define GOSSIP_DEF_STALENESS_SIM 0 /* simulate: synchronous rounds */
 #define GOSSIP_DEF_GOSSIP_EVERY  1 /* local SGD steps per gossip round */

@@ -21,7 +21,7 @@
 void gossip_config_default(gossip_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->algo = GOSSIP_DPSGD;
+    cfg->algo = GOSSIP_DEF_CONFIG_ALGO;
     strcpy(cfg->compressor, GOSSIP_DEF_COMPRESSOR);
     cfg->eta = GOSSIP_DEF_ETA;
     cfg->push_sum = GOSSIP_DEF_PUSH_SUM;

@@ -589,7 +589,7 @@ static void s_defaults(node_opts *o, node_command cmd, int argc)
     t->eval_subset = GOSSIP_DEF_EVAL_SUBSET;
     t->grad_guard = GOSSIP_DEF_GRAD_GUARD;
     gossip_config_default(&o->g.gc);
-    o->g.gc.algo = GOSSIP_CHOCO;
+    o->g.gc.algo = GOSSIP_DEF_ALGO;
     o->g.gc.eta = -1; /* s_finish: GOSSIP_DEF_ETA or GOSSIP_DEF_ETA_SPARSE */
     o->g.skew = GOSSIP_DEF_SKEW;
     o->g.gossip_every = GOSSIP_DEF_GOSSIP_EVERY;
