@@ -16,6 +16,7 @@
 #   make test            install missing packages, build, run every test
 #   make run             install missing packages, build, run the default experiment
 #   make bench           benchmark programs (ratios printed, no pass/fail)
+#   make lint            no function over 100 lines in the library (scripts/fnlen)
 #   make SANITIZE=address,undefined test   everything under ASan/UBSan (build/san/)
 #   make install PREFIX=/usr/local
 
@@ -96,7 +97,7 @@ SIMD_NEON    := -march=armv8-a
 SIMD_DOTPROD := -march=armv8.2-a+dotprod
 SIMD_I8MM    := -march=armv8.2-a+dotprod+i8mm
 
-.PHONY: all test unit-test run bench install clean deps check-deps fuzz repro compare drill valgrind
+.PHONY: all test unit-test run bench install clean deps check-deps fuzz repro compare drill valgrind lint
 # Objects of tests and benchmarks are not intermediates to delete.
 .SECONDARY:
 all: $(BIN) $(TESTS) $(BENCHES)
@@ -221,6 +222,11 @@ drill: $(BIN)
 FUZZ_SECONDS ?= 20
 fuzz: check-deps
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# House style: a function fits on a screen, none over 100 lines in the
+# library's modules (scripts/fnlen lists the ones that are).
+lint:
+	@scripts/fnlen $(MODULES)
 
 # Every test program under valgrind memcheck (slow: tens of minutes).
 valgrind: all

@@ -143,7 +143,8 @@ typedef struct {
 
 typedef struct gossip_node gossip_node;
 
-/* Defaults: dpsgd, identity, eta 1, push-sum on, seed 1, iters_per_epoch 0. */
+/* Defaults (values in gossip_defaults.h): dpsgd, identity, eta 1, push-sum
+ * on, seed 1, staleness 0, iters_per_epoch 0. */
 void gossip_config_default(gossip_config *cfg);
 /* "dpsgd" (or "sgp"), "choco", "deepsqueeze". -1 with message otherwise. */
 int gossip_algo_parse(const char *name, gossip_algo *out, char *err, size_t errlen);

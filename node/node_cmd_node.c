@@ -104,12 +104,6 @@ static void s_link_log(void *arg, const char *msg)
     s_log(arg, "%s", msg);
 }
 
-static void s_run_log(void *arg, int rank, const char *msg)
-{
-    (void)rank;
-    s_log(arg, "%s", msg);
-}
-
 /* ---- the topology, --peer, --cert ---------------------------------------- */
 
 /* --peer ID=ENDPOINT: stored into the (owned) topology. */
@@ -266,9 +260,9 @@ static void s_discovery_hint(const s_node *s, char *err, size_t errlen)
 
 /* ---- the gossip round over the link ------------------------------------- */
 
-static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, size_t errlen)
+static int s_round(void *ctx, float **x, uint64_t r, node_times *tm, char *err, size_t errlen)
 {
-    s_node *s = arg;
+    s_node *s = ctx;
     gossip_link_times lt = {0, 0, 0};
     if (s->live)
         node_live_set_phase(s->live, NODE_LIVE_GOSSIP);
@@ -281,9 +275,9 @@ static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, 
     return rc;
 }
 
-static void s_pump(void *arg)
+static void s_serve(void *ctx)
 {
-    s_node *s = arg;
+    s_node *s = ctx;
     gossip_link_pump(s->link, 0);
 }
 
@@ -466,11 +460,16 @@ static void s_live_publish(s_node *s, uint64_t done, int force)
     node_live_publish(s->live, s->snap, force);
 }
 
-/* ---- hooks of the run loop ---------------------------------------------- */
+/* ---- the run loop's operations (node_round_ops; context: the s_node) ---- */
 
-static void s_after_iter(void *arg, uint64_t done)
+static void s_run_log(void *ctx, const char *msg)
 {
-    s_node *s = arg;
+    s_log(ctx, "%s", msg);
+}
+
+static void s_after_iter(void *ctx, uint64_t done)
+{
+    s_node *s = ctx;
     s_live_publish(s, done, 0);
     if (!s->ckpt_path[0] || s->ckpt_every <= 0 || done % (uint64_t)s->ckpt_every != 0)
         return;
@@ -490,28 +489,23 @@ static void s_after_iter(void *arg, uint64_t done)
  * a slow node takes its (long) steps only when level with its neighbours,
  * which then have the whole S iterations of room and do not wait for it
  * (docs/gossip.md "Bounded staleness" has the argument). */
-static int s_skip(void *arg, int i, uint64_t it)
+static int s_skip(void *ctx, const node_run *r, int i)
 {
-    s_node *s = arg;
-    (void)i;
-    (void)it;
-    if (gossip_node_config(s->g)->staleness <= 0 || !s->link)
+    s_node *s = ctx;
+    const gossip_node *g = r->g[i];
+    if (gossip_node_config(g)->staleness <= 0)
         return 0;
-    if (!s->run)
-        return gossip_node_ahead(s->g) >= 1;
-    s->skip.stale = gossip_node_config(s->g)->staleness;
-    return node_skip_decide(&s->skip, &s->run->tm, gossip_node_ahead(s->g), nn_now());
+    s->skip.stale = gossip_node_config(g)->staleness;
+    return node_skip_decide(&s->skip, &r->tm, gossip_node_ahead(g), nn_now());
 }
 
 /* A re-join after falling behind (gossip_link.h "Re-join"): the link took a
  * neighbour's model into x and moved to its round; the optimizer starts
  * afresh there as a joiner's does (zero momentum; --qgm: x as the previous
  * point).  The sampler goes on where it was (no fast-forward). */
-static int s_catch_up(void *arg, uint64_t *it, char *err, size_t errlen)
+static int s_catch_up(void *ctx, uint64_t *it, char *err, size_t errlen)
 {
-    s_node *s = arg;
-    if (!s->link)
-        return 0;
+    s_node *s = ctx;
     const uint64_t H = (uint64_t)s->o->g.gossip_every;
     uint64_t round = *it / H;
     int rc = gossip_link_catch_up(s->link, &round, err, errlen);
@@ -526,33 +520,34 @@ static int s_catch_up(void *arg, uint64_t *it, char *err, size_t errlen)
     return 1;
 }
 
-/* The per-neighbour staleness metrics of m (docs/node.md). */
-static void s_report_nb(s_node *s, node_metrics *m)
+/* The per-neighbour staleness metrics of m (docs/node.md) from the run's
+ * gossip node g. */
+static void s_report_nb(s_node *s, gossip_node *g, node_metrics *m)
 {
-    const gossip_peer *peers = gossip_node_peers(s->g);
+    const gossip_peer *peers = gossip_node_peers(g);
     int k = 0;
     for (int j = 0; j < s->t->n && k < TOPO_MAX_NODES; j++) {
         uint64_t lag, nofresh;
-        if (gossip_node_peer_lag(s->g, j, &lag, &nofresh) != 0)
+        if (gossip_node_peer_lag(g, j, &lag, &nofresh) != 0)
             continue;
         s->nb[k++] = (node_nb_metrics){j, lag, nofresh, peers[j].wait_s};
     }
     m->nnb = k;
     m->nb = s->nb;
-    m->staleness = gossip_node_config(s->g)->staleness;
+    m->staleness = gossip_node_config(g)->staleness;
 }
 
-static void s_report(void *arg, const node_run *r, node_metrics *m)
+static void s_report(void *ctx, const node_run *r, node_metrics *m)
 {
-    s_node *s = arg;
+    s_node *s = ctx;
     if (s->live) {
         s->snap->evaluated = m->evaluated;
         s->snap->test_accuracy = m->test_acc;
         s->snap->test_loss = m->test_loss;
         s_live_publish(s, m->iter, 0);
     }
-    s_report_nb(s, m);
-    gossip_node_stats(s->g, &s->gs);
+    s_report_nb(s, r->g[0], m);
+    gossip_node_stats(r->g[0], &s->gs);
     if (s->net)
         gossip_net_stats_get(s->net, &s->ns);
     if (s->link)
@@ -569,8 +564,15 @@ static void s_report(void *arg, const node_run *r, node_metrics *m)
           (unsigned long long)m->iter, m->epoch, m->loss,
           m->evaluated ? "" : "(not evaluated) ", 100 * (m->evaluated ? m->test_acc : 0),
           m->psi, m->seconds, downs);
-    (void)r;
 }
+
+/* With sockets: the gossip round over the link, serving between rounds. */
+static const node_round_ops s_ops = {.round = s_round, .serve = s_serve, .catch_up = s_catch_up,
+                                     .skip = s_skip, .after_iter = s_after_iter,
+                                     .log = s_run_log, .report = s_report};
+/* --no-gossip: local steps only (no round, nobody to catch up with). */
+static const node_round_ops s_ops_solo = {.after_iter = s_after_iter, .log = s_run_log,
+                                          .report = s_report};
 
 /* ---- the command ---------------------------------------------------------- */
 
@@ -639,12 +641,9 @@ static int s_loop(s_node *s, node_run *r, uint64_t it, char *err, size_t errlen)
     *r = (node_run){.n = 1, .rank0 = s->me, .tr = s->k.tr, .x = s->k.x, .g = &s->g,
                     .d = &s->k.d, .o = &o->t, .steps = s->k.steps, .H = H, .it = it,
                     .iters = (uint64_t)s->k.steps * (uint64_t)o->t.epochs, .eval_nodes = 1,
-                    .stop = &s_signals, .metrics = s->mf, .log = s_run_log,
-                    .after_iter = s_after_iter, .report = s_report, .hook_arg = s,
-                    .skip = s_skip, .skip_arg = s, .catch_up = s_catch_up,
+                    .stop = &s_signals, .metrics = s->mf,
+                    .ops = s->link ? &s_ops : &s_ops_solo, .ctx = s,
                     .slow = o->n.debug_slow};
-    if (s->link)
-        r->round = (node_round){s_round, s_pump, s};
     s->run = r;
     r->meta = (node_metrics){.command = "node", .rank = s->me, .nodes = s->t->n,
                              .model = node_model_label(&o->t.mo),

@@ -29,13 +29,9 @@
 #include "node/node_run.h"
 #include "topology/topo.h"
 
-static void s_log(void *arg, int rank, const char *msg)
-{
-    (void)arg;
-    fprintf(stderr, "lpgossip simulate: node %d: %s\n", rank, msg);
-}
+/* ---- the run loop's operations (node_round_ops) ------------------------ */
 
-/* The round's argument: the sim and the --join drill. */
+/* Their context: the sim and the --join drill. */
 typedef struct {
     gossip_sim *sim;
     node_ranks *k;
@@ -44,10 +40,28 @@ typedef struct {
     int         state;    /* 0 not yet absent, 1 absent, 2 joined */
 } s_sim_round;
 
-static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, size_t errlen)
+static void s_log(void *ctx, const char *msg)
 {
-    (void)tm;
-    s_sim_round *sr = arg;
+    (void)ctx; /* the loop names the node in msg */
+    fprintf(stderr, "lpgossip simulate: %s\n", msg);
+}
+
+/* Adds the seconds every node spent in gossip_node_prepare and
+ * gossip_node_mix in the last round to tm (the in-process transport has no
+ * wait of its own). */
+static void s_round_times(gossip_sim *sim, node_times *tm)
+{
+    for (int i = 0; i < gossip_sim_n(sim); i++) {
+        gossip_stats gs;
+        gossip_node_stats(gossip_sim_node(sim, i), &gs);
+        tm->compress += gs.prepare_s;
+        tm->mix += gs.mix_s;
+    }
+}
+
+static int s_round(void *ctx, float **x, uint64_t r, node_times *tm, char *err, size_t errlen)
+{
+    s_sim_round *sr = ctx;
     if (sr->rank >= 0 && sr->state == 0) {
         gossip_sim_absent(sr->sim, (int)sr->rank);
         sr->state = 1;
@@ -70,12 +84,15 @@ static int s_round(void *arg, float **x, uint64_t r, node_times *tm, char *err, 
         fprintf(stderr, "lpgossip simulate: node %ld joined at round %llu with the model of "
                 "node %d\n", sr->rank, (unsigned long long)r, h);
     }
-    return gossip_sim_step(sr->sim, x, r, err, errlen);
+    if (gossip_sim_step(sr->sim, x, r, err, errlen) != 0)
+        return -1;
+    s_round_times(sr->sim, tm);
+    return 0;
 }
 
-static void s_report(void *arg, const node_run *r, node_metrics *m)
+static void s_report(void *ctx, const node_run *r, node_metrics *m)
 {
-    gossip_sim *sim = arg;
+    gossip_sim *sim = ((s_sim_round *)ctx)->sim;
     m->gossip_bytes_sent = (double)gossip_sim_bytes_sent(sim) / r->n;
     char node_col[32] = "", avg[32] = "not evaluated";
     if (isfinite(m->mean_node_acc))
@@ -107,11 +124,15 @@ static void s_banner(const node_opts *o, const node_ranks *k, const gossip_confi
     fflush(stdout);
 }
 
-/* --delays slow:R:F: rank i skips its local step where the slow node does. */
-static int s_skip(void *arg, int i, uint64_t it)
+/* --delays slow:R:F: the slow rank skips its local step on the rounds it
+ * does not step (gossip_sim_steps); every other rank always steps. */
+static int s_skip(void *ctx, const node_run *r, int i)
 {
-    return !gossip_sim_steps(arg, i, it);
+    return !gossip_sim_steps(((s_sim_round *)ctx)->sim, i, r->it);
 }
+
+static const node_round_ops s_ops = {.round = s_round, .skip = s_skip, .log = s_log,
+                                     .report = s_report};
 
 /* DIR/model-RANK.safetensors for every rank, and the average model. */
 static int s_save(const node_opts *o, const node_ranks *k, nn_model *avg, char *err,
@@ -182,9 +203,7 @@ static int s_run(const node_opts *o, const topo *t, FILE *mf, int *usage, char *
     node_run r = {.n = t->n, .tr = k.tr, .x = k.x, .g = g, .d = &k.d, .o = to, .steps = k.steps,
                   .H = H, .iters = (uint64_t)k.steps * (uint64_t)to->epochs,
                   .eval_nodes = en < 0 || en > t->n ? t->n : en, .avg = avg,
-                  .round = {s_round, NULL, &sr}, .metrics = mf, .log = s_log,
-                  .report = s_report, .hook_arg = sim,
-                  .skip = dl.kind == GOSSIP_DELAY_SLOW ? s_skip : NULL, .skip_arg = sim};
+                  .ops = &s_ops, .ctx = &sr, .metrics = mf};
     r.meta = (node_metrics){.command = "simulate", .rank = -1, .nodes = t->n,
                             .model = node_model_label(&to->mo),
                             .precision = node_precision_name(to->mo.precision), .gossip = 1,

@@ -15,16 +15,17 @@
 #include "node/node_modelio.h"
 #include "node/node_run.h"
 
-static void s_log(void *arg, int rank, const char *msg)
+/* The run loop's operations: no gossip, so only a log and a report, which
+ * need no context (node_run.ctx NULL). */
+static void s_log(void *ctx, const char *msg)
 {
-    (void)arg;
-    (void)rank;
+    (void)ctx;
     fprintf(stderr, "lpgossip train: %s\n", msg);
 }
 
-static void s_report(void *arg, const node_run *r, node_metrics *m)
+static void s_report(void *ctx, const node_run *r, node_metrics *m)
 {
-    (void)arg;
+    (void)ctx;
     char eta[32];
     double left = m->seconds / (double)m->iter * (double)(r->iters - m->iter);
     node_fmt_duration(eta, sizeof eta, left);
@@ -36,6 +37,8 @@ static void s_report(void *arg, const node_run *r, node_metrics *m)
            m->samples_per_s, m->seconds, eta);
     fflush(stdout);
 }
+
+static const node_round_ops s_ops = {.log = s_log, .report = s_report};
 
 static void s_banner(const node_opts *o, const node_ranks *k)
 {
@@ -70,7 +73,7 @@ static int s_train(const node_opts *o)
     s_banner(o, &k);
     node_run r = {.n = 1, .tr = k.tr, .x = k.x, .d = &k.d, .o = t, .steps = k.steps, .H = 1,
                   .iters = (uint64_t)k.steps * (uint64_t)t->epochs, .eval_nodes = 1,
-                  .metrics = mf, .log = s_log, .report = s_report};
+                  .ops = &s_ops, .metrics = mf};
     r.meta = (node_metrics){.command = "train", .nodes = 1,
                             .model = node_model_label(&t->mo),
                             .precision = node_precision_name(t->mo.precision)};

@@ -153,17 +153,18 @@ static const char s_help_model[] =
 
 static const char s_help_optim[] =
 "optimisation (SGD, docs/design.md §3):\n"
-"  --epochs E          [5]        --batch B    [32]       --lr LR   [0.05]\n"
+"  --epochs E          [" GOSSIP_DEF_STR(GOSSIP_DEF_EPOCHS) "]        --batch B    [" GOSSIP_DEF_STR(GOSSIP_DEF_BATCH)
+"]       --lr LR   [" GOSSIP_DEF_STR(GOSSIP_DEF_LR) "]\n"
 "  --momentum M        [0.9]      --wd WD      [1e-4]     --no-nesterov\n"
-"  --warmup E          linear warm-up epochs from lr/10    [1]\n"
+"  --warmup E          linear warm-up epochs from lr/10    [" GOSSIP_DEF_STR(GOSSIP_DEF_WARMUP_EPOCHS) "]\n"
 "  --milestones A,B    epochs where lr *= --lr-decay  [50%,75% of --epochs]\n"
-"  --lr-decay F        learning-rate factor at each milestone [0.1]\n"
+"  --lr-decay F        learning-rate factor at each milestone [" GOSSIP_DEF_STR(GOSSIP_DEF_LR_DECAY) "]\n"
 "                      (--gamma F: the old spelling, deprecated)\n"
 "  --qgm               quasi-global momentum\n";
 
 static const char s_help_run[] =
 "run:\n"
-"  --seed S            initial weights and data order          [1]\n"
+"  --seed S            initial weights and data order          [" GOSSIP_DEF_STR(GOSSIP_DEF_SEED) "]\n"
 "  --threads T|auto    threads of the kernels (BLAS and the layer pool); auto:\n"
 "                      the CPUs this process may use (affinity, cgroup quota,\n"
 "                      OPENBLAS_NUM_THREADS if set)\n"
@@ -173,7 +174,7 @@ static const char s_help_run[] =
 "  --eval-every N      evaluate every N iterations          [once per epoch]\n"
 "  --eval-subset N     progress evaluations on a fixed N-sample subset of the\n"
 "                      test set (the same on every node); the last evaluation\n"
-"                      on the whole set; 0: the whole set every time   [1000]\n"
+"                      on the whole set; 0: the whole set every time   [" GOSSIP_DEF_STR(GOSSIP_DEF_EVAL_SUBSET) "]\n"
 "  --eval-offset K     progress evaluations K iterations before each multiple\n"
 "                      of --eval-every (nodes sharing a machine take turns) [0]\n"
 "  --eval-final W      the last evaluation: whole (the test set) | subset (the\n"
@@ -184,28 +185,28 @@ static const char s_help_run[] =
 "  --save FILE         write the final model (simulate: the average model)\n"
 "  --grad-guard F      refuse (skip, as a non-finite one) a local step whose\n"
 "                      gradient L2 norm is above F x the running mean of the\n"
-"                      accepted steps' norms, after 50 accepted steps; 0: off [100]\n";
+"                      accepted steps' norms, after 50 accepted steps; 0: off [" GOSSIP_DEF_STR(GOSSIP_DEF_GRAD_GUARD) "]\n";
 
 static const char s_help_gossip[] =
 "gossip:\n"
 "  --topology FILE     topology YAML (docs/topology.md)            (required)\n"
 "  --algo A            dpsgd (SGP) | choco | deepsqueeze            [choco]\n"
-"  --compress SPEC     [SPARSIFIER][+QUANTIZER][+deflate]            [identity]\n"
+"  --compress SPEC     [SPARSIFIER][+QUANTIZER][+deflate]            [" GOSSIP_DEF_COMPRESSOR "]\n"
 "                      sparsifiers: topk:F[,rdecay=B] | randk:F | dgc:D[,warmup=E]\n"
 "                      quantizers: q8 | qsgd:S; e.g. topk:0.01+q8, dgc:0.001,warmup=4+q8+deflate\n"
-"  --eta X             consensus step (choco, deepsqueeze)  [1; 0.01 with a sparsifier;\n"
+"  --eta X             consensus step (choco, deepsqueeze)  [" GOSSIP_DEF_STR(GOSSIP_DEF_ETA) "; " GOSSIP_DEF_STR(GOSSIP_DEF_ETA_SPARSE) " with a sparsifier;\n"
 "                      at most 1/(S+1) with --staleness S]\n"
 "  --no-push-sum       plain gossip (needs a doubly stochastic topology)\n"
-"  --skew S            non-IID skew of the data partition, 0 = IID   [0]\n"
+"  --skew S            non-IID skew of the data partition, 0 = IID   [" GOSSIP_DEF_STR(GOSSIP_DEF_SKEW) "]\n"
 "  --partition dirichlet:ALPHA  per-class shares from Dir(ALPHA) instead\n"
 "  --gossip-every H    H local SGD steps per gossip round (an iteration is one\n"
-"                      local step; rounds after iterations H, 2H, ...)  [1]\n"
+"                      local step; rounds after iterations H, 2H, ...)  [" GOSSIP_DEF_STR(GOSSIP_DEF_GOSSIP_EVERY) "]\n"
 "  --staleness S       bounded staleness: mix iteration t with messages as old as\n"
 "                      t-S, wait only for older ones (0 = synchronous; at most\n"
 "                      %d; S > 0 with dpsgd/deepsqueeze needs push-sum;\n"
 "                      docs/gossip.md \"Bounded staleness\")\n"
 "                      [node: %d (0 for dpsgd/deepsqueeze with --no-push-sum);\n"
-"                      simulate: 0]\n"
+"                      simulate: " GOSSIP_DEF_STR(GOSSIP_DEF_STALENESS_SIM) "]\n"
 "  --out DIR           output directory (models, metrics)\n";
 
 static const char s_help_sim[] =
@@ -230,14 +231,14 @@ static const char s_help_node[] =
 "                      instead of this node's endpoint in the topology\n"
 "  --peer ID=ENDPOINT  endpoint of node ID (overrides the topology; repeatable)\n"
 "  --timeout S         bound on every wait (start, each iteration, end) and on a\n"
-"                      silent neighbour [60]\n"
+"                      silent neighbour [" GOSSIP_DEF_STR(GOSSIP_DEF_TIMEOUT_S) "]\n"
 "  --no-gossip         local SGD only, no communication (for timing)\n"
 "  --checkpoint-every N  write --out DIR/ckpt-RANK.safetensors every N iterations\n"
 "                      (atomic; default: once per epoch; 0: only on SIGINT/SIGTERM)\n"
 "  --resume            continue from --out DIR/ckpt-RANK.safetensors and rejoin the\n"
 "                      run (at the neighbours' iteration, re-syncing public copies)\n"
-"  --peer-timeout S    a silent neighbour is declared down after at least S s [5]\n"
-"  --peer-timeout-factor F  ... or after F times its observed message period [20]\n"
+"  --peer-timeout S    a silent neighbour is declared down after at least S s [" GOSSIP_DEF_STR(GOSSIP_DEF_PEER_FLOOR_S) "]\n"
+"  --peer-timeout-factor F  ... or after F times its observed message period [" GOSSIP_DEF_STR(GOSSIP_DEF_PEER_FACTOR) "]\n"
 "                      (never later than --timeout); it is then left out of the\n"
 "                      mixing and the run goes on; it comes back when it speaks again\n"
 "  --fail-on-peer-loss end the run instead when a neighbour is lost\n"
@@ -245,20 +246,20 @@ static const char s_help_node[] =
 "                      interface (e.g. eth0) [ZSYS_INTERFACE, else the first that can]\n"
 "  --start-window S    start as soon as every neighbour answered, or after S s\n"
 "                      when the quorum holds (the silent ones are then down and\n"
-"                      join later) [5]\n"
+"                      join later) [" GOSSIP_DEF_STR(GOSSIP_DEF_START_WINDOW_S) "]\n"
 "  --min-nodes N       quorum: this node + its answering neighbours >= N (at most\n"
-"                      1 + its neighbours) [2]; a node started later with the same\n"
+"                      1 + its neighbours) [" GOSSIP_DEF_STR(GOSSIP_DEF_MIN_NODES) "]; a node started later with the same\n"
 "                      command line joins the run in progress (docs/node.md)\n"
 "  --fresh-wait F      with --staleness S > 0: once a round may mix, wait up to F\n"
 "                      times the round time for the current messages of the\n"
 "                      neighbours that are level with this node (equal speeds\n"
 "                      then mix fresh messages; a slow neighbour already behind\n"
-"                      is not waited for); 0 = never wait [0.25]\n"
+"                      is not waited for); 0 = never wait [" GOSSIP_DEF_STR(GOSSIP_DEF_FRESH_WAIT) "]\n"
 "  --metrics-port P    serve /metrics (Prometheus) and /status (JSON) over HTTP\n"
 "                      on port P; auto: a free port (logged); +K: this node's\n"
 "                      TCP port + K (`lpgossip watch --offset K` finds it);\n"
 "                      0: off [0]\n"
-"  --metrics-bind ADDR the address it listens on, e.g. 0.0.0.0 [127.0.0.1]\n"
+"  --metrics-bind ADDR the address it listens on, e.g. 0.0.0.0 [" GOSSIP_DEF_METRICS_BIND "]\n"
 "Files in --out DIR: model-RANK.safetensors (the de-biased model z),\n"
 "metrics-RANK.jsonl (one JSON object per evaluation), log-RANK.txt.\n";
 
@@ -292,7 +293,7 @@ static void s_usage(FILE *f, node_command cmd, int debug)
         if (!(g & parts[i].group))
             continue;
         if (parts[i].group == G_GOSSIP) /* the staleness limits */
-            fprintf(f, s_help_gossip, GOSSIP_STALE_MAX, NODE_DEFAULT_STALENESS);
+            fprintf(f, s_help_gossip, GOSSIP_STALE_MAX, GOSSIP_DEF_STALENESS);
         else
             fputs(parts[i].text, f);
     }
@@ -577,24 +578,27 @@ static void s_defaults(node_opts *o, node_command cmd, int argc)
     node_train_opts *t = &o->t;
     node_model_opts_defaults(&t->mo);
     t->sgd = nn_sgd_defaults();
-    t->sched = (nn_lr_schedule){.base_lr = 0.05f, .warmup_epochs = 1, .gamma = 0.1f};
-    t->epochs = 5;
-    t->batch = 32;
-    t->seed = 1;
+    t->sched = (nn_lr_schedule){.base_lr = (float)GOSSIP_DEF_LR,
+                                .warmup_epochs = GOSSIP_DEF_WARMUP_EPOCHS,
+                                .gamma = (float)GOSSIP_DEF_LR_DECAY};
+    t->epochs = GOSSIP_DEF_EPOCHS;
+    t->batch = GOSSIP_DEF_BATCH;
+    t->seed = GOSSIP_DEF_SEED;
     t->threads = 0; /* auto */
     t->debug_nan_at = -1;
-    t->eval_subset = NODE_EVAL_SUBSET_DEFAULT;
-    t->grad_guard = NODE_GUARD_DEFAULT;
+    t->eval_subset = GOSSIP_DEF_EVAL_SUBSET;
+    t->grad_guard = GOSSIP_DEF_GRAD_GUARD;
     gossip_config_default(&o->g.gc);
-    o->g.gc.algo = GOSSIP_CHOCO;
-    o->g.gc.eta = -1;
-    o->g.gossip_every = 1;
+    o->g.gc.algo = GOSSIP_DEF_ALGO;
+    o->g.gc.eta = -1; /* s_finish: GOSSIP_DEF_ETA or GOSSIP_DEF_ETA_SPARSE */
+    o->g.skew = GOSSIP_DEF_SKEW;
+    o->g.gossip_every = GOSSIP_DEF_GOSSIP_EVERY;
     o->g.eval_nodes = -1;
     o->g.join_rank = -1;
     o->g.gc.staleness = -1; /* s_finish: the command's default */
     strcpy(o->g.delays, "none");
-    o->n.debug_slow = 1.0;
-    o->n.metrics_bind = "127.0.0.1";
+    o->n.debug_slow = GOSSIP_DEF_DEBUG_SLOW;
+    o->n.metrics_bind = GOSSIP_DEF_METRICS_BIND;
     char err[256];
     int ok = gossip_compressor_parse(&o->g.comp, o->g.gc.compressor, err, sizeof err);
     assert(ok == 0); /* the default spec */
@@ -624,14 +628,14 @@ static int s_finish(node_opts *o, char *err, size_t errlen)
     node_train_opts *t = &o->t;
     if (!t->have_milestones) {
         t->sched.nmilestones = 2;
-        t->sched.milestones[0] = 0.5 * (double)t->epochs;
-        t->sched.milestones[1] = 0.75 * (double)t->epochs;
+        t->sched.milestones[0] = GOSSIP_DEF_MILESTONE1 * (double)t->epochs;
+        t->sched.milestones[1] = GOSSIP_DEF_MILESTONE2 * (double)t->epochs;
     }
     if (o->g.gc.staleness < 0) /* node: measured, README "Bounded staleness" */
         o->g.gc.staleness = o->cmd == NODE_CMD_NODE && (o->g.gc.push_sum || o->g.gc.algo == GOSSIP_CHOCO)
-                                ? NODE_DEFAULT_STALENESS : 0;
+                                ? GOSSIP_DEF_STALENESS : GOSSIP_DEF_STALENESS_SIM;
     if (o->g.gc.eta < 0) { /* docs/design.md §3: 1 without compression, 0.01 with 99% top-k; */
-        o->g.gc.eta = o->g.comp.sparse != GOSSIP_SPARSE_NONE ? 0.01 : 1.0;
+        o->g.gc.eta = o->g.comp.sparse != GOSSIP_SPARSE_NONE ? GOSSIP_DEF_ETA_SPARSE : GOSSIP_DEF_ETA;
         /* a consensus step on delayed copies is stable up to about 1/(S+1)
          * (docs/gossip.md, "Bounded staleness") */
         if (o->g.gc.eta > 1.0 / (o->g.gc.staleness + 1))

@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "gossip/gossip_compress.h"
+#include "gossip/gossip_defaults.h"
 #include "gossip/gossip_link.h"
 #include "gossip/gossip_node.h"
 #include "nn/nn_optim.h"
@@ -30,18 +31,7 @@
 
 typedef enum { NODE_CMD_TRAIN, NODE_CMD_SIMULATE, NODE_CMD_NODE } node_command;
 
-/* --staleness of `lpgossip node` when not given (with push-sum or choco;
- * 0 otherwise); simulate's is 0.  Chosen from the measurements in README
- * ("Bounded staleness"). */
-#define NODE_DEFAULT_STALENESS 2
-
-/* --grad-guard when not given: a local step whose gradient norm is over 100x
- * its running level is refused (node_trainer.h; docs/node.md "Gradient-norm
- * guard" for the choice). */
-#define NODE_GUARD_DEFAULT 100.0
-/* --eval-subset default: 1000 test samples (+-1 point of accuracy at 90%,
- * a tenth of a 10000-sample test set's cost per progress evaluation). */
-#define NODE_EVAL_SUBSET_DEFAULT 1000
+/* The default of every option is in gossip/gossip_defaults.h. */
 
 /* model, optimisation, run and debug-run flags (every training command) */
 typedef struct {

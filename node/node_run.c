@@ -159,13 +159,13 @@ static double s_average(nn_model *avg, node_trainer *tr, int n)
     return dist / (double)n / (double)a.np;
 }
 
-static void s_pump(void *arg)
+/* node_evaluate_sub's tick: the command serves its neighbours. */
+static void s_serve(void *arg)
 {
-    const node_round *rd = arg;
-    rd->pump(rd->arg);
+    const node_run *r = arg;
+    r->ops->serve(r->ctx);
 }
 
-/* Progress evaluations (not the last iteration) on r->eval_sub. */
 /* The test samples of this evaluation: the fixed subset, except the last
  * evaluation's, on the whole set unless --eval-final subset; NULL: all. */
 static const uint32_t *s_eval_set(const node_run *r)
@@ -176,11 +176,11 @@ static const uint32_t *s_eval_set(const node_run *r)
 static double s_eval_model(node_run *r, nn_model *m, double *loss)
 {
     int batch = (int)r->o->batch;
-    void (*tick)(void *) = r->round.pump ? s_pump : NULL;
+    void (*tick)(void *) = r->ops->serve ? s_serve : NULL;
     const uint32_t *sub = s_eval_set(r);
     double t = nn_now(), a = node_evaluate_sub(m, r->d, &r->d->test, sub,
                                               sub ? r->eval_sub_n : r->d->test.n, batch, loss,
-                                              tick, &r->round);
+                                              tick, r);
     r->tm.eval += nn_now() - t;
     return a;
 }
@@ -292,29 +292,42 @@ int node_skip_decide(node_skip_state *st, const node_times *tm, uint64_t ahead, 
 
 /* ---- the loop ----------------------------------------------------------- */
 
-/* The local steps of iteration r->it on every rank, with the non-finite
- * policy; -1 with a message when one rank diverged. */
 /* --debug-slow: serve the neighbours for d*(1/F - 1) seconds after a
  * local step of d seconds. */
 static void s_slow_down(node_run *r, double d)
 {
-    if (!(r->slow > 0 && r->slow < 1) || !r->round.pump)
+    if (!(r->slow > 0 && r->slow < 1) || !r->ops->serve)
         return;
     double until = nn_now() + d * (1.0 / r->slow - 1.0);
     while (nn_now() < until) {
-        r->round.pump(r->round.arg);
+        r->ops->serve(r->ctx);
         double left = until - nn_now();
         if (left > 0)
             nanosleep(&(struct timespec){0, (long)(1e9 * (left < 0.002 ? left : 0.002))}, NULL);
     }
 }
 
+/* A message of the loop about rank index i, through ops->log ("node R: "
+ * first when the run drives several ranks). */
+static void s_log(const node_run *r, int i, const char *msg)
+{
+    if (r->n == 1) {
+        r->ops->log(r->ctx, msg);
+        return;
+    }
+    char line[400];
+    snprintf(line, sizeof line, "node %d: %s", r->rank0 + i, msg);
+    r->ops->log(r->ctx, line);
+}
+
+/* The local steps of iteration r->it on every rank, with the non-finite
+ * policy; -1 with a message when one rank diverged. */
 static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
 {
     double a = nn_now();
     for (int i = 0; i < r->n; i++) {
         const gossip_node *g = r->g ? r->g[i] : NULL;
-        if (r->skip && r->skip(r->skip_arg, i, r->it)) {
+        if (r->ops->skip && r->ops->skip(r->ctx, r, i)) {
             r->catchup++; /* a mix-only iteration: no batch, no step */
             continue;
         }
@@ -329,7 +342,7 @@ static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
         const node_trainer *t = &r->tr[i];
         int large = t->refused == NODE_STEP_LARGE;
         r->skipped_large += (uint64_t)large;
-        if ((++run[i] <= 3 || run[i] == NODE_RUN_MAX_SKIPPED) && r->log) {
+        if ((++run[i] <= 3 || run[i] == NODE_RUN_MAX_SKIPPED) && r->ops->log) {
             char msg[320];
             if (large)
                 snprintf(msg, sizeof msg, "iteration %llu: the gradient norm %.4g is %.3gx its "
@@ -340,7 +353,7 @@ static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
                 snprintf(msg, sizeof msg, "iteration %llu: the loss or a gradient is not finite "
                          "(loss %g, lr %g): step skipped, the model is unchanged and nothing "
                          "non-finite is sent", (unsigned long long)r->it, loss, r->lr);
-            r->log(r->hook_arg, r->rank0 + i, msg);
+            s_log(r, i, msg);
         }
         if (run[i] >= NODE_RUN_MAX_SKIPPED) {
             r->tm.compute += nn_now() - a;
@@ -356,15 +369,15 @@ static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
 /* The gossip round after iteration r->it, if one is due. */
 static int s_gossip(node_run *r, char *err, size_t errlen)
 {
-    if (!r->round.round)
+    if (!r->ops->round)
         return 0;
     if ((r->it + 1) % r->H != 0) {
-        if (r->round.pump)
-            r->round.pump(r->round.arg); /* between rounds: answer, PING */
+        if (r->ops->serve)
+            r->ops->serve(r->ctx); /* between rounds: answer, PING */
         return 0;
     }
     double b = nn_now();
-    int rc = r->round.round(r->round.arg, r->x, (r->it + 1) / r->H - 1, &r->tm, err, errlen);
+    int rc = r->ops->round(r->ctx, r->x, (r->it + 1) / r->H - 1, &r->tm, err, errlen);
     r->tm.gossip += nn_now() - b;
     return rc;
 }
@@ -392,8 +405,8 @@ int node_run_loop(node_run *r, char *err, size_t errlen)
             r->interrupted = 1;
             break;
         }
-        if (r->catch_up && r->it % r->H == 0) {
-            int c = r->catch_up(r->hook_arg, &r->it, err, errlen);
+        if (r->ops->catch_up && r->it % r->H == 0) {
+            int c = r->ops->catch_up(r->ctx, &r->it, err, errlen);
             if (c < 0) {
                 rc = -1;
                 break;
@@ -408,14 +421,14 @@ int node_run_loop(node_run *r, char *err, size_t errlen)
         }
         for (int i = 0; i < r->n; i++)
             nn_sgd_after_mix(&r->tr[i].sgd, r->x[i]);
-        if (r->after_iter)
-            r->after_iter(r->hook_arg, r->it + 1);
+        if (r->ops->after_iter)
+            r->ops->after_iter(r->ctx, r->it + 1);
         if (!s_eval_due(r))
             continue;
         node_metrics m;
         node_run_eval(r, &m);
-        if (r->report)
-            r->report(r->hook_arg, r, &m);
+        if (r->ops->report)
+            r->ops->report(r->ctx, r, &m);
         if (r->metrics)
             node_metrics_write(r->metrics, &m);
     }

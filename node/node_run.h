@@ -6,8 +6,9 @@
  *          one; simulate: all of the topology).
  * Exposes: node_run_loop.  For t = it .. iters-1: the local step of every
  *          rank on its de-biased z = x/psi (node_local_step); after
- *          every H steps a gossip round, done by a node_round (none, the
- *          in-process gossip_sim or the ZeroMQ gossip_link); then
+ *          every H steps a gossip round, done by the command's
+ *          node_round_ops (none, the in-process gossip_sim or the ZeroMQ
+ *          gossip_link); then
  *          nn_sgd_after_mix on every rank (quasi-global momentum, with or
  *          without gossip); a step whose loss or gradient is not finite, or
  *          whose gradient norm the trainer's guard refuses (--grad-guard),
@@ -15,13 +16,13 @@
  *          NODE_RUN_MAX_SKIPPED in a row on one rank end the run; at every
  *          eval_every iterations and at the end: evaluation (node_run_eval)
  *          and one metrics line (node_metrics_write, keys in docs/node.md).
- *          Bounded staleness: a rank for which skip() says so takes no local
+ *          Bounded staleness: a rank for which ops->skip says so takes no local
  *          step in that iteration (a mix-only iteration: no batch is
  *          consumed, x is only mixed), counted as steps_skipped; that is how
  *          a lagging node catches up with its neighbours (node) and how
  *          simulate's slow node runs (--delays slow:R:F).  --debug-slow F
  *          (node): after a local step of d seconds the loop serves the
- *          neighbours (pump) for d*(1/F - 1) seconds.
+ *          neighbours (ops->serve) for d*(1/F - 1) seconds.
  * Callers: node_cmd_train.c, node_cmd_simulate.c, node_cmd_node.c.
  */
 #ifndef NODE_RUN_H
@@ -48,17 +49,49 @@ typedef struct {
     double eval;     /* test-set evaluations */
 } node_times;
 
-/* How a gossip round happens.  round == NULL: no gossip (train,
- * node --no-gossip).  round(arg, x, r, tm, ...) runs gossip round r on the
- * driven ranks' x[0..n) (prepare, deliver, mix: x and psi overwritten) and
- * may add to tm->compress/wait/mix; 0, or -1 with a message.  pump(arg)
- * (may be NULL) keeps the neighbours served between rounds and during
- * evaluation. */
+/* What a command plugs into the run loop: one table of operations, each
+ * called with the command's context (node_run.ctx, the same pointer for
+ * all; a command whose operations need no context leaves it NULL).  Any
+ * member may be NULL: the loop then does without it, as said.  The loop
+ * calls them in this order per iteration it: catch_up (when it starts a
+ * round), skip (per rank), the local steps, round (when one is due; else
+ * serve), after_iter, and at an evaluation report; log at any time.
+ *
+ *   round(ctx, x, round, tm, err, errlen)  runs gossip round `round` on the
+ *       driven ranks' x[0..n) (prepare, deliver, mix: x and psi
+ *       overwritten) and adds the seconds of its phases to tm->compress,
+ *       tm->wait and tm->mix (tm->gossip is the loop's); 0, or -1 with a
+ *       message.  NULL: no gossip (train, node --no-gossip).
+ *   serve(ctx)  keeps the neighbours served: between rounds, during an
+ *       evaluation and while --debug-slow holds a node back.  NULL: nobody
+ *       to serve.
+ *   catch_up(ctx, &it, err, errlen)  before the local steps of an iteration
+ *       that starts a gossip round: 1 when the node moved to a later
+ *       iteration *it (a re-join after falling behind; the learning rate
+ *       follows it), 0 nothing, -1 with a message.
+ *   skip(ctx, r, i)  1 when rank index i takes no local step in iteration
+ *       r->it (a mix-only iteration, see the top of this file), decided from
+ *       the run's state r (its times r->tm, its gossip node r->g[i]).  NULL:
+ *       every rank always steps.
+ *   after_iter(ctx, done)  after iteration done-1 is complete, its round
+ *       mixed: checkpoints, the live state.
+ *   log(ctx, msg)  a message of the loop (a refused step); in a run that
+ *       drives several ranks it starts with "node R: ".
+ *   report(ctx, r, m)  at an evaluation: adds the command's own keys to m
+ *       (from r and its context) and prints its console line, before m is
+ *       written to the metrics file. */
+typedef struct node_run node_run;
+typedef struct node_metrics node_metrics;
 typedef struct {
-    int  (*round)(void *arg, float **x, uint64_t r, node_times *tm, char *err, size_t errlen);
-    void (*pump)(void *arg);
-    void *arg;
-} node_round;
+    int  (*round)(void *ctx, float **x, uint64_t round, node_times *tm, char *err,
+                  size_t errlen);
+    void (*serve)(void *ctx);
+    int  (*catch_up)(void *ctx, uint64_t *it, char *err, size_t errlen);
+    int  (*skip)(void *ctx, const node_run *r, int i);
+    void (*after_iter)(void *ctx, uint64_t done);
+    void (*log)(void *ctx, const char *msg);
+    void (*report)(void *ctx, const node_run *r, node_metrics *m);
+} node_round_ops;
 
 /* What a node knows about one in-neighbour, for the metrics (node). */
 typedef struct {
@@ -71,7 +104,7 @@ typedef struct {
 /* One metrics line.  Groups: the core keys (every command), the gossip
  * keys (simulate and node: gossip set), the simulate keys (sim set) and
  * the link keys (node: ns/ls set, NULL without sockets). */
-typedef struct {
+struct node_metrics {
     const char *command;          /* "train" | "simulate" | "node" */
     int         rank;             /* -1: all ranks (simulate) */
     int         nodes;
@@ -105,12 +138,10 @@ typedef struct {
     int                    staleness;     /* --staleness S */
     int                    nnb;
     const node_nb_metrics *nb;
-} node_metrics;
+};
 
 /* Appends m as one JSON object on one line to f and flushes. */
 void node_metrics_write(FILE *f, const node_metrics *m);
-
-typedef struct node_run node_run;
 
 struct node_run {
     /* ---- set by the caller ---- */
@@ -126,32 +157,17 @@ struct node_run {
     uint64_t               it, iters;  /* first iteration, end */
     long                   eval_nodes; /* ranks whose own model is evaluated */
     nn_model              *avg;        /* n > 1: the average model, evaluated */
-    node_round             round;
+    const node_round_ops  *ops;        /* what the command plugs in (never NULL) */
+    void                  *ctx;        /* passed to every operation of ops */
     volatile sig_atomic_t *stop;       /* nonzero: stop before the next iteration */
     FILE                  *metrics;    /* may be NULL */
     node_metrics           meta;       /* command, rank, nodes, gossip identity */
-    /* log(arg, rank, line); after_iter(arg, done): checkpoints (may be NULL);
-     * report(arg, r, m): adds the command's own keys to m and prints the
-     * console line of an evaluation, before m is written */
-    void (*log)(void *arg, int rank, const char *msg);
-    void (*after_iter)(void *arg, uint64_t done);
-    void (*report)(void *arg, const node_run *r, node_metrics *m);
-    void  *hook_arg;
-    /* skip(skip_arg, i, it): 1 when rank i takes no local step in iteration
-     * it (see the top of this file); NULL: every rank always steps */
-    int  (*skip)(void *arg, int i, uint64_t it);
-    void  *skip_arg;
-    /* catch_up(hook_arg, &it, err, errlen), before the local steps of an
-     * iteration that starts a gossip round (node): 1 when the node moved
-     * to a later iteration *it (a re-join after falling behind: the
-     * learning rate follows it), 0 nothing, -1 with a message; NULL: none */
-    int  (*catch_up)(void *arg, uint64_t *it, char *err, size_t errlen);
     double slow;             /* --debug-slow F (node); 0 or 1: full speed */
     /* ---- state ---- */
     node_times tm;
     uint64_t   skipped;      /* refused steps (non-finite or guard), all ranks */
     uint64_t   skipped_large; /*   of which refused by the gradient-norm guard */
-    uint64_t   catchup;      /* local steps skipped by skip(), all ranks */
+    uint64_t   catchup;      /* local steps skipped by ops->skip, all ranks */
     int        interrupted;  /* stopped by *stop */
     double     t0, t_line, compute_line;
     float      lr;

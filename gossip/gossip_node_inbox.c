@@ -1,0 +1,315 @@
+/* gossip_node_inbox — the receiving side of gossip_node (gossip_node.h):
+ * admission of GOSSIP and RESYNC messages (sender, window, replay,
+ * duplicate, block shapes), the stash of in-neighbours' decoded messages
+ * until they are mixed, choco copies caught up in order, readiness of an
+ * iteration (synchronous and with bounded staleness), and membership
+ * (peers down, up, restarted, proved to have sent).
+ *
+ * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
+ * Exposes: gossip_node_receive, _ready, _fresh_from, _peer_down, _peer_up,
+ *          _peer_reset, _peer_sent, _peers, _peer_state.
+ * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
+ */
+#include "gossip/gossip_node_int.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void s_clear_slots(gossip_node *g, int k)
+{
+    for (int w = 0; w < GOSSIP_SLOTS; w++)
+        g->slots[(size_t)k * GOSSIP_SLOTS + w].have = 0;
+}
+
+/* Choco: an update of in-neighbour k that the copy still needs is proved
+ * lost (its iteration lies below sent_thru, but it is neither applied nor
+ * stored).  The peer is alive (it sent something later), so its RESYNC is
+ * one round trip away: the copy waits for it (copy_gap). */
+static void s_check_gap(gossip_node *g, int k)
+{
+    gossip_peer *p = s_in(g, k);
+    if (g->cfg.algo != GOSSIP_CHOCO || p->copy_bad || p->copy_gap || p->in_down)
+        return;
+    uint64_t end = p->sent_thru;
+    if (end > g->iter + GOSSIP_WINDOW)
+        end = g->iter + GOSSIP_WINDOW;
+    for (uint64_t m = p->copy_thru; m < end; m++)
+        if ((m < g->iter && !g->cfg.staleness) || !s_present(g, k, m)) {
+            p->copy_gap = 1;
+            s_clear_slots(g, k);
+            return;
+        }
+}
+
+/* ---- receiving ------------------------------------------------------------ */
+
+/* RESYNC (choco): the sender's whole public copy xhat_j, holding its updates
+ * of every iteration below h->iter, and its psi.  Replaces our copy and
+ * re-admits the sender. */
+static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char *err,
+                            size_t errlen)
+{
+    gossip_peer *p = s_in(g, k);
+    unsigned s = h->sender;
+    if (g->cfg.algo != GOSSIP_CHOCO)
+        return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u, but %s keeps no public copies",
+                       g->rank, s, gossip_algo_name(g->cfg.algo));
+    for (size_t b = 0; b < g->scratch_pl.nblocks; b++)
+        if (g->scratch_pl.blocks[b].type != GOSSIP_BLK_DENSE_F32)
+            return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u: tensor '%s' is block type %u, not dense f32",
+                           g->rank, s, g->layout->views[b].name, g->scratch_pl.blocks[b].type);
+    if (!p->copy_bad && !p->copy_gap && !p->in_down && h->iter < p->copy_thru)
+        return nn_errf(err, errlen, "gossip: node %d: stale RESYNC from rank %u for iteration %llu (our copy is at %llu)",
+                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)p->copy_thru);
+    const nn_arena *L = g->layout;
+    float *copy = g->xhat_in[k];
+    for (size_t b = 0; b < g->scratch_pl.nblocks; b++)
+        memcpy(copy + L->views[b].offset, g->scratch_pl.blocks[b].val, L->views[b].numel * sizeof(float));
+    p->copy_thru = h->iter;
+    g->stale[k].used_from = g->iter; /* no mix before this one used the copy */
+    p->copy_bad = 0;
+    p->copy_gap = 0;
+    p->in_down = 0;
+    p->in_from = 0;
+    p->psi_last = h->psi;
+    if (p->sent_thru < h->iter)
+        p->sent_thru = h->iter;
+    s_clear_slots(g, k); /* what they held is inside the copy (FIFO) */
+    g->stats.resyncs_recv++;
+    return GOSSIP_RECV_OK;
+}
+
+int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen)
+{
+    gossip_header h;
+    char derr[384];
+    if (gossip_msg_decode(msg, len, g->layout, &h, &g->scratch_pl, derr, sizeof derr) < 0)
+        return nn_errf(err, errlen, "gossip: node %d: rejected message (%zu bytes): %s", g->rank, len, derr);
+    unsigned s = h.sender;
+    if (h.kind != GOSSIP_MSG_GOSSIP && h.kind != GOSSIP_MSG_RESYNC)
+        return nn_errf(err, errlen, "gossip: node %d: kind %u message from rank %u is for the transport, not the algorithm",
+                       g->rank, h.kind, s);
+    if (s >= (unsigned)g->n || s == (unsigned)g->rank || g->peer[s].in_pos < 0)
+        return nn_errf(err, errlen, "gossip: node %d: rank %u is not an in-neighbour", g->rank, s);
+    if (!(h.flags & GOSSIP_FLAG_PUSH_SUM) != !g->cfg.push_sum)
+        return nn_errf(err, errlen, "gossip: node %d: rank %u has push-sum %s, we have it %s",
+                       g->rank, s, (h.flags & GOSSIP_FLAG_PUSH_SUM) ? "on" : "off", g->cfg.push_sum ? "on" : "off");
+    int k = g->peer[s].in_pos;
+    gossip_peer *p = s_in(g, k);
+    if (h.kind == GOSSIP_MSG_RESYNC)
+        return s_receive_resync(g, &h, k, err, errlen);
+    if (h.iter >= g->iter && h.iter - g->iter >= GOSSIP_WINDOW)
+        return nn_errf(err, errlen, "gossip: node %d: message from rank %u for iteration %llu is too far ahead (now at %llu, window %d)",
+                       g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
+    if (!s_needs(g, (int)s, h.iter))
+        return nn_errf(err, errlen, "gossip: node %d: rank %u is not an in-neighbour at iteration %llu",
+                       g->rank, s, (unsigned long long)h.iter);
+    gossip_compressor cur;
+    s_comp_at(g, h.iter, &cur);
+    for (size_t b = 0; b < g->scratch_pl.nblocks; b++) {
+        const gossip_block *blk = &g->scratch_pl.blocks[b];
+        size_t lo, hi;
+        gossip_compressor_k_range(&cur, blk->numel, &lo, &hi);
+        if (blk->type != g->blk_type || blk->k < lo || blk->k > hi)
+            return nn_errf(err, errlen, "gossip: node %d: rank %u sent block type %u with %zu values for tensor '%s'; compressor %s gives type %u with %zu..%zu at iteration %llu",
+                           g->rank, s, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type,
+                           lo, hi, (unsigned long long)h.iter);
+    }
+    int choco = g->cfg.algo == GOSSIP_CHOCO;
+    /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet */
+    if (p->in_down && (choco || h.iter < g->iter))
+        return GOSSIP_RECV_IGNORED;
+    if (choco && (p->copy_bad || p->copy_gap))
+        return GOSSIP_RECV_IGNORED; /* the coming RESYNC holds it */
+    s_stale *st = &g->stale[k];
+    uint64_t S = (uint64_t)g->cfg.staleness;
+    /* bounded staleness: a late message not yet mixed waits for the next mix */
+    int late_ok = S > 0 && h.iter + S >= g->iter && h.iter >= (choco ? p->copy_thru : st->acc_thru);
+    if (h.iter < g->iter && !late_ok) {
+        /* Only choco catches up a copy this way (after a RESYNC from the
+         * past): the next update in order is applied to the copy alone. */
+        if (!choco || h.iter < p->copy_thru)
+            return nn_errf(err, errlen, "gossip: node %d: stale or replayed message from rank %u for iteration %llu (now at %llu)",
+                           g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter);
+        if (p->sent_thru < h.iter + 1)
+            p->sent_thru = h.iter + 1;
+        if (h.iter > p->copy_thru) {
+            s_check_gap(g, k);
+            return GOSSIP_RECV_IGNORED;
+        }
+        gossip_payload_add(&g->scratch_pl, g->layout, g->xhat_in[k]);
+        p->copy_thru = h.iter + 1;
+        p->psi_last = h.psi;
+        g->stats.bytes_recv += len;
+        g->stats.msgs_recv++;
+        return GOSSIP_RECV_OK;
+    }
+    s_slot *slot = s_slot_of(g, k, h.iter);
+    if (slot->have) {
+        if (slot->iter == h.iter)
+            return nn_errf(err, errlen, "gossip: node %d: duplicate message from rank %u for iteration %llu",
+                           g->rank, s, (unsigned long long)h.iter);
+        return nn_errf(err, errlen, "gossip: node %d: no room for the message from rank %u for iteration %llu "
+                       "(iteration %llu not mixed yet)", g->rank, s, (unsigned long long)h.iter,
+                       (unsigned long long)slot->iter);
+    }
+    if (p->in_down) { /* dpsgd / deepsqueeze: back from now on */
+        p->in_down = 0;
+        p->in_from = h.iter;
+        if (st->acc_thru < h.iter)
+            st->acc_thru = h.iter;
+    }
+    if (st->newest < h.iter + 1)
+        st->newest = h.iter + 1;
+    gossip_payload_copy(&slot->pl, &g->scratch_pl);
+    slot->len = len;
+    slot->iter = h.iter;
+    slot->psi = h.psi;
+    slot->have = 1;
+    if (p->sent_thru < h.iter + 1)
+        p->sent_thru = h.iter + 1;
+    g->stats.bytes_recv += len;
+    g->stats.msgs_recv++;
+    s_check_gap(g, k);
+    return GOSSIP_RECV_OK;
+}
+
+/* ---- bounded staleness ------------------------------------------------------
+ * The rules are at the top of gossip_node.h and, as formulas, in
+ * docs/gossip.md "Bounded staleness". */
+
+/* 1 + the last iteration of in-neighbour k that mixing iter could account
+ * (dpsgd/deepsqueeze: mixed, lost, or not addressed to us; choco: applied to
+ * the copy in order), starting from what is accounted already. */
+static uint64_t s_stale_thru(const gossip_node *g, int k, uint64_t iter)
+{
+    const gossip_peer *p = s_in(g, k);
+    int j = g->in_ranks[k];
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        uint64_t c = p->copy_thru;
+        while (c <= iter && s_present(g, k, c))
+            c++;
+        return c;
+    }
+    uint64_t c = g->stale[k].acc_thru > p->in_from ? g->stale[k].acc_thru : p->in_from;
+    while (c <= iter && (s_wij(g, c, j) <= 0.0 || s_present(g, k, c) || c < p->sent_thru))
+        c++;
+    return c;
+}
+
+static int s_ready_stale(const gossip_node *g, uint64_t iter)
+{
+    uint64_t S = iter >= g->sync_from ? 0 : (uint64_t)g->cfg.staleness;
+    for (int k = 0; k < g->nin; k++) {
+        if (s_absent(g, k, iter) == S_ABSENT_DOWN)
+            continue;
+        if (g->cfg.algo == GOSSIP_CHOCO && s_in(g, k)->copy_gap)
+            return 0;
+        if (s_stale_thru(g, k, iter) + S <= iter)
+            return 0;
+    }
+    return 1;
+}
+
+int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter)
+{
+    if (!g->cfg.staleness || iter >= g->sync_from || rank < 0 || rank >= g->n ||
+        g->peer[rank].in_pos < 0)
+        return 1;
+    int k = g->peer[rank].in_pos;
+    if (s_absent(g, k, iter) == S_ABSENT_DOWN)
+        return 1;
+    return s_stale_thru(g, k, iter) != iter; /* level and missing only iter: 0 */
+}
+
+int gossip_node_ready(const gossip_node *g, uint64_t iter)
+{
+    if (iter < g->iter || iter - g->iter >= GOSSIP_WINDOW)
+        return 0;
+    if (g->cfg.staleness)
+        return s_ready_stale(g, iter);
+    for (int k = 0; k < g->nin; k++) {
+        int j = g->in_ranks[k];
+        if (!s_needs(g, j, iter) || s_absent(g, k, iter))
+            continue;
+        if (g->cfg.algo == GOSSIP_CHOCO) {
+            if (s_in(g, k)->copy_gap)
+                return 0;
+            if (s_in(g, k)->copy_thru > iter || (s_in(g, k)->copy_thru == iter && s_present(g, k, iter)))
+                continue;
+            return 0;
+        }
+        if (!s_present(g, k, iter))
+            return 0;
+    }
+    return 1;
+}
+
+/* ---- membership (see the header) ----------------------------------------- */
+
+void gossip_node_peer_down(gossip_node *g, int rank)
+{
+    if (rank < 0 || rank >= g->n || rank == g->rank)
+        return;
+    if (g->peer[rank].in_pos >= 0) {
+        int k = g->peer[rank].in_pos;
+        s_in(g, k)->in_down = 1;
+        s_clear_slots(g, k);
+    }
+    g->peer[rank].out_down = 1;
+}
+
+void gossip_node_peer_up(gossip_node *g, int rank)
+{
+    if (rank >= 0 && rank < g->n)
+        g->peer[rank].out_down = 0;
+}
+
+void gossip_node_peer_reset(gossip_node *g, int rank)
+{
+    if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
+        return;
+    int k = g->peer[rank].in_pos;
+    gossip_peer *p = s_in(g, k);
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        p->copy_bad = 1;
+        p->copy_gap = 0;
+    }
+    p->sent_thru = 0;
+    s_clear_slots(g, k);
+}
+
+void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru)
+{
+    if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
+        return;
+    int k = g->peer[rank].in_pos;
+    gossip_peer *p = s_in(g, k);
+    if (p->sent_thru < sent_thru)
+        p->sent_thru = sent_thru;
+    s_check_gap(g, k);
+}
+
+gossip_peer *gossip_node_peers(gossip_node *g)
+{
+    return g->peer;
+}
+
+int gossip_node_peer_state(const gossip_node *g, int rank)
+{
+    if (rank < 0 || rank >= g->n || rank == g->rank)
+        return 0;
+    int st = g->peer[rank].out_down ? GOSSIP_PEER_OUT_DOWN : 0;
+    const gossip_peer *p = &g->peer[rank];
+    if (p->in_pos >= 0) {
+        if (p->in_down)
+            st |= GOSSIP_PEER_IN_DOWN;
+        if (g->cfg.algo == GOSSIP_CHOCO && (p->in_down || p->copy_bad || p->copy_gap))
+            st |= GOSSIP_PEER_WANTS_RESYNC;
+    }
+    return st;
+}
+

@@ -1,0 +1,153 @@
+/* gossip_node_int — the private state of gossip_node, shared by its files.
+ *
+ * Owns:    nothing; declares struct gossip_node and the small helpers
+ *          that read it (in-neighbour records, matrix rows, message slots,
+ *          why a neighbour is absent from a mix).
+ * Exposes: the struct and static inline helpers below, to gossip_node*.c
+ *          only (never include it elsewhere).
+ * Callers: gossip_node.c (life cycle, accessors), gossip_node_send.c (the
+ *          outgoing message), gossip_node_inbox.c (receipt, the stash of
+ *          in-neighbours' messages and copies, readiness, membership),
+ *          gossip_node_mix.c (the mixing step), gossip_node_state.c
+ *          (checkpoint state, rejoin).
+ *
+ * Dimension legend: d = layout->numel (parameters), n nodes, nin union
+ * in-neighbours of this node.
+ */
+#ifndef GOSSIP_NODE_INT_H
+#define GOSSIP_NODE_INT_H
+
+#include "gossip/gossip_node.h"
+
+/* A message of an in-neighbour between receipt and mix: decoded (and
+ * validated) once on receipt, kept as a compact payload. */
+typedef struct {
+    uint64_t       iter;
+    int            have;
+    double         psi;
+    size_t         len;    /* its size on the wire (byte counters) */
+    gossip_payload pl;     /* grow-only */
+} s_slot;
+
+/* Bounded staleness, per in-neighbour (private: the peer table's algorithm
+ * section is shared with other work). */
+typedef struct {
+    uint64_t acc_thru; /* dpsgd/deepsqueeze: its messages below this are mixed
+                          or accounted as lost (choco: copy_thru) */
+    uint64_t newest;   /* 1 + the newest iteration received from it */
+    uint64_t lag;      /* staleness used at the last mix */
+    uint64_t unfresh;  /* mixes without its message of that iteration */
+    uint64_t used_from; /* choco: the first mix that used the copy as it is now
+                           (0, or the mix after a RESYNC or a restore): the
+                           catch-up credit counts no round before it */
+} s_stale;
+
+struct gossip_node {
+    gossip_config     cfg;
+    gossip_compressor comp;
+    const nn_arena   *layout;
+    const topo       *t;
+    int               rank, n;
+    uint32_t          fp;
+    uint8_t           blk_type;
+    /* neighbours: union over the schedule; one record per rank */
+    gossip_peer *peer;                /* n (gossip_peer.h) */
+    int     nin, *in_ranks;
+    int     nout_union, *out_union;
+    int     ndest, *dest;             /* destinations of the prepared message */
+    s_slot *slots;                    /* nin * GOSSIP_SLOTS */
+    s_stale *stale;                   /* nin */
+    /* state */
+    double  psi;
+    double  psi_mean;                 /* staleness: moving average of psi after
+                                         each mix (gossip_node_step_scale) */
+    float  *xhat_self;                /* d, choco */
+    float **xhat_in;                  /* nin x d, choco */
+    float  *ebuf;                     /* d, deepsqueeze */
+    float  *sent;                     /* d, dgc: 1 where the last message
+                                         carried a value (momentum mask) */
+    float  *work;                     /* d scratch */
+    double *acc;                      /* d scratch: mixing sums in double so
+                                         that float weights (1/3, 1/5) do not
+                                         bias the total mass */
+    nn_rng  rng;
+    uint64_t iter;
+    uint64_t sync_from;               /* staleness 0 from this mix on */
+    int      prepared;
+    /* buffers */
+    gossip_compressed comp_out;
+    gossip_payload    self_pl, scratch_pl;
+    gossip_buf        out, resync;
+    gossip_deflater   zbuf;           /* +deflate state */
+    gossip_stats      stats;
+    uint64_t          cur_sent;       /* bytes sent for the current iteration */
+};
+
+/* The record of in-neighbour index k. */
+static inline gossip_peer *s_in(const gossip_node *g, int k)
+{
+    return &g->peer[g->in_ranks[k]];
+}
+
+static inline const double *s_w(const gossip_node *g, uint64_t iter)
+{
+    /* Same as topo_weights(); read directly so that gossip_node does not
+     * depend on more of topology/ than the struct. */
+    return g->t->sched[iter % (uint64_t)g->t->nsched].w;
+}
+
+/* Does this node need (and accept) a message from in-neighbour j for iter? */
+static inline int s_needs(const gossip_node *g, int j, uint64_t iter)
+{
+    if (j < 0 || j >= g->n || j == g->rank || g->peer[j].in_pos < 0)
+        return 0;
+    if (g->cfg.algo == GOSSIP_CHOCO)
+        return 1;
+    return s_w(g, iter)[(size_t)g->rank * g->n + j] > 0.0;
+}
+
+/* The compressor of iteration iter (the dgc warm-up density of its epoch). */
+static inline void s_comp_at(const gossip_node *g, uint64_t iter, gossip_compressor *cur)
+{
+    uint64_t ipe = g->cfg.iters_per_epoch;
+    gossip_compressor_at_epoch(cur, &g->comp, ipe ? iter / ipe : 0);
+}
+
+static inline s_slot *s_slot_of(gossip_node *g, int k, uint64_t iter)
+{
+    return &g->slots[(size_t)k * GOSSIP_SLOTS + iter % GOSSIP_SLOTS];
+}
+
+static inline int s_present(const gossip_node *g, int k, uint64_t iter)
+{
+    const s_slot *slot = &g->slots[(size_t)k * GOSSIP_SLOTS + iter % GOSSIP_SLOTS];
+    return slot->have && slot->iter == iter;
+}
+
+/* Why in-neighbour index k takes no part in mixing iteration `iter`. */
+enum {
+    S_PRESENT = 0,
+    S_ABSENT_DOWN, /* declared down, not (re-)admitted yet, or (choco) its copy
+                      is unknown after a restart: as if dead */
+    S_ABSENT_LOST  /* dpsgd/deepsqueeze: its message for iter is proved lost (a
+                      later message or a PING on the same FIFO connection came
+                      without it): a one-off */
+};
+
+static inline int s_absent(const gossip_node *g, int k, uint64_t iter)
+{
+    const gossip_peer *p = s_in(g, k);
+    if (p->in_down || iter < p->in_from)
+        return S_ABSENT_DOWN;
+    if (g->cfg.algo == GOSSIP_CHOCO)
+        return p->copy_bad ? S_ABSENT_DOWN : S_PRESENT;
+    return !s_present(g, k, iter) && iter < p->sent_thru ? S_ABSENT_LOST : S_PRESENT;
+}
+
+/* W_r[i][j] of iteration r. */
+static inline double s_wij(const gossip_node *g, uint64_t r, int j)
+{
+    return s_w(g, r)[(size_t)g->rank * g->n + j];
+}
+
+#endif

@@ -1,0 +1,156 @@
+/* gossip_node_send — the outgoing side of gossip_node (gossip_node.h):
+ * compress and encode the message of an iteration, update the own public
+ * copy xhat_i or the error e_i from exactly the decoded bytes, choose the
+ * destinations, count the bytes; the RESYNC message; the momentum mask of
+ * the last message (dgc).
+ *
+ * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
+ * Exposes: gossip_node_prepare, _ndest, _outbox, _resync_msg,
+ *          _masks_momentum, _mask_sent.
+ * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
+ */
+#include "gossip/gossip_node_int.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* zlib level of +deflate: 6 (zlib's default); see docs/gossip.md. */
+#define S_DEFLATE_LEVEL 6
+
+static void s_scale(float *v, size_t d, float a)
+{
+    for (size_t k = 0; k < d; k++)
+        v[k] = a * v[k];
+}
+
+/* sent = 1 at every coordinate p carries, 0 elsewhere. */
+static void s_mark_sent(const gossip_payload *p, const nn_arena *layout, float *sent)
+{
+    memset(sent, 0, layout->numel * sizeof *sent);
+    for (size_t b = 0; b < p->nblocks; b++) {
+        const gossip_block *blk = &p->blocks[b];
+        float *s = sent + layout->views[b].offset;
+        for (size_t i = 0; i < blk->k; i++)
+            s[blk->idx ? blk->idx[i] : i] = 1.0f;
+    }
+}
+
+int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err, size_t errlen)
+{
+    double t0 = nn_now();
+    if (iter != g->iter || g->prepared)
+        return nn_errf(err, errlen, "gossip: prepare(%llu) out of order (node %d is at iteration %llu, %s)",
+                       (unsigned long long)iter, g->rank, (unsigned long long)g->iter,
+                       g->prepared ? "already prepared" : "not prepared");
+    size_t d = g->layout->numel;
+    const float *v = x;
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        for (size_t k = 0; k < d; k++)
+            g->work[k] = x[k] - g->xhat_self[k];
+        v = g->work;
+    } else if (g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
+        for (size_t k = 0; k < d; k++)
+            g->work[k] = x[k] + g->ebuf[k];
+        v = g->work;
+    }
+    gossip_compressor cur;
+    s_comp_at(g, iter, &cur);
+    if (gossip_compress(&cur, g->layout, v, &g->rng, &g->comp_out, err, errlen) < 0)
+        return -1;
+    gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP,
+                        (uint16_t)(g->cfg.push_sum ? GOSSIP_FLAG_PUSH_SUM : 0),
+                        (uint32_t)g->rank, iter, g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0 };
+    size_t plain_len = gossip_msg_encode(&h, g->comp_out.blocks, g->comp_out.nblocks, &g->out);
+    if (g->comp.deflate)
+        gossip_msg_deflate(&g->out, &g->zbuf, S_DEFLATE_LEVEL);
+    /* Decode our own bytes: the values we apply are exactly what receivers
+     * decode (bit-identical public copies). */
+    char derr[256];
+    if (gossip_msg_decode(g->out.data, g->out.len, g->layout, NULL, &g->self_pl, derr, sizeof derr) < 0)
+        return nn_errf(err, errlen, "gossip: own message does not decode: %s", derr);
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        gossip_payload_add(&g->self_pl, g->layout, g->xhat_self);
+    } else if (g->cfg.algo == GOSSIP_DEEPSQUEEZE) {
+        memcpy(g->ebuf, g->work, d * sizeof(float));
+        gossip_payload_sub(&g->self_pl, g->layout, g->ebuf);
+        if (g->comp.rdecay < 1.0) /* eSGD residual momentum: e = B*(v - c) */
+            s_scale(g->ebuf, d, (float)g->comp.rdecay);
+    }
+    if (g->sent)
+        s_mark_sent(&g->self_pl, g->layout, g->sent);
+    g->ndest = 0;
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        for (int a = 0; a < g->nout_union; a++)
+            if (!g->peer[g->out_union[a]].out_down)
+                g->dest[g->ndest++] = g->out_union[a];
+    } else {
+        const double *w = s_w(g, iter);
+        for (int j = 0; j < g->n; j++)
+            if (j != g->rank && !g->peer[j].out_down && w[(size_t)j * g->n + g->rank] > 0.0)
+                g->dest[g->ndest++] = j;
+    }
+    g->cur_sent = (uint64_t)g->out.len * (uint64_t)g->ndest;
+    g->stats.bytes_sent += g->cur_sent;
+    g->stats.bytes_sent_plain += (uint64_t)plain_len * (uint64_t)g->ndest;
+    g->stats.msgs_sent += (uint64_t)g->ndest;
+    g->prepared = 1;
+    g->stats.prepare_s = nn_now() - t0;
+    return 0;
+}
+
+int gossip_node_ndest(const gossip_node *g)
+{
+    return g->prepared ? g->ndest : 0;
+}
+
+size_t gossip_node_outbox(const gossip_node *g, int k, int *to_rank, const uint8_t **msg)
+{
+    if (!g->prepared || k < 0 || k >= g->ndest)
+        return 0;
+    if (to_rank)
+        *to_rank = g->dest[k];
+    if (msg)
+        *msg = g->out.data;
+    return g->out.len;
+}
+
+size_t gossip_node_resync_msg(gossip_node *g, const uint8_t **msg)
+{
+    if (g->cfg.algo != GOSSIP_CHOCO)
+        return 0;
+    const nn_arena *L = g->layout;
+    gossip_cblock *blocks = nn_xcalloc(L->nviews, sizeof *blocks);
+    for (size_t v = 0; v < L->nviews; v++)
+        blocks[v] = (gossip_cblock){ GOSSIP_BLK_DENSE_F32, (uint32_t)L->views[v].numel,
+                                     (uint32_t)L->views[v].numel, NULL,
+                                     g->xhat_self + L->views[v].offset, NULL, NULL };
+    gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_RESYNC,
+                        (uint16_t)(g->cfg.push_sum ? GOSSIP_FLAG_PUSH_SUM : 0), (uint32_t)g->rank,
+                        g->iter + (uint64_t)g->prepared, g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0 };
+    gossip_msg_encode(&h, blocks, L->nviews, &g->resync);
+    free(blocks);
+    g->stats.resyncs_sent++;
+    *msg = g->resync.data;
+    return g->resync.len;
+}
+
+int gossip_node_masks_momentum(const gossip_node *g)
+{
+    return g->sent != NULL;
+}
+
+size_t gossip_node_mask_sent(const gossip_node *g, float *buf)
+{
+    if (!g->sent)
+        return 0;
+    size_t m = 0, d = g->layout->numel;
+    for (size_t k = 0; k < d; k++)
+        if (g->sent[k] != 0.0f) {
+            buf[k] = 0.0f;
+            m++;
+        }
+    return m;
+}
