@@ -707,10 +707,6 @@ static void s_goodbye(s_node *s, uint64_t done, int failed, int saved, uint64_t 
         s_log(s, "yielded %llu local steps to keep the neighbours' pace (a local step %.3f s, "
               "their iteration %.3f s)", (unsigned long long)s->skip.yielded, s->skip.step_s,
               s->skip.period);
-    if (s->skip.yielded)
-        s_log(s, "yielded %llu local steps to keep the neighbours' pace (a local step %.3f s, "
-              "their iteration %.3f s)", (unsigned long long)s->skip.yielded, s->skip.step_s,
-              s->skip.period);
     gossip_net_stats ns;
     gossip_link_stats ls;
     gossip_net_stats_get(s->net, &ns);
