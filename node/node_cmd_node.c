@@ -496,6 +496,7 @@ static int s_skip(void *ctx, const node_run *r, int i)
     if (gossip_node_config(g)->staleness <= 0)
         return 0;
     s->skip.stale = gossip_node_config(g)->staleness;
+    s->skip.pace = s->o->n.yield_pace;
     return node_skip_decide(&s->skip, &r->tm, gossip_node_ahead(g), nn_now());
 }
 

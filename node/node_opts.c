@@ -36,7 +36,7 @@ enum {
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
-    F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
+    F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_YIELD_PACE, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
     F_GRAD_GUARD, F_INIT, F_INIT_SKIP,
     F_IMAGE_SIZE, F_SKIP_BAD, F_NCHW, F_PARTITION, F_CLASSES, /* the user's data (s_data_flag) */
     F_METRICS_PORT, F_METRICS_BIND,
@@ -86,6 +86,7 @@ static const s_flag s_flags[] = {
     {"discovery-interface", 1, F_DISC_IFACE, G_NODE},
     {"min-nodes", 1, F_MIN_NODES, G_NODE},   {"start-window", 1, F_START_WINDOW, G_NODE},
     {"fresh-wait", 1, F_FRESH_WAIT, G_NODE},
+    {"yield-pace", 1, F_YIELD_PACE, G_NODE},
     {"join", 1, F_JOIN, G_SIM},
     {"image-size", 1, F_IMAGE_SIZE, G_MODEL}, {"skip-bad", 0, F_SKIP_BAD, G_MODEL},
     {"nchw", 0, F_NCHW, G_MODEL},            {"partition", 1, F_PARTITION, G_GOSSIP},
@@ -255,6 +256,10 @@ static const char s_help_node[] =
 "                      neighbours that are level with this node (equal speeds\n"
 "                      then mix fresh messages; a slow neighbour already behind\n"
 "                      is not waited for); 0 = never wait [" GOSSIP_DEF_STR(GOSSIP_DEF_FRESH_WAIT) "]\n"
+"  --yield-pace R      with --staleness S > 0: a node so slow that its neighbours\n"
+"                      wait at each of its steps takes fewer steps (mix-only\n"
+"                      iterations) so that they keep 1/R of their own pace\n"
+"                      (docs/gossip.md); 0 = never yield [" GOSSIP_DEF_STR(GOSSIP_DEF_YIELD_PACE) "]\n"
 "  --metrics-port P    serve /metrics (Prometheus) and /status (JSON) over HTTP\n"
 "                      on port P; auto: a free port (logged); +K: this node's\n"
 "                      TCP port + K (`lpgossip watch --offset K` finds it);\n"
@@ -547,6 +552,13 @@ static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, s
         return node_parse_double("--start-window", arg, 0, 1e6, &lc->start_window, err, errlen);
     case F_FRESH_WAIT:
         return node_parse_double("--fresh-wait", arg, 0, 10, &lc->fresh_wait, err, errlen);
+    case F_YIELD_PACE:
+        if (node_parse_double("--yield-pace", arg, 0, 100, &n->yield_pace, err, errlen) != 0)
+            return -1;
+        if (n->yield_pace > 0 && n->yield_pace < 1.01)
+            return nn_errf(err, errlen, "--yield-pace %s: give 0 (never yield) or a pace "
+                           "factor of at least 1.01", arg);
+        return 0;
     case F_METRICS_PORT:
         return node_http_parse_port(arg, &n->metrics_port, &n->metrics_offset, err, errlen);
     case F_METRICS_BIND: n->metrics_bind = arg; return 0;
@@ -598,6 +610,7 @@ static void s_defaults(node_opts *o, node_command cmd, int argc)
     o->g.gc.staleness = -1; /* s_finish: the command's default */
     strcpy(o->g.delays, "none");
     o->n.debug_slow = GOSSIP_DEF_DEBUG_SLOW;
+    o->n.yield_pace = GOSSIP_DEF_YIELD_PACE;
     o->n.metrics_bind = GOSSIP_DEF_METRICS_BIND;
     char err[256];
     int ok = gossip_compressor_parse(&o->g.comp, o->g.gc.compressor, err, sizeof err);

@@ -83,6 +83,7 @@ typedef struct {
     int                resume;
     const char        *discovery_interface; /* --discovery-interface, borrowed, or NULL */
     double             debug_slow; /* --debug-slow F: run at F of the speed [1] */
+    double             yield_pace; /* --yield-pace R, 0: never yield */
     /* --metrics-port SPEC, --metrics-bind ADDR (node_http.h) */
     int                metrics_port;   /* 0 off, -1 auto (a free port), else the port */
     int                metrics_offset; /* > 0: this node's TCP port + metrics_offset */

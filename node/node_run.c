@@ -250,9 +250,11 @@ void node_run_eval(node_run *r, node_metrics *m)
  * yields (node_run.h); 1 while their period is not measured yet. */
 static int s_yields(const node_skip_state *st)
 {
+    if (st->pace <= 1.0)
+        return 0;
     if (st->period <= 0)
         return 1;
-    double k = (st->step_s / st->period - NODE_YIELD_PACE * (st->stale + 1)) / (NODE_YIELD_PACE - 1.0);
+    double k = (st->step_s / st->period - st->pace * (st->stale + 1)) / (st->pace - 1.0);
     int most = st->periods < NODE_YIELD_MAX ? (int)st->periods : NODE_YIELD_MAX;
     return k <= 0 ? 0 : k >= most ? most : (int)ceil(k);
 }

@@ -191,18 +191,18 @@ struct node_run {
  * also yields: once level it takes K more mix-only iterations, each about
  * as long as a neighbour's iteration (their period P, measured on these
  * iterations), with K chosen so that its neighbours' pace is at least
- * 1/NODE_YIELD_PACE of their own: during its step d they do S + 1
+ * 1/pace of their own: during its step d they do S + 1
  * iterations' work (the last one's mix waits), so K = (d/P - r (S + 1)) /
- * (r - 1), r = NODE_YIELD_PACE; K is at most the number of periods measured
+ * (r - 1), r = pace (--yield-pace; 0: never yields); K is at most the number of periods measured
  * (one short sample cannot make a node of normal speed yield for long).
- * Set stale = S before the first call. */
-#define NODE_YIELD_PACE 1.15
+ * Set stale = S and pace before the first call. */
 #define NODE_YIELD_MAX  32 /* mix-only iterations in a row, at most */
 typedef struct {
     double wait, compute; /* tm at the last call */
     double step_s;        /* EWMA of a local step's seconds, 0: none yet */
     uint64_t held;        /* decisions not to skip because held back */
     int stale;            /* S of the run */
+    double pace;          /* r, 0: never yield */
     double last;          /* wall clock at the last call, 0: none */
     double period;        /* EWMA of a yielded iteration's seconds, 0: none */
     uint64_t periods;     /* yielded iterations measured (K is at most this) */

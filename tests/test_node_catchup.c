@@ -33,7 +33,7 @@ static int s_iter(node_skip_state *st, node_times *tm, double compute, double wa
  * node's local steps. */
 static double s_world(int yield, double d, double p, int S, int n, int *steps)
 {
-    node_skip_state st = {.stale = yield ? S : 0};
+    node_skip_state st = {.stale = S, .pace = yield ? 1.15 : 0};
     node_times tm = {0};
     double T = 1.0, next = 1.0 + p;
     uint64_t ts = 0, tn = 0;

@@ -219,6 +219,8 @@ static void test_options(void **state)
         {"simulate --topology topologies/ring8.yaml --algo sgp --no-push-sum --staleness 1 "
          "--train-subset 64", "needs push-sum"},
         {"node --topology topologies/ring8.yaml --rank 0 --debug-slow 0", "--debug-slow"},
+        {"node --topology topologies/ring8.yaml --rank 0 --yield-pace 1.0", "--yield-pace 1.0: give 0"},
+        {"simulate --topology topologies/ring8.yaml --yield-pace 2", "see --help"},
         {"train --staleness 1", "see --help"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
