@@ -146,19 +146,33 @@ int gossip_proof_unproven(gossip_link *l, int j, unsigned kind, uint64_t iter, c
 void gossip_proof_on_proof(gossip_link *l, int j, uint64_t token);
 
 /* ---- gossip_live.c: liveness, failure detector, RESYNC */
+/* One arrival gap of a neighbour's GOSSIP: its adaptive deadline anew. */
 void gossip_live_note_gap(gossip_peer *p, double gap);
+/* In-neighbour j was heard within its silence limit and did not say BYE. */
 int gossip_live_heard_in(const gossip_link *l, int j, double now);
+/* j reports an iteration beyond this node's reach at cur, within the run. */
 int gossip_live_far_ahead(const gossip_link *l, int j, uint64_t cur);
+/* This node at cur fell behind ("Re-join"); *far: the lowest report ahead. */
 int gossip_live_behind(const gossip_link *l, uint64_t cur, uint64_t *far);
+/* Declares j down (logged with the reason), or, with fail_on_loss, fatal. */
 __attribute__((format(printf, 3, 4)))
 void gossip_live_down(gossip_link *l, int j, const char *fmt, ...);
+/* After a valid message from j over channel dir: back where it counts. */
 void gossip_live_revive(gossip_link *l, int j, gossip_net_dir dir);
+/* Choco: RESYNC_REQ to in-neighbours whose copy is unusable (rate-limited). */
 void gossip_live_ask_resyncs(gossip_link *l);
+/* Choco: our public copy to out-neighbour o (a RESYNC_REQ answered). */
 void gossip_live_answer_resync(gossip_link *l, int o);
+/* A RESYNC of `from` at iter was taken by the algorithm. */
 void gossip_live_on_resync(gossip_link *l, int from, uint64_t iter);
+/* A PING of `from` at iter; proved: what it sent before is out (in only). */
 void gossip_live_on_ping(gossip_link *l, int from, int in, uint64_t iter, uint64_t proved);
+/* PINGs as due (ping_every), and to every in-neighbour with `progress`. */
 void gossip_live_ping(gossip_link *l, int progress);
+/* Declares down the silent, the late for iter (iter >= 0, waiting since
+ * wait_start) and those that left. */
 void gossip_live_check_peers(gossip_link *l, int64_t iter, double wait_start);
+/* A pause of gap seconds between pumps (a freeze?). */
 void gossip_live_note_stall(gossip_link *l, double gap);
 /* The longest stall seen and when it ended; gossip_live_stall_reset forgets it. */
 double gossip_live_stall(const gossip_link *l, double *woke);

@@ -144,7 +144,7 @@ static int s_fell_behind(const gossip_link *l, int j)
     return l->p[j].reported + l->lag + GOSSIP_WINDOW < gossip_node_iter(l->g);
 }
 
-/* ---- membership ---------------------------------------------------------------- */
+/* ---- down and back -------------------------------------------------------------- */
 
 void gossip_live_down(gossip_link *l, int j, const char *fmt, ...)
 {
