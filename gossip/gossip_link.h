@@ -1,17 +1,62 @@
-/* gossip_link — the protocol between one node and its neighbours: a
- * gossip_node driven over a gossip_net (docs/design.md §9), surviving dead,
- * slow and restarted peers and hostile bytes.
+/* gossip_link — the transport layer: the protocol between one node and its
+ * neighbours, a gossip_node driven over a gossip_net (docs/design.md §9),
+ * surviving dead, slow and restarted peers and hostile bytes.
  *
- * Owns:    the stash of messages that run more than GOSSIP_WINDOW
- *          iterations ahead and the counters of what was refused.  The
- *          per-neighbour protocol state (barrier flags, liveness clocks, the
- *          observed message period, flow-control progress, resync requests)
- *          lives in the protocol section of gossip_node's peer table
+ * Owns:    the link object (struct gossip_link, gossip_link_int.h), cut
+ *          into one section per module below; the per-neighbour protocol
+ *          state lives in the protocol section of gossip_node's peer table
  *          (gossip_peer.h), next to the peer's roles and algorithm state.
  * Exposes: gossip_link_start (start barrier, or rejoin of a run in
  *          progress), gossip_link_round (one gossip round), gossip_link_pump
- *          (stay responsive during long local work), gossip_link_goodbye.
+ *          (stay responsive during long local work), gossip_link_catch_up,
+ *          gossip_link_goodbye, counters.
  * Callers: node/node_cmd_node.c (`lpgossip node`), tests.
+ *
+ * The layer, one job per module (all gossip/, prefix in brackets):
+ *
+ *     node/node_cmd_node.c  (the run loop)
+ *        | start, round, pump, catch_up, goodbye
+ *        v
+ *   +-------------------------------------------------------------------+
+ *   | gossip_member [gossip_member_]  start barrier, quorum, HELLO,     |
+ *   |                                 restarts, BYE and the goodbye     |
+ *   | gossip_round  [gossip_round_]   flow control, send, wait, mix     |
+ *   | gossip_join   [gossip_join_]    state transfer: join, re-join     |
+ *   |        |  all three wait by pumping                               |
+ *   |        v                                                          |
+ *   | gossip_recv   [gossip_recv_]    pump: receive, header checks,     |
+ *   |                                 admission of GOSSIP, stash,       |
+ *   |                                 dispatch by kind                  |
+ *   |        |  the gate on our ROUTER, then one handler per kind       |
+ *   |        v                                                          |
+ *   | gossip_proof  [gossip_proof_]   ids on a plaintext port           |
+ *   | gossip_live   [gossip_live_]    failure detector, down/back,      |
+ *   |                                 PING, RESYNC, the re-join rule    |
+ *   | handlers of member and join     HELLO*, BYE*, STATE_REQ, STATE    |
+ *   |                                                                   |
+ *   | gossip_link   [gossip_link_]    the object, logging, fatal error, |
+ *   |                                 control messages (used by all)    |
+ *   +-------------------------------------------------------------------+
+ *        | gossip_node_* (algorithm)          | gossip_net_* (sockets)
+ *        v                                    v
+ *     gossip_node (never sees a socket)     gossip_net (ZeroMQ)
+ *
+ * Each module writes only its own section of the link and its own fields
+ * of a gossip_peer; what another module needs of it goes through a call
+ * declared in gossip_link_int.h.
+ *
+ * The path of one received GOSSIP message, socket to mix, each module once
+ * and in one direction:
+ *   gossip_net_recv (frames, sender id, size) -> gossip_recv_pump ->
+ *   gossip_recv s_check_header (decode the 40-byte header, sender = the
+ *   connection's peer, layout, kind valid on its channel) ->
+ *   gossip_proof_unproven (over our ROUTER: the id proved) -> gossip_recv
+ *   s_gossip (admission: replay, too far ahead, late, the stash) ->
+ *   gossip_node_receive (payload decode, finiteness, window, duplicate:
+ *   the algorithm's slot) -> gossip_live_revive (its sender heard) ...
+ *   and later gossip_round's wait sees gossip_node_ready and calls
+ *   gossip_node_mix.  Control kinds end in their handler (gossip_live,
+ *   gossip_member, gossip_join, gossip_proof) instead of gossip_node.
  *
  * Messages (gossip_codec.h; all but GOSSIP and RESYNC are 40-byte headers):
  *   HELLO      "I start, or restart, at iteration iter".  Sent to
@@ -153,7 +198,7 @@ typedef struct {
      * our round period for the current messages of neighbours that are level
      * with us (gossip_node_fresh_from), so that equally fast nodes mix
      * fresh messages; a neighbour already behind, or one the grace ran out
-     * on twice lately, is not waited for (gossip_link.c s_wait_fresh) [0.25] */
+     * on twice lately, is not waited for (gossip_round.c s_wait_fresh) [0.25] */
     double   fresh_wait;
     uint64_t iters;        /* gossip rounds of the whole run (0: unknown): an
                               iteration reported beyond it is a lie ("Re-join") */

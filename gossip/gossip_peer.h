@@ -3,11 +3,16 @@
  *
  * Owns:    nothing; the table belongs to gossip_node (gossip_node_peers),
  *          which fills the identity and roles and keeps the algorithm
- *          state; the transport's link (gossip_link) borrows the same table
- *          and keeps the protocol state in it.  A peer's identity, roles,
+ *          state; the transport layer (gossip_link.h) borrows the same
+ *          table and keeps the protocol state in it: membership fields
+ *          (hello ... bye_iter, join_told) are gossip_member's, the proof
+ *          fields gossip_proof's, state_sent gossip_join's, wait_s and
+ *          fresh_score gossip_round's, the rest (clocks, gaps, got,
+ *          reported, down, RESYNC) gossip_live's and gossip_recv's.  A peer's identity, roles,
  *          membership and liveness thus live in one place, with one writer
  *          per section.
- * Callers: gossip_node.c (identity, algorithm), gossip_link.c (protocol).
+ * Callers: gossip_node.c (identity, algorithm), the transport modules
+ *          gossip_{recv,live,member,join,round,proof}.c (protocol).
  */
 #ifndef GOSSIP_PEER_H
 #define GOSSIP_PEER_H

@@ -40,6 +40,7 @@
 /* Exit status of a node that finished cut off from all its neighbours
  * (scripts/run-local: ISOLATED). */
 #define NODE_EXIT_CUT_OFF 3
+#define NODE_LINK_COUNTS 32 /* room for s_link_counts */
 
 static volatile sig_atomic_t s_signals = 0;
 static double s_t_start; /* clock at the command's start ("joined ... in X s") */
@@ -71,6 +72,7 @@ typedef struct {
     gossip_stats      gs;          /* of the last metrics line */
     gossip_net_stats  ns;
     gossip_link_stats ls;
+    node_count        counts[NODE_LINK_COUNTS]; /* ns and ls as metrics (s_link_counts) */
     node_nb_metrics   nb[TOPO_MAX_NODES]; /* per in-neighbour (metrics) */
     /* --metrics-port: the live state served over HTTP (NULL: off) */
     node_live        *live;
@@ -521,6 +523,33 @@ static int s_catch_up(void *ctx, uint64_t *it, char *err, size_t errlen)
     return 1;
 }
 
+/* The transport's counters as metrics keys (docs/node.md), in the order
+ * of the metrics line, into c (room for NODE_LINK_COUNTS); their number. */
+static size_t s_link_counts(node_count *c, const gossip_net_stats *ns,
+                            const gossip_link_stats *ls)
+{
+    const node_count v[] = {
+        {"bytes_sent", ns->bytes_sent},        {"bytes_recv", ns->bytes_recv},
+        {"msgs_sent", ns->msgs_sent},          {"msgs_recv", ns->msgs_recv},
+        {"rejected", ns->rejected_identity + ns->rejected_frames + ns->rejected_size +
+                     ns->rejected_auth + ns->rejected_contested + ls->refused},
+        {"rejected_contested", ns->rejected_contested},
+        {"rejected_auth", ns->rejected_auth},   {"refused_nonfinite", ls->refused_nonfinite},
+        {"peers_down", ls->peers_down},        {"down_events", ls->down_events},
+        {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
+        {"resyncs_unsent", ls->resyncs_unsent}, {"ctl_unsent", ls->ctl_unsent},
+        {"isolated_rounds", ls->isolated_rounds},
+        {"states_sent", ls->states_sent},      {"state_refused", ls->state_refused},
+        {"joined", (uint64_t)ls->joined},      {"join_iter", ls->join_iter},
+        {"fresh_waits", ls->fresh_waits},      {"fresh_missed", ls->fresh_missed},
+        {"rejoins", ls->rejoins},              {"unproven", ls->unproven},
+    };
+    size_t n = sizeof v / sizeof v[0];
+    _Static_assert(sizeof v / sizeof v[0] <= NODE_LINK_COUNTS, "NODE_LINK_COUNTS too small");
+    memcpy(c, v, sizeof v);
+    return n;
+}
+
 /* The per-neighbour staleness metrics of m (docs/node.md) from the run's
  * gossip node g. */
 static void s_report_nb(s_node *s, gossip_node *g, node_metrics *m)
@@ -555,8 +584,8 @@ static void s_report(void *ctx, const node_run *r, node_metrics *m)
         gossip_link_stats_get(s->link, &s->ls);
     m->gossip_bytes_sent = (double)s->gs.bytes_sent;
     m->gs = &s->gs;
-    m->ns = &s->ns; /* zeros without sockets */
-    m->ls = &s->ls;
+    m->link = s->counts; /* zeros without sockets */
+    m->nlink = s_link_counts(s->counts, &s->ns, &s->ls);
     char downs[64] = "";
     if (s->ls.peers_down)
         snprintf(downs, sizeof downs, "  %llu neighbour(s) down",

@@ -41,12 +41,7 @@ static void s_reals(FILE *f, const s_real *r, size_t n)
         s_num(f, r[i].key, r[i].fmt, r[i].v);
 }
 
-typedef struct {
-    const char *key;
-    uint64_t    v;
-} s_count;
-
-static void s_counts(FILE *f, const s_count *c, size_t n)
+static void s_counts(FILE *f, const node_count *c, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         s_u64(f, c[i].key, c[i].v);
@@ -56,27 +51,12 @@ static void s_counts(FILE *f, const s_count *c, size_t n)
 static void s_write_node(FILE *f, const node_metrics *m)
 {
     const gossip_stats *gs = m->gs;
-    const gossip_net_stats *ns = m->ns;
-    const gossip_link_stats *ls = m->ls;
-    const s_count c[] = {
+    const node_count c[] = {
         {"gossip_bytes_recv", gs->bytes_recv}, {"gossip_msgs_sent", gs->msgs_sent},
         {"resyncs_sent", gs->resyncs_sent},    {"resyncs_recv", gs->resyncs_recv},
-        {"bytes_sent", ns->bytes_sent},        {"bytes_recv", ns->bytes_recv},
-        {"msgs_sent", ns->msgs_sent},          {"msgs_recv", ns->msgs_recv},
-        {"rejected", ns->rejected_identity + ns->rejected_frames + ns->rejected_size +
-                     ns->rejected_auth + ns->rejected_contested + ls->refused},
-        {"rejected_contested", ns->rejected_contested},
-        {"rejected_auth", ns->rejected_auth},   {"refused_nonfinite", ls->refused_nonfinite},
-        {"peers_down", ls->peers_down},        {"down_events", ls->down_events},
-        {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
-        {"resyncs_unsent", ls->resyncs_unsent}, {"ctl_unsent", ls->ctl_unsent},
-        {"isolated_rounds", ls->isolated_rounds},
-        {"states_sent", ls->states_sent},      {"state_refused", ls->state_refused},
-        {"joined", (uint64_t)ls->joined},      {"join_iter", ls->join_iter},
-        {"fresh_waits", ls->fresh_waits},      {"fresh_missed", ls->fresh_missed},
-        {"rejoins", ls->rejoins},           {"unproven", ls->unproven},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
+    s_counts(f, m->link, m->nlink);
     fputs(",\"neighbours\":[", f);
     for (int k = 0; k < m->nnb; k++)
         fprintf(f, "%s{\"rank\":%d,\"staleness\":%" PRIu64 ",\"no_fresh\":%" PRIu64
@@ -130,7 +110,7 @@ void node_metrics_write(FILE *f, const node_metrics *m)
         };
         s_reals(f, sim, sizeof sim / sizeof sim[0]);
     }
-    if (m->gs && m->ns && m->ls)
+    if (m->gs && m->link)
         s_write_node(f, m);
     fputs("}\n", f);
     fflush(f);

@@ -32,8 +32,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "gossip/gossip_link.h"
-#include "gossip/gossip_net.h"
 #include "gossip/gossip_node.h"
 #include "node/node_trainer.h"
 
@@ -101,6 +99,12 @@ typedef struct {
     double   wait_s;     /* seconds the rounds waited for it */
 } node_nb_metrics;
 
+/* One named counter of a metrics line. */
+typedef struct {
+    const char *key;
+    uint64_t    v;
+} node_count;
+
 /* One metrics line.  Groups: the core keys (every command), the gossip
  * keys (simulate and node: gossip set), the simulate keys (sim set) and
  * the link keys (node: ns/ls set, NULL without sockets). */
@@ -131,8 +135,10 @@ struct node_metrics {
     double      consensus;
     /* node */
     const gossip_stats      *gs;
-    const gossip_net_stats  *ns;
-    const gossip_link_stats *ls;
+    /* the transport's counters, written in this order after gs's (their
+     * keys: docs/node.md); filled by the caller that drives the sockets */
+    const node_count        *link;
+    size_t                   nlink;
     /* bounded staleness (node): per in-neighbour; steps_skipped in gossip */
     uint64_t               steps_skipped; /* local steps skipped to catch up */
     int                    staleness;     /* --staleness S */

@@ -1,0 +1,210 @@
+/* gossip_link_int — the inside of the transport layer: the link object,
+ * cut into one section per module, and the calls the modules make to each
+ * other.  Only gossip/gossip_{link,recv,proof,live,member,join,round}.c
+ * include it; everybody else sees gossip_link.h.
+ *
+ * Owns:    nothing itself; it declares struct gossip_link, in which every
+ *          module owns one section (written by that module only):
+ *            shared   identity, configuration, neighbour list, phase
+ *                     (running: gossip_member), fatal error, counters
+ *                     (each module adds to its own), control-message buffer
+ *            recv     the stash of early GOSSIP, refusal log budget, pump clock
+ *            proof    whether ids on our ROUTER must be proved
+ *            live     the longest stall of this process (freeze detector)
+ *            join     the model handed over, the state transfer, re-join clocks
+ *            round    the round's clock and period, fresh-wait list, drop RNG
+ *          Per-neighbour protocol state lives in the protocol section of
+ *          the gossip_peer table (gossip_peer.h), one field group per module.
+ * Exposes: the struct, and per module the few calls the others need.
+ * Uses:    below the layer, gossip_net (sockets: gossip_link, gossip_recv,
+ *          gossip_proof, gossip_live, gossip_join, gossip_round send) and
+ *          the algorithm, always downward (gossip_node never calls back):
+ *            gossip_link   config, layout, fingerprint, peers (at creation)
+ *            gossip_recv   receive, iter, sent_thru
+ *            gossip_live   peer_state/_down/_up/_sent, resync_msg, iter, sent_thru
+ *            gossip_member peer_state/_reset, set_iter, sent_thru
+ *            gossip_join   debias, join, peer_state/_reset, iter
+ *            gossip_round  prepare, outbox, ready, fresh_from, mix, stats,
+ *                          peer_state, iter
+ *            gossip_proof  iter
+ * Callers: the transport modules above (see the layer's drawing in
+ *          gossip_link.h).
+ */
+#ifndef GOSSIP_LINK_INT_H
+#define GOSSIP_LINK_INT_H
+
+#include "gossip/gossip_codec.h"
+#include "gossip/gossip_link.h"
+#include "gossip/gossip_state.h"
+
+#define GOSSIP_LINK_SLICE 0.2    /* s: longest single wait (signals, checks) */
+#define GOSSIP_LINK_REFUSE_KINDS 32 /* refusal kinds with a log budget of their own */
+
+/* A GOSSIP message more than GOSSIP_WINDOW iterations ahead, kept (gossip_recv). */
+typedef struct {
+    uint8_t *bytes;
+    size_t   len;
+    uint64_t iter;
+    int      from;
+} gossip_recv_early;
+
+struct gossip_link {
+    /* ---- shared: set by gossip_link_new, read by every module */
+    gossip_link_config cfg;
+    gossip_net        *net;
+    gossip_node       *g;
+    const topo        *t;
+    const nn_arena    *layout;
+    int                rank, n, choco;
+    uint32_t           fp;
+    uint64_t           nonce;      /* this process's instance nonce (HELLO, HELLO_ACK) */
+    gossip_peer       *p;          /* n: gossip_node's table (gossip_peer.h), borrowed */
+    int               *nb, nnb;    /* neighbour ranks */
+    uint64_t           lag;        /* flow control: n + 2 x GOSSIP_WINDOW */
+    uint64_t           stale;      /* gossip_node's staleness S */
+    int                running;    /* past the start (written by gossip_member) */
+    int                fatal;      /* gossip_link_fatal */
+    char               fatal_msg[1024];
+    gossip_buf         ctl;        /* gossip_link_ctl's (and gossip_proof's) encoder */
+    gossip_link_stats  st;
+    /* ---- gossip_recv */
+    struct {
+        gossip_recv_early *stash;
+        size_t             nstash, cap_stash, stash_max; /* stash_max per peer */
+        /* refusals logged per kind: a flood of one kind cannot hide the
+         * first refusals of another */
+        const char        *refuse_fmt[GOSSIP_LINK_REFUSE_KINDS];
+        unsigned           refuse_n[GOSSIP_LINK_REFUSE_KINDS];
+        double             last_pump; /* clock at the end of the last pump */
+    } recv;
+    /* ---- gossip_proof */
+    struct {
+        int prove;                 /* ids on a plaintext port must be proved */
+    } proof;
+    /* ---- gossip_live */
+    struct {
+        double stall_s;            /* longest pause between two pumps ... */
+        double woke;               /* ... and the clock at its end */
+    } live;
+    /* ---- gossip_join (state transfer, docs/gossip.md "Joining"; re-join) */
+    struct {
+        float          *x, *extra; /* gossip_link_set_model */
+        size_t          nextra;
+        float          *zbuf;      /* holder: z and extra, packed from here */
+        gossip_buf      sbytes, smsg;
+        gossip_state_rx rx;        /* joiner */
+        int             joining, state_ready;
+        int             state_in;  /* the STATE asked for comes over our ROUTER */
+        uint64_t        state_bytes_taken; /* bytes of the state taken last */
+        double          rejoin_next; /* no attempt before this clock (back-off) */
+        int             mix_pending; /* re-joined: log the first mixed round */
+        double          rejoined_at; /* clock of the re-join */
+        double          rejoin_woke; /* clock the freeze ended (0: none seen) */
+    } join;
+    /* ---- gossip_round */
+    struct {
+        nn_rng   rng;              /* drop_gossip */
+        double   period;           /* EWMA of our own round time */
+        double   start;            /* clock the current round began */
+        int     *fresh;            /* n: the neighbours a fresh wait waits for */
+        uint64_t progress_every;   /* PING in-neighbours every this many rounds */
+    } round;
+};
+
+/* ---- gossip_link.c: the object, logging, control messages */
+__attribute__((format(printf, 2, 3)))
+void gossip_link_log(gossip_link *l, const char *fmt, ...);
+/* Records the first fatal condition; returns -1. */
+__attribute__((format(printf, 2, 3)))
+int gossip_link_fatal(gossip_link *l, const char *fmt, ...);
+const char *gossip_link_id(const gossip_link *l, int j);
+int gossip_link_signals(const gossip_link *l);
+/* Control message `kind` carrying `iter` to j: over our DEALER, or (router)
+ * as a reply over our ROUTER.  Never blocks. */
+void gossip_link_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter);
+
+/* ---- gossip_recv.c: from the socket to the handlers */
+void gossip_recv_init(gossip_link *l);
+void gossip_recv_free(gossip_link *l);
+__attribute__((format(printf, 2, 3)))
+void gossip_recv_refuse(gossip_link *l, const char *fmt, ...);
+/* A refusal of the algorithm or the state transfer (err: its message). */
+void gossip_recv_refuse_payload(gossip_link *l, int from, const char *err);
+void gossip_recv_drop_stash_of(gossip_link *l, int j);
+void gossip_recv_feed_stash(gossip_link *l);
+/* Receives and handles for at most `seconds`, then RESYNC_REQs and PINGs
+ * as due.  0, or -1 (transport error, fatal condition). */
+int gossip_recv_pump(gossip_link *l, double seconds);
+
+/* ---- gossip_proof.c: ids on a plaintext port */
+int gossip_proof_provable(const gossip_link *l, int j);
+void gossip_proof_ask(gossip_link *l, int j);
+void gossip_proof_answer(gossip_link *l, int j, uint64_t token);
+int gossip_proof_router_trusted(const gossip_link *l, int j);
+int gossip_proof_unproven(gossip_link *l, int j, unsigned kind, uint64_t iter, const uint8_t *msg,
+                          size_t len);
+void gossip_proof_on_proof(gossip_link *l, int j, uint64_t token);
+
+/* ---- gossip_live.c: liveness, failure detector, RESYNC */
+/* One arrival gap of a neighbour's GOSSIP: its adaptive deadline anew. */
+void gossip_live_note_gap(gossip_peer *p, double gap);
+/* In-neighbour j was heard within its silence limit and did not say BYE. */
+int gossip_live_heard_in(const gossip_link *l, int j, double now);
+/* j reports an iteration beyond this node's reach at cur, within the run. */
+int gossip_live_far_ahead(const gossip_link *l, int j, uint64_t cur);
+/* This node at cur fell behind ("Re-join"); *far: the lowest report ahead. */
+int gossip_live_behind(const gossip_link *l, uint64_t cur, uint64_t *far);
+/* Declares j down (logged with the reason), or, with fail_on_loss, fatal. */
+__attribute__((format(printf, 3, 4)))
+void gossip_live_down(gossip_link *l, int j, const char *fmt, ...);
+/* After a valid message from j over channel dir: back where it counts. */
+void gossip_live_revive(gossip_link *l, int j, gossip_net_dir dir);
+/* Choco: RESYNC_REQ to in-neighbours whose copy is unusable (rate-limited). */
+void gossip_live_ask_resyncs(gossip_link *l);
+/* Choco: our public copy to out-neighbour o (a RESYNC_REQ answered). */
+void gossip_live_answer_resync(gossip_link *l, int o);
+/* A RESYNC of `from` at iter was taken by the algorithm. */
+void gossip_live_on_resync(gossip_link *l, int from, uint64_t iter);
+/* A PING of `from` at iter; proved: what it sent before is out (in only). */
+void gossip_live_on_ping(gossip_link *l, int from, int in, uint64_t iter, uint64_t proved);
+/* PINGs as due (ping_every), and to every in-neighbour with `progress`. */
+void gossip_live_ping(gossip_link *l, int progress);
+/* Declares down the silent, the late for iter (iter >= 0, waiting since
+ * wait_start) and those that left. */
+void gossip_live_check_peers(gossip_link *l, int64_t iter, double wait_start);
+/* A pause of gap seconds between pumps (a freeze?). */
+void gossip_live_note_stall(gossip_link *l, double gap);
+/* The longest stall seen and when it ended; gossip_live_stall_reset forgets it. */
+double gossip_live_stall(const gossip_link *l, double *woke);
+void gossip_live_stall_reset(gossip_link *l);
+
+/* ---- gossip_member.c: start barrier, quorum, HELLO, goodbye */
+void gossip_member_on_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t nonce);
+void gossip_member_on_hello_ack(gossip_link *l, int from, int in, uint64_t iter,
+                                const uint8_t *msg, size_t len);
+void gossip_member_on_bye(gossip_link *l, int from, uint64_t iter);
+void gossip_member_on_bye_ack(gossip_link *l, int from);
+
+/* ---- gossip_join.c: state transfer, join, re-join */
+void gossip_join_free(gossip_link *l);
+int gossip_join_has_model(const gossip_link *l);
+int gossip_join_joining(const gossip_link *l);
+void gossip_join_begin(gossip_link *l);
+void gossip_join_answer_state(gossip_link *l, int j, int in);
+void gossip_join_on_state(gossip_link *l, int j, int in, const uint8_t *msg, size_t len);
+int gossip_join_take_state(gossip_link *l, uint64_t *T, int rejoin, int *holder, char *err,
+                           size_t errlen);
+int gossip_join_rejoin_resyncs(gossip_link *l, char *err, size_t errlen);
+/* Joining at *T (gossip_link_start): take the agreed state, install it. */
+int gossip_join_run(gossip_link *l, uint64_t *T, char *err, size_t errlen);
+/* Round iter was mixed: logs the first round after a re-join that mixed
+ * the neighbours' messages again. */
+void gossip_join_note_mixed(gossip_link *l, uint64_t iter);
+
+/* ---- gossip_round.c: flow control and the round */
+void gossip_round_init(gossip_link *l);
+void gossip_round_free(gossip_link *l);
+double gossip_round_period(const gossip_link *l);
+void gossip_round_begin(gossip_link *l);
+
+#endif

@@ -1,0 +1,237 @@
+/* gossip_round — one gossip round: flow control, prepare and send, the wait
+ * for the in-neighbours' messages (with bounded staleness and the fresh
+ * wait), the mix (gossip_link.h "Flow control", "Liveness").
+ *
+ * Owns:    the round's clock and period, the fresh-wait list, the RNG of
+ *          drop_gossip; per neighbour (gossip_peer) wait_s, fresh_score.
+ * Exposes: gossip_link_round, gossip_link_pump; gossip_round_period (the
+ *          silence limit of a neighbour without gaps yet).
+ * Callers: node/node_cmd_node.c, tests; gossip_live (period).
+ */
+#include "gossip/gossip_link_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void gossip_round_init(gossip_link *l)
+{
+    l->round.fresh = nn_xcalloc((size_t)l->n, sizeof *l->round.fresh);
+    l->round.progress_every = l->lag / 4 ? l->lag / 4 : 1;
+    l->round.period = 0;
+    nn_rng_seed(&l->round.rng,
+                l->cfg.seed ^ (0xd1b54a32d192ed03ULL * (uint64_t)(l->rank + 1)));
+}
+
+void gossip_round_free(gossip_link *l)
+{
+    free(l->round.fresh);
+    l->round.fresh = NULL;
+}
+
+double gossip_round_period(const gossip_link *l)
+{
+    return l->round.period;
+}
+
+void gossip_round_begin(gossip_link *l)
+{
+    l->round.start = nn_now();
+}
+
+/* The mix of iteration iter used nothing of any in-neighbour (the node
+ * trained alone): every in-neighbour of that iteration was left out. */
+static int s_mixed_alone(const gossip_link *l, uint64_t iter)
+{
+    int *in = nn_xcalloc((size_t)l->n, sizeof *in);
+    int nin = topo_in_neighbors(l->t, iter, l->rank, in);
+    free(in);
+    gossip_stats gs;
+    gossip_node_stats(l->g, &gs);
+    return nin > 0 && gs.iter_absent >= (uint64_t)nin;
+}
+
+/* Adds a slice of waiting for iteration iter to every live in-neighbour
+ * whose message that the wait needs (of iter - S or before) is missing. */
+static void s_blame_wait(gossip_link *l, uint64_t iter, double dt)
+{
+    for (int a = 0; a < l->nnb; a++) {
+        gossip_peer *p = &l->p[l->nb[a]];
+        if (p->is_in && !(gossip_node_peer_state(l->g, l->nb[a]) & GOSSIP_PEER_IN_DOWN) &&
+            p->got + l->stale <= iter)
+            p->wait_s += dt;
+    }
+}
+
+/* The wait of round iter is for messages that will not come when this node
+ * fell behind: its far-ahead in-neighbours are declared down (they come
+ * back after the re-join, gossip_link_catch_up). */
+static void s_stop_waiting_if_behind(gossip_link *l, uint64_t iter)
+{
+    uint64_t far;
+    if (!gossip_join_has_model(l) || !gossip_live_behind(l, iter, &far))
+        return;
+    for (int a = 0; a < l->nnb && !l->fatal; a++) {
+        int j = l->nb[a];
+        if (l->p[j].is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN) &&
+            gossip_live_far_ahead(l, j, iter))
+            gossip_live_down(l, j, "it is %llu iterations ahead (this node fell behind: re-joining)",
+                   (unsigned long long)(l->p[j].reported - iter));
+    }
+}
+
+/* Flow control: a live out-neighbour is too far behind iteration iter. */
+static int s_flow_blocked(const gossip_link *l, uint64_t iter)
+{
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        const gossip_peer *p = &l->p[j];
+        if (p->is_out && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN) &&
+            iter >= p->reported + l->lag)
+            return 1;
+    }
+    return 0;
+}
+
+/* Pumps until iteration iter may mix.  -1 on a fatal error. */
+static int s_wait_ready(gossip_link *l, uint64_t iter, double wait_start)
+{
+    while (!gossip_node_ready(l->g, iter)) {
+        if (gossip_link_signals(l) > 1)
+            gossip_link_fatal(l, "interrupted twice while waiting for iteration %llu",
+                    (unsigned long long)iter);
+        gossip_live_check_peers(l, (int64_t)iter, wait_start);
+        s_stop_waiting_if_behind(l, iter);
+        double w0 = nn_now();
+        if (l->fatal || gossip_recv_pump(l, GOSSIP_LINK_SLICE) != 0)
+            return -1;
+        s_blame_wait(l, iter, nn_now() - w0);
+    }
+    return 0;
+}
+
+/* The in-neighbours a fresh wait for iter would wait for: level with us,
+ * current message missing, score >= 1/2.  Lists them in l->round.fresh; count. */
+static int s_fresh_wanted(gossip_link *l, uint64_t iter)
+{
+    int m = 0;
+    for (int b = 0; b < l->nnb; b++) {
+        int j = l->nb[b];
+        if (l->p[j].is_in && l->p[j].fresh_score >= 0.5 && !gossip_node_fresh_from(l->g, j, iter))
+            l->round.fresh[m++] = j;
+    }
+    return m;
+}
+
+/* Bounded staleness, once iteration iter may mix: up to fresh_wait x our
+ * round period for the messages of iter from level neighbours
+ * (gossip_node_fresh_from) that usually make it.  A neighbour's score
+ * halves when the grace runs out on it, grows by 1/4 when it makes it, and
+ * by 1/50 per round it is not waited for (so a slow one is tried again
+ * now and then).  -1 on a fatal error. */
+static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
+{
+    for (int b = 0; b < l->nnb; b++)
+        if (l->p[l->nb[b]].fresh_score < 0.5)
+            l->p[l->nb[b]].fresh_score += 0.02;
+    int m = l->cfg.fresh_wait > 0 && l->round.period > 0 ? s_fresh_wanted(l, iter) : 0;
+    if (m == 0)
+        return 0;
+    double until = nn_now() + l->cfg.fresh_wait * l->round.period;
+    l->st.fresh_waits++;
+    for (;;) {
+        int left_n = 0;
+        for (int a = 0; a < m; a++)
+            left_n += !gossip_node_fresh_from(l->g, l->round.fresh[a], iter);
+        double left = until - nn_now();
+        if (left_n == 0 || left <= 0 || !gossip_node_ready(l->g, iter))
+            break;
+        gossip_live_check_peers(l, (int64_t)iter, wait_start);
+        if (l->fatal || gossip_recv_pump(l, left < GOSSIP_LINK_SLICE ? left : GOSSIP_LINK_SLICE) != 0)
+            return -1;
+    }
+    for (int a = 0; a < m; a++) {
+        gossip_peer *p = &l->p[l->round.fresh[a]];
+        if (gossip_node_fresh_from(l->g, l->round.fresh[a], iter)) {
+            p->fresh_score = fmin(1.0, p->fresh_score + 0.25);
+        } else {
+            p->fresh_score *= 0.5;
+            l->st.fresh_missed++;
+        }
+    }
+    return 0;
+}
+
+int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times *tm, char *err,
+                      size_t errlen)
+{
+    gossip_link_times dummy;
+    if (!tm)
+        tm = &dummy;
+    double t0 = nn_now();
+    double wait_start = t0;
+    int waited = 0;
+    while (s_flow_blocked(l, iter)) {
+        waited = 1;
+        if (gossip_link_signals(l) > 1)
+            gossip_link_fatal(l, "interrupted twice while waiting for a slow out-neighbour");
+        gossip_live_check_peers(l, -1, -1);
+        if (l->fatal || gossip_recv_pump(l, GOSSIP_LINK_SLICE) != 0)
+            return nn_errf(err, errlen, "%s", l->fatal_msg);
+    }
+    l->st.flow_waits += (uint64_t)waited;
+    double t1 = nn_now();
+    if (gossip_node_prepare(l->g, x, iter, err, errlen) != 0)
+        return -1;
+    double t2 = nn_now();
+    tm->compress += t2 - t1;
+    int to;
+    const uint8_t *msg;
+    size_t len;
+    for (int k = 0; (len = gossip_node_outbox(l->g, k, &to, &msg)) > 0; k++) {
+        if (l->cfg.drop_gossip > 0 && nn_rng_uniform(&l->round.rng) < l->cfg.drop_gossip) {
+            l->st.dropped_test++;
+            continue;
+        }
+        int rc = gossip_net_try_send(l->net, to, msg, len, err, errlen);
+        if (rc < 0)
+            return -1;
+        if (rc == 0) {
+            l->st.dropped_full++; /* it is far behind or dead; its gap shows */
+            continue;
+        }
+        l->p[to].sent_dealer = nn_now();
+    }
+    wait_start = nn_now();
+    /* a message handled during the fresh wait can make the round unready
+     * again (choco: a later update proves one lost): wait for it again */
+    for (int fresh_done = 0; !fresh_done || !gossip_node_ready(l->g, iter); fresh_done = 1)
+        if (s_wait_ready(l, iter, wait_start) != 0 ||
+            (!fresh_done && s_wait_fresh(l, iter, wait_start) != 0))
+            return nn_errf(err, errlen, "%s", l->fatal_msg);
+    double t3 = nn_now();
+    tm->wait += (t1 - t0) + (t3 - t2);
+    if (gossip_node_mix(l->g, x, iter, err, errlen) != 0)
+        return -1;
+    gossip_recv_feed_stash(l);
+    if (gossip_node_iter(l->g) % l->round.progress_every == 0)
+        gossip_live_ping(l, 1);
+    l->st.isolated_rounds = s_mixed_alone(l, iter) ? l->st.isolated_rounds + 1 : 0;
+    gossip_join_note_mixed(l, iter);
+    double t4 = nn_now();
+    tm->mix += t4 - t3;
+    double round = t4 - l->round.start;
+    l->round.start = t4;
+    l->round.period = l->round.period > 0 ? 0.9 * l->round.period + 0.1 * round : round;
+    return 0;
+}
+
+void gossip_link_pump(gossip_link *l, double seconds)
+{
+    double until = nn_now() + seconds;
+    do {
+        gossip_live_check_peers(l, -1, -1);
+        if (gossip_recv_pump(l, until - nn_now()) != 0)
+            return;
+    } while (nn_now() < until);
+}
