@@ -13,6 +13,7 @@
  * this node in any matrix of the schedule (both for undirected graphs).
  */
 #include "gossip/gossip_link_int.h"
+#include "gossip/gossip_defaults.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -107,14 +108,14 @@ static uint64_t s_new_nonce(int rank)
 void gossip_link_config_default(gossip_link_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->timeout = 60;
-    cfg->peer_floor = 5;
-    cfg->peer_factor = 20;
-    cfg->ping_every = 0.5;
-    cfg->seed = 1;
-    cfg->min_nodes = 2;
-    cfg->start_window = 5;
-    cfg->fresh_wait = 0.25;
+    cfg->timeout = GOSSIP_DEF_TIMEOUT_S;
+    cfg->peer_floor = GOSSIP_DEF_PEER_FLOOR_S;
+    cfg->peer_factor = GOSSIP_DEF_PEER_FACTOR;
+    cfg->ping_every = GOSSIP_DEF_PING_EVERY_S;
+    cfg->seed = GOSSIP_DEF_LINK_SEED;
+    cfg->min_nodes = GOSSIP_DEF_MIN_NODES;
+    cfg->start_window = GOSSIP_DEF_START_WINDOW_S;
+    cfg->fresh_wait = GOSSIP_DEF_FRESH_WAIT;
 }
 
 gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int rank,

@@ -1,5 +1,6 @@
 /* gossip_net — see gossip_net.h. */
 #include "gossip/gossip_net.h"
+#include "gossip/gossip_defaults.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -64,13 +65,13 @@ struct gossip_net {
 void gossip_net_config_default(gossip_net_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    cfg->send_timeout_ms = 60000;
-    cfg->linger_ms = 1000;
-    cfg->hwm = 256;
-    cfg->heartbeat_ivl_ms = 1000;
-    cfg->heartbeat_timeout_ms = 10000;
-    cfg->discovery_interval_ms = 1000;
-    cfg->discovery_probe_ms = 3000;
+    cfg->send_timeout_ms = GOSSIP_DEF_SEND_TIMEOUT_MS;
+    cfg->linger_ms = GOSSIP_DEF_LINGER_MS;
+    cfg->hwm = GOSSIP_DEF_HWM;
+    cfg->heartbeat_ivl_ms = GOSSIP_DEF_HEARTBEAT_IVL_MS;
+    cfg->heartbeat_timeout_ms = GOSSIP_DEF_HEARTBEAT_TIMEOUT_MS;
+    cfg->discovery_interval_ms = GOSSIP_DEF_DISCOVERY_IVL_MS;
+    cfg->discovery_probe_ms = GOSSIP_DEF_DISCOVERY_PROBE_MS;
 }
 
 size_t gossip_net_max_msg_size(const nn_arena *layout)
