@@ -1,8 +1,10 @@
 /* lp_kern_arm — the kernel tables of the aarch64 levels (lp_kern.h).
  *
  * Owns:    which ARM kernel each aarch64 level of nn_cpu.h runs: NEON the
- *          NEON quantizers (nearest and stochastic), dequantizer and
- *          min/max (lp_quant_neon.c); DOTPROD those plus the pair shift
+ *          NEON quantizers (nearest and stochastic), dequantizer, min/max
+ *          and fused stochastic fake-quantizers (lp_quant_neon.c), the
+ *          GEMMs' dequantization rows (lp_gemm_neon.c) and the Range
+ *          EvoNorm rows (lp_norm_neon.c); DOTPROD those plus the pair shift
  *          GEMM on UDOT (lp_gemm_dotprod.c); I8MM the same GEMM on UMMLA
  *          (lp_gemm_i8mm.c).  Every other entry stays the portable kernel
  *          the table starts with.
@@ -22,6 +24,12 @@ void lp_kern_fill_arch(lp_kern_t *k, nn_cpu_t level)
         k->dequantize = lp_dequantize_neon;
         k->minmax = lp_minmax_neon;
         k->quantize_sr = lp_quantize_sr_neon;
+        k->fake_quant_sr = lp_fake_quant_sr_neon;
+        k->fake_quant_sr_add = lp_fake_quant_sr_add_neon;
+        k->dequant_row = lp_dequant_row_neon;
+        k->dequant_rows = lp_dequant_rows_neon;
+        k->ren_row_fwd = lp_ren_row_fwd_neon;
+        k->ren_row_bwd = lp_ren_row_bwd_neon;
     }
     if (level >= NN_CPU_DOTPROD)
         k->shiftgemm = lp_shiftgemm_dotprod;

@@ -607,10 +607,11 @@ static void test_ren_finite_differences(void **state)
     nn_cpu_force("auto");
 }
 
-/* The row kernels of every level against their scalar twins: forward bit for bit,
- * backward sums and dx to 1e-6 relative (float blocks of 64 vs double),
- * over tails (n around multiples of 8 and 64) and values on both sides of
- * the hardsigmoid's ends. */
+/* The row kernels of every level against their scalar twins: forward and dx
+ * bit for bit, backward sums to 1e-6 relative (float blocks of 64 vs
+ * double); the ARM levels' sums are the portable level's bit for bit (the
+ * same 4-lane order), over tails (n around multiples of 8 and 64) and
+ * values on both sides of the hardsigmoid's ends. */
 static void s_ren_rows(const lp_kern_t *kt)
 {
     nn_rng r;
@@ -629,7 +630,14 @@ static void s_ren_rows(const lp_kern_t *kt)
         double s1[3] = {0.5, 0.5, 0.5}, s2[3] = {0.5, 0.5, 0.5};
         lp_ren_row_bwd_ref(o1, s1, x, g, n, v, sc, gam);
         kt->ren_row_bwd(o2, s2, x, g, n, v, sc, gam);
-        s_close(o2, o1, n, "ren row dx");
+        assert_memory_equal(o1, o2, n * 4);
+#if defined(__aarch64__)
+        if (kt->ren_row_bwd != lp_ren_row_bwd_ref) {
+            double s3[3] = {0.5, 0.5, 0.5};
+            lp_ren_row_bwd_blk(NULL, s3, x, g, n, v, sc, gam);
+            assert_memory_equal(s2, s3, sizeof s3);
+        }
+#endif
         double mag[3] = {0, 0, 0};
         for (size_t i = 0; i < n; i++) {
             mag[0] += fabs(g[i]);
@@ -646,6 +654,35 @@ static void test_ren_rows(void **state)
 {
     (void)state;
     s_each_level(s_ren_rows);
+}
+
+/* The row kernels at the edges: the hardsigmoid's ends exactly (t = 0 and
+ * t = 1), NaN, infinities, zeros of both signs and huge values in every
+ * lane position: forward and dx the twins' bits at every level. */
+static void s_ren_row_edges(const lp_kern_t *kt)
+{
+    const float e[] = {3.0f, -3.0f, NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 3e38f, -3e38f,
+                       1e-40f, 2.9999998f, -2.9999998f, 0.5f, -1.25f};
+    enum { NE = sizeof e / sizeof e[0], N = 256 + 64 + 13 };
+    float x[N], g[N], o1[N], o2[N];
+    for (size_t i = 0; i < N; i++) {
+        x[i] = e[(i * 5 + i / NE) % NE];
+        g[i] = (float)((int)(i % 9) - 4) * 0.03125f;
+    }
+    const float v = 1.0f, sc = 0.77f, gam = -1.1f, bet = 0.2f;
+    lp_ren_row_fwd_ref(o1, x, N, v, sc, gam, bet);
+    kt->ren_row_fwd(o2, x, N, v, sc, gam, bet);
+    assert_memory_equal(o1, o2, sizeof o1);
+    double s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
+    lp_ren_row_bwd_ref(o1, s1, x, g, N, v, sc, gam);
+    kt->ren_row_bwd(o2, s2, x, g, N, v, sc, gam);
+    assert_memory_equal(o1, o2, sizeof o1);
+}
+
+static void test_ren_row_edges(void **state)
+{
+    (void)state;
+    s_each_level(s_ren_row_edges);
 }
 
 /* The first-index search of the chunk arg-max/min: every level's against its twin
@@ -908,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_ren_chunks),
         cmocka_unit_test(test_ren_finite_differences),
         cmocka_unit_test(test_ren_rows),
+        cmocka_unit_test(test_ren_row_edges),
         cmocka_unit_test(test_find_eq),
         cmocka_unit_test(test_u8_chunk_kernels),
         cmocka_unit_test(test_ren_quantized_is_ste),
