@@ -2,9 +2,9 @@
  * kernel tables of the ARM levels (lp_kern_arm.c).
  *
  * Owns:    lp_ren_row_fwd_neon, lp_ren_row_bwd_neon.  The forward follows
- *          the scalar twin operation by operation (true division by 6, no
- *          FMA; a NaN t gives h = 0 as the twin's compare does), so it
- *          gives the same floats.  The backward keeps the portable level's
+ *          the scalar twin operation by operation (no FMA; a NaN t gives
+ *          h = 0 as the twin's compare does; the division by 6 exact
+ *          without a divide, s_xv6), so it gives the same floats.  The backward keeps the portable level's
  *          order of sums (lp_norm_blk.c): 4 lanes, float sums of 64 values
  *          per lane (blocks of 256 from the row's start), each block
  *          widened and added to double lanes, the lanes folded as
@@ -27,10 +27,20 @@ static inline float32x4_t s_clamp01(float32x4_t t)
     return vminq_f32(t, vdupq_n_f32(1.0f));
 }
 
-/* x*v/6 of 4 lanes, the twin's two roundings */
+/* x*v/6 of 4 lanes: a = x*v rounded as the twin's, then a/6 without a
+ * divide (FDIV, one in 4 elements, bounded the loops: ~9 cycles an element
+ * on Neoverse N1 in llvm-mca): q0 = a*y with y = RN(1/6), the residual
+ * r = a - 6*q0 exact in one FMLS, q = q0 + r*y in one FMLA.  Checked on
+ * every one of the 2^32 floats a (bench/div6_check.c): q is the correctly
+ * rounded a/6 (the twin's bits) but for |a| < 2^-125, where both are below
+ * 2^-127 and neither changes 1/2 + q nor (1/2 + q) + q, the only uses of
+ * it; a = +-inf (r NaN) keeps q0 = a*y = +-inf, a NaN stays NaN. */
 static inline float32x4_t s_xv6(float32x4_t x, float32x4_t v)
 {
-    return vdivq_f32(vmulq_f32(x, v), vdupq_n_f32(6.0f));
+    const float32x4_t y = vdupq_n_f32(1.0f / 6.0f);
+    const float32x4_t a = vmulq_f32(x, v), q0 = vmulq_f32(a, y);
+    const float32x4_t r = vfmsq_f32(a, q0, vdupq_n_f32(6.0f));
+    return vbslq_f32(vceqq_f32(r, r), vfmaq_f32(q0, r, y), q0);
 }
 
 /* o (4) = the twin's output of x (4) */

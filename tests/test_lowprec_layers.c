@@ -685,6 +685,39 @@ static void test_ren_row_edges(void **state)
     s_each_level(s_ren_row_edges);
 }
 
+/* The rows over floats of every exponent and sign: 2^32 / 4099 bit patterns
+ * (all finite magnitudes, subnormals, infinities, NaNs) as x, with v = 1 and
+ * v = 1.3: forward and dx the twins' bits at every level (the ARM rows
+ * divide by 6 without a divide). */
+static void s_ren_row_sweep(const lp_kern_t *kt)
+{
+    enum { N = 4096 };
+    float *x = nn_xmalloc(N * 4), *g = nn_xmalloc(N * 4);
+    float *o1 = nn_xmalloc(N * 4), *o2 = nn_xmalloc(N * 4);
+    uint32_t bits = 7;
+    for (int round = 0; round < 256; round++) {
+        for (size_t i = 0; i < N; i++, bits += 4099u) {
+            memcpy(&x[i], &bits, 4);
+            g[i] = (float)((int)(i % 7) - 3) * 0.25f;
+        }
+        const float v = round % 2 ? 1.3f : 1.0f;
+        lp_ren_row_fwd_ref(o1, x, N, v, 0.77f, -1.1f, 0.2f);
+        kt->ren_row_fwd(o2, x, N, v, 0.77f, -1.1f, 0.2f);
+        assert_memory_equal(o1, o2, N * 4);
+        double s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
+        lp_ren_row_bwd_ref(o1, s1, x, g, N, v, 0.77f, -1.1f);
+        kt->ren_row_bwd(o2, s2, x, g, N, v, 0.77f, -1.1f);
+        assert_memory_equal(o1, o2, N * 4);
+    }
+    free(x); free(g); free(o1); free(o2);
+}
+
+static void test_ren_row_sweep(void **state)
+{
+    (void)state;
+    s_each_level(s_ren_row_sweep);
+}
+
 /* The first-index search of the chunk arg-max/min: every level's against its twin
  * on every position of the first match, repeated values and no match. */
 static void s_find_eq(const lp_kern_t *kt)
@@ -946,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_ren_finite_differences),
         cmocka_unit_test(test_ren_rows),
         cmocka_unit_test(test_ren_row_edges),
+        cmocka_unit_test(test_ren_row_sweep),
         cmocka_unit_test(test_find_eq),
         cmocka_unit_test(test_u8_chunk_kernels),
         cmocka_unit_test(test_ren_quantized_is_ste),
