@@ -4,10 +4,10 @@
  *          NEON quantizers (nearest and stochastic), dequantizer, min/max
  *          and fused stochastic fake-quantizers (lp_quant_neon.c), the
  *          GEMMs' dequantization rows (lp_gemm_neon.c) and the Range
- *          EvoNorm rows (lp_norm_neon.c); DOTPROD those plus the pair shift
- *          GEMM on UDOT (lp_gemm_dotprod.c); I8MM the same GEMM on UMMLA
- *          (lp_gemm_i8mm.c).  Every other entry stays the portable kernel
- *          the table starts with.
+ *          EvoNorm rows and chunk searches (lp_norm_neon.c); DOTPROD those
+ *          plus the pair shift GEMM on UDOT (lp_gemm_dotprod.c); I8MM the
+ *          same GEMM on UMMLA (lp_gemm_i8mm.c).  Every other entry stays
+ *          the portable kernel the table starts with.
  * Exposes: lp_kern_fill_arch.
  * Callers: lp_kern.c, once per level.
  */
@@ -30,6 +30,9 @@ void lp_kern_fill_arch(lp_kern_t *k, nn_cpu_t level)
         k->dequant_rows = lp_dequant_rows_neon;
         k->ren_row_fwd = lp_ren_row_fwd_neon;
         k->ren_row_bwd = lp_ren_row_bwd_neon;
+        k->find_eq = lp_find_eq_neon;
+        k->minmax_u8 = lp_minmax_u8_neon;
+        k->find_u8 = lp_find_u8_neon;
     }
     if (level >= NN_CPU_DOTPROD)
         k->shiftgemm = lp_shiftgemm_dotprod;

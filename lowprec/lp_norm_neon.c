@@ -12,11 +12,14 @@
  *          in index order.  So its sums are the portable level's bit for
  *          bit (to ~1e-7 relative of the twin's all-double sums, as at the
  *          x86 levels) and dx is the twin's.  Tails (n % 4) run the twins.
+ *          The chunk ranges' searches lp_find_eq_neon, lp_minmax_u8_neon,
+ *          lp_find_u8_neon: the twins' results (first index; min and max).
  * Callers: the ARM levels' kernel tables; tests through the tables.
  */
 #include <arm_neon.h>
 
 #include "lowprec/lp_layers.h"
+#include "lowprec/lp_simd.h" /* the chunk searches' twins */
 #include "lowprec/lp_simd_arm.h"
 
 /* the twin's hardsigmoid clamp: NaN and t <= 0 give 0, t >= 1 gives 1 */
@@ -136,4 +139,57 @@ void lp_ren_row_bwd_neon(float *dx, double sums[3], const float *x, const float 
     sums[2] += s_fold(dvx);
     if (i < n)
         lp_ren_row_bwd_ref(dx ? dx + i : NULL, sums, x + i, g + i, n - i, v, sc, gamma);
+}
+
+/* ---- the chunk ranges' searches (lp_layers.h) -------------------------------
+ * 16 elements a step; a step with a hit hands those 16 to the twin, which
+ * finds the first. */
+
+size_t lp_find_eq_neon(const float *x, size_t n, float v)
+{
+    const float32x4_t vv = vdupq_n_f32(v);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const uint32x4_t m = vorrq_u32(vorrq_u32(vceqq_f32(vld1q_f32(x + i), vv),
+                                                 vceqq_f32(vld1q_f32(x + i + 4), vv)),
+                                       vorrq_u32(vceqq_f32(vld1q_f32(x + i + 8), vv),
+                                                 vceqq_f32(vld1q_f32(x + i + 12), vv)));
+        if (vmaxvq_u32(m))
+            return i + lp_find_eq_ref(x + i, 16, v);
+    }
+    return i + lp_find_eq_ref(x + i, n - i, v);
+}
+
+void lp_minmax_u8_neon(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n)
+{
+    size_t i = 0;
+    uint8_t a = q[0], b = q[0];
+    if (n >= 16) {
+        uint8x16_t vmn = vld1q_u8(q), vmx = vmn;
+        for (i = 16; i + 16 <= n; i += 16) {
+            const uint8x16_t v = vld1q_u8(q + i);
+            vmn = vminq_u8(vmn, v);
+            vmx = vmaxq_u8(vmx, v);
+        }
+        a = vminvq_u8(vmn);
+        b = vmaxvq_u8(vmx);
+    }
+    for (; i < n; i++) {
+        a = q[i] < a ? q[i] : a;
+        b = q[i] > b ? q[i] : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
+size_t lp_find_u8_neon(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi)
+{
+    const uint8x16_t vlo = vdupq_n_u8(lo), vhi = vdupq_n_u8(hi);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const uint8x16_t v = vld1q_u8(q + i);
+        if (vmaxvq_u8(vandq_u8(vcgeq_u8(v, vlo), vcleq_u8(v, vhi))))
+            return i + lp_find_u8_ref(q + i, 16, lo, hi);
+    }
+    return i + lp_find_u8_ref(q + i, n - i, lo, hi);
 }

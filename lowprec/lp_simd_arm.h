@@ -33,11 +33,14 @@ void lp_dequant_rows_neon(float *out, const int32_t *S, const double *t, double 
 
 /* lp_norm_neon.c: the Range EvoNorm rows; forward and dx bit-identical to
  * the twins, the backward's sums the portable level's (lp_norm_blk.c) bit
- * for bit */
+ * for bit; the chunk ranges' searches, the twins' results */
 void lp_ren_row_fwd_neon(float *o, const float *x, size_t n, float v, float sc, float gamma,
                          float beta);
 void lp_ren_row_bwd_neon(float *dx, double sums[3], const float *x, const float *g, size_t n,
                          float v, float sc, float gamma);
+size_t lp_find_eq_neon(const float *x, size_t n, float v);
+void lp_minmax_u8_neon(uint8_t *mn, uint8_t *mx, const uint8_t *q, size_t n);
+size_t lp_find_u8_neon(const uint8_t *q, size_t n, uint8_t lo, uint8_t hi);
 
 /* lp_gemm_dotprod.c: lp_shiftgemm on UDOT.  A pair lane (lo | hi << 16,
  * codes 0..255) read as four bytes is (lo, 0, hi, 0), so the four-byte dot
