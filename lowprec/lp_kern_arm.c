@@ -3,7 +3,8 @@
  * Owns:    which ARM kernel each aarch64 level of nn_cpu.h runs: NEON the
  *          NEON quantizers (nearest and stochastic), dequantizer, min/max
  *          and fused stochastic fake-quantizers (lp_quant_neon.c), the
- *          GEMMs' dequantization rows (lp_gemm_neon.c) and the Range
+ *          GEMMs' dequantization rows (lp_gemm_neon.c), the conv shift
+ *          path's pair grids and tap sums (lp_conv_neon.c) and the Range
  *          EvoNorm rows and chunk searches (lp_norm_neon.c); DOTPROD those
  *          plus the pair shift GEMM on UDOT (lp_gemm_dotprod.c); I8MM the
  *          same GEMM on UMMLA (lp_gemm_i8mm.c).  Every other entry stays
@@ -33,6 +34,8 @@ void lp_kern_fill_arch(lp_kern_t *k, nn_cpu_t level)
         k->find_eq = lp_find_eq_neon;
         k->minmax_u8 = lp_minmax_u8_neon;
         k->find_u8 = lp_find_u8_neon;
+        k->pair_plane = lp_pair_plane_neon;
+        k->tap_sum_row = lp_tap_sum_row_neon;
     }
     if (level >= NN_CPU_DOTPROD)
         k->shiftgemm = lp_shiftgemm_dotprod;

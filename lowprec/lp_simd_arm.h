@@ -31,6 +31,12 @@ void lp_dequant_row_neon(float *out, const int32_t *S, const double *t, double c
 void lp_dequant_rows_neon(float *out, const int32_t *S, const double *t, double c,
                           const double *base, size_t W, int rows);
 
+/* lp_conv_neon.c: the conv shift path's pair grids and tap sums, the
+ * twins' results */
+void lp_pair_plane_neon(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                        const uint8_t *r0, const uint8_t *r1, int H, int W);
+void lp_tap_sum_row_neon(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
+
 /* lp_norm_neon.c: the Range EvoNorm rows; forward and dx bit-identical to
  * the twins, the backward's sums the portable level's (lp_norm_blk.c) bit
  * for bit; the chunk ranges' searches, the twins' results */
