@@ -2,9 +2,10 @@
  * kernel tables of the ARM levels (lp_kern_arm.c).
  *
  * Owns:    lp_ren_row_fwd_neon, lp_ren_row_bwd_neon.  The forward follows
- *          the scalar twin operation by operation (no FMA; a NaN t gives
- *          h = 0 as the twin's compare does; the division by 6 exact
- *          without a divide, s_xv6), so it gives the same floats.  The backward keeps the portable level's
+ *          the scalar twin operation by operation (nothing contracted; a
+ *          NaN t gives h = 0 as the twin's compare does), but for x*v/6,
+ *          whose twin's result comes without a divide (s_xv6), so it
+ *          gives the same floats.  The backward keeps the portable level's
  *          order of sums (lp_norm_blk.c): 4 lanes, float sums of 64 values
  *          per lane (blocks of 256 from the row's start), each block
  *          widened and added to double lanes, the lanes folded as
