@@ -29,8 +29,10 @@ for f in lowprec/lp_gemm_dotprod lowprec/lp_gemm_i8mm nn/nn_conv_neon; do
 done
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
-# innermost (shortest) backward-branch loop of symbol $2 in object $1 that
-# holds instructions matching $3, as assembly without branches
+# the backward-branch loop of symbol $2 in object $1 densest in instructions
+# matching $3 (the shortest of equals: the innermost), as assembly without
+# branches; with a 4th
+# argument an unconditional branch back closes a loop too
 s_loop() {
     aarch64-linux-gnu-objdump -d --no-show-raw-insn "$1" | python3 -c '
 import re, sys
@@ -44,22 +46,24 @@ for line in sys.stdin:
 best = None
 for i, (a, op, args) in enumerate(ins):
     t = re.search(r"\b([0-9a-f]+) <", args)
-    if op == "b" or not op.startswith(("b.", "cb", "tb")) or not t or int(t.group(1), 16) >= a: continue
+    back = op.startswith(("b.", "cb", "tb")) or (op == "b" and len(sys.argv) > 3)
+    if not back or not t or int(t.group(1), 16) >= a: continue
     body = [x for x in ins if int(t.group(1), 16) <= x[0] <= a]
     n = sum(1 for x in body if pat.match(x[1]))
-    if n and (best is None or len(body) < len(best[1])):
+    if n and (best is None or n * len(best[1]) > best[0] * len(body) or
+              (n * len(best[1]) == best[0] * len(body) and len(body) < len(best[1]))):
         best = (n, body)
 if best is None: sys.exit("no loop with " + sys.argv[2] + " in " + sym)
 for a, op, args in best[1]:
     if re.match(r"^(b|b\..*|cbn?z|tbn?z)$", op): continue
     print("\t" + op + " " + re.sub(r"\s*//.*", "", args))
-' "$2" "$3"
+' "$2" "$3" ${4:+"$4"}
 }
 
 s_loop $obj/lowprec/lp_gemm_dotprod.o lp_shiftgemm_dotprod '^udot$' >"$tmp/dotprod.s" 2>/dev/null ||
     s_loop $obj/lowprec/lp_gemm_dotprod.o s_tile16 '^udot$' >"$tmp/dotprod.s"
 s_loop $obj/lowprec/lp_gemm_i8mm.o lp_shiftgemm_i8mm '^ummla$' >"$tmp/i8mm.s" 2>/dev/null ||
-    s_loop $obj/lowprec/lp_gemm_i8mm.o s_tile16 '^ummla$' >"$tmp/i8mm.s"
+    s_loop $obj/lowprec/lp_gemm_i8mm.o s_tile16p '^ummla$' >"$tmp/i8mm.s"
 s_loop $obj/nn/nn_conv_neon.o nn_neon_shiftgemm '^fmla$' >"$tmp/fp32.s" 2>/dev/null ||
     s_loop $obj/nn/nn_conv_neon.o s_gemm_tile '^fmla$' >"$tmp/fp32.s"
 
@@ -74,6 +78,43 @@ for cpu in $cpus; do
         n=$(grep -cv '^\s*$' "$tmp/$name.s"); m=$(grep -c "^\s$op " "$tmp/$name.s")
         awk -v c="$cpu" -v k="$name" -v n="$n" -v m="$m" -v cyc="$cyc" -v per="$macs" 'BEGIN {
             it = cyc / 200; printf "%-12s %-8s %6d %6d %7.2f %8d %9.2f\n", c, k, n, m, it, per * m, 1000 * it / (per * m) }'
+    done
+done
+
+# The element kernels: the ARM levels' NEON rows against the portable
+# level's kernels they replace (what the ARM levels ran before), cycles
+# per element.  Elements per loop iteration: the matched instructions
+# times the elements each handles (a 4-lane FDIV or FMLS: 4; FCVTN/FCVTN2:
+# 2; a scalar FCVT: 1).  The portable fused fake-quantizer is one loop for
+# codes, values and the add (s_sr_lanes, closed by an unconditional
+# branch): its body holds every path, an upper bound.
+echo
+printf '%-12s %-22s %6s %7s %6s %8s\n' cpu kernel insns cyc/it elts cyc/elt
+rows="ren_fwd_blk:lp_norm_blk:lp_ren_row_fwd_blk:fdiv:4
+ren_fwd_neon:lp_norm_neon:lp_ren_row_fwd_neon:fmls:4
+ren_bwd_blk:lp_norm_blk:lp_ren_row_bwd_blk:fdiv:4
+ren_bwd_neon:lp_norm_neon:lp_ren_row_bwd_neon:fmls:4
+fake_quant_sr_blk:lp_quant_blk:s_sr_lanes:fdiv:4:b
+fake_quant_sr_neon:lp_quant_neon:lp_fake_quant_sr_neon:fdiv:4
+fq_sr_add_neon:lp_quant_neon:lp_fake_quant_sr_add_neon:fdiv:4
+dequant_row_ref:lp_gemm:lp_dequant_row_ref:fcvt:1
+dequant_row_neon:lp_gemm_neon:s_dequant_row:fcvtn2?:2"
+for row in $rows; do
+    IFS=: read -r name f sym op per b <<<"$row"
+    [ -f "$obj/lowprec/$f.o" ] || { echo "mca-arm: no $obj/lowprec/$f.o" >&2; exit 1; }
+    s_loop "$obj/lowprec/$f.o" "$sym" "^$op\$" $b >"$tmp/$name.s" 2>/dev/null ||
+        { printf '%-12s %-22s no loop found\n' - "$name"; continue; }
+done
+for cpu in $cpus; do
+    for row in $rows; do
+        IFS=: read -r name f sym op per b <<<"$row"
+        [ -s "$tmp/$name.s" ] || continue
+        out=$("$mca" -mtriple=aarch64 -mcpu="$cpu" -iterations=200 "$tmp/$name.s" 2>/dev/null) ||
+            { printf '%-12s %-22s llvm-mca failed\n' "$cpu" "$name"; continue; }
+        cyc=$(sed -n 's/^Total Cycles: *//p' <<<"$out")
+        n=$(grep -cv '^\s*$' "$tmp/$name.s"); m=$(grep -cE "^\s$op " "$tmp/$name.s")
+        awk -v c="$cpu" -v k="$name" -v n="$n" -v m="$m" -v cyc="$cyc" -v per="$per" 'BEGIN {
+            it = cyc / 200; printf "%-12s %-22s %6d %7.2f %6d %8.3f\n", c, k, n, it, per * m, it / (per * m) }'
     done
 done
 [ -n "${MCA_KEEP:-}" ] && cp "$tmp"/*.s "$MCA_KEEP"/

@@ -1,7 +1,9 @@
 /* lp_quant_neon — NEON versions of lp_quant kernels (4 floats per vector,
- * 16 per step).  The twins' operations in the same order (no FMA), so
- * codes and values are bit-identical; the tails run the scalar twins.
- * Called through the kernel tables of the ARM levels (lp_kern_arm.c). */
+ * 16 per step): quantize, stochastic quantize, dequantize, min/max and the
+ * fused stochastic fake-quantizers (lp_fake_quant_sr, _add).  The twins'
+ * operations in the same order (no FMA), so codes and values are
+ * bit-identical; the tails run the scalar twins.  Called through the
+ * kernel tables of the ARM levels (lp_kern_arm.c). */
 #include <arm_neon.h>
 
 #include "lowprec/lp_simd.h" /* lp_hash32's constants, LP_WEYL, lp_seed_keys */
@@ -105,6 +107,14 @@ static inline uint32x4_t s_sr4(const float *x, uint32x4_t w, uint32x4_t k2, floa
     return vcvtnq_u32_f32(t);
 }
 
+/* The Weyl values of lanes first .. first + 3 under key k1 */
+static inline uint32x4_t s_weyl4(uint32_t first, uint32_t k1)
+{
+    static const uint32_t lane[4] = {0, 1, 2, 3};
+    return vaddq_u32(vdupq_n_u32(first * LP_WEYL + k1),
+                     vmulq_u32(vld1q_u32(lane), vdupq_n_u32(LP_WEYL)));
+}
+
 void lp_quantize_sr_neon(uint8_t *q, const float *x, size_t n, lp_qparams p, uint64_t seed,
                          uint32_t first)
 {
@@ -112,9 +122,7 @@ void lp_quantize_sr_neon(uint8_t *q, const float *x, size_t n, lp_qparams p, uin
     lp_seed_keys(seed, &k1, &k2);
     const float32x4_t mn = vdupq_n_f32(p.min), sc = vdupq_n_f32(p.scale);
     const uint32x4_t vk2 = vdupq_n_u32(k2), s4 = vdupq_n_u32(4u * LP_WEYL);
-    static const uint32_t lane[4] = {0, 1, 2, 3};
-    uint32x4_t w = vaddq_u32(vdupq_n_u32(first * LP_WEYL + k1),
-                             vmulq_u32(vld1q_u32(lane), vdupq_n_u32(LP_WEYL)));
+    uint32x4_t w = s_weyl4(first, k1);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         uint32x4_t c[4];
@@ -126,4 +134,55 @@ void lp_quantize_sr_neon(uint8_t *q, const float *x, size_t n, lp_qparams p, uin
     }
     if (i < n)
         lp_quantize_sr_ref(q + i, x + i, n - i, p, seed, (uint32_t)(first + i));
+}
+
+/* The fused stochastic quantize + dequantize (+ add): s_sr4's codes, their
+ * values code * scale + min (two roundings, as lp_dequantize_ref); the
+ * codes kept in q when it is not NULL.  add: y = y + value. */
+static inline void s_fq16(float *y, uint8_t *q, const float *x, uint32x4_t *w, uint32x4_t k2,
+                          float32x4_t mn, float32x4_t sc, int add)
+{
+    const uint32x4_t s4 = vdupq_n_u32(4u * LP_WEYL);
+    uint32x4_t c[4];
+    for (int v = 0; v < 4; v++, *w = vaddq_u32(*w, s4)) {
+        c[v] = s_sr4(x + 4 * v, *w, k2, mn, sc);
+        const float32x4_t val = vaddq_f32(vmulq_f32(vcvtq_f32_u32(c[v]), sc), mn);
+        vst1q_f32(y + 4 * v, add ? vaddq_f32(vld1q_f32(y + 4 * v), val) : val);
+    }
+    if (q) {
+        const uint16x8_t lo = vcombine_u16(vmovn_u32(c[0]), vmovn_u32(c[1]));
+        const uint16x8_t hi = vcombine_u16(vmovn_u32(c[2]), vmovn_u32(c[3]));
+        vst1q_u8(q, vcombine_u8(vmovn_u16(lo), vmovn_u16(hi)));
+    }
+}
+
+void lp_fake_quant_sr_neon(float *y, uint8_t *q, const float *x, size_t n, lp_qparams p,
+                           uint64_t seed, uint32_t first)
+{
+    uint32_t k1, k2;
+    lp_seed_keys(seed, &k1, &k2);
+    const float32x4_t mn = vdupq_n_f32(p.min), sc = vdupq_n_f32(p.scale);
+    const uint32x4_t vk2 = vdupq_n_u32(k2);
+    uint32x4_t w = s_weyl4(first, k1);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        s_fq16(y + i, q ? q + i : NULL, x + i, &w, vk2, mn, sc, 0);
+    if (i < n)
+        lp_fake_quant_sr_ref(y + i, q ? q + i : NULL, x + i, n - i, p, seed,
+                             (uint32_t)(first + i));
+}
+
+void lp_fake_quant_sr_add_neon(float *y, const float *x, size_t n, lp_qparams p, uint64_t seed,
+                               uint32_t first)
+{
+    uint32_t k1, k2;
+    lp_seed_keys(seed, &k1, &k2);
+    const float32x4_t mn = vdupq_n_f32(p.min), sc = vdupq_n_f32(p.scale);
+    const uint32x4_t vk2 = vdupq_n_u32(k2);
+    uint32x4_t w = s_weyl4(first, k1);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        s_fq16(y + i, NULL, x + i, &w, vk2, mn, sc, 1);
+    if (i < n)
+        lp_fake_quant_sr_add_ref(y + i, x + i, n - i, p, seed, (uint32_t)(first + i));
 }

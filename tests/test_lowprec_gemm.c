@@ -278,6 +278,53 @@ static void test_shiftgemm_step_pairs(void **state)
     }
 }
 
+/* The shifted-row GEMM whose taps read separate column ranges (shifts far
+ * apart, as the conv's kernel-column variants are: the I8MM level packs
+ * only the union of the ranges), unsorted and repeated shifts, and more
+ * taps than that packing takes (65): every level against the twin. */
+static void test_shiftgemm_tap_ranges(void **state)
+{
+    (void)state;
+    nn_rng r;
+    nn_rng_seed(&r, 16);
+    enum { TMAXT = 65 };
+    static const int Ts[] = {3, 4, TMAXT};
+    const int M = 6, np = 3;
+    const size_t n = 53, ldc = n + 3;
+    for (size_t s = 0; s < sizeof Ts / sizeof Ts[0]; s++) {
+        const int T = Ts[s], K2 = np * T;
+        int toff[TMAXT];
+        for (int t = 0; t < T; t++) /* 0, 200 and 90 apart, and -5 repeated */
+            toff[t] = T == 3 ? (int[]){200, -5, 90}[t] : T == 4 ? (int[]){-5, 300, -5, 40}[t]
+                                                               : (t * 37) % 101 - 50;
+        const size_t ldb = n + 400; /* B = grid + 60: reads columns 10 .. 412 */
+        uint32_t *grid = nn_xmalloc((size_t)np * ldb * 4);
+        uint32_t *Ap = nn_xcalloc(lp_shift_pack_lanes(M, K2), 4);
+        for (size_t i = 0; i < (size_t)np * ldb; i++)
+            grid[i] = lp_pair((uint8_t)nn_rng_below(&r, 256), (uint8_t)nn_rng_below(&r, 256));
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < K2; k++)
+                Ap[(size_t)(m / 4) * K2 * 4 + (size_t)k * 4 + m % 4] =
+                    lp_pair((uint8_t)nn_rng_below(&r, 256), (uint8_t)nn_rng_below(&r, 256));
+        const uint32_t *B = grid + 60;
+        int32_t *want = nn_xmalloc((size_t)M * ldc * 4), *S = nn_xmalloc((size_t)M * ldc * 4);
+        memset(want, 0x5a, (size_t)M * ldc * 4);
+        lp_shiftgemm_ref(want, ldc, Ap, M, B, ldb, np, toff, T, n);
+        for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+            if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+                continue;
+            memset(S, 0x5a, (size_t)M * ldc * 4);
+            lp_shiftgemm(S, ldc, Ap, M, B, ldb, np, toff, T, n);
+            for (size_t i = 0; i < (size_t)M * ldc; i++)
+                if (S[i] != want[i])
+                    fail_msg("%s T=%d: S[%zu][%zu] = %d, want %d", nn_cpu_name((nn_cpu_t)lv), T,
+                             i / ldc, i % ldc, S[i], want[i]);
+        }
+        nn_cpu_force("auto");
+        free(grid); free(Ap); free(want); free(S);
+    }
+}
+
 /* The shifted-row GEMM on byte quads (vpdpbusd at AVX-512 VNNI): every
  * level against a direct sum over the codes, after restoring the 128 shift
  * of A (S + 128 * the b codes read), over tile and mask tails (n around
@@ -531,6 +578,7 @@ int main(void)
         cmocka_unit_test(test_affine_correction),
         cmocka_unit_test(test_shiftgemm),
         cmocka_unit_test(test_shiftgemm_step_pairs),
+        cmocka_unit_test(test_shiftgemm_tap_ranges),
         cmocka_unit_test(test_dequant_row),
         cmocka_unit_test(test_dequant_lin),
         cmocka_unit_test(test_dequant_rows),

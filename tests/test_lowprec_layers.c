@@ -607,10 +607,11 @@ static void test_ren_finite_differences(void **state)
     nn_cpu_force("auto");
 }
 
-/* The row kernels of every level against their scalar twins: forward bit for bit,
- * backward sums and dx to 1e-6 relative (float blocks of 64 vs double),
- * over tails (n around multiples of 8 and 64) and values on both sides of
- * the hardsigmoid's ends. */
+/* The row kernels of every level against their scalar twins: forward and dx
+ * bit for bit, backward sums to 1e-6 relative (float blocks of 64 vs
+ * double); the ARM levels' sums are the portable level's bit for bit (the
+ * same 4-lane order), over tails (n around multiples of 8 and 64) and
+ * values on both sides of the hardsigmoid's ends. */
 static void s_ren_rows(const lp_kern_t *kt)
 {
     nn_rng r;
@@ -629,7 +630,14 @@ static void s_ren_rows(const lp_kern_t *kt)
         double s1[3] = {0.5, 0.5, 0.5}, s2[3] = {0.5, 0.5, 0.5};
         lp_ren_row_bwd_ref(o1, s1, x, g, n, v, sc, gam);
         kt->ren_row_bwd(o2, s2, x, g, n, v, sc, gam);
-        s_close(o2, o1, n, "ren row dx");
+        assert_memory_equal(o1, o2, n * 4);
+#if defined(__aarch64__)
+        if (kt->ren_row_bwd != lp_ren_row_bwd_ref) {
+            double s3[3] = {0.5, 0.5, 0.5};
+            lp_ren_row_bwd_blk(NULL, s3, x, g, n, v, sc, gam);
+            assert_memory_equal(s2, s3, sizeof s3);
+        }
+#endif
         double mag[3] = {0, 0, 0};
         for (size_t i = 0; i < n; i++) {
             mag[0] += fabs(g[i]);
@@ -646,6 +654,68 @@ static void test_ren_rows(void **state)
 {
     (void)state;
     s_each_level(s_ren_rows);
+}
+
+/* The row kernels at the edges: the hardsigmoid's ends exactly (t = 0 and
+ * t = 1), NaN, infinities, zeros of both signs and huge values in every
+ * lane position: forward and dx the twins' bits at every level. */
+static void s_ren_row_edges(const lp_kern_t *kt)
+{
+    const float e[] = {3.0f, -3.0f, NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 3e38f, -3e38f,
+                       1e-40f, 2.9999998f, -2.9999998f, 0.5f, -1.25f};
+    enum { NE = sizeof e / sizeof e[0], N = 256 + 64 + 13 };
+    float x[N], g[N], o1[N], o2[N];
+    for (size_t i = 0; i < N; i++) {
+        x[i] = e[(i * 5 + i / NE) % NE];
+        g[i] = (float)((int)(i % 9) - 4) * 0.03125f;
+    }
+    const float v = 1.0f, sc = 0.77f, gam = -1.1f, bet = 0.2f;
+    lp_ren_row_fwd_ref(o1, x, N, v, sc, gam, bet);
+    kt->ren_row_fwd(o2, x, N, v, sc, gam, bet);
+    assert_memory_equal(o1, o2, sizeof o1);
+    double s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
+    lp_ren_row_bwd_ref(o1, s1, x, g, N, v, sc, gam);
+    kt->ren_row_bwd(o2, s2, x, g, N, v, sc, gam);
+    assert_memory_equal(o1, o2, sizeof o1);
+}
+
+static void test_ren_row_edges(void **state)
+{
+    (void)state;
+    s_each_level(s_ren_row_edges);
+}
+
+/* The rows over floats of every exponent and sign: 2^32 / 4099 bit patterns
+ * (all finite magnitudes, subnormals, infinities, NaNs) as x, with v = 1 and
+ * v = 1.3: forward and dx the twins' bits at every level (the ARM rows
+ * divide by 6 without a divide). */
+static void s_ren_row_sweep(const lp_kern_t *kt)
+{
+    enum { N = 4096 };
+    float *x = nn_xmalloc(N * 4), *g = nn_xmalloc(N * 4);
+    float *o1 = nn_xmalloc(N * 4), *o2 = nn_xmalloc(N * 4);
+    uint32_t bits = 7;
+    for (int round = 0; round < 256; round++) {
+        for (size_t i = 0; i < N; i++, bits += 4099u) {
+            memcpy(&x[i], &bits, 4);
+            g[i] = (float)((int)(i % 7) - 3) * 0.25f;
+        }
+        const float v = round % 2 ? 1.3f : 1.0f;
+        lp_ren_row_fwd_ref(o1, x, N, v, 0.77f, -1.1f, 0.2f);
+        kt->ren_row_fwd(o2, x, N, v, 0.77f, -1.1f, 0.2f);
+        assert_memory_equal(o1, o2, N * 4);
+        double s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
+        lp_ren_row_bwd_ref(o1, s1, x, g, N, v, 0.77f, -1.1f);
+        kt->ren_row_bwd(o2, s2, x, g, N, v, 0.77f, -1.1f);
+        assert_memory_equal(o1, o2, N * 4);
+    }
+    free(x); free(g); free(o1); free(o2);
+}
+
+static void test_ren_row_sweep(void **state)
+{
+    (void)state;
+    s_each_level(s_ren_row_sweep);
 }
 
 /* The first-index search of the chunk arg-max/min: every level's against its twin
@@ -908,6 +978,8 @@ int main(void)
         cmocka_unit_test(test_ren_chunks),
         cmocka_unit_test(test_ren_finite_differences),
         cmocka_unit_test(test_ren_rows),
+        cmocka_unit_test(test_ren_row_edges),
+        cmocka_unit_test(test_ren_row_sweep),
         cmocka_unit_test(test_find_eq),
         cmocka_unit_test(test_u8_chunk_kernels),
         cmocka_unit_test(test_ren_quantized_is_ste),
