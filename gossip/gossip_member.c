@@ -62,6 +62,19 @@ static void s_hello_ack(gossip_link *l, int j, int router, uint64_t status)
         *(router ? &l->p[j].sent_router : &l->p[j].sent_dealer) = nn_now();
 }
 
+/* A HELLO or HELLO_ACK from p (an in-neighbour: in = 1) at iteration
+ * iter: its instance nonce (0: none said), where it is, that it answered. */
+static void s_heard(gossip_peer *p, int in, uint64_t iter, uint64_t nonce)
+{
+    if (nonce)
+        p->nonce = nonce;
+    p->reported = iter;
+    if (in)
+        p->hello = 1;
+    else
+        p->ack = 1;
+}
+
 /* HELLO from `from`: noted, answered; a restart voids what we hold of it. */
 void gossip_member_on_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t nonce)
 {
@@ -73,13 +86,7 @@ void gossip_member_on_hello(gossip_link *l, int from, int in, uint64_t iter, uin
         p->hello_seen = 1;
         p->hello_iter = iter;
     }
-    if (nonce)
-        p->nonce = nonce;
-    p->reported = iter;
-    if (in)
-        p->hello = 1;
-    else
-        p->ack = 1; /* a (re)starting out-neighbour announces itself */
+    s_heard(p, in, iter, nonce); /* a (re)starting out-neighbour announces itself */
     s_hello_ack(l, from, in, restart ? GOSSIP_HELLO_JOIN : 0);
     if (!restart)
         return;
@@ -389,13 +396,7 @@ void gossip_member_on_hello_ack(gossip_link *l, int from, int in, uint64_t iter,
     uint64_t nonce = gossip_msg_hello_nonce(msg, len);
     if (gossip_msg_hello_status(msg, len) & GOSSIP_HELLO_JOIN)
         p->join_told = 1;
-    if (nonce)
-        p->nonce = nonce;
-    p->reported = iter;
-    if (in)
-        p->hello = 1;
-    else
-        p->ack = 1;
+    s_heard(p, in, iter, nonce);
 }
 
 void gossip_member_on_bye(gossip_link *l, int from, uint64_t iter)
