@@ -110,13 +110,14 @@ void lp_shiftdot_bf16_ref(float *D, size_t ldd, const uint16_t *A, size_t lda, i
 
 /* One thread's rows of lp_shiftdot_bf16 (nn_pool.h): rows [m0, m1) in
  * multiples of 4 (the kernel's row tile), each row's sums those of the
- * single-threaded call. */
+ * single-threaded call; on tiles, s_tiledot_worker. */
 typedef struct {
     float *D;
     const uint16_t *A, *B;
     size_t ldd, lda, ldb, n;
     const int *toff;
     int M, nch, T;
+    int tile; /* 0: the level's kernel; 1: AMX-BF16 tiles; 2: their model */
 } s_dot_job;
 
 static void s_dot_worker(void *arg, int t, int nt)
@@ -132,23 +133,38 @@ static void s_dot_worker(void *arg, int t, int nt)
 /* Products per thread below which one thread does the work. */
 #define S_DOT_MIN_WORK ((size_t)1 << 18)
 
+/* One thread's rows on the AMX-BF16 tiles (or their model: tile = 2):
+ * rows [m0, m1) in multiples of 16 (a tile's rows of A), on this thread's
+ * own tiles and pair buffer.  Each entry's sums run in the same order
+ * whatever block holds its row, so the floats are those of one call. */
+static void s_tiledot_worker(void *arg, int t, int nt)
+{
+    const s_dot_job *j = arg;
+    size_t m0, m1;
+    nn_pool_share((size_t)j->M, t, nt, 16, &m0, &m1);
+    if (m1 <= m0)
+        return;
+    float *D = j->D + m0 * j->ldd;
+    const uint16_t *A = j->A + m0 * j->lda;
+    if (j->tile == 2)
+        (void)lp_tiledot_bf16_emu(D, j->ldd, A, j->lda, (int)(m1 - m0), j->B, j->ldb, j->nch,
+                                  j->toff, j->T, j->n); /* a broken rule is counted */
+    else
+        lp_tiledot_bf16(D, j->ldd, A, j->lda, (int)(m1 - m0), j->B, j->ldb, j->nch, j->toff,
+                        j->T, j->n);
+}
+
 void lp_shiftdot_bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
                       const uint16_t *B, size_t ldb, int nch, const int *toff, int T, size_t n)
 {
     assert(M >= 1 && nch >= 1 && T >= 1);
-    if (lp_tile_model_forced()) {
-        (void)lp_tiledot_bf16_emu(D, ldd, A, lda, M, B, ldb, nch, toff, T, n); /* counted */
-        return;
-    }
-    if (lp_tile_bf16_ready()) {
-        lp_tiledot_bf16(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
-        return;
-    }
+    const int tile = lp_tile_model_forced() ? 2 : lp_tile_bf16_ready() ? 1 : 0;
+    const int align = tile ? 16 : 4;
     const size_t work = (size_t)M * nch * T * n;
     int nt = nn_pool_threads();
-    nt = nt > M / 4 ? M / 4 : nt;
+    nt = nt > M / align ? M / align : nt;
     while (nt > 1 && work / (size_t)nt < S_DOT_MIN_WORK)
         nt--;
-    s_dot_job j = {D, A, B, ldd, lda, ldb, n, toff, M, nch, T};
-    nn_pool_run(nt < 1 ? 1 : nt, s_dot_worker, &j);
+    s_dot_job j = {D, A, B, ldd, lda, ldb, n, toff, M, nch, T, tile};
+    nn_pool_run(nt < 1 ? 1 : nt, tile ? s_tiledot_worker : s_dot_worker, &j);
 }

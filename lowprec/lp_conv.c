@@ -671,9 +671,9 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
     j.hcls = hcls;
     j.parts = sp;
     j.part = s_shift_thread_bytes(N, nch, M, H, W, K, pad);
-    /* the tile path (AMX, or its model with its shared tile state) stays on
-     * the calling thread */
-    nn_pool_run(j.rows.tile ? 1 : s_shift_threads(N, H, W, pad), s_shift_worker, &j);
+    /* on the tile path (AMX, or its model) each thread runs the tile
+     * kernel on its own tiles */
+    nn_pool_run(s_shift_threads(N, H, W, pad), s_shift_worker, &j);
 }
 
 /* ---- im2col path: samples split over the pool ------------------------------
@@ -701,12 +701,12 @@ typedef struct {
 #define S_I2C_MIN_WORK ((size_t)1 << 18)
 
 /* Threads of an im2col pass whose thread parts are `part` bytes: at most
- * its parts, fewer when there is little work; one on the tile GEMM (its
- * tile state is the calling thread's). */
+ * its parts, fewer when there is little work.  On the tile GEMM every
+ * thread configures its own tiles (lp_tile.h); lp_tile_ready() is asked
+ * here first, on the calling thread. */
 static int s_i2c_threads(const nn_conv_dims *d, size_t part)
 {
-    if (lp_tile_ready() || lp_tile_model_forced())
-        return 1;
+    (void)lp_tile_ready();
     const size_t work = (size_t)d->N * d->OC * d->C * d->KH * d->KW * d->OH * d->OW;
     int nt = nn_pool_threads(), parts = s_i2c_parts(d, part);
     nt = nt > parts ? parts : nt;

@@ -7,6 +7,12 @@
  *          dequantized input codes; the fake-quant linear.
  * Exposes: the linear functions of lp_layers.h.
  * Callers: lp_model.c, tests, bench.
+ * Threads: both integer GEMMs split the columns of their output (output
+ *          features forward, input features backward) over nn_pool in
+ *          blocks of LP_GEMM_NR, each thread packing its own columns of the
+ *          weight codes and running the GEMM (on AMX: its own tiles) on
+ *          them; the sums are exact integers, so every thread count gives
+ *          the same bits.  Little work runs on the calling thread.
  */
 #include "lowprec/lp_layers.h"
 
@@ -15,6 +21,8 @@
 
 #include "lowprec/lp_gemm.h"
 #include "lowprec/lp_layer_common.h"
+#include "lowprec/lp_tile.h"
+#include "nn/nn_pool.h"
 
 /* ---- linear ------------------------------------------------------------ */
 
@@ -80,6 +88,59 @@ static s_lin_parts s_lin_carve(void *scratch, int N, int F, int OF)
     return p;
 }
 
+/* C (M, N at ldc) = A * B (lp_gemm_u8u8) with B(k, n) = B[k*rs + n*cs]
+ * packed here, split by columns: thread t packs its columns [j0, j1)
+ * (multiples of LP_GEMM_NR but the end) into the bytes of packed B from
+ * lp_gemm_pack_b_bytes(K, j0) on (Bp holds lp_gemm_pack_b_bytes(K, N)),
+ * and writes C's and colsum's columns [j0, j1). */
+typedef struct {
+    int32_t *C, *colsum;
+    const int8_t *Ap;
+    uint8_t *Bp;
+    const uint8_t *B;
+    ptrdiff_t rs, cs;
+    int ldc, M, N, K;
+} s_lin_gemm;
+
+static void s_lin_gemm_worker(void *arg, int t, int nt)
+{
+    const s_lin_gemm *g = arg;
+    size_t j0, j1;
+    nn_pool_share((size_t)g->N, t, nt, LP_GEMM_NR, &j0, &j1);
+    if (j1 <= j0)
+        return;
+    const int w = (int)(j1 - j0);
+    uint8_t *Bt = g->Bp + lp_gemm_pack_b_bytes(g->K, (int)j0);
+    lp_gemm_pack_b(Bt, g->B + (ptrdiff_t)j0 * g->cs, g->rs, g->cs, g->K, w);
+    lp_gemm_u8u8(g->C + j0, g->ldc, g->Ap, Bt, g->M, w, g->K, g->colsum + j0);
+}
+
+/* Multiply-adds per thread below which fewer threads run. */
+#define S_LIN_MIN_WORK ((size_t)1 << 18)
+
+/* Threads for a linear GEMM (M, N, K): at most one per LP_GEMM_NR columns,
+ * fewer when there is little work.  lp_tile_ready() is asked here, on the
+ * calling thread, before the workers run the GEMM. */
+static int s_lin_threads(int M, int N, int K)
+{
+    (void)lp_tile_ready();
+    const size_t work = (size_t)M * N * K;
+    const int blocks = (N + LP_GEMM_NR - 1) / LP_GEMM_NR;
+    int nt = nn_pool_threads();
+    nt = nt > blocks ? blocks : nt;
+    while (nt > 1 && work / (size_t)nt < S_LIN_MIN_WORK)
+        nt--;
+    return nt;
+}
+
+/* The split GEMM above over s_lin_threads threads. */
+static void s_lin_gemm_run(int32_t *C, const int8_t *Ap, uint8_t *Bp, const uint8_t *B,
+                           ptrdiff_t rs, ptrdiff_t cs, int M, int N, int K, int32_t *colsum)
+{
+    s_lin_gemm g = {C, colsum, Ap, Bp, B, rs, cs, N, M, N, K};
+    nn_pool_run(s_lin_threads(M, N, K), s_lin_gemm_worker, &g);
+}
+
 /* out (N, J; + bias when given) = lp_gemm_dequant(C[n*J + j], SW[j], SX[n],
  * K, wp, xp) with the terms that depend on one index only computed once
  * (tw: J doubles): the same operations in the same order, the same floats. */
@@ -111,8 +172,7 @@ void lp_linear_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     (void)lp_layer_quantize(sv, NULL, NULL, bq, bcodes, run_range, &ops, mode);
     /* C (N, OF) = xq (N, F) * wq^T (F, OF) */
     lp_gemm_pack_a(Ap, SX, sv->xq, F, 1, N, F);
-    lp_gemm_pack_b(Bp, sv->wq, 1, F, F, OF);
-    lp_gemm_u8u8(Cm, OF, Ap, Bp, N, OF, F, SW);
+    s_lin_gemm_run(Cm, Ap, Bp, sv->wq, 1, F, N, OF, F, SW);
     s_dequant_out(out, Cm, SW, SX, N, OF, F, sv->wp, sv->xp, bq, sp.tw);
 }
 
@@ -140,8 +200,7 @@ void lp_linear_backward(float *din, float *dw, float *db, const float *dout, con
     lp_quantize_sr(gq, dout, (size_t)N * OF, gp, seed, 0);
     /* C (N, F) = gq (N, OF) * wq (OF, F) */
     lp_gemm_pack_a(Ap, SG, gq, OF, 1, N, OF);
-    lp_gemm_pack_b(Bp, sv->wq, F, 1, OF, F);
-    lp_gemm_u8u8(Cm, F, Ap, Bp, N, F, OF, SWc);
+    s_lin_gemm_run(Cm, Ap, Bp, sv->wq, F, 1, N, F, OF, SWc);
     s_dequant_out(din, Cm, SWc, SG, N, F, OF, sv->wp, gp, NULL, sp.tw);
 }
 

@@ -159,19 +159,15 @@ static void s_pairs(uint16_t *Y, const uint16_t *A, size_t lda, int M, size_t n)
             Y[((j / 2) * Mp + (size_t)m) * 2 + (j & 1)] = A[(size_t)m * lda + j];
 }
 
-/* s_pairs into a buffer of this thread that grows as needed and is kept. */
-static const uint16_t *s_pack_pairs(const uint16_t *A, size_t lda, int M, size_t n)
+/* s_pairs into a heap buffer of the call (the caller frees it): packing
+ * and allocation are O(M n), small beside the kernel's M nch T n; a buffer
+ * kept per thread would outlive the call on pool workers, which never
+ * exit. */
+static uint16_t *s_pack_pairs(const uint16_t *A, size_t lda, int M, size_t n)
 {
-    static __thread uint16_t *s_buf;
-    static __thread size_t    s_cap;
-    const size_t len = s_pairs_len(M, n);
-    if (len > s_cap) {
-        free(s_buf);
-        s_buf = nn_xmalloc(len * 2);
-        s_cap = len;
-    }
-    s_pairs(s_buf, A, lda, M, n);
-    return s_buf;
+    uint16_t *Y = nn_xmalloc(s_pairs_len(M, n) * 2);
+    s_pairs(Y, A, lda, M, n);
+    return Y;
 }
 
 /* The start-up check of the bf16 kernel, as lp_tile_selfcheck's: a fixed
@@ -225,10 +221,13 @@ void lp_tiledot_bf16(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
 {
     if (n == 0)
         return;
-    if (lp_tile_bf16_ready())
-        lp_kern()->tiledot_bf16(D, ldd, s_pack_pairs(A, lda, M, n), M, B, ldb, nch, toff, T, n);
-    else
+    if (lp_tile_bf16_ready()) {
+        uint16_t *Y = s_pack_pairs(A, lda, M, n);
+        lp_kern()->tiledot_bf16(D, ldd, Y, M, B, ldb, nch, toff, T, n);
+        free(Y);
+    } else {
         lp_shiftdot_bf16_ref(D, ldd, A, lda, M, B, ldb, nch, toff, T, n);
+    }
 }
 
 int lp_tiledot_bf16_emu(float *D, size_t ldd, const uint16_t *A, size_t lda, int M,
@@ -236,6 +235,8 @@ int lp_tiledot_bf16_emu(float *D, size_t ldd, const uint16_t *A, size_t lda, int
 {
     if (n == 0)
         return 0;
-    return lp_tiledot_bf16_emu_packed(D, ldd, s_pack_pairs(A, lda, M, n), M, B, ldb, nch, toff,
-                                      T, n);
+    uint16_t *Y = s_pack_pairs(A, lda, M, n);
+    const int rc = lp_tiledot_bf16_emu_packed(D, ldd, Y, M, B, ldb, nch, toff, T, n);
+    free(Y);
+    return rc;
 }

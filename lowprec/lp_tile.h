@@ -14,6 +14,14 @@
  * Callers: lp_conv.c (stride-1 "same" convs, forward and input gradient),
  *          lp_gemm.c (lp_gemm_u8u8), lp_bf16.c (lp_shiftdot_bf16), the
  *          CLI's kernels: line, tests, bench.
+ * Threads: every call configures the tiles of the thread it runs on
+ *          (LDTILECFG) and releases them (TILERELEASE) before it returns;
+ *          the permission for the tile state (nn_cpu.c, ARCH_REQ_XCOMP_PERM)
+ *          is the process's, so pool workers run the kernels on their own
+ *          tiles, each on its own rows or columns of the output (lp_conv.c,
+ *          lp_gemm.c's callers, lp_bf16.c); lp_tile_ready() and
+ *          lp_tile_bf16_ready() are first asked on the calling thread,
+ *          before the pool runs.
  *
  * The product.  B is a grid of 32-bit lanes of four codes each (unsigned
  * bytes; lp_quad); G groups of R rows read it at offsets goff[g] + r*rs:
@@ -105,7 +113,8 @@ void lp_tilegemm_ref(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const ui
                      const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
 /* The AMX kernel's own sequence on the tile model (any CPU).  Returns 0,
  * or -1 when the kernel broke a rule the hardware enforces (then
- * lp_tile_emu_fault() names the first). */
+ * lp_tile_emu_fault() names the first).  The model's tile state is the
+ * calling thread's, as on the hardware, so pool workers run it at once. */
 int         lp_tilegemm_emu(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                             const ptrdiff_t *goff, int G, int R, size_t rs, size_t n);
 const char *lp_tile_emu_fault(void);

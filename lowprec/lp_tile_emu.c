@@ -7,7 +7,10 @@
  * is configured.  A broken rule is recorded (lp_tile_emu_fault) and the
  * operation skipped.  Tile loads and stores touch exactly the bytes the
  * hardware touches, so the sanitizers see any read or write past the
- * operands.  Not thread-safe (one model per process; tests only). */
+ * operands.  Like the hardware's, the tile state is the calling thread's
+ * (one model per thread: each pool worker configures and releases its own
+ * tiles); the forced-model switch is set while no kernel runs and the
+ * count of broken runs is atomic.  Tests only. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +19,7 @@
 #include "lowprec/lp_simd.h"
 #include "lowprec/lp_tile.h"
 
-static struct {
+static _Thread_local struct {
     int     on;                 /* configured */
     uint8_t rows[8];
     int     colsb[8];
@@ -24,12 +27,12 @@ static struct {
     char    fault[160];
 } s_u;
 
-static int s_forced, s_faults; /* lp_tile_force_model */
+static int s_forced, s_faults; /* lp_tile_force_model; s_faults atomically */
 
 void lp_tile_force_model(int on)
 {
     s_forced = on;
-    s_faults = 0;
+    __atomic_store_n(&s_faults, 0, __ATOMIC_RELAXED);
 }
 
 int lp_tile_model_forced(void)
@@ -39,7 +42,7 @@ int lp_tile_model_forced(void)
 
 int lp_tile_model_faults(void)
 {
-    return s_faults;
+    return __atomic_load_n(&s_faults, __ATOMIC_RELAXED);
 }
 
 /* The end of one kernel run on the model: 0, or -1 (counted) when it broke
@@ -48,7 +51,7 @@ static int s_ran(void)
 {
     if (!s_u.fault[0])
         return 0;
-    s_faults++;
+    __atomic_add_fetch(&s_faults, 1, __ATOMIC_RELAXED);
     return -1;
 }
 

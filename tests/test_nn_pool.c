@@ -4,7 +4,10 @@
  * and weight gradients, shift and im2col paths), stochastic rounding,
  * dequantization, batch and whole-tensor ranges and Range EvoNorm give the
  * same bits at 2 and 3 threads as at 1, while a deliberately broken split
- * is caught; and the parsing behind --threads auto. */
+ * is caught; the same for the AMX tile paths (the shift and im2col convs,
+ * the int8 linear layer's GEMMs, the bf16 weight-gradient dot) run on the
+ * tile model, each worker on its own tiles; and the parsing behind
+ * --threads auto. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +21,9 @@
 #include "lowprec/lp_bf16.h"
 #include "lowprec/lp_layers.h"
 #include "lowprec/lp_quant.h"
+#include "lowprec/lp_tile.h"
 #include "nn/nn_core.h"
+#include "nn/nn_cpu.h"
 #include "nn/nn_layers.h"
 #include "nn/nn_pool.h"
 #include "node/node_common.h"
@@ -360,6 +365,152 @@ static void test_broken_split_caught(void **state)
     assert_int_equal(s_ren_diff(2), 0);
 }
 
+/* ---- the AMX tile paths at 1, 2, 3 threads (on the tile model) ----------- */
+
+/* One forward + backward of the int8 linear layer (N, F) -> (N, OF) at
+ * `threads`: out and din (NaN where nothing writes; the scratch filled
+ * with junk first, so a GEMM column no share computes shows). */
+static void s_lin_run(float *out, float *din, const float *x, const float *w, const float *b,
+                      const float *g, int N, int F, int OF, int threads)
+{
+    nn_pool_set_threads(threads);
+    uint8_t *saved = nn_xmalloc(lp_linear_saved_bytes(N, F, OF));
+    lp_qsaved sv = {saved, {0, 0}, saved + (size_t)N * F, {0, 0}};
+    const size_t sb = lp_linear_scratch_bytes(N, F, OF);
+    void *scratch = nn_xalloc_aligned(sb);
+    memset(scratch, 0x55, sb);
+    memset(out, 0xff, (size_t)N * OF * 4);
+    memset(din, 0xff, (size_t)N * F * 4);
+    float run[2] = {0, 0};
+    lp_linear_forward(out, &sv, run, x, w, b, N, F, OF, (lp_mode){1, 3}, scratch);
+    memset(scratch, 0x55, sb);
+    lp_linear_backward(din, NULL, NULL, g, &sv, N, F, OF, 4, scratch);
+    free(saved);
+    free(scratch);
+    nn_pool_set_threads(0);
+}
+
+/* The linear layer at `threads` against 1 thread: 1 when out differs in
+ * any bit, 2 when din does.  Large enough for 3 threads in both GEMMs. */
+static int s_lin_diff(int threads)
+{
+    const int N = 32, F = 300, OF = 100;
+    nn_rng r;
+    nn_rng_seed(&r, 41);
+    float *x = nn_xmalloc((size_t)N * F * 4), *w = nn_xmalloc((size_t)OF * F * 4);
+    float *b = nn_xmalloc((size_t)OF * 4), *g = nn_xmalloc((size_t)N * OF * 4);
+    float *o[2], *dx[2];
+    s_fill(&r, x, (size_t)N * F, -1.0f, 2.0f);
+    s_fill(&r, w, (size_t)OF * F, -0.3f, 0.3f);
+    s_fill(&r, b, (size_t)OF, -0.1f, 0.1f);
+    s_fill(&r, g, (size_t)N * OF, -0.02f, 0.03f);
+    for (int k = 0; k < 2; k++) {
+        o[k] = nn_xmalloc((size_t)N * OF * 4);
+        dx[k] = nn_xmalloc((size_t)N * F * 4);
+        s_lin_run(o[k], dx[k], x, w, b, g, N, F, OF, k ? threads : 1);
+    }
+    const int diff = (memcmp(o[0], o[1], (size_t)N * OF * 4) ? 1 : 0) |
+                     (memcmp(dx[0], dx[1], (size_t)N * F * 4) ? 2 : 0);
+    for (int k = 0; k < 2; k++) {
+        free(o[k]);
+        free(dx[k]);
+    }
+    free(x); free(w); free(b); free(g);
+    return diff;
+}
+
+/* lp_shiftdot_bf16 (on tiles: rows of A split in blocks of 16) at
+ * `threads` against 1 thread: 1 when D differs in any bit. */
+static int s_dot_diff(int threads)
+{
+    const int M = 48, nch = 16, T = 3;
+    const size_t n = 1000, ldb = n + 8;
+    const int toff[3] = {0, 3, 8};
+    uint16_t *A = nn_xmalloc((size_t)M * n * 2), *B = nn_xmalloc((size_t)nch * ldb * 2);
+    float *D[2];
+    nn_rng r;
+    nn_rng_seed(&r, 42);
+    for (size_t i = 0; i < (size_t)M * n; i++)
+        A[i] = lp_bf16_from_f32(nn_rng_uniform(&r) - 0.5f);
+    for (size_t i = 0; i < (size_t)nch * ldb; i++)
+        B[i] = lp_bf16_from_f32((float)(int)(nn_rng_uniform(&r) * 255.0f));
+    for (int k = 0; k < 2; k++) {
+        D[k] = nn_xcalloc((size_t)M * nch * T, 4);
+        nn_pool_set_threads(k ? threads : 1);
+        lp_shiftdot_bf16(D[k], (size_t)nch * T, A, n, M, B, ldb, nch, toff, T, n);
+    }
+    nn_pool_set_threads(0);
+    const int diff = memcmp(D[0], D[1], (size_t)M * nch * T * 4) ? 1 : 0;
+    free(D[0]); free(D[1]); free(A); free(B);
+    return diff;
+}
+
+/* The conv cases that reach the tiles: the shift path (one and several
+ * samples a chunk) and the im2col path (strided; wide channels). */
+static const size_t s_tile_cases[] = {0, 1, 3, 4};
+
+/* Every level this CPU runs: with the tile paths forced onto the model
+ * (the AMX level's own kernels where it has them), 2 and 3 threads give
+ * the bits of 1, and no run broke a tile rule. */
+static void test_tile_threads_identical(void **state)
+{
+    (void)state;
+    char err[256];
+    /* the bf16 weight gradients where this CPU has them (the dot alone
+     * below everywhere) */
+    (void)lp_wgrad_set(LP_WGRAD_BF16, err, sizeof err);
+    for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+        if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+            continue;
+        lp_tile_force_model(1);
+        for (int t = 2; t <= 3; t++) {
+            for (size_t i = 0; i < sizeof s_tile_cases / sizeof *s_tile_cases; i++) {
+                const int diff = s_case_diff(s_tile_cases[i], t);
+                if (diff)
+                    fail_msg("%s, tiles: conv case %zu (%s): %d threads differ from 1 (mask %d)",
+                             nn_cpu_name((nn_cpu_t)lv), s_tile_cases[i], lp_wgrad_name(), t,
+                             diff);
+            }
+            const int ldiff = s_lin_diff(t);
+            if (ldiff)
+                fail_msg("%s, tiles: linear at %d threads differs from 1 (mask %d)",
+                         nn_cpu_name((nn_cpu_t)lv), t, ldiff);
+            if (s_dot_diff(t))
+                fail_msg("%s, tiles: bf16 dot at %d threads differs from 1",
+                         nn_cpu_name((nn_cpu_t)lv), t);
+        }
+        assert_int_equal(lp_tile_model_faults(), 0);
+        lp_tile_force_model(0);
+        /* the linear layer split on the level's own GEMM, too */
+        for (int t = 2; t <= 3; t++)
+            assert_int_equal(s_lin_diff(t), 0);
+    }
+    nn_cpu_force("auto");
+    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
+}
+
+/* ... and the comparisons catch a wrong split of each tile path. */
+static void test_tile_broken_split_caught(void **state)
+{
+    (void)state;
+    char err[256];
+    lp_tile_force_model(1);
+    nn_pool_fault(1);
+    for (int t = 2; t <= 3; t++) {
+        assert_true(s_case_diff(0, t) & S_OUT);                          /* shift path */
+        assert_true((s_case_diff(3, t) & (S_OUT | S_DIN)) == (S_OUT | S_DIN)); /* im2col */
+        assert_int_equal(s_lin_diff(t), 3);
+        assert_int_equal(s_dot_diff(t), 1);
+    }
+    nn_pool_fault(0);
+    assert_int_equal(s_case_diff(0, 2), 0);
+    assert_int_equal(s_lin_diff(2), 0);
+    assert_int_equal(s_dot_diff(2), 0);
+    assert_int_equal(lp_tile_model_faults(), 0);
+    lp_tile_force_model(0);
+    lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
+}
+
 /* --threads auto (node_common.h): cgroup quotas round up, "max" and junk
  * are no quota, the flag takes a count or "auto" and nothing else. */
 static void test_threads_auto(void **state)
@@ -400,6 +551,8 @@ int main(void)
         cmocka_unit_test(test_quant_threads_identical),
         cmocka_unit_test(test_ren_threads_identical),
         cmocka_unit_test(test_broken_split_caught),
+        cmocka_unit_test(test_tile_threads_identical),
+        cmocka_unit_test(test_tile_broken_split_caught),
         cmocka_unit_test(test_threads_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
