@@ -72,7 +72,7 @@ static size_t s_stashed_of(const gossip_link *l, int j, uint64_t *first)
     for (size_t a = 0; a < l->recv.nstash; a++)
         if (l->recv.stash[a].from == j) {
             if (c == 0 && first)
-                *first = l->recv.stash[a].iter;
+                *first = l->recv.stash[a].h.iter;
             c++;
         }
     return c;
@@ -80,27 +80,27 @@ static size_t s_stashed_of(const gossip_link *l, int j, uint64_t *first)
 
 /* ---- receiving ------------------------------------------------------------------- */
 
-/* A refusal of gossip_node_receive for a non-finite number (the codec's
- * messages: "value 3 is NaN", "... is Inf", "psi ... is not a finite ..."). */
-void gossip_recv_refuse_payload(gossip_link *l, int from, const char *err)
+/* A refusal of gossip_node_receive_decoded (or of a STATE chunk), counted
+ * by its code. */
+void gossip_recv_refuse_payload(gossip_link *l, int from, gossip_recv_code code, const char *err)
 {
-    if (strstr(err, " is NaN") || strstr(err, " is Inf") || strstr(err, "not finite") ||
-        strstr(err, "not a finite"))
+    if (code == GOSSIP_RECV_NONFINITE)
         l->st.refused_nonfinite++;
     gossip_recv_refuse(l, "from %s (rank %d): %s", gossip_link_id(l, from), from, err);
 }
 
-static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
+static void s_deliver(gossip_link *l, int from, const gossip_header *h, const uint8_t *msg,
+                      size_t len)
 {
     char err[1024];
-    int rc = gossip_node_receive(l->g, msg, len, err, sizeof err);
-    if (rc < 0) {
-        gossip_recv_refuse_payload(l, from, err);
+    gossip_recv_code c = gossip_node_receive_decoded(l->g, h, msg, len, err, sizeof err);
+    if (gossip_recv_refused(c)) {
+        gossip_recv_refuse_payload(l, from, c, err);
         return;
     }
     gossip_peer *p = &l->p[from];
-    if (p->got < iter + 1)
-        p->got = iter + 1;
+    if (p->got < h->iter + 1)
+        p->got = h->iter + 1;
 }
 
 /* GOSSIP from in-neighbour `from`: replays are refused; late ones are
@@ -108,8 +108,10 @@ static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, 
  * algorithm with bounded staleness: mixed at the next mix);
  * those beyond the window wait in the stash, within the flow-control
  * bound. */
-static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
+static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uint8_t *msg,
+                     size_t len)
 {
+    uint64_t iter = h->iter;
     gossip_peer *p = &l->p[from];
     uint64_t cur = gossip_node_iter(l->g);
     if (iter < p->got) {
@@ -151,12 +153,12 @@ static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, u
         e->bytes = nn_xmalloc(len);
         memcpy(e->bytes, msg, len);
         e->len = len;
-        e->iter = iter;
+        e->h = *h;
         e->from = from;
         p->got = iter + 1;
         return;
     }
-    s_deliver(l, from, msg, len, iter);
+    s_deliver(l, from, h, msg, len);
 }
 
 /* Feeds stashed messages that are now inside gossip_node's window, in
@@ -167,9 +169,9 @@ void gossip_recv_feed_stash(gossip_link *l)
     size_t k = 0;
     for (size_t a = 0; a < l->recv.nstash; a++) {
         gossip_recv_early *e = &l->recv.stash[a];
-        if (e->iter < cur + GOSSIP_WINDOW) {
-            if (e->iter + l->stale >= cur || l->choco)
-                s_deliver(l, e->from, e->bytes, e->len, e->iter);
+        if (e->h.iter < cur + GOSSIP_WINDOW) {
+            if (e->h.iter + l->stale >= cur || l->choco)
+                s_deliver(l, e->from, &e->h, e->bytes, e->len);
             free(e->bytes);
         } else {
             l->recv.stash[k++] = *e;
@@ -268,16 +270,18 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         return; /* a late one of an instance that left and is out: nothing to use */
     switch (kind) {
     case GOSSIP_MSG_GOSSIP:
-        s_gossip(l, from, msg, len, iter);
+        s_gossip(l, from, &h, msg, len);
         break;
-    case GOSSIP_MSG_RESYNC:
-        if (gossip_node_receive(l->g, msg, len, err, sizeof err) < 0) {
-            gossip_recv_refuse_payload(l, from, err);
+    case GOSSIP_MSG_RESYNC: {
+        gossip_recv_code c = gossip_node_receive_decoded(l->g, &h, msg, len, err, sizeof err);
+        if (gossip_recv_refused(c)) {
+            gossip_recv_refuse_payload(l, from, c, err);
             break;
         }
         gossip_recv_drop_stash_of(l, from); /* older than the RESYNC (FIFO): inside it */
         gossip_live_on_resync(l, from, iter);
         break;
+    }
     case GOSSIP_MSG_RESYNC_REQ:
         gossip_live_answer_resync(l, from);
         break;
