@@ -19,6 +19,7 @@
  *     gossip_node_prepare(g, x, t)        compress, encode the message
  *     for k: gossip_node_outbox(g, k, &to, &msg)  send msg to rank `to`
  *     gossip_node_receive(g, bytes, len)  for every message that arrives
+ *         (or gossip_node_receive_decoded, when the header is decoded)
  *     until gossip_node_ready(g, t)
  *     gossip_node_mix(g, x, t)            x and psi updated; t -> t+1
  * and must not modify x between prepare and mix.
@@ -211,6 +212,15 @@ typedef enum {
 gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header *h,
                                              const uint8_t *msg, size_t len, char *err,
                                              size_t errlen);
+
+/* Where a message of iteration iter stands against this node's window
+ * now (the algorithm's rule, which a transport follows to stash or drop
+ * before handing a message on): AHEAD, GOSSIP_WINDOW or more iterations
+ * ahead (refused here: a transport keeps it until the window moves); LATE,
+ * behind by more than the staleness bound and of no use to any mix (never
+ * with choco: a late update still catches a copy up); else IN. */
+typedef enum { GOSSIP_WIN_IN = 0, GOSSIP_WIN_LATE, GOSSIP_WIN_AHEAD } gossip_window_pos;
+gossip_window_pos gossip_node_window(const gossip_node *g, uint64_t iter);
 
 /* Bounded staleness: 0 when in-neighbour `rank` is live, level with this
  * node (everything of it below iter accounted) and its message of iter has

@@ -6,7 +6,7 @@
  * (peers down, up, restarted, proved to have sent).
  *
  * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
- * Exposes: gossip_node_receive, _receive_decoded, _ready, _fresh_from, _peer_down, _peer_up,
+ * Exposes: gossip_node_receive, _receive_decoded, _window, _ready, _fresh_from, _peer_down, _peer_up,
  *          _peer_reset, _peer_sent, _peers, _peer_state.
  * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
  */
@@ -95,6 +95,16 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     return gossip_recv_refused(c) ? -1 : (int)c;
 }
 
+gossip_window_pos gossip_node_window(const gossip_node *g, uint64_t iter)
+{
+    if (iter >= g->iter && iter - g->iter >= GOSSIP_WINDOW)
+        return GOSSIP_WIN_AHEAD;
+    if (iter < g->iter && g->cfg.algo != GOSSIP_CHOCO &&
+        iter + (uint64_t)g->cfg.staleness < g->iter)
+        return GOSSIP_WIN_LATE;
+    return GOSSIP_WIN_IN;
+}
+
 gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header *hp,
                                              const uint8_t *msg, size_t len, char *err,
                                              size_t errlen)
@@ -118,7 +128,7 @@ gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header
     gossip_peer *p = s_in(g, k);
     if (h.kind == GOSSIP_MSG_RESYNC)
         return s_receive_resync(g, &h, k, err, errlen);
-    if (h.iter >= g->iter && h.iter - g->iter >= GOSSIP_WINDOW)
+    if (gossip_node_window(g, h.iter) == GOSSIP_WIN_AHEAD)
         return S_REFUSE(GOSSIP_RECV_TOO_FAR, "gossip: node %d: message from rank %u for iteration %llu is too far ahead (now at %llu, window %d)",
                        g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
     if (!s_needs(g, (int)s, h.iter))

@@ -4,9 +4,13 @@
  * Owns:    the stash of GOSSIP messages that run more than GOSSIP_WINDOW
  *          iterations ahead, the refusal log budget, the pump's clock.
  * Exposes: gossip_recv_pump (receive and handle for a while), the header
- *          checks and admission of GOSSIP (replay, window, flow-control
- *          bound), refusals, gossip_link_handle (the same path without
- *          sockets).
+ *          checks (each message's header is decoded here, once; the payload
+ *          of GOSSIP and RESYNC once, by gossip_node_receive_decoded),
+ *          what the stash needs of admission (replay of what it holds or
+ *          handed on, the flow-control bound; where a message stands
+ *          against the window is gossip_node_window's rule), refusals
+ *          counted by their code, gossip_link_handle (the same path
+ *          without sockets).
  * Callers: gossip_round, gossip_member, gossip_join (they pump while they
  *          wait); gossip_live (a neighbour down: its stash dropped).
  */
@@ -103,11 +107,12 @@ static void s_deliver(gossip_link *l, int from, const gossip_header *h, const ui
         p->got = h->iter + 1;
 }
 
-/* GOSSIP from in-neighbour `from`: replays are refused; late ones are
- * passed on only where they still matter (a choco copy catching up, any
- * algorithm with bounded staleness: mixed at the next mix);
- * those beyond the window wait in the stash, within the flow-control
- * bound. */
+/* GOSSIP from in-neighbour `from`, its header decoded: replays of what
+ * was stashed or handed on are refused; where it stands against the
+ * window is the algorithm's rule (gossip_node_window): a late one is
+ * dropped, one ahead of the window waits in the stash within the
+ * flow-control bound, the others go to gossip_node_receive_decoded, which
+ * decodes the payload and admits it (finite, its slot, not a duplicate). */
 static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uint8_t *msg,
                      size_t len)
 {
@@ -127,11 +132,12 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
         gossip_live_note_gap(p, gap);
     }
     p->last_gossip = now;
-    if (iter < cur && !l->choco && iter + l->stale < cur) {
+    gossip_window_pos pos = gossip_node_window(l->g, iter);
+    if (pos == GOSSIP_WIN_LATE) {
         p->got = iter + 1; /* late: that iteration was mixed without it */
         return;
     }
-    if (iter >= cur + GOSSIP_WINDOW) {
+    if (pos == GOSSIP_WIN_AHEAD) {
         if (gossip_join_joining(l) && !l->running)
             return; /* joining: we are not at the run's iteration yet */
         if (iter > cur + l->lag + GOSSIP_WINDOW && gossip_live_far_ahead(l, from, cur) &&
@@ -162,15 +168,15 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
 }
 
 /* Feeds stashed messages that are now inside gossip_node's window, in
- * arrival order; drops those that fell behind. */
+ * arrival order; drops those that fell behind it (late). */
 void gossip_recv_feed_stash(gossip_link *l)
 {
-    uint64_t cur = gossip_node_iter(l->g);
     size_t k = 0;
     for (size_t a = 0; a < l->recv.nstash; a++) {
         gossip_recv_early *e = &l->recv.stash[a];
-        if (e->h.iter < cur + GOSSIP_WINDOW) {
-            if (e->h.iter + l->stale >= cur || l->choco)
+        gossip_window_pos pos = gossip_node_window(l->g, e->h.iter);
+        if (pos != GOSSIP_WIN_AHEAD) {
+            if (pos == GOSSIP_WIN_IN)
                 s_deliver(l, e->from, &e->h, e->bytes, e->len);
             free(e->bytes);
         } else {
