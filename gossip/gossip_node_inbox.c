@@ -85,6 +85,24 @@ static gossip_recv_code s_receive_resync(gossip_node *g, const gossip_header *h,
     return GOSSIP_RECV_OK;
 }
 
+/* The decoded blocks (g->scratch_pl) against this run's compressor at
+ * h->iter: type and count of values.  0, or -1 with a message. */
+static int s_check_shapes(const gossip_node *g, const gossip_header *h, char *err, size_t errlen)
+{
+    gossip_compressor cur;
+    s_comp_at(g, h->iter, &cur);
+    for (size_t b = 0; b < g->scratch_pl.nblocks; b++) {
+        const gossip_block *blk = &g->scratch_pl.blocks[b];
+        size_t lo, hi;
+        gossip_compressor_k_range(&cur, blk->numel, &lo, &hi);
+        if (blk->type != g->blk_type || blk->k < lo || blk->k > hi)
+            return nn_errf(err, errlen, "gossip: node %d: rank %u sent block type %u with %zu values for tensor '%s'; compressor %s gives type %u with %zu..%zu at iteration %llu",
+                           g->rank, h->sender, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type,
+                           lo, hi, (unsigned long long)h->iter);
+    }
+    return 0;
+}
+
 int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen)
 {
     gossip_header h;
@@ -134,17 +152,8 @@ gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header
     if (!s_needs(g, (int)s, h.iter))
         return S_REFUSE(GOSSIP_RECV_NOT_NEIGHBOUR, "gossip: node %d: rank %u is not an in-neighbour at iteration %llu",
                        g->rank, s, (unsigned long long)h.iter);
-    gossip_compressor cur;
-    s_comp_at(g, h.iter, &cur);
-    for (size_t b = 0; b < g->scratch_pl.nblocks; b++) {
-        const gossip_block *blk = &g->scratch_pl.blocks[b];
-        size_t lo, hi;
-        gossip_compressor_k_range(&cur, blk->numel, &lo, &hi);
-        if (blk->type != g->blk_type || blk->k < lo || blk->k > hi)
-            return S_REFUSE(GOSSIP_RECV_MISMATCH, "gossip: node %d: rank %u sent block type %u with %zu values for tensor '%s'; compressor %s gives type %u with %zu..%zu at iteration %llu",
-                           g->rank, s, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type,
-                           lo, hi, (unsigned long long)h.iter);
-    }
+    if (s_check_shapes(g, &h, err, errlen) != 0)
+        return GOSSIP_RECV_MISMATCH;
     int choco = g->cfg.algo == GOSSIP_CHOCO;
     /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet */
     if (p->in_down && (choco || h.iter < g->iter))
