@@ -529,8 +529,10 @@ static int s_read_f32s(s_rd *r, size_t k, float *val, size_t b, const char *tnam
                      b, tname, k, k * 4, r->pos, r->len - r->pos);
     for (size_t i = 0; i < k; i++) {
         float f = s_f32(r);
-        if (!isfinite(f))
-            return S_BAD("block %zu (tensor '%s'): value %zu is %s", b, tname, i, isnan(f) ? "NaN" : "Inf");
+        if (!isfinite(f)) {
+            S_BAD("block %zu (tensor '%s'): value %zu is %s", b, tname, i, isnan(f) ? "NaN" : "Inf");
+            return GOSSIP_DECODE_NONFINITE;
+        }
         if (val)
             val[i] = f;
     }
@@ -548,8 +550,10 @@ static int s_read_q8(s_rd *r, size_t k, float *val, size_t b, const char *tname,
     size_t code_pos = r->pos + nsc * 4;
     for (size_t s = 0; s < nsc; s++) {
         float scale = s_f32(r);
-        if (!isfinite(scale))
-            return S_BAD("block %zu (tensor '%s'): scale %zu is %s", b, tname, s, isnan(scale) ? "NaN" : "Inf");
+        if (!isfinite(scale)) {
+            S_BAD("block %zu (tensor '%s'): scale %zu is %s", b, tname, s, isnan(scale) ? "NaN" : "Inf");
+            return GOSSIP_DECODE_NONFINITE;
+        }
         if (scale < 0.0f || scale > FLT_MAX / 127.0f)
             return S_BAD("block %zu (tensor '%s'): scale %zu = %g out of range [0, FLT_MAX/127]",
                          b, tname, s, (double)scale);
@@ -630,7 +634,7 @@ static int s_decode_blocks(const uint8_t *buf, size_t len, const nn_arena *layou
         else
             rc = s_read_q8(&r, k, val, b, tname, err, errlen);
         if (rc < 0)
-            return -1;
+            return rc;
     }
     if (r.pos != len)
         return S_BAD("%zu trailing bytes after the last block", len - r.pos);
@@ -820,6 +824,24 @@ int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, go
         out->nblocks = 0;
     if (gossip_msg_decode_header(buf, len, layout, h, err, errlen) != 0)
         return -1;
+    return gossip_msg_decode_payload(buf, len, layout, h, out, err, errlen) < 0 ? -1 : 0;
+}
+
+int gossip_msg_decode_payload(const uint8_t *buf, size_t len, const nn_arena *layout,
+                              const gossip_header *h, gossip_payload *out, char *err, size_t errlen)
+{
+    if (out)
+        out->nblocks = 0;
+    /* what gossip_msg_decode_header checks only with a layout */
+    uint32_t fp = gossip_layout_fingerprint(layout);
+    if (h->fingerprint != fp)
+        return S_BAD("layout fingerprint 0x%08x from rank %u differs from ours 0x%08x (different model?)",
+                     h->fingerprint, h->sender, fp);
+    int has_blocks = h->kind == GOSSIP_MSG_GOSSIP || h->kind == GOSSIP_MSG_RESYNC;
+    size_t want = has_blocks ? layout->nviews : 0;
+    if (h->nblocks != want)
+        return S_BAD("%s message has %u blocks, expected %zu (one per tensor of the layout)",
+                     s_kind_name(h->kind), h->nblocks, want);
     if (!(h->flags & GOSSIP_FLAG_DEFLATE))
         return s_decode_blocks(buf, len, layout, h, out, err, errlen);
     /* the payload's inflate stream, kept between messages; a temporary one

@@ -234,6 +234,18 @@ int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, go
 int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *layout,
                              gossip_header *h, char *err, size_t errlen);
 
+/* The rest of gossip_msg_decode, for a message whose header
+ * gossip_msg_decode_header already read into *h (with a layout or
+ * without): the fingerprint and block count against `layout`, then the
+ * payload (inflated when deflated), decoded into out (NULL: validated
+ * only).  A receiver that dispatches on the header decodes each message
+ * once this way.  0; -1 with a message when malformed;
+ * GOSSIP_DECODE_NONFINITE (< 0) with a message when a value or scale is
+ * NaN or Inf (well formed, but poisoned). */
+#define GOSSIP_DECODE_NONFINITE (-2)
+int gossip_msg_decode_payload(const uint8_t *buf, size_t len, const nn_arena *layout,
+                              const gossip_header *h, gossip_payload *out, char *err, size_t errlen);
+
 void gossip_payload_init(gossip_payload *p, const nn_arena *layout);
 /* dst = a compact copy of the decoded src: its header and blocks, holding
  * only the values (and indices) they carry, in dst's own grow-only buffers

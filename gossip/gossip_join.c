@@ -111,7 +111,8 @@ void gossip_join_on_state(gossip_link *l, int j, int in, const uint8_t *msg, siz
     int rc = gossip_state_rx_add(&l->join.rx, j, msg, len, err, sizeof err);
     if (rc < 0) {
         l->st.state_refused++;
-        gossip_recv_refuse_payload(l, j, err);
+        gossip_recv_refuse_payload(l, j, l->join.rx.nonfinite ? GOSSIP_RECV_NONFINITE
+                                                             : GOSSIP_RECV_MALFORMED, err);
     } else if (rc == 1) {
         l->join.state_ready = 1;
     }

@@ -48,12 +48,15 @@
  * The path of one received GOSSIP message, socket to mix, each module once
  * and in one direction:
  *   gossip_net_recv (frames, sender id, size) -> gossip_recv_pump ->
- *   gossip_recv s_check_header (decode the 40-byte header, sender = the
- *   connection's peer, layout, kind valid on its channel) ->
+ *   gossip_recv s_check_header (decode the 40-byte header, once: sender =
+ *   the connection's peer, layout, kind valid on its channel) ->
  *   gossip_proof_unproven (over our ROUTER: the id proved) -> gossip_recv
- *   s_gossip (admission: replay, too far ahead, late, the stash) ->
- *   gossip_node_receive (payload decode, finiteness, window, duplicate:
- *   the algorithm's slot) -> gossip_live_revive (its sender heard) ...
+ *   s_gossip (replay of what it already took; gossip_node_window, the
+ *   algorithm's rule, says late: dropped, or ahead: the stash, within the
+ *   flow-control bound) -> gossip_node_receive_decoded (the decoded header
+ *   and the bytes: the payload decoded, once; finiteness, sender, block
+ *   shapes, the algorithm's slot, duplicate; a gossip_recv_code back) ->
+ *   gossip_live_revive (its sender heard, unless refused) ...
  *   and later gossip_round's wait sees gossip_node_ready and calls
  *   gossip_node_mix.  Control kinds end in their handler (gossip_live,
  *   gossip_member, gossip_join, gossip_proof) instead of gossip_node.
@@ -206,7 +209,8 @@ typedef struct {
 
 typedef struct {
     uint64_t refused;          /* messages refused by the link or gossip_node */
-    uint64_t refused_nonfinite; /* of which: a NaN/Inf value, scale or psi */
+    uint64_t refused_nonfinite; /* of which: a NaN/Inf value or scale
+                                   (GOSSIP_RECV_NONFINITE), or in a STATE */
     uint64_t peers_down;       /* neighbours down right now */
     uint64_t down_events;      /* times a neighbour was declared down */
     uint64_t back_events;      /* times one came back */
@@ -312,7 +316,7 @@ double gossip_link_state_distance(const float *a, const float *b, size_t n);
 /* The receive path without sockets (fuzz targets, tests): handles one
  * message as if the transport had delivered it from neighbour rank `from`
  * (0 <= from < n, not this node) on channel dir: header checks, the
- * protocol state, gossip_node_receive, refusals.  A link made with
+ * protocol state, gossip_node_receive_decoded, refusals.  A link made with
  * net == NULL sends nothing (answers are dropped).  gossip_link_set_running
  * marks the start barrier as passed (running 1) or not, as a harness needs. */
 void gossip_link_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t *msg,

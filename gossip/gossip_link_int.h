@@ -42,10 +42,10 @@
 
 /* A GOSSIP message more than GOSSIP_WINDOW iterations ahead, kept (gossip_recv). */
 typedef struct {
-    uint8_t *bytes;
-    size_t   len;
-    uint64_t iter;
-    int      from;
+    uint8_t      *bytes;
+    size_t        len;
+    gossip_header h;    /* decoded on arrival (h.iter: its iteration) */
+    int           from;
 } gossip_recv_early;
 
 struct gossip_link {
@@ -129,7 +129,7 @@ void gossip_recv_free(gossip_link *l);
 __attribute__((format(printf, 2, 3)))
 void gossip_recv_refuse(gossip_link *l, const char *fmt, ...);
 /* A refusal of the algorithm or the state transfer (err: its message). */
-void gossip_recv_refuse_payload(gossip_link *l, int from, const char *err);
+void gossip_recv_refuse_payload(gossip_link *l, int from, gossip_recv_code code, const char *err);
 void gossip_recv_drop_stash_of(gossip_link *l, int j);
 void gossip_recv_feed_stash(gossip_link *l);
 /* Receives and handles for at most `seconds`, then RESYNC_REQs and PINGs

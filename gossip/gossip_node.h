@@ -19,6 +19,7 @@
  *     gossip_node_prepare(g, x, t)        compress, encode the message
  *     for k: gossip_node_outbox(g, k, &to, &msg)  send msg to rank `to`
  *     gossip_node_receive(g, bytes, len)  for every message that arrives
+ *         (or gossip_node_receive_decoded, when the header is decoded)
  *     until gossip_node_ready(g, t)
  *     gossip_node_mix(g, x, t)            x and psi updated; t -> t+1
  * and must not modify x between prepare and mix.
@@ -182,9 +183,44 @@ int gossip_node_ndest(const gossip_node *g);
  * push-sum flag) and stores or applies it.  Returns GOSSIP_RECV_OK, or
  * GOSSIP_RECV_IGNORED for a valid message that is of no use (from a down
  * peer, or one whose choco copy awaits a RESYNC: see gossip_node_peer_state);
- * -1 with a message naming the peer when it is refused (nothing changed). */
-enum { GOSSIP_RECV_OK = 0, GOSSIP_RECV_IGNORED = 1 };
+ * -1 with a message naming the peer when it is refused (nothing changed).
+ * Decodes the header, then as gossip_node_receive_decoded. */
 int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen);
+
+/* What gossip_node_receive_decoded made of a message: OK and IGNORED as
+ * above, or why it was refused (gossip_recv_refused: with a message). */
+typedef enum {
+    GOSSIP_RECV_OK = 0,
+    GOSSIP_RECV_IGNORED = 1,
+    GOSSIP_RECV_MALFORMED,     /* the payload does not decode against the layout */
+    GOSSIP_RECV_NONFINITE,     /* a value or scale is NaN or Inf */
+    GOSSIP_RECV_NOT_ALGO,      /* a control kind, for the transport */
+    GOSSIP_RECV_NOT_NEIGHBOUR, /* the sender is not an in-neighbour (then) */
+    GOSSIP_RECV_MISMATCH,      /* push-sum flag, block types or counts, RESYNC
+                                  without public copies: another configuration */
+    GOSSIP_RECV_TOO_FAR,       /* GOSSIP_WINDOW or more iterations ahead */
+    GOSSIP_RECV_STALE,         /* behind, and of no use: stale or replayed */
+    GOSSIP_RECV_DUPLICATE,     /* its iteration's slot holds it already */
+    GOSSIP_RECV_NO_ROOM,       /* its slot holds an iteration not mixed yet */
+} gossip_recv_code;
+#define gossip_recv_refused(c) ((c) >= GOSSIP_RECV_MALFORMED)
+
+/* gossip_node_receive for a message whose header the caller (a transport
+ * dispatching on it) decoded already, without a layout, into *h from
+ * msg[0..len): the payload is decoded here, once, and the message admitted
+ * as above.  Returns the code; a refusal's message is in err. */
+gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header *h,
+                                             const uint8_t *msg, size_t len, char *err,
+                                             size_t errlen);
+
+/* Where a message of iteration iter stands against this node's window
+ * now (the algorithm's rule, which a transport follows to stash or drop
+ * before handing a message on): AHEAD, GOSSIP_WINDOW or more iterations
+ * ahead (refused here: a transport keeps it until the window moves); LATE,
+ * behind by more than the staleness bound and of no use to any mix (never
+ * with choco: a late update still catches a copy up); else IN. */
+typedef enum { GOSSIP_WIN_IN = 0, GOSSIP_WIN_LATE, GOSSIP_WIN_AHEAD } gossip_window_pos;
+gossip_window_pos gossip_node_window(const gossip_node *g, uint64_t iter);
 
 /* Bounded staleness: 0 when in-neighbour `rank` is live, level with this
  * node (everything of it below iter accounted) and its message of iter has

@@ -6,7 +6,7 @@
  * (peers down, up, restarted, proved to have sent).
  *
  * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
- * Exposes: gossip_node_receive, _ready, _fresh_from, _peer_down, _peer_up,
+ * Exposes: gossip_node_receive, _receive_decoded, _window, _ready, _fresh_from, _peer_down, _peer_up,
  *          _peer_reset, _peer_sent, _peers, _peer_state.
  * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
  */
@@ -46,23 +46,26 @@ static void s_check_gap(gossip_node *g, int k)
 
 /* ---- receiving ------------------------------------------------------------ */
 
+/* A refusal: its message in err, its code returned. */
+#define S_REFUSE(code, ...) (nn_errf(err, errlen, __VA_ARGS__), (code))
+
 /* RESYNC (choco): the sender's whole public copy xhat_j, holding its updates
  * of every iteration below h->iter, and its psi.  Replaces our copy and
  * re-admits the sender. */
-static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char *err,
-                            size_t errlen)
+static gossip_recv_code s_receive_resync(gossip_node *g, const gossip_header *h, int k,
+                                         char *err, size_t errlen)
 {
     gossip_peer *p = s_in(g, k);
     unsigned s = h->sender;
     if (g->cfg.algo != GOSSIP_CHOCO)
-        return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u, but %s keeps no public copies",
+        return S_REFUSE(GOSSIP_RECV_MISMATCH, "gossip: node %d: RESYNC from rank %u, but %s keeps no public copies",
                        g->rank, s, gossip_algo_name(g->cfg.algo));
     for (size_t b = 0; b < g->scratch_pl.nblocks; b++)
         if (g->scratch_pl.blocks[b].type != GOSSIP_BLK_DENSE_F32)
-            return nn_errf(err, errlen, "gossip: node %d: RESYNC from rank %u: tensor '%s' is block type %u, not dense f32",
+            return S_REFUSE(GOSSIP_RECV_MISMATCH, "gossip: node %d: RESYNC from rank %u: tensor '%s' is block type %u, not dense f32",
                            g->rank, s, g->layout->views[b].name, g->scratch_pl.blocks[b].type);
     if (!p->copy_bad && !p->copy_gap && !p->in_down && h->iter < p->copy_thru)
-        return nn_errf(err, errlen, "gossip: node %d: stale RESYNC from rank %u for iteration %llu (our copy is at %llu)",
+        return S_REFUSE(GOSSIP_RECV_STALE, "gossip: node %d: stale RESYNC from rank %u for iteration %llu (our copy is at %llu)",
                        g->rank, s, (unsigned long long)h->iter, (unsigned long long)p->copy_thru);
     const nn_arena *L = g->layout;
     float *copy = g->xhat_in[k];
@@ -82,42 +85,75 @@ static int s_receive_resync(gossip_node *g, const gossip_header *h, int k, char 
     return GOSSIP_RECV_OK;
 }
 
-int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen)
+/* The decoded blocks (g->scratch_pl) against this run's compressor at
+ * h->iter: type and count of values.  0, or -1 with a message. */
+static int s_check_shapes(const gossip_node *g, const gossip_header *h, char *err, size_t errlen)
 {
-    gossip_header h;
-    char derr[384];
-    if (gossip_msg_decode(msg, len, g->layout, &h, &g->scratch_pl, derr, sizeof derr) < 0)
-        return nn_errf(err, errlen, "gossip: node %d: rejected message (%zu bytes): %s", g->rank, len, derr);
-    unsigned s = h.sender;
-    if (h.kind != GOSSIP_MSG_GOSSIP && h.kind != GOSSIP_MSG_RESYNC)
-        return nn_errf(err, errlen, "gossip: node %d: kind %u message from rank %u is for the transport, not the algorithm",
-                       g->rank, h.kind, s);
-    if (s >= (unsigned)g->n || s == (unsigned)g->rank || g->peer[s].in_pos < 0)
-        return nn_errf(err, errlen, "gossip: node %d: rank %u is not an in-neighbour", g->rank, s);
-    if (!(h.flags & GOSSIP_FLAG_PUSH_SUM) != !g->cfg.push_sum)
-        return nn_errf(err, errlen, "gossip: node %d: rank %u has push-sum %s, we have it %s",
-                       g->rank, s, (h.flags & GOSSIP_FLAG_PUSH_SUM) ? "on" : "off", g->cfg.push_sum ? "on" : "off");
-    int k = g->peer[s].in_pos;
-    gossip_peer *p = s_in(g, k);
-    if (h.kind == GOSSIP_MSG_RESYNC)
-        return s_receive_resync(g, &h, k, err, errlen);
-    if (h.iter >= g->iter && h.iter - g->iter >= GOSSIP_WINDOW)
-        return nn_errf(err, errlen, "gossip: node %d: message from rank %u for iteration %llu is too far ahead (now at %llu, window %d)",
-                       g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
-    if (!s_needs(g, (int)s, h.iter))
-        return nn_errf(err, errlen, "gossip: node %d: rank %u is not an in-neighbour at iteration %llu",
-                       g->rank, s, (unsigned long long)h.iter);
     gossip_compressor cur;
-    s_comp_at(g, h.iter, &cur);
+    s_comp_at(g, h->iter, &cur);
     for (size_t b = 0; b < g->scratch_pl.nblocks; b++) {
         const gossip_block *blk = &g->scratch_pl.blocks[b];
         size_t lo, hi;
         gossip_compressor_k_range(&cur, blk->numel, &lo, &hi);
         if (blk->type != g->blk_type || blk->k < lo || blk->k > hi)
             return nn_errf(err, errlen, "gossip: node %d: rank %u sent block type %u with %zu values for tensor '%s'; compressor %s gives type %u with %zu..%zu at iteration %llu",
-                           g->rank, s, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type,
-                           lo, hi, (unsigned long long)h.iter);
+                           g->rank, h->sender, blk->type, blk->k, g->layout->views[b].name, g->comp.spec, g->blk_type,
+                           lo, hi, (unsigned long long)h->iter);
     }
+    return 0;
+}
+
+int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen)
+{
+    gossip_header h;
+    char derr[384];
+    if (gossip_msg_decode_header(msg, len, g->layout, &h, derr, sizeof derr) < 0)
+        return nn_errf(err, errlen, "gossip: node %d: rejected message (%zu bytes): %s", g->rank, len, derr);
+    gossip_recv_code c = gossip_node_receive_decoded(g, &h, msg, len, err, errlen);
+    return gossip_recv_refused(c) ? -1 : (int)c;
+}
+
+gossip_window_pos gossip_node_window(const gossip_node *g, uint64_t iter)
+{
+    if (iter >= g->iter && iter - g->iter >= GOSSIP_WINDOW)
+        return GOSSIP_WIN_AHEAD;
+    if (iter < g->iter && g->cfg.algo != GOSSIP_CHOCO &&
+        iter + (uint64_t)g->cfg.staleness < g->iter)
+        return GOSSIP_WIN_LATE;
+    return GOSSIP_WIN_IN;
+}
+
+gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header *hp,
+                                             const uint8_t *msg, size_t len, char *err,
+                                             size_t errlen)
+{
+    const gossip_header h = *hp;
+    char derr[384];
+    int drc = gossip_msg_decode_payload(msg, len, g->layout, &h, &g->scratch_pl, derr, sizeof derr);
+    if (drc < 0)
+        return S_REFUSE(drc == GOSSIP_DECODE_NONFINITE ? GOSSIP_RECV_NONFINITE : GOSSIP_RECV_MALFORMED,
+                        "gossip: node %d: rejected message (%zu bytes): %s", g->rank, len, derr);
+    unsigned s = h.sender;
+    if (h.kind != GOSSIP_MSG_GOSSIP && h.kind != GOSSIP_MSG_RESYNC)
+        return S_REFUSE(GOSSIP_RECV_NOT_ALGO, "gossip: node %d: kind %u message from rank %u is for the transport, not the algorithm",
+                       g->rank, h.kind, s);
+    if (s >= (unsigned)g->n || s == (unsigned)g->rank || g->peer[s].in_pos < 0)
+        return S_REFUSE(GOSSIP_RECV_NOT_NEIGHBOUR, "gossip: node %d: rank %u is not an in-neighbour", g->rank, s);
+    if (!(h.flags & GOSSIP_FLAG_PUSH_SUM) != !g->cfg.push_sum)
+        return S_REFUSE(GOSSIP_RECV_MISMATCH, "gossip: node %d: rank %u has push-sum %s, we have it %s",
+                       g->rank, s, (h.flags & GOSSIP_FLAG_PUSH_SUM) ? "on" : "off", g->cfg.push_sum ? "on" : "off");
+    int k = g->peer[s].in_pos;
+    gossip_peer *p = s_in(g, k);
+    if (h.kind == GOSSIP_MSG_RESYNC)
+        return s_receive_resync(g, &h, k, err, errlen);
+    if (gossip_node_window(g, h.iter) == GOSSIP_WIN_AHEAD)
+        return S_REFUSE(GOSSIP_RECV_TOO_FAR, "gossip: node %d: message from rank %u for iteration %llu is too far ahead (now at %llu, window %d)",
+                       g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
+    if (!s_needs(g, (int)s, h.iter))
+        return S_REFUSE(GOSSIP_RECV_NOT_NEIGHBOUR, "gossip: node %d: rank %u is not an in-neighbour at iteration %llu",
+                       g->rank, s, (unsigned long long)h.iter);
+    if (s_check_shapes(g, &h, err, errlen) != 0)
+        return GOSSIP_RECV_MISMATCH;
     int choco = g->cfg.algo == GOSSIP_CHOCO;
     /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet */
     if (p->in_down && (choco || h.iter < g->iter))
@@ -132,7 +168,7 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
         /* Only choco catches up a copy this way (after a RESYNC from the
          * past): the next update in order is applied to the copy alone. */
         if (!choco || h.iter < p->copy_thru)
-            return nn_errf(err, errlen, "gossip: node %d: stale or replayed message from rank %u for iteration %llu (now at %llu)",
+            return S_REFUSE(GOSSIP_RECV_STALE, "gossip: node %d: stale or replayed message from rank %u for iteration %llu (now at %llu)",
                            g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter);
         if (p->sent_thru < h.iter + 1)
             p->sent_thru = h.iter + 1;
@@ -150,9 +186,9 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     s_slot *slot = s_slot_of(g, k, h.iter);
     if (slot->have) {
         if (slot->iter == h.iter)
-            return nn_errf(err, errlen, "gossip: node %d: duplicate message from rank %u for iteration %llu",
+            return S_REFUSE(GOSSIP_RECV_DUPLICATE, "gossip: node %d: duplicate message from rank %u for iteration %llu",
                            g->rank, s, (unsigned long long)h.iter);
-        return nn_errf(err, errlen, "gossip: node %d: no room for the message from rank %u for iteration %llu "
+        return S_REFUSE(GOSSIP_RECV_NO_ROOM, "gossip: node %d: no room for the message from rank %u for iteration %llu "
                        "(iteration %llu not mixed yet)", g->rank, s, (unsigned long long)h.iter,
                        (unsigned long long)slot->iter);
     }

@@ -4,9 +4,13 @@
  * Owns:    the stash of GOSSIP messages that run more than GOSSIP_WINDOW
  *          iterations ahead, the refusal log budget, the pump's clock.
  * Exposes: gossip_recv_pump (receive and handle for a while), the header
- *          checks and admission of GOSSIP (replay, window, flow-control
- *          bound), refusals, gossip_link_handle (the same path without
- *          sockets).
+ *          checks (each message's header is decoded here, once; the payload
+ *          of GOSSIP and RESYNC once, by gossip_node_receive_decoded),
+ *          what the stash needs of admission (replay of what it holds or
+ *          handed on, the flow-control bound; where a message stands
+ *          against the window is gossip_node_window's rule), refusals
+ *          counted by their code, gossip_link_handle (the same path
+ *          without sockets).
  * Callers: gossip_round, gossip_member, gossip_join (they pump while they
  *          wait); gossip_live (a neighbour down: its stash dropped).
  */
@@ -72,7 +76,7 @@ static size_t s_stashed_of(const gossip_link *l, int j, uint64_t *first)
     for (size_t a = 0; a < l->recv.nstash; a++)
         if (l->recv.stash[a].from == j) {
             if (c == 0 && first)
-                *first = l->recv.stash[a].iter;
+                *first = l->recv.stash[a].h.iter;
             c++;
         }
     return c;
@@ -80,36 +84,39 @@ static size_t s_stashed_of(const gossip_link *l, int j, uint64_t *first)
 
 /* ---- receiving ------------------------------------------------------------------- */
 
-/* A refusal of gossip_node_receive for a non-finite number (the codec's
- * messages: "value 3 is NaN", "... is Inf", "psi ... is not a finite ..."). */
-void gossip_recv_refuse_payload(gossip_link *l, int from, const char *err)
+/* A refusal of gossip_node_receive_decoded (or of a STATE chunk), counted
+ * by its code. */
+void gossip_recv_refuse_payload(gossip_link *l, int from, gossip_recv_code code, const char *err)
 {
-    if (strstr(err, " is NaN") || strstr(err, " is Inf") || strstr(err, "not finite") ||
-        strstr(err, "not a finite"))
+    if (code == GOSSIP_RECV_NONFINITE)
         l->st.refused_nonfinite++;
     gossip_recv_refuse(l, "from %s (rank %d): %s", gossip_link_id(l, from), from, err);
 }
 
-static void s_deliver(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
+static void s_deliver(gossip_link *l, int from, const gossip_header *h, const uint8_t *msg,
+                      size_t len)
 {
     char err[1024];
-    int rc = gossip_node_receive(l->g, msg, len, err, sizeof err);
-    if (rc < 0) {
-        gossip_recv_refuse_payload(l, from, err);
+    gossip_recv_code c = gossip_node_receive_decoded(l->g, h, msg, len, err, sizeof err);
+    if (gossip_recv_refused(c)) {
+        gossip_recv_refuse_payload(l, from, c, err);
         return;
     }
     gossip_peer *p = &l->p[from];
-    if (p->got < iter + 1)
-        p->got = iter + 1;
+    if (p->got < h->iter + 1)
+        p->got = h->iter + 1;
 }
 
-/* GOSSIP from in-neighbour `from`: replays are refused; late ones are
- * passed on only where they still matter (a choco copy catching up, any
- * algorithm with bounded staleness: mixed at the next mix);
- * those beyond the window wait in the stash, within the flow-control
- * bound. */
-static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, uint64_t iter)
+/* GOSSIP from in-neighbour `from`, its header decoded: replays of what
+ * was stashed or handed on are refused; where it stands against the
+ * window is the algorithm's rule (gossip_node_window): a late one is
+ * dropped, one ahead of the window waits in the stash within the
+ * flow-control bound, the others go to gossip_node_receive_decoded, which
+ * decodes the payload and admits it (finite, its slot, not a duplicate). */
+static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uint8_t *msg,
+                     size_t len)
 {
+    uint64_t iter = h->iter;
     gossip_peer *p = &l->p[from];
     uint64_t cur = gossip_node_iter(l->g);
     if (iter < p->got) {
@@ -125,11 +132,12 @@ static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, u
         gossip_live_note_gap(p, gap);
     }
     p->last_gossip = now;
-    if (iter < cur && !l->choco && iter + l->stale < cur) {
+    gossip_window_pos pos = gossip_node_window(l->g, iter);
+    if (pos == GOSSIP_WIN_LATE) {
         p->got = iter + 1; /* late: that iteration was mixed without it */
         return;
     }
-    if (iter >= cur + GOSSIP_WINDOW) {
+    if (pos == GOSSIP_WIN_AHEAD) {
         if (gossip_join_joining(l) && !l->running)
             return; /* joining: we are not at the run's iteration yet */
         if (iter > cur + l->lag + GOSSIP_WINDOW && gossip_live_far_ahead(l, from, cur) &&
@@ -151,25 +159,25 @@ static void s_gossip(gossip_link *l, int from, const uint8_t *msg, size_t len, u
         e->bytes = nn_xmalloc(len);
         memcpy(e->bytes, msg, len);
         e->len = len;
-        e->iter = iter;
+        e->h = *h;
         e->from = from;
         p->got = iter + 1;
         return;
     }
-    s_deliver(l, from, msg, len, iter);
+    s_deliver(l, from, h, msg, len);
 }
 
 /* Feeds stashed messages that are now inside gossip_node's window, in
- * arrival order; drops those that fell behind. */
+ * arrival order; drops those that fell behind it (late). */
 void gossip_recv_feed_stash(gossip_link *l)
 {
-    uint64_t cur = gossip_node_iter(l->g);
     size_t k = 0;
     for (size_t a = 0; a < l->recv.nstash; a++) {
         gossip_recv_early *e = &l->recv.stash[a];
-        if (e->iter < cur + GOSSIP_WINDOW) {
-            if (e->iter + l->stale >= cur || l->choco)
-                s_deliver(l, e->from, e->bytes, e->len, e->iter);
+        gossip_window_pos pos = gossip_node_window(l->g, e->h.iter);
+        if (pos != GOSSIP_WIN_AHEAD) {
+            if (pos == GOSSIP_WIN_IN)
+                s_deliver(l, e->from, &e->h, e->bytes, e->len);
             free(e->bytes);
         } else {
             l->recv.stash[k++] = *e;
@@ -268,16 +276,18 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         return; /* a late one of an instance that left and is out: nothing to use */
     switch (kind) {
     case GOSSIP_MSG_GOSSIP:
-        s_gossip(l, from, msg, len, iter);
+        s_gossip(l, from, &h, msg, len);
         break;
-    case GOSSIP_MSG_RESYNC:
-        if (gossip_node_receive(l->g, msg, len, err, sizeof err) < 0) {
-            gossip_recv_refuse_payload(l, from, err);
+    case GOSSIP_MSG_RESYNC: {
+        gossip_recv_code c = gossip_node_receive_decoded(l->g, &h, msg, len, err, sizeof err);
+        if (gossip_recv_refused(c)) {
+            gossip_recv_refuse_payload(l, from, c, err);
             break;
         }
         gossip_recv_drop_stash_of(l, from); /* older than the RESYNC (FIFO): inside it */
         gossip_live_on_resync(l, from, iter);
         break;
+    }
     case GOSSIP_MSG_RESYNC_REQ:
         gossip_live_answer_resync(l, from);
         break;

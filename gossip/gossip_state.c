@@ -82,9 +82,11 @@ static int s_finish(gossip_state_rx *rx, char *err, size_t errlen)
         uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
                      (uint32_t)b[3] << 24;
         memcpy(&rx->vals[i], &u, 4);
-        if (!isfinite(rx->vals[i]))
-            return nn_errf(err, errlen, "value %zu of the state is %s", i,
-                           isnan(rx->vals[i]) ? "NaN" : "Inf");
+        if (!isfinite(rx->vals[i])) {
+            nn_errf(err, errlen, "value %zu of the state is %s", i,
+                    isnan(rx->vals[i]) ? "NaN" : "Inf");
+            return GOSSIP_DECODE_NONFINITE;
+        }
     }
     return 0;
 }
@@ -116,6 +118,7 @@ int gossip_state_rx_add(gossip_state_rx *rx, int from, const uint8_t *msg, size_
     char why[512];
     gossip_header h;
     gossip_state_chunk c;
+    rx->nonfinite = 0;
     if (from != rx->from || rx->from < 0)
         return nn_errf(err, errlen, "STATE from rank %d, which was not asked for its state%s",
                        from, rx->from >= 0 ? "" : " (no transfer in progress)");
@@ -136,6 +139,7 @@ int gossip_state_rx_add(gossip_state_rx *rx, int from, const uint8_t *msg, size_
         rc = s_finish(rx, why, sizeof why);
     }
     if (rc != 0) {
+        rx->nonfinite = rc == GOSSIP_DECODE_NONFINITE;
         rx->from = -1;
         return nn_errf(err, errlen, "STATE from rank %d refused: %s", from, why);
     }

@@ -43,6 +43,7 @@ typedef struct {
     uint64_t got;        /* bytes assembled so far */
     uint8_t *bytes;      /* 4n */
     float   *vals;       /* n: the state, valid after gossip_state_rx_add returned 1 */
+    int      nonfinite;  /* the last refusal was of a NaN or Inf value (else 0) */
 } gossip_state_rx;
 
 void gossip_state_rx_init(gossip_state_rx *rx, size_t n, uint32_t fingerprint);
@@ -51,7 +52,8 @@ void gossip_state_rx_free(gossip_state_rx *rx);
 void gossip_state_rx_begin(gossip_state_rx *rx, int from);
 /* One STATE message from rank `from`: 0 taken (more to come), 1 the state
  * is complete and checked (rx->vals, rx->iter; nothing more is expected),
- * -1 refused with a message naming the sender and the fault.  A refusal
+ * -1 refused with a message naming the sender and the fault (rx->nonfinite
+ * set when the fault is a value that is NaN or Inf).  A refusal
  * of the sender asked ends its transfer (rx->from = -1: ask again); one
  * from anybody else changes nothing. */
 int gossip_state_rx_add(gossip_state_rx *rx, int from, const uint8_t *msg, size_t len,

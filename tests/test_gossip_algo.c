@@ -445,6 +445,16 @@ static void test_public_copies_bit_identical(void **state)
 
 /* ---- message handling ---------------------------------------------------- */
 
+/* What gossip_node_receive_decoded makes of msg, its header decoded first
+ * without a layout (as the transport does). */
+static gossip_recv_code s_code(gossip_node *g, const uint8_t *msg, size_t len)
+{
+    char err[512];
+    gossip_header h;
+    assert_int_equal(gossip_msg_decode_header(msg, len, NULL, &h, err, sizeof err), 0);
+    return gossip_node_receive_decoded(g, &h, msg, len, err, sizeof err);
+}
+
 static void test_messages_and_counters(void **state)
 {
     (void)state;
@@ -484,9 +494,13 @@ static void test_messages_and_counters(void **state)
     /* duplicate */
     assert_int_equal(gossip_node_receive(g[1], msg, len, err, sizeof err), -1);
     assert_non_null(strstr(err, "duplicate"));
+    assert_int_equal(s_code(g[1], msg, len), GOSSIP_RECV_DUPLICATE);
     /* node 2 is not an out-neighbour of node 0 */
     assert_int_equal(gossip_node_receive(g[2], msg, len, err, sizeof err), -1);
     assert_non_null(strstr(err, "not an in-neighbour"));
+    assert_int_equal(s_code(g[2], msg, len), GOSSIP_RECV_NOT_NEIGHBOUR);
+    assert_true(gossip_recv_refused(GOSSIP_RECV_NOT_NEIGHBOUR));
+    assert_false(gossip_recv_refused(GOSSIP_RECV_IGNORED));
     /* a node cannot receive its own message */
     assert_int_equal(gossip_node_receive(g[0], msg, len, err, sizeof err), -1);
     /* corrupted bytes are rejected with the codec's reason */
@@ -506,6 +520,11 @@ static void test_messages_and_counters(void **state)
     /* iteration 0 again, now that node 1 is at 1: stale */
     assert_int_equal(gossip_node_receive(g[1], msg0, len0, err, sizeof err), -1);
     assert_non_null(strstr(err, "stale"));
+    assert_int_equal(s_code(g[1], msg0, len0), GOSSIP_RECV_STALE);
+    /* the window (choco: a late update is never of no use) */
+    assert_int_equal(gossip_node_window(g[1], 0), GOSSIP_WIN_IN);
+    assert_int_equal(gossip_node_window(g[1], GOSSIP_WINDOW), GOSSIP_WIN_IN);
+    assert_int_equal(gossip_node_window(g[1], 1 + GOSSIP_WINDOW), GOSSIP_WIN_AHEAD);
     free(msg0);
     gossip_node_stats(g[1], &st);
     assert_int_equal(st.iter_bytes_recv, len);

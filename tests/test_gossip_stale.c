@@ -397,6 +397,12 @@ static void test_late_messages(void **state)
     assert_int_equal(gossip_node_peer_lag(b, 0, &lag, &unfresh), 0);
     assert_int_equal(lag, 0);
     assert_int_equal(unfresh, 2);
+    /* the window at iteration 3 with S = 2: 0 is late (of no use), 1 not */
+    assert_int_equal(gossip_node_iter(b), 3);
+    assert_int_equal(gossip_node_window(b, 0), GOSSIP_WIN_LATE);
+    assert_int_equal(gossip_node_window(b, 1), GOSSIP_WIN_IN);
+    assert_int_equal(gossip_node_window(b, 2 + GOSSIP_WINDOW), GOSSIP_WIN_IN);
+    assert_int_equal(gossip_node_window(b, 3 + GOSSIP_WINDOW), GOSSIP_WIN_AHEAD);
     /* all three mixed at once: replaying any of them is refused */
     for (int k = 0; k < 3; k++)
         assert_int_equal(gossip_node_receive(b, held[k], hl[k], err, sizeof err), -1);
