@@ -12,7 +12,8 @@
 #   5. 16 nodes on a 4x4 torus, a core each;
 #   6. where perf runs (MC_PERF=path, sampling on the cpu-clock, which needs
 #      no hardware counters): where the int8 step's time goes at 1 and 2
-#      threads, per thread.
+#      threads, per thread (from unstripped binaries: stripped ones give
+#      addresses only).
 # Every part writes under OUTDIR (default runs/multicore) and prints its
 # figures; a part that fails says so and the next one runs.
 #
