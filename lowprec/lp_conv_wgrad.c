@@ -139,40 +139,95 @@ static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const fl
     nn_pool_run(nt, s_grids_worker, &jb);
 }
 
-/* The bf16 rows of one lowered chunk: the im2col of the codes of samples
- * [n0, n0+cnt), col (C*T, cs) with padded taps 0, cs = cnt*OH*OW, and gg
- * (OC, cs) the dout of the same pixels.  Overwrites both. */
-static void s_bf16_lowered(uint16_t *col, uint16_t *gg, const uint8_t *xq, const float *dout,
-                           const nn_conv_dims *d, int n0, int cnt)
+typedef struct {
+    uint16_t *col, *ones, *gg;
+    const uint8_t *xq;
+    const float *dout;
+    const nn_conv_dims *d;
+    const uint16_t *tab; /* bf16 of each code (lowered geometry) */
+    size_t per;          /* columns a sample */
+    int n0, cnt, shift;
+} s_low_job;
+
+/* Sample j of a bf16 chunk: its columns of the ones rows (1.0 where the
+ * image, or the tap, is) and, off the shift geometry, of the lowered rows
+ * col (C*T, cs) and gg (OC, cs).  Writes only sample j's columns. */
+static void s_bf16_sample(const s_low_job *jb, int j)
 {
+    const nn_conv_dims *d = jb->d;
     const int C = d->C, OC = d->OC, H = d->H, W = d->W, KH = d->KH, KW = d->KW;
-    const int OH = d->OH, OW = d->OW, S = d->stride, pad = d->pad;
-    const size_t P = (size_t)OH * OW, cs = (size_t)cnt * P;
+    const int OH = d->OH, OW = d->OW, S = d->stride, pad = d->pad, Wp = W + 2 * pad;
+    const size_t per = jb->per, cs = (size_t)jb->cnt * per, P = (size_t)OH * OW;
+    if (jb->shift) {
+        uint16_t *o = jb->ones + (size_t)j * per;
+        memset(o, 0, per * 2);
+        for (int h = 0; h < H; h++)
+            for (int w = 0; w < W; w++)
+                o[(size_t)(pad + h) * Wp + pad + w] = 0x3F80;
+        return;
+    }
+    for (int t = 0; t < KH * KW; t++) {
+        uint16_t *o = jb->ones + (size_t)t * cs + (size_t)j * per;
+        for (int oh = 0; oh < OH; oh++) {
+            const int ih = oh * S - pad + t / KW;
+            for (int ow = 0; ow < OW; ow++) {
+                const int iw = ow * S - pad + t % KW;
+                o[(size_t)oh * OW + ow] = ih >= 0 && ih < H && iw >= 0 && iw < W ? 0x3F80 : 0;
+            }
+        }
+    }
+    const int n = jb->n0 + j;
+    for (int c = 0; c < C; c++) {
+        const uint8_t *x = jb->xq + ((size_t)n * C + c) * H * W;
+        for (int kh = 0; kh < KH; kh++)
+            for (int kw = 0; kw < KW; kw++) {
+                uint16_t *dst = jb->col + ((size_t)(c * KH + kh) * KW + kw) * cs + (size_t)j * P;
+                for (int oh = 0; oh < OH; oh++) {
+                    const int ih = oh * S - pad + kh;
+                    for (int ow = 0; ow < OW; ow++) {
+                        const int iw = ow * S - pad + kw;
+                        dst[(size_t)oh * OW + ow] = ih >= 0 && ih < H && iw >= 0 && iw < W
+                                                        ? jb->tab[x[(size_t)ih * W + iw]]
+                                                        : 0;
+                    }
+                }
+            }
+    }
+    void (*f32_row)(uint16_t *, const float *, size_t) = lp_kern()->bf16_row;
+    for (int oc = 0; oc < OC; oc++)
+        f32_row(jb->gg + (size_t)oc * cs + (size_t)j * P, jb->dout + ((size_t)n * OC + oc) * P, P);
+}
+
+static void s_bf16_sample_worker(void *arg, int t, int nt)
+{
+    const s_low_job *jb = arg;
+    size_t j0, j1;
+    nn_pool_share((size_t)jb->cnt, t, nt, 1, &j0, &j1);
+    for (size_t j = j0; j < j1; j++)
+        s_bf16_sample(jb, (int)j);
+}
+
+/* The per-sample rows of one bf16 chunk (samples [n0, n0+cnt)): the ones
+ * rows (one grid on the shift geometry, one row per tap otherwise, cs =
+ * cnt*per columns each) and, off the shift geometry, the im2col of the
+ * codes col (C*T, cs) with padded taps 0 and gg (OC, cs) the dout of the
+ * same pixels.  Overwrites them; samples split over the pool (each
+ * sample's columns one thread's: the same bits for any thread count). */
+static void s_bf16_chunk_rows(uint16_t *col, uint16_t *ones, uint16_t *gg, const uint8_t *xq,
+                              const float *dout, const nn_conv_dims *d, int n0, int cnt,
+                              int shift)
+{
     uint16_t tab[256]; /* bf16 of each code, exact */
     for (int q = 0; q < 256; q++)
         tab[q] = lp_bf16_from_f32((float)q);
-    void (*f32_row)(uint16_t *, const float *, size_t) = lp_kern()->bf16_row;
-    for (int j = 0; j < cnt; j++) {
-        for (int c = 0; c < C; c++) {
-            const uint8_t *x = xq + ((size_t)(n0 + j) * C + c) * H * W;
-            for (int kh = 0; kh < KH; kh++)
-                for (int kw = 0; kw < KW; kw++) {
-                    uint16_t *dst = col + ((size_t)(c * KH + kh) * KW + kw) * cs + (size_t)j * P;
-                    for (int oh = 0; oh < OH; oh++) {
-                        const int ih = oh * S - pad + kh;
-                        for (int ow = 0; ow < OW; ow++) {
-                            const int iw = ow * S - pad + kw;
-                            dst[(size_t)oh * OW + ow] = ih >= 0 && ih < H && iw >= 0 && iw < W
-                                                            ? tab[x[(size_t)ih * W + iw]]
-                                                            : 0;
-                        }
-                    }
-                }
-        }
-        for (int oc = 0; oc < OC; oc++)
-            f32_row(gg + (size_t)oc * cs + (size_t)j * P, dout + ((size_t)(n0 + j) * OC + oc) * P,
-                    P);
-    }
+    const size_t per = s_wgrad_bf16_cols(d), T = (size_t)d->KH * d->KW;
+    s_low_job jb = {col, ones, gg, xq, dout, d, tab, per, n0, cnt, shift};
+    const size_t work = (shift ? 1 : ((size_t)d->C + 1) * T + d->OC) * cnt * per;
+    int nt = nn_pool_threads();
+    nt = nt > cnt ? cnt : nt;
+    while (nt > 1 && work / (size_t)nt < ((size_t)1 << 14))
+        nt--;
+    nn_pool_run(nt < 1 ? 1 : nt, s_bf16_sample_worker, &jb);
 }
 
 /* dw (OC, C, KH, KW) += the conv weight gradient in bf16 (lp_bf16.h): with
@@ -187,7 +242,7 @@ static void s_bf16_lowered(uint16_t *col, uint16_t *gg, const uint8_t *xq, const
 static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
                          void *scratch)
 {
-    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, KW = d->KW, pad = d->pad;
+    const int N = d->N, C = d->C, OC = d->OC, W = d->W, KW = d->KW, pad = d->pad;
     const int T = d->KH * KW, nb = s_wgrad_bf16_nb(d), shift = lp_conv_shift_geom(d);
     const int Wp = W + 2 * pad, nx = shift ? C : C * T, n1 = shift ? 1 : T;
     const size_t per = s_wgrad_bf16_cols(d), jlo = shift ? (size_t)pad * Wp + pad : 0;
@@ -203,25 +258,12 @@ static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, cons
         const int cnt = N - n0 < nb ? N - n0 : nb;
         const size_t cs = (size_t)cnt * per, n = cs - 2 * jlo;
         uint16_t *ones = gx + (size_t)nx * cs, *gg = ones + (size_t)n1 * cs;
-        memset(ones, 0, (size_t)n1 * cs * 2);
-        for (int j = 0; j < cnt; j++) /* 1.0 where the image (or the tap) is */
-            for (int t = 0; t < n1; t++)
-                for (int oh = 0; oh < (shift ? H : d->OH); oh++)
-                    for (int ow = 0; ow < (shift ? W : d->OW); ow++) {
-                        const int ih = oh * d->stride - pad + t / KW;
-                        const int iw = ow * d->stride - pad + t % KW;
-                        if (shift)
-                            ones[(size_t)j * per + (size_t)(pad + oh) * Wp + pad + ow] = 0x3F80;
-                        else if (ih >= 0 && ih < H && iw >= 0 && iw < W)
-                            ones[(size_t)t * cs + (size_t)j * per + (size_t)oh * d->OW + ow] =
-                                0x3F80;
-                    }
+        s_bf16_chunk_rows(gx, ones, gg, sv->xq, dout, d, n0, cnt, shift);
         if (shift) {
             s_bf16_grids(gx, gg, sv->xq, dout, d, n0, cnt);
             lp_shiftdot_bf16(D, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
             lp_shiftdot_bf16(E, (size_t)T, gg + jlo, cs, OC, ones + jlo, cs, 1, toff, T, n);
         } else {
-            s_bf16_lowered(gx, gg, sv->xq, dout, d, n0, cnt);
             lp_shiftdot_bf16(D, (size_t)C * T, gg, cs, OC, gx, cs, C * T, &zero, 1, n);
             lp_shiftdot_bf16(E, (size_t)T, gg, cs, OC, ones, cs, T, &zero, 1, n);
         }
@@ -389,19 +431,40 @@ static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const
             dw[r * T + (size_t)(u % K) * K + u / K] += Dt[r * T + u];
 }
 
-/* db (OC) += sum of dout over samples and pixels. */
-static void s_bias_grad(float *db, const float *dout, int N, int OC, int P)
+typedef struct {
+    float *db;
+    const float *dout;
+    int N, OC, P;
+} s_bias_job;
+
+/* Thread t's channels of the bias gradient, every sample in order. */
+static void s_bias_worker(void *arg, int t, int nt)
 {
-    for (int n = 0; n < N; n++)
-        for (int oc = 0; oc < OC; oc++) {
-            const float *g = dout + ((size_t)n * OC + oc) * P;
-            float t = 0;
-            for (int p = 0; p < P; p++)
-                t += g[p];
-            db[oc] += t;
+    const s_bias_job *j = arg;
+    size_t o0, o1;
+    nn_pool_share((size_t)j->OC, t, nt, 1, &o0, &o1);
+    for (size_t oc = o0; oc < o1; oc++)
+        for (int n = 0; n < j->N; n++) {
+            const float *g = j->dout + ((size_t)n * j->OC + oc) * j->P;
+            float s = 0;
+            for (int p = 0; p < j->P; p++)
+                s += g[p];
+            j->db[oc] += s;
         }
 }
 
+/* db (OC) += sum of dout over samples and pixels: per channel a pixel sum
+ * per sample, added sample by sample.  Channels split over the pool (each
+ * channel one thread's: the same bits for any thread count). */
+static void s_bias_grad(float *db, const float *dout, int N, int OC, int P)
+{
+    s_bias_job j = {db, dout, N, OC, P};
+    int nt = nn_pool_threads();
+    nt = nt > OC ? OC : nt;
+    while (nt > 1 && (size_t)N * OC * P / (size_t)nt < ((size_t)1 << 15))
+        nt--;
+    nn_pool_run(nt < 1 ? 1 : nt, s_bias_worker, &j);
+}
 
 size_t lp_conv_wgrad_bytes(const nn_conv_dims *d)
 {

@@ -359,6 +359,18 @@ static void test_broken_split_caught(void **state)
         free(x);
     }
     nn_pool_fault(0);
+    /* the bf16 weight gradient's per-sample rows (the im2col of the codes,
+     * the ones rows) and the bias gradient's channels, where bf16 runs */
+    if (lp_wgrad_set(LP_WGRAD_BF16, err, sizeof err) == 0) {
+        nn_pool_fault(1);
+        for (int t = 2; t <= 3; t++) {
+            assert_true(s_case_diff(3, t) & S_DW); /* strided: lowered rows */
+            assert_true(s_case_diff(5, t) & S_DW); /* 1x1 strided */
+            assert_true(s_case_diff(0, t) & S_DB); /* bias channels */
+        }
+        nn_pool_fault(0);
+        assert_int_equal(s_case_diff(3, 2), 0);
+    }
     lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
     /* and the same cases pass again once the split is right */
     assert_int_equal(s_case_diff(3, 2), 0);
