@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "nn/nn_layers.h"
+#include "nn/nn_pool.h"
 
 #define NN_EVO_GROUPS_DEFAULT 8
 
@@ -129,13 +130,36 @@ float *nn_model_din(nn_model *m, int slot)
     return m->written[slot] ? m->gtmp : m->dact[slot];
 }
 
+typedef struct {
+    float *d;
+    const float *s;
+    size_t n;
+} s_acc_job;
+
+static void s_acc_worker(void *arg, int t, int nt)
+{
+    const s_acc_job *j = arg;
+    size_t lo, hi;
+    nn_pool_share(j->n, t, nt, 16, &lo, &hi);
+    for (size_t i = lo; i < hi; i++)
+        j->d[i] += j->s[i];
+}
+
+/* d[i] += s[i] for i < n, split over the pool by element ranges (every
+ * element one addition: the same bits for any thread count). */
+static void s_accumulate(float *d, const float *s, size_t n)
+{
+    s_acc_job j = {d, s, n};
+    int nt = nn_pool_threads();
+    while (nt > 1 && n / (size_t)nt < ((size_t)1 << 15))
+        nt--;
+    nn_pool_run(nt, s_acc_worker, &j);
+}
+
 void nn_model_din_done(nn_model *m, int slot, float *din)
 {
     if (din == m->gtmp) {
-        float *d = m->dact[slot];
-        size_t n = (size_t)m->lastN * nn_shape_numel(m->shapes[slot]);
-        for (size_t i = 0; i < n; i++)
-            d[i] += din[i];
+        s_accumulate(m->dact[slot], din, (size_t)m->lastN * nn_shape_numel(m->shapes[slot]));
     } else {
         assert(din == m->dact[slot]);
         m->written[slot] = 1;

@@ -1,5 +1,6 @@
 /* nn_optim — see nn_optim.h. */
 #include "nn/nn_optim.h"
+#include "nn/nn_pool.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -34,35 +35,64 @@ void nn_sgd_step(nn_sgd *s, float *x, const float *g, float lr)
     nn_sgd_step_at(s, x, g, x, lr);
 }
 
-void nn_sgd_step_at(nn_sgd *s, float *x, const float *g, const float *z, float lr)
+typedef struct {
+    float *x, *buf;
+    const float *g, *z;
+    size_t n;
+    float lr, mu, wd;
+    int qgm, nesterov;
+} s_sgd_job;
+
+/* Elements [lo, hi) of the update (nn_sgd_step_at). */
+static void s_sgd_range(const s_sgd_job *j, size_t lo, size_t hi)
 {
-    const size_t n = s->mom.numel;
-    const float mu = s->cfg.momentum, wd = s->cfg.weight_decay;
-    float *buf = s->mom.data;
-    s->last_lr = lr;
-    if (s->cfg.qgm) {
-        /* The buffer is the quasi-global momentum: read, not updated here. */
-        memcpy(s->prev.data, x, n * sizeof *x);
-        for (size_t i = 0; i < n; i++) {
+    float *x = j->x, *buf = j->buf;
+    const float *g = j->g, *z = j->z, lr = j->lr, mu = j->mu, wd = j->wd;
+    if (j->qgm) {
+        /* the buffer is the quasi-global momentum: read, not updated here */
+        for (size_t i = lo; i < hi; i++) {
             float d = g[i] + wd * z[i];
             float v = mu * buf[i] + d;
-            x[i] -= lr * (s->cfg.nesterov ? d + mu * v : v);
+            x[i] -= lr * (j->nesterov ? d + mu * v : v);
         }
-        return;
-    }
-    if (s->cfg.nesterov) {
-        for (size_t i = 0; i < n; i++) {
+    } else if (j->nesterov) {
+        for (size_t i = lo; i < hi; i++) {
             float d = g[i] + wd * z[i];
             buf[i] = mu * buf[i] + d;
             x[i] -= lr * (d + mu * buf[i]);
         }
     } else {
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = lo; i < hi; i++) {
             float d = g[i] + wd * z[i];
             buf[i] = mu * buf[i] + d;
             x[i] -= lr * buf[i];
         }
     }
+}
+
+static void s_sgd_worker(void *arg, int t, int nt)
+{
+    const s_sgd_job *j = arg;
+    size_t lo, hi;
+    nn_pool_share(j->n, t, nt, 16, &lo, &hi);
+    s_sgd_range(j, lo, hi);
+}
+
+/* Element ranges split over the pool (nn_pool.h): every element's update is
+ * the same arithmetic whichever thread runs it, so the same bits for any
+ * thread count. */
+void nn_sgd_step_at(nn_sgd *s, float *x, const float *g, const float *z, float lr)
+{
+    const size_t n = s->mom.numel;
+    s->last_lr = lr;
+    if (s->cfg.qgm)
+        memcpy(s->prev.data, x, n * sizeof *x);
+    s_sgd_job j = {x, s->mom.data, g, z, n, lr, s->cfg.momentum, s->cfg.weight_decay,
+                   s->cfg.qgm, s->cfg.nesterov};
+    int nt = nn_pool_threads();
+    while (nt > 1 && n / (size_t)nt < ((size_t)1 << 15))
+        nt--;
+    nn_pool_run(nt, s_sgd_worker, &j);
 }
 
 void nn_sgd_after_mix(nn_sgd *s, const float *x)

@@ -6,13 +6,15 @@
  * same bits at 2 and 3 threads as at 1, while a deliberately broken split
  * is caught; the same for the AMX tile paths (the shift and im2col convs,
  * the int8 linear layer's GEMMs, the bf16 weight-gradient dot) run on the
- * tile model, each worker on its own tiles; and the parsing behind
- * --threads auto. */
+ * tile model, each worker on its own tiles; the SGD update and a model's
+ * gradient accumulation (a slot read twice) split by elements; and the
+ * parsing behind --threads auto. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +27,8 @@
 #include "nn/nn_core.h"
 #include "nn/nn_cpu.h"
 #include "nn/nn_layers.h"
+#include "nn/nn_model.h"
+#include "nn/nn_optim.h"
 #include "nn/nn_pool.h"
 #include "node/node_common.h"
 
@@ -523,6 +527,126 @@ static void test_tile_broken_split_caught(void **state)
     lp_wgrad_set(LP_WGRAD_AUTO, err, sizeof err);
 }
 
+/* ---- the SGD update and the gradient accumulation at 1, 2, 3 threads ----- */
+
+/* The SGD update (nn_sgd_step_at) of n parameters at `threads`, kind 0:
+ * Nesterov, 1: plain momentum, 2: quasi-global momentum, two steps, against
+ * the update written out here: 0 when every parameter and momentum value
+ * has the same bits. */
+static int s_sgd_diff(int kind, int threads)
+{
+    const size_t n = 200003;
+    nn_arena lay;
+    nn_arena_init(&lay);
+    const int shape[1] = {(int)n};
+    nn_arena_add(&lay, "p", 1, shape);
+    nn_arena_alloc(&lay);
+    nn_sgd_config cfg = nn_sgd_defaults();
+    cfg.nesterov = kind != 1;
+    cfg.qgm = kind == 2;
+    nn_sgd sgd;
+    nn_sgd_init(&sgd, &lay, &cfg);
+    float *x = nn_xmalloc(n * 4), *g = nn_xmalloc(n * 4), *rx = nn_xmalloc(n * 4);
+    float *rb = nn_xcalloc(n, 4);
+    nn_rng r;
+    nn_rng_seed(&r, 41);
+    s_fill(&r, x, n, -1.0f, 1.0f);
+    s_fill(&r, g, n, -0.1f, 0.1f);
+    s_fill(&r, sgd.mom.data, n, -0.05f, 0.05f);
+    memcpy(rx, x, n * 4);
+    memcpy(rb, sgd.mom.data, n * 4);
+    const float mu = cfg.momentum, wd = cfg.weight_decay, lr = 0.05f;
+    nn_pool_set_threads(threads);
+    for (int step = 0; step < 2; step++) {
+        nn_sgd_step(&sgd, x, g, lr);
+        for (size_t i = 0; i < n; i++) {
+            const float d = g[i] + wd * rx[i];
+            const float v = mu * rb[i] + d;
+            if (kind != 2)
+                rb[i] = v;
+            rx[i] -= lr * (cfg.nesterov ? d + mu * v : v);
+        }
+    }
+    nn_pool_set_threads(0);
+    const int diff = memcmp(x, rx, n * 4) != 0 || memcmp(sgd.mom.data, rb, n * 4) != 0;
+    nn_sgd_free(&sgd);
+    nn_arena_free(&lay);
+    free(x); free(g); free(rx); free(rb);
+    return diff;
+}
+
+/* x -> norm n -> relu r -> relu a; add(r, a) -> gap -> linear: r's
+ * gradient is the sum of two consumers' (nn_model_din_done's accumulation,
+ * 32*16*16*16 values), read back through n's gradient (the norm's
+ * parameters make the gradients flow down to it). */
+static int s_twice_n; /* n's slot */
+
+static int s_build_twice(nn_model *m, const void *ctx, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)err;
+    (void)errlen;
+    s_twice_n = nn_b_norm(m, "n", nn_model_input_slot(m), 0);
+    const int r = nn_b_relu(m, "r", s_twice_n);
+    const int a = nn_b_relu(m, "a", r);
+    const int s = nn_b_add(m, "s", r, a);
+    nn_b_linear(m, "fc", nn_b_gap(m, "gap", s), nn_model_cfg(m)->classes, 1);
+    return 0;
+}
+
+/* One forward and backward of s_build_twice's model at `threads`: 0 when
+ * n's gradient (relu' times r's) has the same bits as at 1 thread. */
+static int s_twice_diff(int threads)
+{
+    enum { N = 32, C = 16, H = 16 };
+    const size_t n = (size_t)N * C * H * H;
+    nn_model_config cfg = {.in_c = C, .in_h = H, .in_w = H, .classes = 4,
+                           .build = s_build_twice};
+    snprintf(cfg.arch, sizeof cfg.arch, "twice");
+    float *x = nn_xmalloc(n * 4), *d[2];
+    uint8_t y[N];
+    nn_rng r;
+    nn_rng_seed(&r, 43);
+    s_fill(&r, x, n, -0.2f, 1.0f);
+    for (int i = 0; i < N; i++)
+        y[i] = (uint8_t)(i % 4);
+    for (int k = 0; k < 2; k++) {
+        char err[256];
+        nn_model *m = nn_model_new(&cfg, err, sizeof err);
+        assert_non_null(m);
+        nn_model_init_params(m, 7);
+        nn_model_prepare(m, N);
+        nn_pool_set_threads(k ? threads : 1);
+        nn_model_forward(m, x, y, N, 1);
+        nn_model_backward(m);
+        nn_pool_set_threads(0);
+        d[k] = nn_xmalloc(n * 4);
+        memcpy(d[k], nn_model_dout(m, s_twice_n), n * 4);
+        nn_model_destroy(&m);
+    }
+    const int diff = memcmp(d[0], d[1], n * 4) != 0;
+    free(d[0]); free(d[1]); free(x);
+    return diff;
+}
+
+static void test_elementwise_threads_identical(void **state)
+{
+    (void)state;
+    for (int t = 1; t <= 3; t++) {
+        for (int kind = 0; kind < 3; kind++)
+            assert_int_equal(s_sgd_diff(kind, t), 0);
+        assert_int_equal(s_twice_diff(t), 0);
+    }
+    /* a broken split (a gap no share covers) is caught */
+    nn_pool_fault(1);
+    for (int t = 2; t <= 3; t++) {
+        for (int kind = 0; kind < 3; kind++)
+            assert_int_equal(s_sgd_diff(kind, t), 1);
+        assert_int_equal(s_twice_diff(t), 1);
+    }
+    nn_pool_fault(0);
+}
+
 /* --threads auto (node_common.h): cgroup quotas round up, "max" and junk
  * are no quota, the flag takes a count or "auto" and nothing else. */
 static void test_threads_auto(void **state)
@@ -565,6 +689,7 @@ int main(void)
         cmocka_unit_test(test_broken_split_caught),
         cmocka_unit_test(test_tile_threads_identical),
         cmocka_unit_test(test_tile_broken_split_caught),
+        cmocka_unit_test(test_elementwise_threads_identical),
         cmocka_unit_test(test_threads_auto),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
