@@ -144,6 +144,23 @@ static int s_shift_threads(int N, int H, int W, int pad)
     return nt > chunks ? chunks : nt;
 }
 
+/* Samples per chunk when nt threads run s_shift_conv: s_shift_nb's, made
+ * smaller where its chunks would not split evenly (3 chunks of resnet20's
+ * 8x8 stage on 2 threads ran 2 on one thread): the fewest chunks that are
+ * a multiple of nt, as long as that stays within twice the count.  The
+ * floats of a sample do not depend on its chunk (integer sums, then
+ * per-sample dequantization). */
+static int s_shift_nb_at(int N, int H, int W, int pad, int nt)
+{
+    const int nb = s_shift_nb(N, H, W, pad), chunks = (N + nb - 1) / nb;
+    if (nt <= 1 || chunks % nt == 0)
+        return nb;
+    const int want = (chunks + nt - 1) / nt * nt;
+    if (want > 2 * chunks || want > N)
+        return nb;
+    return (N + want - 1) / want;
+}
+
 static size_t s_shift_conv_bytes(int N, int nch, int M, int H, int W, int K, int pad)
 {
     const int np = (nch + 1) / 2, nq = (nch + 3) / 4, T = K * K, nb = s_shift_nb(N, H, W, pad);
@@ -412,7 +429,8 @@ typedef struct {
     size_t vlen, ldb, J0, plane;
 } s_shift_geo;
 
-static s_shift_geo s_geo(const s_conv_rows *rows, int N, int nch, int H, int W, int K, int pad)
+static s_shift_geo s_geo(const s_conv_rows *rows, int N, int nch, int H, int W, int K, int pad,
+                         int nt)
 {
     s_shift_geo g;
     g.L = rows->quad ? 4 : 2;
@@ -423,7 +441,7 @@ static s_shift_geo s_geo(const s_conv_rows *rows, int N, int nch, int H, int W, 
     g.pad = pad;
     g.H = H;
     g.W = W;
-    g.nb = s_shift_nb(N, H, W, pad);
+    g.nb = s_shift_nb_at(N, H, W, pad, nt);
     g.V = 2 * pad + 1;
     g.vlen = s_vlen(g.nb, H, W, pad);
     g.ldb = (size_t)g.V * (g.vlen + (rows->tile ? 1 : 0));
@@ -635,7 +653,8 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
 {
     s_shift_job j = {.out = out, .b = b, .N = N, .nch = nch, .M = M};
     j.rows = s_rows();
-    j.g = s_geo(&j.rows, N, nch, H, W, K, pad);
+    const int nt = s_shift_threads(N, H, W, pad);
+    j.g = s_geo(&j.rows, N, nch, H, W, K, pad, nt);
     const s_shift_geo *g = &j.g;
     const int T = g->T, K2 = g->np * T, Wp = W + 2 * pad;
     const size_t PS = (size_t)(K + 1) * (K + 1);
@@ -673,7 +692,7 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
     j.part = s_shift_thread_bytes(N, nch, M, H, W, K, pad);
     /* on the tile path (AMX, or its model) each thread runs the tile
      * kernel on its own tiles */
-    nn_pool_run(s_shift_threads(N, H, W, pad), s_shift_worker, &j);
+    nn_pool_run(nt, s_shift_worker, &j);
 }
 
 /* ---- im2col path: samples split over the pool ------------------------------

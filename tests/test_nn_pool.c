@@ -203,6 +203,7 @@ static const int s_cases[][7] = {
     {13, 16, 16, 32, 3, 2, 1}, /* strided: im2col split over samples */
     {5, 136, 6, 12, 3, 1, 1},  /* over the shift path's channels: im2col */
     {14, 32, 16, 64, 1, 2, 0}, /* 1x1 strided shortcut */
+    {32, 16, 8, 16, 3, 1, 1},  /* shift path, 3 chunks of 11: 4 of 8 on 2 threads */
 };
 #define S_NCASES (sizeof s_cases / sizeof s_cases[0])
 
@@ -344,6 +345,8 @@ static void test_broken_split_caught(void **state)
         assert_true((s_case_diff(4, t) & (S_OUT | S_DIN)) == (S_OUT | S_DIN));
         /* the FP32 weight gradient on the shift geometry */
         assert_true(s_case_diff(0, t) & S_DW);
+        /* the shift conv's chunks, re-chunked to split evenly */
+        assert_true((s_case_diff(6, t) & (S_OUT | S_DIN)) == (S_OUT | S_DIN));
         /* Range EvoNorm's range pass */
         assert_true(s_ren_diff(t) & 1);
         /* the whole-tensor min/max: the minimum where share 1 starts */
