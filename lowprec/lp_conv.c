@@ -359,10 +359,11 @@ static s_conv_rows s_rows(void)
 /* pre (M, K+1, K+1) = 2-D prefix sums over (kh, kw) of sum_c a[m][c][kh][kw],
  * for kernel codes a (M, nch, K, K): the sum of a row's codes over any
  * rectangle of taps is four lookups (S_RECT). */
-static void s_tap_prefix(int32_t *pre, const uint8_t *a, int M, int nch, int KH, int KW)
+static void s_tap_prefix_rows(int32_t *pre, const uint8_t *a, int m0, int m1, int nch, int KH,
+                              int KW)
 {
     const size_t PS = (size_t)(KH + 1) * (KW + 1), CK = (size_t)nch * KH * KW;
-    for (int m = 0; m < M; m++) {
+    for (int m = m0; m < m1; m++) {
         int32_t *ps = pre + (size_t)m * PS;
         memset(ps, 0, PS * 4);
         for (int kh = 0; kh < KH; kh++)
@@ -377,6 +378,11 @@ static void s_tap_prefix(int32_t *pre, const uint8_t *a, int M, int nch, int KH,
     }
 }
 
+static void s_tap_prefix(int32_t *pre, const uint8_t *a, int M, int nch, int KH, int KW)
+{
+    s_tap_prefix_rows(pre, a, 0, M, nch, KH, KW);
+}
+
 /* sum of the codes of the prefix table ps over taps [h0,h1) x [w0,w1) */
 #define S_RECT(ps, KW, h0, h1, w0, w1) \
     ((ps)[(h1) * ((KW) + 1) + (w1)] - (ps)[(h0) * ((KW) + 1) + (w1)] - \
@@ -387,9 +393,7 @@ static void s_tap_prefix(int32_t *pre, const uint8_t *a, int M, int nch, int KH,
  * SA = the codes of kernel row m over the taps [h0,h1) x [w0,w1) of the
  * column (prefix sums pre, tap ranges rh, rw); hcls (OH) = class of each
  * output row.  Returns nh.  Overwrites bases and hcls. */
-static int s_base_rows(double *bases, int *hcls, const int32_t *pre, const int *rh,
-                       const int *rw, int M, int OH, int OW, int KH, int KW, int nch, double cSA,
-                       double cK, const float *bias)
+static int s_row_classes(int *hcls, const int *rh, int OH, int KH)
 {
     int nh = 0;
     for (int oh = 0; oh < OH; oh++) {
@@ -399,8 +403,16 @@ static int s_base_rows(double *bases, int *hcls, const int32_t *pre, const int *
     }
     nh++;
     assert(nh <= s_max_classes(OH, KH));
+    return nh;
+}
+
+/* Rows [m0, m1) of s_base_rows' bases, the classes hcls (nh) given. */
+static void s_base_rows_of(double *bases, const int *hcls, int nh, const int32_t *pre,
+                           const int *rh, const int *rw, int m0, int m1, int OH, int OW, int KH,
+                           int KW, int nch, double cSA, double cK, const float *bias)
+{
     const size_t PS = (size_t)(KH + 1) * (KW + 1);
-    for (int m = 0; m < M; m++) {
+    for (int m = m0; m < m1; m++) {
         const int32_t *ps = pre + (size_t)m * PS;
         const double bm = bias ? bias[m] : 0.0;
         for (int oh = 0; oh < OH; oh++) {
@@ -415,6 +427,14 @@ static int s_base_rows(double *bases, int *hcls, const int32_t *pre, const int *
             }
         }
     }
+}
+
+static int s_base_rows(double *bases, int *hcls, const int32_t *pre, const int *rh,
+                       const int *rw, int M, int OH, int OW, int KH, int KW, int nch, double cSA,
+                       double cK, const float *bias)
+{
+    const int nh = s_row_classes(hcls, rh, OH, KH);
+    s_base_rows_of(bases, hcls, nh, pre, rh, rw, 0, M, OH, OW, KH, KW, nch, cSA, cK, bias);
     return nh;
 }
 
@@ -450,16 +470,17 @@ static s_shift_geo s_geo(const s_conv_rows *rows, int N, int nch, int H, int W, 
     return g;
 }
 
-/* Ap (M, np*T) lanes of the kernel codes a (M, nch, T): pairs (lp_pair) or
- * quads shifted to signed bytes (lp_quad_s8), m-tiles of 4 (tap t = kh*K +
- * kw of lane row p: lane p*T + t), or in the tile layout (group kh, row
- * p*K + kw; lp_tile.h), rows past M and channels past nch zero.
- * Overwrites Ap. */
-static void s_shift_pack_a(uint32_t *Ap, const uint8_t *a, int M, int nch, const s_shift_geo *g)
+/* Rows [m0, m1) of Ap (M, np*T), the lanes of the kernel codes a (M, nch,
+ * T): pairs (lp_pair) or quads shifted to signed bytes (lp_quad_s8),
+ * m-tiles of 4 (tap t = kh*K + kw of lane row p: lane p*T + t), or in the
+ * tile layout (group kh, row p*K + kw; lp_tile.h).  Writes those rows'
+ * lanes only: Ap is zeroed first by the caller (rows past M and channels
+ * past nch stay zero). */
+static void s_shift_pack_rows(uint32_t *Ap, const uint8_t *a, int m0, int m1, int M, int nch,
+                              const s_shift_geo *g)
 {
     const int T = g->T, K2 = g->np * T, K = g->K;
-    memset(Ap, 0, (g->tile ? lp_tile_pack_lanes(M, K, K2 / K) : lp_shift_pack_lanes(M, K2)) * 4);
-    for (int m = 0; m < M; m++)
+    for (int m = m0; m < m1; m++)
         for (int p = 0; p < g->np; p++)
             for (int t = 0; t < T; t++) {
                 const uint8_t *am = a + (size_t)m * nch * T;
@@ -583,6 +604,47 @@ static void s_shift_tilegemm(int32_t *S, const uint32_t *Ap, int M, const uint32
         (void)lp_tilegemm_emu(S, g->vlen, Ap, M, B, goff, g->K, R, g->vlen + 1, n);
 }
 
+typedef struct {
+    uint32_t *Ap;
+    int32_t *pre;
+    double *bases;
+    const uint8_t *a;
+    const float *bias;
+    const int *hcls, *rh, *rw;
+    const s_shift_geo *g;
+    int M, nch, nh;
+    double cSA, cK;
+} s_prep_job;
+
+/* Thread t's kernel rows of s_shift_conv's preparation: packed lanes,
+ * tap prefix sums and correction bases of rows [m0, m1), each row one
+ * thread's. */
+static void s_prep_worker(void *arg, int t, int nt)
+{
+    const s_prep_job *j = arg;
+    const int K = j->g->K;
+    size_t m0, m1;
+    nn_pool_share((size_t)j->M, t, nt, 1, &m0, &m1);
+    if (m1 <= m0)
+        return;
+    s_shift_pack_rows(j->Ap, j->a, (int)m0, (int)m1, j->M, j->nch, j->g);
+    s_tap_prefix_rows(j->pre, j->a, (int)m0, (int)m1, j->nch, K, K);
+    s_base_rows_of(j->bases, j->hcls, j->nh, j->pre, j->rh, j->rw, (int)m0, (int)m1, j->g->H,
+                   j->g->W, K, K, j->nch, j->cSA, j->cK, j->bias);
+}
+
+/* Threads of the preparation: a kernel row's work is about nch*T lanes
+ * and H*W bases; fewer threads for small kernels. */
+static int s_prep_threads(int M, int nch, const s_shift_geo *g)
+{
+    const size_t work = (size_t)M * ((size_t)nch * g->T * 2 + (size_t)g->H * g->W);
+    int nt = nn_pool_threads();
+    nt = nt > M ? M : nt;
+    while (nt > 1 && work / (size_t)nt < ((size_t)1 << 13))
+        nt--;
+    return nt < 1 ? 1 : nt;
+}
+
 /* out (N, M, H, W) = the stride-1 same conv (K x K, pad = (K-1)/2) of the
  * codes b (N, nch, H, W) with the kernel codes a (M, nch, K, K), in real
  * values: sum over the taps inside the image of (sa*a + ma)(sb*b + mb),
@@ -666,8 +728,7 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
     double *bases = lp_take(&sp, (size_t)M * s_max_classes(H, K) * W * sizeof(double));
     int *hcls = lp_take(&sp, (size_t)H * sizeof(int));
 
-    s_shift_pack_a(Ap, a, M, nch, g);
-    s_tap_prefix(pre, a, M, nch, K, K);
+    memset(Ap, 0, (g->tile ? lp_tile_pack_lanes(M, K, K2 / K) : lp_shift_pack_lanes(M, K2)) * 4);
     for (int o = 0; o < H; o++)
         s_tap_range(o, 1, pad, K, H, &rh[2 * o], &rh[2 * o + 1]);
     for (int o = 0; o < W; o++)
@@ -684,7 +745,10 @@ static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uin
     const double cSA = sa * mb, cK = ma * mb;
     j.cS = sa * sb;
     j.cSB = ma * sb;
-    j.nh = s_base_rows(bases, hcls, pre, rh, rw, M, H, W, K, K, nch, cSA, cK, bias);
+    j.nh = s_row_classes(hcls, rh, H, K);
+    /* the kernel rows' lanes, prefix sums and bases, split by rows */
+    s_prep_job pj = {Ap, pre, bases, a, bias, hcls, rh, rw, g, M, nch, j.nh, cSA, cK};
+    nn_pool_run(s_prep_threads(M, nch, g), s_prep_worker, &pj);
     j.Ap = Ap;
     j.bases = bases;
     j.hcls = hcls;

@@ -204,6 +204,7 @@ static const int s_cases[][7] = {
     {5, 136, 6, 12, 3, 1, 1},  /* over the shift path's channels: im2col */
     {14, 32, 16, 64, 1, 2, 0}, /* 1x1 strided shortcut */
     {32, 16, 8, 16, 3, 1, 1},  /* shift path, 3 chunks of 11: 4 of 8 on 2 threads */
+    {1, 64, 16, 64, 3, 1, 1},  /* shift path, one chunk: only the kernel rows split */
 };
 #define S_NCASES (sizeof s_cases / sizeof s_cases[0])
 
@@ -347,6 +348,8 @@ static void test_broken_split_caught(void **state)
         assert_true(s_case_diff(0, t) & S_DW);
         /* the shift conv's chunks, re-chunked to split evenly */
         assert_true((s_case_diff(6, t) & (S_OUT | S_DIN)) == (S_OUT | S_DIN));
+        /* the shift conv's kernel rows (lanes, prefix sums, bases) */
+        assert_true((s_case_diff(7, t) & (S_OUT | S_DIN)) == (S_OUT | S_DIN));
         /* Range EvoNorm's range pass */
         assert_true(s_ren_diff(t) & 1);
         /* the whole-tensor min/max: the minimum where share 1 starts */
