@@ -4,7 +4,7 @@
 # .c file goes into build/liblpgossip.a, except node/node_main.c which is the
 # `lpgossip` binary.  tests/test_*.c become cmocka programs, bench/bench_*.c
 # benchmark programs, tests/fuzz/fuzz_*.c libFuzzer targets (clang only).
-# Files ending in _avx2.c / _avx512.c / _avx512bf16.c / _amx.c get the
+# Files ending in _avx2.c / _avx512bw.c / _avx512.c / _avx512bf16.c / _amx.c get the
 # matching -m flags, _dotprod.c / _i8mm.c the matching -march (per file,
 # never the whole build); x86 files are built only for x86 targets, ARM
 # files (_neon, _dotprod, _i8mm, _arm) only for aarch64.  The code in them
@@ -59,7 +59,7 @@ ALL_SRC  := $(filter-out node/node_main.c,$(foreach m,$(MODULES),$(wildcard $(m)
 # for x86, the ARM ones only for aarch64; any other target builds the
 # portable kernels alone.
 TARGET   := $(shell $(CC) -dumpmachine 2>/dev/null)
-X86_PAT  := %_avx2.c %_avx512.c %_avx512bf16.c %_amx.c %_x86.c
+X86_PAT  := %_avx2.c %_avx512bw.c %_avx512.c %_avx512bf16.c %_amx.c %_x86.c
 ARM_PAT  := %_neon.c %_dotprod.c %_i8mm.c %_arm.c
 ifneq ($(filter x86_64-% i386-% i486-% i586-% i686-%,$(TARGET)),)
 SIMD_OFF := $(ARM_PAT)
@@ -90,7 +90,8 @@ FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 Q := $(if $(V),,@)
 
 SIMD_AVX2   := -mavx2 -mfma
-SIMD_AVX512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni
+SIMD_AVX512BW := -mavx2 -mfma -mavx512f -mavx512bw -mavx512vl
+SIMD_AVX512 := $(SIMD_AVX512BW) -mavx512vnni
 SIMD_BF16   := $(SIMD_AVX512) -mavx512bf16
 SIMD_AMX    := $(SIMD_AVX512) -mamx-tile -mamx-int8 -mamx-bf16
 SIMD_NEON    := -march=armv8-a
@@ -106,6 +107,11 @@ $(BUILD)/obj/%_avx2.o: %_avx2.c | check-deps
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS) $(SIMD_AVX2) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%_avx512bw.o: %_avx512bw.c | check-deps
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS) $(SIMD_AVX512BW) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%_avx512.o: %_avx512.c | check-deps
 	@mkdir -p $(dir $@)

@@ -42,6 +42,20 @@ static void s_fill_avx2(lp_kern_t *k)
     k->find_u8 = lp_find_u8_avx2;
 }
 
+/* AVX-512 F/BW/VL without VNNI: the elementwise quantization kernels
+ * (lp_quant_avx512.c uses no VNNI instruction) and the pair GEMM on zmm;
+ * the rest stays at AVX2. */
+static void s_fill_avx512(lp_kern_t *k)
+{
+    k->minmax = lp_minmax_avx512;
+    k->quantize = lp_quantize_avx512;
+    k->quantize_sr = lp_quantize_sr_avx512;
+    k->dequantize = lp_dequantize_avx512;
+    k->fake_quant_sr = lp_fake_quant_sr_avx512;
+    k->fake_quant_sr_add = lp_fake_quant_sr_add_avx512;
+    k->shiftgemm = lp_shiftgemm_avx512bw;
+}
+
 static void s_fill_avx512vnni(lp_kern_t *k)
 {
     k->minmax = lp_minmax_avx512;
@@ -87,6 +101,8 @@ void lp_kern_fill_arch(lp_kern_t *k, nn_cpu_t level)
 {
     if (level >= NN_CPU_AVX2)
         s_fill_avx2(k);
+    if (level >= NN_CPU_AVX512)
+        s_fill_avx512(k);
     if (level >= NN_CPU_AVX512VNNI)
         s_fill_avx512vnni(k);
     if (level >= NN_CPU_AMX)

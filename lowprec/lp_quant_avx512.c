@@ -1,6 +1,7 @@
 /* lp_quant_avx512 — AVX-512 versions of the lp_quant kernels (16 floats per
- * step; called at AVX512VNNI and above).  Same operation order as the _ref twins in lp_quant.c, so codes
- * and values are bit-identical; the tails run the scalar reference. */
+ * step; called at the avx512 level and above: AVX-512 F/BW/VL only, no VNNI
+ * instruction).  Same operation order as the _ref twins in lp_quant.c, so
+ * codes and values are bit-identical; the tails run the scalar reference. */
 #include <immintrin.h>
 
 #include "lowprec/lp_simd.h"

@@ -177,7 +177,7 @@ static void test_shiftgemm(void **state)
     nn_rng r;
     nn_rng_seed(&r, 14);
     static const int Ms[] = {1, 3, 4, 5, 9};
-    static const size_t ns[] = {1, 7, 8, 9, 23, 24, 25, 97};
+    static const size_t ns[] = {1, 7, 8, 9, 23, 24, 25, 31, 32, 33, 97};
     const size_t margin = 40;
     for (int T = 1; T <= 9; T += 8)
         for (int np = 1; np <= 3; np += 2)
