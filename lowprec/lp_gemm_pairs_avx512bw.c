@@ -2,9 +2,10 @@
  * lp_gemm.h) on 512-bit registers, for CPUs with AVX-512 BW but no VNNI
  * (the "avx512" level; AVX-512 VNNI runs byte quads instead).
  *
- * Owns:    lp_shiftgemm_avx512bw.
- * Exposes: it through lp_simd.h, for the kernel table (lp_kern_x86.c).
- * Callers: lp_shiftgemm at the avx512 level.
+ * Owns:    lp_shiftgemm_avx512bw and the correction of its rows
+ *          (lp_dequant_row_avx512bw, lp_dequant_rows_avx512bw).
+ * Exposes: them through lp_simd.h, for the kernel table (lp_kern_x86.c).
+ * Callers: lp_shiftgemm, lp_dequant_row(s) at the avx512 level.
  *
  * A tile is 4 rows x 32 columns in 8 zmm accumulators; every (pair row,
  * tap) step loads two vectors of B at the tap's offset and broadcasts one
@@ -13,6 +14,7 @@
  * so the compiler cannot fuse the pair into vpdpwssd. */
 #include <immintrin.h>
 
+#include "lowprec/lp_gemm.h"
 #include "lowprec/lp_simd.h"
 
 #define S_MADD(c, a) \
@@ -76,4 +78,35 @@ void lp_shiftgemm_avx512bw(int32_t *S, size_t ldc, const uint32_t *Ap, int M, co
                    ldb, np, toff, T, w);
         }
     }
+}
+
+/* out = (float)(c*S + t + base) in double, 8 values a step: the same three
+ * roundings as lp_dequant_row_ref (mul, add, add; no FMA), then one to
+ * float; the tail runs the twin. */
+static inline __attribute__((always_inline)) void
+s_dequant_row(float *out, const int32_t *S, const double *t, __m512d vc, double c,
+              const double *base, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512d v = _mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)(S + i)));
+        v = _mm512_add_pd(_mm512_add_pd(_mm512_mul_pd(vc, v), _mm512_loadu_pd(t + i)),
+                          _mm512_loadu_pd(base + i));
+        _mm256_storeu_ps(out + i, _mm512_cvtpd_ps(v));
+    }
+    lp_dequant_row_ref(out + i, S + i, t + i, c, base + i, n - i);
+}
+
+void lp_dequant_row_avx512bw(float *out, const int32_t *S, const double *t, double c,
+                             const double *base, size_t n)
+{
+    s_dequant_row(out, S, t, _mm512_set1_pd(c), c, base, n);
+}
+
+void lp_dequant_rows_avx512bw(float *out, const int32_t *S, const double *t, double c,
+                              const double *base, size_t W, int rows)
+{
+    const __m512d vc = _mm512_set1_pd(c);
+    for (int r = 0; r < rows; r++)
+        s_dequant_row(out + (size_t)r * W, S + (size_t)r * W, t + (size_t)r * W, vc, c, base, W);
 }

@@ -43,8 +43,8 @@ static void s_fill_avx2(lp_kern_t *k)
 }
 
 /* AVX-512 F/BW/VL without VNNI: the elementwise quantization kernels
- * (lp_quant_avx512.c uses no VNNI instruction) and the pair GEMM on zmm;
- * the rest stays at AVX2. */
+ * (lp_quant_avx512.c uses no VNNI instruction), the pair GEMM and its row
+ * correction on zmm; the rest stays at AVX2. */
 static void s_fill_avx512(lp_kern_t *k)
 {
     k->minmax = lp_minmax_avx512;
@@ -54,6 +54,8 @@ static void s_fill_avx512(lp_kern_t *k)
     k->fake_quant_sr = lp_fake_quant_sr_avx512;
     k->fake_quant_sr_add = lp_fake_quant_sr_add_avx512;
     k->shiftgemm = lp_shiftgemm_avx512bw;
+    k->dequant_row = lp_dequant_row_avx512bw;
+    k->dequant_rows = lp_dequant_rows_avx512bw;
 }
 
 static void s_fill_avx512vnni(lp_kern_t *k)

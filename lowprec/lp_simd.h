@@ -131,6 +131,10 @@ void lp_shiftgemm_avx2(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const 
                        size_t ldb, int np, const int *toff, int T, size_t n);
 void lp_shiftgemm_avx512bw(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                            size_t ldb, int np, const int *toff, int T, size_t n);
+void lp_dequant_row_avx512bw(float *out, const int32_t *S, const double *t, double c,
+                             const double *base, size_t n);
+void lp_dequant_rows_avx512bw(float *out, const int32_t *S, const double *t, double c,
+                              const double *base, size_t W, int rows);
 void lp_dequant_row_avx2(float *out, const int32_t *S, const double *t, double c,
                          const double *base, size_t n);
 void lp_dequant_rows_avx2(float *out, const int32_t *S, const double *t, double c,
