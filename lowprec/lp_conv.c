@@ -962,6 +962,37 @@ static void s_dgrad_im2col(float *din, const uint8_t *gq, lp_qparams gp, const l
     nn_pool_run(s_i2c_threads(d, j.part), s_dgrad_worker, &j);
 }
 
+typedef struct {
+    uint8_t *wf;
+    const uint8_t *wq;
+    int OC, C, T;
+} s_flip_job;
+
+static void s_flip_worker(void *arg, int t, int nt)
+{
+    const s_flip_job *j = arg;
+    const int OC = j->OC, C = j->C, T = j->T;
+    size_t c0, c1;
+    nn_pool_share((size_t)C, t, nt, 1, &c0, &c1);
+    for (size_t c = c0; c < c1; c++)
+        for (int oc = 0; oc < OC; oc++)
+            for (int k = 0; k < T; k++)
+                j->wf[(c * OC + oc) * T + k] = j->wq[((size_t)oc * C + c) * T + T - 1 - k];
+}
+
+/* wf (C, OC, T) = the kernel codes wq (OC, C, T) with the taps flipped and
+ * the channels swapped: wf[c][oc][t] = wq[oc][c][T-1-t].  Overwrites wf;
+ * rows c split over the pool. */
+static void s_flip_kernel(uint8_t *wf, const uint8_t *wq, int OC, int C, int T)
+{
+    s_flip_job j = {wf, wq, OC, C, T};
+    int nt = nn_pool_threads();
+    nt = nt > C ? C : nt;
+    while (nt > 1 && (size_t)OC * C * T / (size_t)nt < ((size_t)1 << 13))
+        nt--;
+    nn_pool_run(nt < 1 ? 1 : nt, s_flip_worker, &j);
+}
+
 void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                         const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
                         void *scratch)
@@ -982,12 +1013,8 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
     if (s_use_shift(d)) {
         /* din = the same conv of the gradient codes with the kernel
          * flipped and the channels swapped: wf[c][oc][t] = wq[oc][c][T-1-t] */
-        const int T = KH * KW;
         uint8_t *wf = lp_take(&sp, (size_t)OC * CK);
-        for (int oc = 0; oc < OC; oc++)
-            for (int c = 0; c < C; c++)
-                for (int t = 0; t < T; t++)
-                    wf[((size_t)c * OC + oc) * T + t] = sv->wq[((size_t)oc * C + c) * T + T - 1 - t];
+        s_flip_kernel(wf, sv->wq, OC, C, KH * KW);
         s_shift_conv(din, gq, gp, wf, sv->wp, NULL, N, OC, C, H, W, KH, d->pad, sp);
         return;
     }

@@ -230,6 +230,48 @@ static void s_bf16_chunk_rows(uint16_t *col, uint16_t *ones, uint16_t *gg, const
     nn_pool_run(nt < 1 ? 1 : nt, s_bf16_sample_worker, &jb);
 }
 
+typedef struct {
+    float *dw;
+    const float *D, *E; /* E: NULL on the FP32 path */
+    double sx, mx;
+    size_t rows;        /* rows of T taps: OC (bf16: C*T each) or OC*C (FP32) */
+    int CT, T, K;
+} s_dw_job;
+
+/* Thread t's rows of the final dw update: bf16, dw[oc][k] += sx*D[oc][k] +
+ * mx*E[oc][k % T] (rows of C*T); FP32, dw[r][kh*K + kw] += D[r][kw*K + kh]
+ * (the sums in variant order, rows of T).  Each row one thread's. */
+static void s_dw_worker(void *arg, int t, int nt)
+{
+    const s_dw_job *j = arg;
+    size_t r0, r1;
+    nn_pool_share(j->rows, t, nt, 1, &r0, &r1);
+    for (size_t r = r0; r < r1; r++) {
+        if (j->E) {
+            const size_t CT = (size_t)j->CT;
+            for (size_t k = 0; k < CT; k++)
+                j->dw[r * CT + k] += (float)(j->sx * j->D[r * CT + k] +
+                                             j->mx * j->E[r * (size_t)j->T + k % (size_t)j->T]);
+        } else {
+            const int K = j->K;
+            for (int u = 0; u < j->T; u++)
+                j->dw[r * (size_t)j->T + (size_t)(u % K) * K + u / K] += j->D[r * (size_t)j->T + u];
+        }
+    }
+}
+
+/* The final dw update of s_dw_worker over the pool (rows of one thread:
+ * the same bits for any thread count). */
+static void s_dw_run(s_dw_job *j)
+{
+    const size_t work = j->rows * (size_t)(j->E ? j->CT : j->T);
+    int nt = nn_pool_threads();
+    nt = (size_t)nt > j->rows ? (int)j->rows : nt;
+    while (nt > 1 && work / (size_t)nt < ((size_t)1 << 13))
+        nt--;
+    nn_pool_run(nt < 1 ? 1 : nt, s_dw_worker, j);
+}
+
 /* dw (OC, C, KH, KW) += the conv weight gradient in bf16 (lp_bf16.h): with
  * x = sx*q + mx inside the image,
  *   dw[oc][c][t] += sx * D[oc][c][t] + mx * E[oc][t],
@@ -268,11 +310,8 @@ static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, cons
             lp_shiftdot_bf16(E, (size_t)T, gg, cs, OC, ones, cs, T, &zero, 1, n);
         }
     }
-    const double sx = sv->xp.scale, mx = sv->xp.min;
-    for (int oc = 0; oc < OC; oc++)
-        for (int k = 0; k < C * T; k++)
-            dw[(size_t)oc * C * T + k] +=
-                (float)(sx * D[(size_t)oc * C * T + k] + mx * E[(size_t)oc * T + k % T]);
+    s_dw_job dj = {dw, D, E, sv->xp.scale, sv->xp.min, (size_t)OC, C * T, T, d->KW};
+    s_dw_run(&dj);
 }
 
 /* Zeroes the lanes of a grid row (vlen lanes, s_shift_grid's layout with
@@ -426,9 +465,8 @@ static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const
         s_f32_grids(gx, gg, vlen, sv, dout, d, n0, cnt);
         s_f32_dot(Dt, (size_t)C * T, gg + J0, vlen, OC, gx + J0, (size_t)V * vlen, C, toff, T, n);
     }
-    for (size_t r = 0; r < (size_t)OC * C; r++)
-        for (int u = 0; u < T; u++)
-            dw[r * T + (size_t)(u % K) * K + u / K] += Dt[r * T + u];
+    s_dw_job dj = {dw, Dt, NULL, 0, 0, (size_t)OC * C, C * T, T, K};
+    s_dw_run(&dj);
 }
 
 typedef struct {

@@ -348,8 +348,9 @@ static void test_broken_split_caught(void **state)
         assert_true(s_case_diff(0, t) & S_DW);
         /* the shift conv's chunks, re-chunked to split evenly */
         assert_true((s_case_diff(6, t) & (S_OUT | S_DIN)) == (S_OUT | S_DIN));
-        /* the shift conv's kernel rows (lanes, prefix sums, bases) */
-        assert_true((s_case_diff(7, t) & (S_OUT | S_DIN)) == (S_OUT | S_DIN));
+        /* the shift conv's kernel rows (lanes, prefix sums, bases), the
+         * flipped kernel of the input gradient, the final dw update */
+        assert_true(s_case_diff(7, t) == (S_OUT | S_DIN | S_DW));
         /* Range EvoNorm's range pass */
         assert_true(s_ren_diff(t) & 1);
         /* the whole-tensor min/max: the minimum where share 1 starts */
@@ -377,6 +378,7 @@ static void test_broken_split_caught(void **state)
             assert_true(s_case_diff(3, t) & S_DW); /* strided: lowered rows */
             assert_true(s_case_diff(5, t) & S_DW); /* 1x1 strided */
             assert_true(s_case_diff(0, t) & S_DB); /* bias channels */
+            assert_true(s_case_diff(7, t) & S_DW); /* grids, final dw update */
         }
         nn_pool_fault(0);
         assert_int_equal(s_case_diff(3, 2), 0);
