@@ -131,6 +131,31 @@ static int s_retry_unsent(gossip_link *l, char *err, size_t errlen)
     return 0;
 }
 
+/* The last round of the run: what is still kept goes out, waiting for the
+ * queue (up to the send timeout): no later message would announce it, and
+ * the receivers would wait for it until they declared us down. */
+static void s_flush_unsent(gossip_link *l)
+{
+    int to;
+    const uint8_t *msg;
+    size_t len;
+    char err[512];
+    for (int k = 0; l->round.nunsent && (len = gossip_node_outbox(l->g, k, &to, &msg)) > 0; k++) {
+        if (!l->round.unsent[to])
+            continue;
+        if (gossip_net_send(l->net, to, msg, len, err, sizeof err) != 0) {
+            gossip_link_log(l, "last message to %s not sent (its share stays here): %s",
+                            gossip_link_id(l, to), err);
+            continue;
+        }
+        gossip_node_keep(l->g, to, 0);
+        l->round.unsent[to] = 0;
+        l->round.nunsent--;
+        l->st.kept_sent_late++;
+        l->p[to].sent_dealer = nn_now();
+    }
+}
+
 /* Flow control: a live out-neighbour is too far behind iteration iter. */
 static int s_flow_blocked(const gossip_link *l, uint64_t iter)
 {
@@ -261,6 +286,8 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
             return nn_errf(err, errlen, "%s", l->fatal_msg);
     double t3 = nn_now();
     tm->wait += (t1 - t0) + (t3 - t2);
+    if (l->round.nunsent && l->cfg.iters && iter + 1 >= l->cfg.iters)
+        s_flush_unsent(l);
     if (l->round.nunsent) { /* the kept ones stay kept: announced next time */
         memset(l->round.unsent, 0, (size_t)l->n);
         l->round.nunsent = 0;

@@ -240,8 +240,8 @@ static int s_jammed(gossip_sim *s, int from, int to)
         *run = 0;
         return 0;
     }
-    if (s->jam_keep && gossip_node_keep(s->nodes[from], to, 1) != 0)
-        return 0; /* this node cannot keep shares: sent */
+    if (s->jam_keep)
+        gossip_node_keep(s->nodes[from], to, 1); /* where it cannot: lost, as in the link */
     (*run)++;
     s->jammed++;
     return 1;

@@ -59,7 +59,8 @@ int gossip_sim_steps(const gossip_sim *s, int rank, uint64_t iter);
  * not sent, as when the transport's queue to that peer is full; never more
  * than S in a row on one pair, so that bounded staleness can mix.  keep = 1:
  * the sender keeps its share (gossip_node_keep) and announces it with its
- * next message; keep = 0: the message is lost and the receiver, which
+ * next message (a node that cannot keep shares loses it, as the link
+ * does); keep = 0: the message is lost and the receiver, which
  * learns so from the next one, mixes a stand-in (its own value) for it.
  * frac 0 turns jamming off.  Counts the messages not sent in *jammed. */
 void gossip_sim_set_jam(gossip_sim *s, int rank, double frac, int keep, uint64_t seed);
