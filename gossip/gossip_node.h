@@ -74,7 +74,10 @@
  *     peer sent later on the same FIFO connection proves an earlier one
  *     lost.  dpsgd/deepsqueeze then mix that iteration without it, the
  *     receiver keeping that row weight itself (the sender counted the mass
- *     as delivered; psi_i ~ psi_j, so psi stays put even on lossy links).
+ *     as delivered).  That stand-in is short of the lost mass (psi_i after
+ *     a mix without it is below psi_j), so with push-sum and S > 0 a message
+ *     the transport does not take is kept instead (gossip_node_keep: exact;
+ *     docs/gossip.md "Kept shares").
  *     Choco waits for the peer's RESYNC (GOSSIP_PEER_WANTS_RESYNC: the caller
  *     sends a RESYNC_REQ); the peer is alive, so it is one round trip away.
  *     A copy that is unknown (gossip_node_peer_reset: the peer restarted)

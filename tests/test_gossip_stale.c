@@ -8,7 +8,9 @@
  * (top-k + q8); deepsqueeze within its quantization bound.  S > 0 without
  * delays, and the in-flight queue with zero delays, are bit-identical to the
  * synchronous path.  The slow node's step pattern, the --delays parser and
- * the configuration checks; late, duplicate and replayed messages.
+ * the configuration checks; late, duplicate and replayed messages.  SGP
+ * over a jammed link: kept shares conserve sum x and sum psi exactly, the
+ * stand-ins of lost messages do not.
  */
 #include <math.h>
 #include <setjmp.h>
