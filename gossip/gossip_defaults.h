@@ -64,6 +64,11 @@
  * kernel (docs/gossip.md "Kept shares") */
 #define GOSSIP_DEF_PS_DEALER_HWM        1
 #define GOSSIP_DEF_PS_DEALER_SNDBUF     65536
+/* and their ZMTP heartbeat waits this long: its PING queues behind up to two
+ * messages per connection (425 KB each for the cnn in q8: 7-14 s at
+ * 1 Mbit/s on a link two connections share); the node's own silence limits
+ * (--peer-timeout) still declare a dead peer down */
+#define GOSSIP_DEF_PS_DEALER_HEARTBEAT_MS 30000
 #define GOSSIP_DEF_HEARTBEAT_IVL_MS     1000  /* ZMTP heartbeat interval */
 #define GOSSIP_DEF_HEARTBEAT_TIMEOUT_MS 10000 /* a peer silent this long is dropped */
 #define GOSSIP_DEF_DISCOVERY_IVL_MS     1000  /* `discovery: lan`: beacon interval */

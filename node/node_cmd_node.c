@@ -299,6 +299,7 @@ static int s_connect(s_node *s, char *err, size_t errlen)
     if (o->g.gc.algo == GOSSIP_DPSGD && o->g.gc.push_sum && o->g.gc.staleness > 0) {
         nc.dealer_hwm = GOSSIP_DEF_PS_DEALER_HWM; /* backed up: kept, not queued */
         nc.dealer_sndbuf = GOSSIP_DEF_PS_DEALER_SNDBUF;
+        nc.dealer_heartbeat_timeout_ms = GOSSIP_DEF_PS_DEALER_HEARTBEAT_MS;
     }
     /* two announcers for a rank: the silent one gives way within --peer-timeout */
     double probe = o->n.lc.peer_floor < timeout ? o->n.lc.peer_floor : timeout;
