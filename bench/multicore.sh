@@ -7,8 +7,10 @@
 #   3. bench_precision (resnet20, cnn, mlp) at 1, 2, 4, 8 and 16 threads:
 #      the thread scaling and the int8/FP32 ratio per level;
 #   4. a node slowed to a third of a CPU (a cgroup quota where the machine
-#      allows it) with a core per node: 4- and 8-node rings, Choco top-1%+q8
-#      and SGP, each against an undisturbed run;
+#      allows it) with a core per node: 4- and 8-node rings and complete
+#      graphs, Choco top-1%+q8 and SGP (MC_CASES: c4 s4 c8 s8 k4 k4s k8
+#      k8s; default c4 s4 c8), each against an undisturbed run; cases run
+#      side by side while their nodes fit the cores;
 #   5. 16 nodes on a 4x4 torus, a core each;
 #   6. where perf runs (MC_PERF=path, sampling on the cpu-clock, which needs
 #      no hardware counters): where the int8 step's time goes at 1 and 2
@@ -80,24 +82,49 @@ if part 4; then
     B=${MC_SIZE:-"--model cnn --train-subset 8000 --epochs 3"}
     R4=results/slow-node/ring4-undirected.yaml
     R8=topologies/ring8-undirected.yaml
+    K4=topologies/complete4.yaml
+    K8=topologies/complete8.yaml
     C="--compress topk:0.01+q8"
     S="--algo dpsgd --compress q8"
-    # case name, base port, topology and flags
+    # case name: c = Choco top-1%+q8, s = SGP q8 on the 4- or 8-node ring,
+    # k = complete graphs (k4, k8 Choco; k4s, k8s SGP).  Base port,
+    # topology and flags of each:
     cases=${MC_CASES:-"c4 s4 c8"}
     s_case() {
         case $1 in
         c4) echo 21000 $R4 $C ;;
         s4) echo 21100 $R4 $S ;;
         c8) echo 21200 $R8 $C ;;
+        s8) echo 21300 $R8 $S ;;
+        k4) echo 21400 $K4 $C ;;
+        k4s) echo 21500 $K4 $S ;;
+        k8) echo 21600 $K8 $C ;;
+        k8s) echo 21700 $K8 $S ;;
+        *) echo "unknown case $1 (c4 s4 c8 s8 k4 k4s k8 k8s)" >&2; return 1 ;;
         esac
     }
-    for seed in ${MC_SEEDS:-1 2}; do
-        for c in $cases; do s_run ${c}b$seed $(s_case $c) $B --seed $seed & done; wait
+    # cases run side by side while their nodes fit the cores (a core per
+    # node), the next group after; $1 = b (undisturbed) or q (held node)
+    cores=$(nproc)
+    s_group() {
+        local kind=$1 seed=$2 used=0 c n
         for c in $cases; do
-            s_run ${c}q$seed $(s_case $c) $B --seed $seed --quota 2:0.333 ${MC_QFLAGS:-} \
-                --baseline $out/${c}b$seed &
+            s_case $c > /dev/null || continue
+            case $c in *8*) n=8 ;; *) n=4 ;; esac
+            if [ $used -gt 0 ] && [ $((used + n)) -gt "$cores" ]; then wait; used=0; fi
+            used=$((used + n))
+            if [ $kind = b ]; then
+                s_run ${c}b$seed $(s_case $c) $B --seed $seed &
+            else
+                s_run ${c}q$seed $(s_case $c) $B --seed $seed --quota 2:0.333 ${MC_QFLAGS:-} \
+                    --baseline $out/${c}b$seed &
+            fi
         done
         wait
+    }
+    for seed in ${MC_SEEDS:-1 2}; do
+        s_group b $seed
+        s_group q $seed
     done
     for f in "$out"/*q?/summary.md; do echo "--- $f"; cat "$f"; done 2>/dev/null |
         grep -E '^---|node flags|accuracy|wall time|CPU quota|against' | cut -c1-220

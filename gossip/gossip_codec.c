@@ -353,7 +353,7 @@ void gossip_deflater_free(gossip_deflater *d)
 size_t gossip_msg_deflate(gossip_buf *msg, gossip_deflater *d, int level)
 {
     assert(msg->len >= GOSSIP_HEADER_BYTES);
-    uint16_t flags = (uint16_t)(msg->data[6] | msg->data[7] << 8);
+    uint16_t flags = (uint16_t)(msg->data[GOSSIP_HDR_FLAGS_AT] | msg->data[GOSSIP_HDR_FLAGS_AT + 1] << 8);
     assert(!(flags & GOSSIP_FLAG_DEFLATE) && (msg->data[5] == GOSSIP_MSG_GOSSIP || msg->data[5] == GOSSIP_MSG_RESYNC));
     size_t raw = msg->len - GOSSIP_HEADER_BYTES;
     if (raw <= 5) /* 4 + at least one stream byte cannot be smaller */
@@ -740,8 +740,12 @@ int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *lay
     if (h->kind < GOSSIP_MSG_HELLO || h->kind > GOSSIP_MSG_LAST)
         return S_BAD("unknown message kind %u (known 1..%d)", h->kind, GOSSIP_MSG_LAST);
     h->flags = (uint16_t)s_le(&r, 2);
-    if (h->flags & ~(GOSSIP_FLAG_PUSH_SUM | GOSSIP_FLAG_DEFLATE))
+    if (h->flags & ~(GOSSIP_FLAG_PUSH_SUM | GOSSIP_FLAG_DEFLATE | GOSSIP_FLAG_KEPT))
         return S_BAD("unknown flags 0x%04x", h->flags);
+    if ((h->flags & GOSSIP_FLAG_KEPT) &&
+        (h->kind != GOSSIP_MSG_GOSSIP || !(h->flags & GOSSIP_FLAG_PUSH_SUM)))
+        return S_BAD("%s message has the kept flag (only push-sum GOSSIP messages carry it)",
+                     s_kind_name(h->kind));
     int has_blocks = h->kind == GOSSIP_MSG_GOSSIP || h->kind == GOSSIP_MSG_RESYNC;
     if ((h->flags & GOSSIP_FLAG_DEFLATE) && !has_blocks)
         return S_BAD("%s message has the deflate flag (only GOSSIP and RESYNC payloads are deflated)",

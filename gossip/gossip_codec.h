@@ -88,6 +88,13 @@ enum {
 
 #define GOSSIP_FLAG_PUSH_SUM 0x0001u
 #define GOSSIP_FLAG_DEFLATE  0x0002u
+/* GOSSIP with push-sum only: the sender kept (did not send) its shares of
+ * its messages to this receiver after its previous one that went out,
+ * through iteration iter - 1: the receiver mixes nothing for them (no
+ * stand-in), the sender's x and psi hold that mass (docs/gossip.md "Kept
+ * shares").  Offset of the flags in the header: GOSSIP_HDR_FLAGS_AT. */
+#define GOSSIP_FLAG_KEPT     0x0004u
+#define GOSSIP_HDR_FLAGS_AT  6
 
 typedef struct {
     uint8_t  version;

@@ -58,6 +58,17 @@
 #define GOSSIP_DEF_SEND_TIMEOUT_MS      60000 /* a blocked send gives up after this (ZMQ_SNDTIMEO) */
 #define GOSSIP_DEF_LINGER_MS            1000  /* unsent messages kept this long at close */
 #define GOSSIP_DEF_HWM                  256   /* messages queued per peer (ZeroMQ high-water mark) */
+/* push-sum with bounded staleness: a message to a peer whose connection is
+ * backed up is kept (gossip_node_keep), not queued behind the others, so
+ * each DEALER queues at most this many messages and this many bytes in the
+ * kernel (docs/gossip.md "Kept shares") */
+#define GOSSIP_DEF_PS_DEALER_HWM        1
+#define GOSSIP_DEF_PS_DEALER_SNDBUF     65536
+/* and their ZMTP heartbeat waits this long: its PING queues behind up to two
+ * messages per connection (425 KB each for the cnn in q8: 7-14 s at
+ * 1 Mbit/s on a link two connections share); the node's own silence limits
+ * (--peer-timeout) still declare a dead peer down */
+#define GOSSIP_DEF_PS_DEALER_HEARTBEAT_MS 30000
 #define GOSSIP_DEF_HEARTBEAT_IVL_MS     1000  /* ZMTP heartbeat interval */
 #define GOSSIP_DEF_HEARTBEAT_TIMEOUT_MS 10000 /* a peer silent this long is dropped */
 #define GOSSIP_DEF_DISCOVERY_IVL_MS     1000  /* `discovery: lan`: beacon interval */

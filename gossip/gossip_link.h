@@ -222,6 +222,9 @@ typedef struct {
                                   ROUTER reply, a full queue */
     uint64_t resync_bytes;     /* bytes of those */
     uint64_t dropped_full;     /* GOSSIP not sent: the peer's queue was full */
+    uint64_t kept_full;        /* of those, push-sum: the share kept, announced by
+                                  the next message to that peer (not lost) */
+    uint64_t kept_sent_late;   /* GOSSIP the queue took later in its round */
     uint64_t dropped_test;     /* GOSSIP dropped by drop_gossip */
     uint64_t flow_waits;       /* rounds that waited for a slow out-neighbour */
     uint64_t fresh_waits;      /* rounds that waited (fresh_wait) for a level neighbour */

@@ -108,6 +108,9 @@ struct gossip_link {
         double   start;            /* clock the current round began */
         int     *fresh;            /* n: the neighbours a fresh wait waits for */
         uint64_t progress_every;   /* PING in-neighbours every this many rounds */
+        uint8_t *unsent;           /* n: the round's message to it is kept,
+                                      retried while the round waits */
+        int      nunsent;
     } round;
 };
 

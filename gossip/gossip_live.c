@@ -251,8 +251,8 @@ void gossip_live_ping(gossip_link *l, int progress)
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
         gossip_peer *p = &l->p[j];
-        if (p->is_out && now - p->sent_dealer >= l->cfg.ping_every)
-            gossip_link_ctl(l, GOSSIP_MSG_PING, j, 0, at);
+        if (p->is_out && now - p->sent_dealer >= l->cfg.ping_every) /* kept ones: not lost */
+            gossip_link_ctl(l, GOSSIP_MSG_PING, j, 0, gossip_node_sent_thru_to(l->g, j));
         if (p->is_in && (progress || now - p->sent_router >= l->cfg.ping_every))
             gossip_link_ctl(l, GOSSIP_MSG_PING, j, 1, at);
     }

@@ -48,13 +48,13 @@ static int s_hello_restart(gossip_link *l, int from, uint64_t iter, uint64_t non
 static void s_hello_ack(gossip_link *l, int j, int router, uint64_t status)
 {
     if (!status || !l->net) {
-        gossip_link_ctl(l, GOSSIP_MSG_HELLO_ACK, j, router, gossip_node_sent_thru(l->g));
+        gossip_link_ctl(l, GOSSIP_MSG_HELLO_ACK, j, router, gossip_node_sent_thru_to(l->g, j));
         return;
     }
     char err[512];
     if (router && !gossip_proof_router_trusted(l, j))
         return;
-    gossip_msg_encode_hello_ack((uint32_t)l->rank, gossip_node_sent_thru(l->g), l->fp, l->nonce,
+    gossip_msg_encode_hello_ack((uint32_t)l->rank, gossip_node_sent_thru_to(l->g, j), l->fp, l->nonce,
                                 status, &l->ctl);
     int rc = router ? gossip_net_reply(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err)
                     : gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err);

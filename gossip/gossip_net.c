@@ -493,6 +493,11 @@ static int s_dealer(gossip_net *net, const gossip_net_config *cfg, int k, char *
     void *d = zmq_socket(net->ctx, ZMQ_DEALER);
     net->dealers[k] = d;
     if (!d || s_common_opts(d, cfg, net->max_msg, 0) != 0 ||
+        (cfg->dealer_hwm > 0 && s_setopt_int(d, ZMQ_SNDHWM, cfg->dealer_hwm) != 0) ||
+        (cfg->dealer_sndbuf > 0 && s_setopt_int(d, ZMQ_SNDBUF, cfg->dealer_sndbuf) != 0) ||
+        (cfg->dealer_heartbeat_timeout_ms > 0 &&
+         (s_setopt_int(d, ZMQ_HEARTBEAT_TIMEOUT, cfg->dealer_heartbeat_timeout_ms) != 0 ||
+          s_setopt_int(d, ZMQ_HEARTBEAT_TTL, cfg->dealer_heartbeat_timeout_ms) != 0)) ||
         zmq_setsockopt(d, ZMQ_ROUTING_ID, myid, strlen(myid)) != 0 ||
         s_setopt_int(d, ZMQ_SNDTIMEO, cfg->send_timeout_ms) != 0)
         return s_zerr(err, errlen, "cannot set up the DEALER to", t->nodes[j].id);

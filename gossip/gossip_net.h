@@ -99,6 +99,12 @@ typedef struct {
     int         send_timeout_ms; /* DEALER ZMQ_SNDTIMEO                   [60000] */
     int         linger_ms;   /* ZMQ_LINGER of every socket on destroy     [1000] */
     int         hwm;         /* SNDHWM / RCVHWM in messages               [256] */
+    int         dealer_hwm;  /* SNDHWM of the DEALERs; 0: hwm             [0] */
+    int         dealer_sndbuf; /* SO_SNDBUF of the DEALERs (bytes); 0: the
+                                  system's, autotuned                     [0] */
+    int         dealer_heartbeat_timeout_ms; /* the DEALERs' ZMTP heartbeat
+                                  timeout and TTL: a PING queued behind a
+                                  slow link's messages; 0: heartbeat_timeout_ms */
     int         heartbeat_ivl_ms;     /* ZMTP heartbeats: interval        [1000] */
     int         heartbeat_timeout_ms; /* peer silent this long: drop it   [10000] */
     FILE       *log;         /* rejections are logged here; NULL: silent */

@@ -144,6 +144,10 @@ gossip_node *gossip_node_new(const gossip_config *cfg, const nn_arena *layout, c
         g->peer[g->out_union[k]].is_out = 1;
     g->slots = nn_xcalloc((size_t)(g->nin ? g->nin : 1) * GOSSIP_SLOTS, sizeof *g->slots);
     g->stale = nn_xcalloc((size_t)(g->nin ? g->nin : 1), sizeof *g->stale);
+    g->keep_now = nn_xcalloc((size_t)n, sizeof *g->keep_now);
+    g->kept_from = nn_xcalloc((size_t)n, sizeof *g->kept_from);
+    for (int j = 0; j < n; j++)
+        g->kept_from[j] = UINT64_MAX;
     g->work = nn_xalloc_aligned(d * sizeof(float));
     g->acc = nn_xalloc_aligned(d * sizeof(double));
     if (cfg->algo == GOSSIP_CHOCO) {
@@ -172,6 +176,9 @@ void gossip_node_destroy(gossip_node **self_p)
         gossip_payload_free(&g->slots[k].pl);
     free(g->slots);
     free(g->stale);
+    free(g->keep_now);
+    free(g->kept_from);
+    gossip_buf_free(&g->out_kept);
     gossip_buf_free(&g->resync);
     if (g->xhat_in)
         for (int k = 0; k < g->nin; k++)
@@ -228,6 +235,29 @@ uint64_t gossip_node_iter(const gossip_node *g)
 uint64_t gossip_node_sent_thru(const gossip_node *g)
 {
     return g->iter + (uint64_t)g->prepared;
+}
+
+uint64_t gossip_node_sent_thru_to(const gossip_node *g, int rank)
+{
+    uint64_t at = gossip_node_sent_thru(g);
+    if (rank < 0 || rank >= g->n)
+        return at;
+    if (g->prepared && g->keep_now[rank] && g->iter < at)
+        at = g->iter;
+    return g->kept_from[rank] < at ? g->kept_from[rank] : at;
+}
+
+int gossip_node_keep(gossip_node *g, int rank, int keep)
+{
+    if (g->cfg.algo != GOSSIP_DPSGD || !g->cfg.push_sum || !g->cfg.staleness || !g->prepared ||
+        rank < 0 || rank >= g->n)
+        return -1;
+    for (int a = 0; a < g->ndest; a++)
+        if (g->dest[a] == rank) {
+            g->keep_now[rank] = (uint8_t)(keep != 0);
+            return 0;
+        }
+    return -1;
 }
 
 const nn_arena *gossip_node_layout(const gossip_node *g)

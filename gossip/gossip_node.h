@@ -74,7 +74,10 @@
  *     peer sent later on the same FIFO connection proves an earlier one
  *     lost.  dpsgd/deepsqueeze then mix that iteration without it, the
  *     receiver keeping that row weight itself (the sender counted the mass
- *     as delivered; psi_i ~ psi_j, so psi stays put even on lossy links).
+ *     as delivered).  That stand-in is short of the lost mass (psi_i after
+ *     a mix without it is below psi_j), so with push-sum and S > 0 a message
+ *     the transport does not take is kept instead (gossip_node_keep: exact;
+ *     docs/gossip.md "Kept shares").
  *     Choco waits for the peer's RESYNC (GOSSIP_PEER_WANTS_RESYNC: the caller
  *     sends a RESYNC_REQ); the peer is alive, so it is one round trip away.
  *     A copy that is unknown (gossip_node_peer_reset: the peer restarted)
@@ -139,6 +142,10 @@ typedef struct {
     uint64_t iter_absent;                      /* in-neighbours left out of the last mix */
     uint64_t resyncs_sent, resyncs_recv;       /* RESYNC messages encoded / applied */
     uint64_t psi_resets;                       /* push-sum safety net (see membership) */
+    uint64_t shares_kept;                      /* messages not sent whose share this
+                                                  node kept (gossip_node_keep) */
+    uint64_t kept_recv;                        /* in-neighbours' iterations mixed as
+                                                  kept by their sender (no stand-in) */
     double   prepare_s, mix_s;                 /* last iteration, wall clock */
 } gossip_stats;
 
@@ -172,8 +179,10 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
 
 /* k-th destination of the prepared message: writes its rank to *to_rank and
  * the message to *msg (borrowed, valid until the next prepare) and returns
- * its length; returns 0 when k >= the number of destinations. */
-size_t gossip_node_outbox(const gossip_node *g, int k, int *to_rank, const uint8_t **msg);
+ * its length; returns 0 when k >= the number of destinations.  The
+ * message carries GOSSIP_FLAG_KEPT where this node kept shares of earlier
+ * messages to that destination (gossip_node_keep). */
+size_t gossip_node_outbox(gossip_node *g, int k, int *to_rank, const uint8_t **msg);
 /* Number of destinations of the prepared message. */
 int gossip_node_ndest(const gossip_node *g);
 
@@ -250,6 +259,26 @@ void     gossip_node_debias(const gossip_node *g, const float *x, float *z);
 uint64_t gossip_node_iter(const gossip_node *g);
 /* Iterations whose message is out: iter, or iter + 1 once prepared. */
 uint64_t gossip_node_sent_thru(const gossip_node *g);
+/* The same towards out-neighbour `rank`: what a PING or HELLO_ACK to it may
+ * prove sent (below it, a message it lacks is lost).  Stops at the first
+ * of our messages to it that we kept and have not announced yet: it must
+ * wait for the message that carries GOSSIP_FLAG_KEPT, not take them for
+ * lost. */
+uint64_t gossip_node_sent_thru_to(const gossip_node *g, int rank);
+
+/* ---- kept shares (push-sum with bounded staleness; docs/gossip.md) -------
+ * A prepared message that the transport could not take (its queue to that
+ * peer full, not connected) or that it chose not to send (the link to that
+ * peer is backed up) is not lost: between prepare and mix, call
+ * gossip_node_keep(g, rank, 1) and this node keeps that column share
+ * W_t[rank][i] of x and psi at the mix, and its next message to rank goes
+ * out with GOSSIP_FLAG_KEPT (gossip_node_outbox sets it), so that rank
+ * mixes nothing for those iterations instead of a stand-in: sum x and sum
+ * psi are conserved exactly.  gossip_node_keep(g, rank, 0) takes it back
+ * (the message went out after all, before the mix).  0, or -1 when this
+ * node cannot keep shares (not push-sum dpsgd, staleness 0, not prepared,
+ * rank not a destination): the message is then lost as before. */
+int gossip_node_keep(gossip_node *g, int rank, int keep);
 const nn_arena      *gossip_node_layout(const gossip_node *g);
 const gossip_config *gossip_node_config(const gossip_node *g);
 void     gossip_node_stats(const gossip_node *g, gossip_stats *out);

@@ -207,6 +207,8 @@ gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header
     slot->have = 1;
     if (p->sent_thru < h.iter + 1)
         p->sent_thru = h.iter + 1;
+    if ((h.flags & GOSSIP_FLAG_KEPT) && st->kept_thru < h.iter)
+        st->kept_thru = h.iter; /* what never came below it: kept by the sender */
     g->stats.bytes_recv += len;
     g->stats.msgs_recv++;
     s_check_gap(g, k);

@@ -40,6 +40,8 @@ typedef struct {
     uint64_t used_from; /* choco: the first mix that used the copy as it is now
                            (0, or the mix after a RESYNC or a restore): the
                            catch-up credit counts no round before it */
+    uint64_t kept_thru; /* dpsgd: its messages below this that never came
+                           were kept by it (GOSSIP_FLAG_KEPT): nothing mixed */
 } s_stale;
 
 struct gossip_node {
@@ -55,6 +57,10 @@ struct gossip_node {
     int     nin, *in_ranks;
     int     nout_union, *out_union;
     int     ndest, *dest;             /* destinations of the prepared message */
+    uint8_t  *keep_now;               /* n: the prepared message to this rank is
+                                         not out: its share is kept at the mix */
+    uint64_t *kept_from;              /* n: our first kept message to this rank
+                                         not yet announced, or UINT64_MAX */
     s_slot *slots;                    /* nin * GOSSIP_SLOTS */
     s_stale *stale;                   /* nin */
     /* state */
@@ -78,6 +84,7 @@ struct gossip_node {
     gossip_compressed comp_out;
     gossip_payload    self_pl, scratch_pl;
     gossip_buf        out, resync;
+    gossip_buf        out_kept;       /* out with GOSSIP_FLAG_KEPT set */
     gossip_deflater   zbuf;           /* +deflate state */
     gossip_stats      stats;
     uint64_t          cur_sent;       /* bytes sent for the current iteration */

@@ -1,7 +1,7 @@
 /* gossip_node_mix — the mixing step of gossip_node (gossip_node.h): the
- * self weight after membership changes, the synchronous mixes of dpsgd,
- * deepsqueeze and choco, the mixes with bounded staleness, and the
- * push-sum safety net.
+ * self weight after membership changes and kept shares, the synchronous
+ * mixes of dpsgd, deepsqueeze and choco, the mixes with bounded staleness,
+ * and the push-sum safety net.
  *
  * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
  * Exposes: gossip_node_mix.
@@ -48,14 +48,18 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
     wii += lost_in;
     if (!g->cfg.push_sum)
         return wii + down_in;
-    double live_out = 0.0, down_out = 0.0;
+    double live_out = 0.0, down_out = 0.0, kept = 0.0;
     for (int o = 0; o < n; o++)
         if (o != i && w[(size_t)o * n + i] > 0.0) {
-            if (g->peer[o].out_down)
+            if (g->peer[o].out_down) {
                 down_out += w[(size_t)o * n + i];
-            else
+            } else {
                 live_out += w[(size_t)o * n + i];
+                if (g->keep_now[o]) /* its message is not out: the share stays */
+                    kept += w[(size_t)o * n + i];
+            }
         }
+    wii += kept;
     /* Where the living stay strongly connected, keeping the shares of down
      * out-neighbours keeps sum x and sum psi.  Where a failure cut a directed
      * graph into a path, the two ends are special: the node that hears from
@@ -167,6 +171,8 @@ static void s_mix_stale_ps(gossip_node *g, uint64_t iter, double *acc, double *p
                 *psi_acc += wc * psi_j;
                 p->psi_last = psi_j;
                 *recv += len;
+            } else if (c < g->stale[k].kept_thru) { /* its sender kept that share */
+                g->stats.kept_recv++;
             } else if (c < p->sent_thru) { /* lost: the node keeps that weight */
                 gossip_payload_axpy(&g->self_pl, L, wc, acc);
                 *psi_acc += wc * g->psi;
@@ -356,6 +362,25 @@ static void s_mix_sync_choco(gossip_node *g, float *x, uint64_t iter, int *absen
         g->psi += eta * (psi_acc - g->psi);
 }
 
+/* After the mix of iter: a message kept (gossip_node_keep) starts or
+ * extends the run of kept shares to its destination, announced by the next
+ * message that goes out to it (gossip_node_outbox); one that went out ends
+ * the run. */
+static void s_keep_done(gossip_node *g, uint64_t iter)
+{
+    for (int a = 0; a < g->ndest; a++) {
+        int o = g->dest[a];
+        if (g->keep_now[o]) {
+            if (g->kept_from[o] == UINT64_MAX)
+                g->kept_from[o] = iter;
+            g->stats.shares_kept++;
+        } else {
+            g->kept_from[o] = UINT64_MAX;
+        }
+        g->keep_now[o] = 0;
+    }
+}
+
 int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t errlen)
 {
     double t0 = nn_now();
@@ -375,6 +400,7 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
         s_mix_sync_ps(g, x, iter, &absent, &recv);
     else
         s_mix_sync_choco(g, x, iter, &absent, &recv);
+    s_keep_done(g, iter);
     s_psi_floor(g, x);
     s_psi_alone(g, x);
     if (g->cfg.staleness) /* averages over ~4(S+1) mixes (gossip_node_step_scale) */

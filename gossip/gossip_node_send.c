@@ -5,7 +5,8 @@
  * the last message (dgc).
  *
  * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
- * Exposes: gossip_node_prepare, _ndest, _outbox, _resync_msg,
+ * Exposes: gossip_node_prepare, _ndest, _outbox (with the kept flag where
+ *          shares to that destination were kept), _resync_msg,
  *          _masks_momentum, _mask_sent.
  * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
  */
@@ -82,6 +83,7 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
     if (g->sent)
         s_mark_sent(&g->self_pl, g->layout, g->sent);
     g->ndest = 0;
+    memset(g->keep_now, 0, (size_t)g->n);
     if (g->cfg.algo == GOSSIP_CHOCO) {
         for (int a = 0; a < g->nout_union; a++)
             if (!g->peer[g->out_union[a]].out_down)
@@ -106,14 +108,20 @@ int gossip_node_ndest(const gossip_node *g)
     return g->prepared ? g->ndest : 0;
 }
 
-size_t gossip_node_outbox(const gossip_node *g, int k, int *to_rank, const uint8_t **msg)
+size_t gossip_node_outbox(gossip_node *g, int k, int *to_rank, const uint8_t **msg)
 {
     if (!g->prepared || k < 0 || k >= g->ndest)
         return 0;
+    int to = g->dest[k];
     if (to_rank)
-        *to_rank = g->dest[k];
+        *to_rank = to;
     if (msg)
         *msg = g->out.data;
+    if (g->kept_from[to] < g->iter && msg) { /* announce the kept shares */
+        gossip_buf_set(&g->out_kept, g->out.data, g->out.len);
+        g->out_kept.data[GOSSIP_HDR_FLAGS_AT] |= (uint8_t)GOSSIP_FLAG_KEPT;
+        *msg = g->out_kept.data;
+    }
     return g->out.len;
 }
 

@@ -13,10 +13,13 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void gossip_round_init(gossip_link *l)
 {
     l->round.fresh = nn_xcalloc((size_t)l->n, sizeof *l->round.fresh);
+    l->round.unsent = nn_xcalloc((size_t)l->n, 1);
+    l->round.nunsent = 0;
     l->round.progress_every = l->lag / 4 ? l->lag / 4 : 1;
     l->round.period = 0;
     nn_rng_seed(&l->round.rng,
@@ -27,6 +30,8 @@ void gossip_round_free(gossip_link *l)
 {
     free(l->round.fresh);
     l->round.fresh = NULL;
+    free(l->round.unsent);
+    l->round.unsent = NULL;
 }
 
 double gossip_round_period(const gossip_link *l)
@@ -80,6 +85,77 @@ static void s_stop_waiting_if_behind(gossip_link *l, uint64_t iter)
     }
 }
 
+/* The prepared message to `to`.  One the transport's queue does not take
+ * now is, with push-sum, kept (gossip_node_keep: not lost, no queue behind
+ * a slow link) and retried while the round waits; otherwise it is lost
+ * and the receiver's gap shows.  -1 on a fatal error. */
+static int s_send_to(gossip_link *l, int to, const uint8_t *msg, size_t len, char *err,
+                     size_t errlen)
+{
+    int rc = gossip_net_try_send(l->net, to, msg, len, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (rc == 0) {
+        l->st.dropped_full++;
+        if (gossip_node_keep(l->g, to, 1) == 0) {
+            l->st.kept_full++;
+            if (!l->round.unsent[to]++)
+                l->round.nunsent++;
+        }
+        return 0;
+    }
+    l->p[to].sent_dealer = nn_now();
+    return 0;
+}
+
+/* Kept messages of this round that the queue takes now go out after all. */
+static int s_retry_unsent(gossip_link *l, char *err, size_t errlen)
+{
+    int to;
+    const uint8_t *msg;
+    size_t len;
+    for (int k = 0; l->round.nunsent && (len = gossip_node_outbox(l->g, k, &to, &msg)) > 0; k++) {
+        if (!l->round.unsent[to])
+            continue;
+        int rc = gossip_net_try_send(l->net, to, msg, len, err, errlen);
+        if (rc < 0)
+            return -1;
+        if (rc > 0) {
+            gossip_node_keep(l->g, to, 0);
+            l->round.unsent[to] = 0;
+            l->round.nunsent--;
+            l->st.kept_sent_late++;
+            l->p[to].sent_dealer = nn_now();
+        }
+    }
+    return 0;
+}
+
+/* The last round of the run: what is still kept goes out, waiting for the
+ * queue (up to the send timeout): no later message would announce it, and
+ * the receivers would wait for it until they declared us down. */
+static void s_flush_unsent(gossip_link *l)
+{
+    int to;
+    const uint8_t *msg;
+    size_t len;
+    char err[512];
+    for (int k = 0; l->round.nunsent && (len = gossip_node_outbox(l->g, k, &to, &msg)) > 0; k++) {
+        if (!l->round.unsent[to])
+            continue;
+        if (gossip_net_send(l->net, to, msg, len, err, sizeof err) != 0) {
+            gossip_link_log(l, "last message to %s not sent (its share stays here): %s",
+                            gossip_link_id(l, to), err);
+            continue;
+        }
+        gossip_node_keep(l->g, to, 0);
+        l->round.unsent[to] = 0;
+        l->round.nunsent--;
+        l->st.kept_sent_late++;
+        l->p[to].sent_dealer = nn_now();
+    }
+}
+
 /* Flow control: a live out-neighbour is too far behind iteration iter. */
 static int s_flow_blocked(const gossip_link *l, uint64_t iter)
 {
@@ -105,6 +181,11 @@ static int s_wait_ready(gossip_link *l, uint64_t iter, double wait_start)
         double w0 = nn_now();
         if (l->fatal || gossip_recv_pump(l, GOSSIP_LINK_SLICE) != 0)
             return -1;
+        char err[256];
+        if (s_retry_unsent(l, err, sizeof err) != 0) {
+            gossip_link_fatal(l, "%s", err);
+            return -1;
+        }
         s_blame_wait(l, iter, nn_now() - w0);
     }
     return 0;
@@ -193,14 +274,8 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
             l->st.dropped_test++;
             continue;
         }
-        int rc = gossip_net_try_send(l->net, to, msg, len, err, errlen);
-        if (rc < 0)
+        if (s_send_to(l, to, msg, len, err, errlen) < 0)
             return -1;
-        if (rc == 0) {
-            l->st.dropped_full++; /* it is far behind or dead; its gap shows */
-            continue;
-        }
-        l->p[to].sent_dealer = nn_now();
     }
     wait_start = nn_now();
     /* a message handled during the fresh wait can make the round unready
@@ -211,6 +286,12 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
             return nn_errf(err, errlen, "%s", l->fatal_msg);
     double t3 = nn_now();
     tm->wait += (t1 - t0) + (t3 - t2);
+    if (l->round.nunsent && l->cfg.iters && iter + 1 >= l->cfg.iters)
+        s_flush_unsent(l);
+    if (l->round.nunsent) { /* the kept ones stay kept: announced next time */
+        memset(l->round.unsent, 0, (size_t)l->n);
+        l->round.nunsent = 0;
+    }
     if (gossip_node_mix(l->g, x, iter, err, errlen) != 0)
         return -1;
     gossip_recv_feed_stash(l);

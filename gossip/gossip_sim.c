@@ -26,6 +26,12 @@ struct gossip_sim {
     uint64_t     *last_due;   /* n x n: FIFO per sender-receiver pair */
     s_flight     *q;          /* in-flight queue, in sending order */
     size_t        nq, capq;
+    /* jammed link (gossip_sim_set_jam) */
+    int           jam_rank, jam_keep;
+    double        jam_frac;
+    nn_rng        jam_rng;
+    int          *jam_run;    /* n x n: messages not sent in a row per pair */
+    uint64_t      jammed;
 };
 
 gossip_sim *gossip_sim_new(const gossip_config *cfg, const nn_arena *layout, const topo *t,
@@ -41,6 +47,8 @@ gossip_sim *gossip_sim_new(const gossip_config *cfg, const nn_arena *layout, con
     s->layout = layout;
     s->nodes = nn_xcalloc((size_t)t->n, sizeof *s->nodes);
     s->last_due = nn_xcalloc((size_t)t->n * (size_t)t->n, sizeof *s->last_due);
+    s->jam_run = nn_xcalloc((size_t)t->n * (size_t)t->n, sizeof *s->jam_run);
+    s->jam_rank = -1;
     for (int i = 0; i < t->n; i++) {
         s->nodes[i] = gossip_node_new(cfg, layout, t, i, err, errlen);
         if (!s->nodes[i])
@@ -63,6 +71,7 @@ void gossip_sim_destroy(gossip_sim **self_p)
         free(s->q[a].bytes);
     free(s->q);
     free(s->last_due);
+    free(s->jam_run);
     free(s->nodes);
     free(s->absent);
     free(s);
@@ -204,6 +213,40 @@ void gossip_sim_inflight(gossip_sim *s, double *xsum, double *psisum)
     gossip_payload_free(&pl);
 }
 
+/* ---- a jammed link -------------------------------------------------------- */
+
+void gossip_sim_set_jam(gossip_sim *s, int rank, double frac, int keep, uint64_t seed)
+{
+    s->jam_rank = frac > 0.0 ? rank : -1;
+    s->jam_frac = frac;
+    s->jam_keep = keep;
+    nn_rng_seed(&s->jam_rng, seed);
+}
+
+uint64_t gossip_sim_jammed(const gossip_sim *s)
+{
+    return s->jammed;
+}
+
+/* 1 when the message of `from` to `to` is not sent this round (jammed);
+ * with keep, its share stays with the sender. */
+static int s_jammed(gossip_sim *s, int from, int to)
+{
+    if (s->jam_rank < 0 || (from != s->jam_rank && to != s->jam_rank))
+        return 0;
+    int *run = &s->jam_run[(size_t)from * s->n + to];
+    int S = gossip_node_config(s->nodes[to])->staleness;
+    if (*run >= S || nn_rng_uniform(&s->jam_rng) >= s->jam_frac) {
+        *run = 0;
+        return 0;
+    }
+    if (s->jam_keep)
+        gossip_node_keep(s->nodes[from], to, 1); /* where it cannot: lost, as in the link */
+    (*run)++;
+    s->jammed++;
+    return 1;
+}
+
 /* ---- rounds -------------------------------------------------------------- */
 
 int gossip_sim_step(gossip_sim *s, float **x, uint64_t iter, char *err, size_t errlen)
@@ -216,6 +259,8 @@ int gossip_sim_step(gossip_sim *s, float **x, uint64_t iter, char *err, size_t e
         const uint8_t *msg;
         size_t len;
         for (int k = 0; (len = gossip_node_outbox(s->nodes[i], k, &to, &msg)) > 0; k++) {
+            if (s_jammed(s, i, to))
+                continue;
             if (s->dl.kind != GOSSIP_DELAY_NONE)
                 s_enqueue(s, i, to, msg, len, iter);
             else if (gossip_node_receive(s->nodes[to], msg, len, err, errlen) < 0)

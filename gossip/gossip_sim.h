@@ -54,6 +54,17 @@ int gossip_sim_set_delays(gossip_sim *s, const gossip_delays *dl, uint64_t seed,
 /* 1 when rank takes its local step in iteration iter (0 only for the slow
  * node of slow:R:F on the rounds it skips). */
 int gossip_sim_steps(const gossip_sim *s, int rank, uint64_t iter);
+/* A jammed link (push-sum; docs/gossip.md "Kept shares"): from now on each
+ * message to or from `rank` is, with probability frac (seeded by `seed`),
+ * not sent, as when the transport's queue to that peer is full; never more
+ * than S in a row on one pair, so that bounded staleness can mix.  keep = 1:
+ * the sender keeps its share (gossip_node_keep) and announces it with its
+ * next message (a node that cannot keep shares loses it, as the link
+ * does); keep = 0: the message is lost and the receiver, which
+ * learns so from the next one, mixes a stand-in (its own value) for it.
+ * frac 0 turns jamming off.  Counts the messages not sent in *jammed. */
+void gossip_sim_set_jam(gossip_sim *s, int rank, double frac, int keep, uint64_t seed);
+uint64_t gossip_sim_jammed(const gossip_sim *s);
 /* Mass still in flight (dpsgd, push-sum): adds W_s[to][from] * c and
  * W_s[to][from] * psi of every queued message to xsum[d] and *psisum. */
 void gossip_sim_inflight(gossip_sim *s, double *xsum, double *psisum);

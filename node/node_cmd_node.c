@@ -296,6 +296,11 @@ static int s_connect(s_node *s, char *err, size_t errlen)
     nc.log = s->logf ? s->logf : stderr;
     nc.run_id = s_run_id(s);
     nc.discovery_interface = o->n.discovery_interface;
+    if (o->g.gc.algo == GOSSIP_DPSGD && o->g.gc.push_sum && o->g.gc.staleness > 0) {
+        nc.dealer_hwm = GOSSIP_DEF_PS_DEALER_HWM; /* backed up: kept, not queued */
+        nc.dealer_sndbuf = GOSSIP_DEF_PS_DEALER_SNDBUF;
+        nc.dealer_heartbeat_timeout_ms = GOSSIP_DEF_PS_DEALER_HEARTBEAT_MS;
+    }
     /* two announcers for a rank: the silent one gives way within --peer-timeout */
     double probe = o->n.lc.peer_floor < timeout ? o->n.lc.peer_floor : timeout;
     nc.discovery_probe_ms = probe > 1 ? (int)(1000 * probe) : 1000;
@@ -543,6 +548,7 @@ static size_t s_link_counts(node_count *c, const gossip_net_stats *ns,
         {"joined", (uint64_t)ls->joined},      {"join_iter", ls->join_iter},
         {"fresh_waits", ls->fresh_waits},      {"fresh_missed", ls->fresh_missed},
         {"rejoins", ls->rejoins},              {"unproven", ls->unproven},
+        {"dropped_full", ls->dropped_full},    {"kept_full", ls->kept_full},
     };
     size_t n = sizeof v / sizeof v[0];
     _Static_assert(sizeof v / sizeof v[0] <= NODE_LINK_COUNTS, "NODE_LINK_COUNTS too small");

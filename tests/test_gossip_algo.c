@@ -738,7 +738,7 @@ static void s_pair_round(gossip_node **g, float **x, uint64_t it)
 }
 
 /* The decoded own message of g (prepared): into p. */
-static void s_own_payload(const gossip_node *g, const nn_arena *L, gossip_payload *p)
+static void s_own_payload(gossip_node *g, const nn_arena *L, gossip_payload *p)
 {
     const uint8_t *msg;
     char err[512];

@@ -264,6 +264,17 @@ static void test_malformed(void **state)
     MUTATE("psi Inf", "psi", { double d = INFINITY; uint64_t u; memcpy(&u, &d, 8); for (int i = 0; i < 8; i++) b[20 + i] = (uint8_t)(u >> (8 * i)); });
     MUTATE("psi 0", "psi", { for (int i = 0; i < 8; i++) b[20 + i] = 0; });
     MUTATE("psi without push-sum", "push-sum", b[6] = 0);
+    MUTATE("kept without push-sum", "kept flag", b[6] = GOSSIP_FLAG_KEPT);
+    MUTATE("kept on a RESYNC", "kept flag", { b[5] = GOSSIP_MSG_RESYNC; b[6] |= GOSSIP_FLAG_KEPT; });
+    { /* the kept flag on a push-sum GOSSIP message is valid */
+        gossip_header kh;
+        char kerr[256];
+        memcpy(b, ok, len);
+        b[6] |= GOSSIP_FLAG_KEPT;
+        if (gossip_msg_decode(b, len, &L, &kh, NULL, kerr, sizeof kerr) != 0)
+            fail_msg("push-sum GOSSIP with the kept flag refused: %s", kerr);
+        assert_int_equal(kh.flags, GOSSIP_FLAG_PUSH_SUM | GOSSIP_FLAG_KEPT);
+    }
     MUTATE("fingerprint", "fingerprint", b[28] ^= 1);
     MUTATE("too many blocks", "blocks", b[32] = 5);
     MUTATE("too few blocks", "blocks", b[32] = 3);

@@ -229,6 +229,7 @@ static void test_shipped_files(void **state)
         { "topologies/ring8-undirected.yaml", 8, 1, 1, 1 - (1.0 / 3 + 2.0 / 3 * cos(2 * PI / 8)) },
         { "topologies/torus4x4.yaml", 16, 1, 1, 1 - 3.0 / 5 },
         { "topologies/complete4.yaml", 4, 1, 1, 1.0 },
+        { "topologies/complete8.yaml", 8, 1, 1, 1.0 },
         { "topologies/star8.yaml", 8, 1, 0, -1 },
         { "topologies/exp8.yaml", 8, 1, 0, -1 },
         { "topologies/onepeer-exp8.yaml", 8, 3, 1, -2 },
