@@ -61,7 +61,8 @@
  *   (its sender heard, unless refused) ... and later gossip_round's wait
  *   sees gossip_node_ready and calls gossip_node_mix.  Control kinds end in
  *   their handler (gossip_live, gossip_member, gossip_join, gossip_proof)
- *   instead of gossip_node.
+ *   instead of gossip_node; a STATE chunk's header, decoded once in
+ *   s_check_header, goes with its bytes to gossip_join and gossip_state.
  *
  * Messages (gossip_codec.h; all but GOSSIP and RESYNC are 40-byte headers):
  *   HELLO      "I start, or restart, at iteration iter".  Sent to

@@ -191,7 +191,8 @@ int gossip_join_has_model(const gossip_link *l);
 int gossip_join_joining(const gossip_link *l);
 void gossip_join_begin(gossip_link *l);
 void gossip_join_answer_state(gossip_link *l, int j, int in);
-void gossip_join_on_state(gossip_link *l, int j, int in, const uint8_t *msg, size_t len);
+void gossip_join_on_state(gossip_link *l, int j, int in, const gossip_header *h,
+                          const uint8_t *msg, size_t len);
 int gossip_join_take_state(gossip_link *l, uint64_t *T, int rejoin, int *holder, char *err,
                            size_t errlen);
 int gossip_join_rejoin_resyncs(gossip_link *l, char *err, size_t errlen);

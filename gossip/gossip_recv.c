@@ -5,7 +5,8 @@
  *          iterations ahead, the refusal log budget, the pump's clock.
  * Exposes: gossip_recv_pump (receive and handle for a while), the header
  *          checks (each message's header is decoded here, once; the payload
- *          of GOSSIP and RESYNC once, by gossip_node_receive_decoded),
+ *          of GOSSIP and RESYNC once, by gossip_node_receive_decoded, a
+ *          STATE chunk's by gossip_state_rx_add_decoded),
  *          the stash and its flow-control bound (admission itself, replay
  *          and window, is gossip_node_admit's: asked once per message,
  *          its verdict followed), refusals counted by their code,
@@ -308,7 +309,7 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         gossip_join_answer_state(l, from, in);
         break;
     case GOSSIP_MSG_STATE:
-        gossip_join_on_state(l, from, in, msg, len);
+        gossip_join_on_state(l, from, in, &h, msg, len);
         break;
     case GOSSIP_MSG_HELLO_ACK:
         gossip_member_on_hello_ack(l, from, in, iter, msg, len);
