@@ -523,21 +523,6 @@ static void test_messages_and_counters(void **state)
     assert_int_equal(gossip_node_receive(g[1], msg0, len0, err, sizeof err), -1);
     assert_non_null(strstr(err, "replayed"));
     assert_int_equal(s_code(g[1], msg0, len0), GOSSIP_RECV_DUPLICATE);
-    /* the sequence is admission's alone: an iteration held by a transport
-     * is a replay from then on, until the sender restarts */
-    {
-        gossip_header h0;
-        gossip_node *fresh = gossip_node_new(&cfg, &L, t, 1, err, sizeof err);
-        assert_int_equal(gossip_msg_decode_header(msg0, len0, NULL, &h0, err, sizeof err), 0);
-        assert_int_equal(gossip_node_admit(fresh, &h0, err, sizeof err), GOSSIP_RECV_OK);
-        gossip_node_hold(fresh, 0, 0);
-        assert_int_equal(gossip_node_admit(fresh, &h0, err, sizeof err), GOSSIP_RECV_DUPLICATE);
-        gossip_node_peer_reset(fresh, 0); /* copies void, the sequence kept */
-        assert_int_equal(gossip_node_admit(fresh, &h0, err, sizeof err), GOSSIP_RECV_DUPLICATE);
-        gossip_node_peer_restart(fresh, 0);
-        assert_int_equal(gossip_node_admit(fresh, &h0, err, sizeof err), GOSSIP_RECV_OK);
-        gossip_node_destroy(&fresh);
-    }
     /* the window (choco: a late update is never of no use) */
     assert_int_equal(gossip_node_window(g[1], 0), GOSSIP_WIN_IN);
     assert_int_equal(gossip_node_window(g[1], GOSSIP_WINDOW), GOSSIP_WIN_IN);

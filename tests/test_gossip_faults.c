@@ -523,6 +523,17 @@ static void test_replays_refused(void **state)
     gossip_header gh; /* refused by admission, the one check of replays */
     assert_int_equal(gossip_msg_decode_header(gmsg, glen, NULL, &gh, err, sizeof err), 0);
     assert_int_equal(gossip_node_admit(w.g[1], &gh, err, sizeof err), GOSSIP_RECV_DUPLICATE);
+    /* the sequence is admission's alone: an iteration a transport holds is
+     * a replay from then on, through a re-join, until the sender restarts */
+    gossip_node *fresh = gossip_node_new(&w.cfg, &w.L, w.t, 1, err, sizeof err);
+    assert_int_equal(gossip_node_admit(fresh, &gh, err, sizeof err), GOSSIP_RECV_OK);
+    gossip_node_hold(fresh, 0, gh.iter);
+    assert_int_equal(gossip_node_admit(fresh, &gh, err, sizeof err), GOSSIP_RECV_DUPLICATE);
+    gossip_node_peer_reset(fresh, 0); /* copies void, the sequence kept */
+    assert_int_equal(gossip_node_admit(fresh, &gh, err, sizeof err), GOSSIP_RECV_DUPLICATE);
+    gossip_node_peer_restart(fresh, 0);
+    assert_int_equal(gossip_node_admit(fresh, &gh, err, sizeof err), GOSSIP_RECV_OK);
+    gossip_node_destroy(&fresh);
     /* replayed RESYNC of iteration 2: node 1's copy already holds iteration 2 */
     assert_int_equal(gossip_node_receive(w.g[1], rmsg, rlen, err, sizeof err), -1);
     assert_non_null(strstr(err, "stale RESYNC"));
