@@ -10,7 +10,8 @@
  *
  * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
  * Exposes: gossip_node_receive, _admit, _hold, _receive_decoded, _window,
- *          _ready, _fresh_from, _peer_down, _peer_up, _peer_reset, _peer_restart, _peer_sent, _peers, _peer_state.
+ *          _ready, _fresh_from, _peer_down, _peer_up, _peer_reset,
+ *          _peer_restart, _peer_sent, _peers, _peer_state.
  * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
  */
 #include "gossip/gossip_node_int.h"
@@ -154,7 +155,6 @@ gossip_recv_code gossip_node_admit(gossip_node *g, const gossip_header *h, char 
                        g->rank, s, (unsigned long long)h->iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
     return GOSSIP_RECV_OK;
 }
-
 
 /* Sender got: 1 + the last iteration it delivered (at least thru). */
 static void s_got(gossip_node *g, unsigned s, uint64_t thru)
