@@ -796,6 +796,13 @@ int gossip_msg_decode_state(const uint8_t *buf, size_t len, gossip_header *h,
     memset(c, 0, sizeof *c);
     if (gossip_msg_decode_header(buf, len, NULL, h, err, errlen) != 0)
         return -1;
+    return gossip_msg_decode_state_chunk(buf, len, h, c, err, errlen);
+}
+
+int gossip_msg_decode_state_chunk(const uint8_t *buf, size_t len, const gossip_header *h,
+                                  gossip_state_chunk *c, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
     if (h->kind != GOSSIP_MSG_STATE)
         return S_BAD("a %s message where a STATE was expected", s_kind_name(h->kind));
     s_rd r = { buf, len, GOSSIP_HEADER_BYTES };

@@ -198,6 +198,11 @@ size_t gossip_msg_encode_state(uint32_t sender, uint64_t iter, uint32_t fingerpr
  * by gossip_msg_decode_header with layout NULL).  0, or -1 with a message. */
 int gossip_msg_decode_state(const uint8_t *buf, size_t len, gossip_header *h,
                             gossip_state_chunk *c, char *err, size_t errlen);
+/* The rest of gossip_msg_decode_state, for a message whose header
+ * gossip_msg_decode_header already read into *h (the chunk's bounds are
+ * checked there): the chunk fields.  0, or -1 with a message. */
+int gossip_msg_decode_state_chunk(const uint8_t *buf, size_t len, const gossip_header *h,
+                                  gossip_state_chunk *c, char *err, size_t errlen);
 
 /* Largest payload a valid plain message can have for `layout` (a bound
  * on every block with every Rice parameter): the cap on inflated sizes. */

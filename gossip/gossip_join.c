@@ -94,7 +94,8 @@ void gossip_join_answer_state(gossip_link *l, int j, int in)
  * a joiner asked is taken, and only on the connection it asked on (a
  * STATE under j's id on the other one is not j's answer: over our ROUTER
  * it may come from whoever took j's id on our port first). */
-void gossip_join_on_state(gossip_link *l, int j, int in, const uint8_t *msg, size_t len)
+void gossip_join_on_state(gossip_link *l, int j, int in, const gossip_header *h,
+                          const uint8_t *msg, size_t len)
 {
     char err[1024];
     if (!l->join.joining) {
@@ -108,7 +109,7 @@ void gossip_join_on_state(gossip_link *l, int j, int in, const uint8_t *msg, siz
                  j, in ? "ROUTER" : "DEALER", in ? "DEALER" : "ROUTER");
         return;
     }
-    int rc = gossip_state_rx_add(&l->join.rx, j, msg, len, err, sizeof err);
+    int rc = gossip_state_rx_add_decoded(&l->join.rx, j, h, msg, len, err, sizeof err);
     if (rc < 0) {
         l->st.state_refused++;
         gossip_recv_refuse_payload(l, j, l->join.rx.nonfinite ? GOSSIP_RECV_NONFINITE

@@ -51,15 +51,18 @@
  *   gossip_recv s_check_header (decode the 40-byte header, once: sender =
  *   the connection's peer, layout, kind valid on its channel) ->
  *   gossip_proof_unproven (over our ROUTER: the id proved) -> gossip_recv
- *   s_gossip (replay of what it already took; gossip_node_window, the
- *   algorithm's rule, says late: dropped, or ahead: the stash, within the
- *   flow-control bound) -> gossip_node_receive_decoded (the decoded header
- *   and the bytes: the payload decoded, once; finiteness, sender, block
- *   shapes, the algorithm's slot, duplicate; a gossip_recv_code back) ->
- *   gossip_live_revive (its sender heard, unless refused) ...
- *   and later gossip_round's wait sees gossip_node_ready and calls
- *   gossip_node_mix.  Control kinds end in their handler (gossip_live,
- *   gossip_member, gossip_join, gossip_proof) instead of gossip_node.
+ *   s_gossip -> gossip_node_admit (admission, its one owner: replay
+ *   against the sender's sequence, the window; the verdict comes back) ->
+ *   gossip_recv follows it (replay: refused; late: dropped; ahead: the
+ *   stash, within the flow-control bound, released by gossip_node_window
+ *   later; in: on) -> gossip_node_receive_decoded (the decoded header and
+ *   the bytes: the payload decoded, once; finiteness, sender, block shapes,
+ *   the algorithm's slot; a gossip_recv_code back) -> gossip_live_revive
+ *   (its sender heard, unless refused) ... and later gossip_round's wait
+ *   sees gossip_node_ready and calls gossip_node_mix.  Control kinds end in
+ *   their handler (gossip_live, gossip_member, gossip_join, gossip_proof)
+ *   instead of gossip_node; a STATE chunk's header, decoded once in
+ *   s_check_header, goes with its bytes to gossip_join and gossip_state.
  *
  * Messages (gossip_codec.h; all but GOSSIP and RESYNC are 40-byte headers):
  *   HELLO      "I start, or restart, at iteration iter".  Sent to

@@ -20,9 +20,9 @@
  *          gossip_proof, gossip_live, gossip_join, gossip_round send) and
  *          the algorithm, always downward (gossip_node never calls back):
  *            gossip_link   config, layout, fingerprint, peers (at creation)
- *            gossip_recv   receive, iter, sent_thru
+ *            gossip_recv   admit, hold, receive_decoded, window, iter, sent_thru
  *            gossip_live   peer_state/_down/_up/_sent, resync_msg, iter, sent_thru
- *            gossip_member peer_state/_reset, set_iter, sent_thru
+ *            gossip_member peer_state/_restart, set_iter, sent_thru
  *            gossip_join   debias, join, peer_state/_reset, iter
  *            gossip_round  prepare, outbox, ready, fresh_from, mix, stats,
  *                          peer_state, iter
@@ -166,8 +166,8 @@ void gossip_live_revive(gossip_link *l, int j, gossip_net_dir dir);
 void gossip_live_ask_resyncs(gossip_link *l);
 /* Choco: our public copy to out-neighbour o (a RESYNC_REQ answered). */
 void gossip_live_answer_resync(gossip_link *l, int o);
-/* A RESYNC of `from` at iter was taken by the algorithm. */
-void gossip_live_on_resync(gossip_link *l, int from, uint64_t iter);
+/* A RESYNC of `from` was taken by the algorithm. */
+void gossip_live_on_resync(gossip_link *l, int from);
 /* A PING of `from` at iter; proved: what it sent before is out (in only). */
 void gossip_live_on_ping(gossip_link *l, int from, int in, uint64_t iter, uint64_t proved);
 /* PINGs as due (ping_every), and to every in-neighbour with `progress`. */
@@ -194,7 +194,8 @@ int gossip_join_has_model(const gossip_link *l);
 int gossip_join_joining(const gossip_link *l);
 void gossip_join_begin(gossip_link *l);
 void gossip_join_answer_state(gossip_link *l, int j, int in);
-void gossip_join_on_state(gossip_link *l, int j, int in, const uint8_t *msg, size_t len);
+void gossip_join_on_state(gossip_link *l, int j, int in, const gossip_header *h,
+                          const uint8_t *msg, size_t len);
 int gossip_join_take_state(gossip_link *l, uint64_t *T, int rejoin, int *holder, char *err,
                            size_t errlen);
 int gossip_join_rejoin_resyncs(gossip_link *l, char *err, size_t errlen);

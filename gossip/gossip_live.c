@@ -294,12 +294,10 @@ void gossip_live_note_stall(gossip_link *l, double gap)
     }
 }
 
-/* RESYNC from in-neighbour `from` at iter, taken by the algorithm. */
-void gossip_live_on_resync(gossip_link *l, int from, uint64_t iter)
+/* RESYNC from in-neighbour `from`, taken by the algorithm. */
+void gossip_live_on_resync(gossip_link *l, int from)
 {
     gossip_peer *p = &l->p[from];
-    if (p->got < iter)
-        p->got = iter;
     p->resync_asked = 0; /* answered: the next gap may ask at once */
 }
 

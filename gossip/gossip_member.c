@@ -94,9 +94,8 @@ void gossip_member_on_hello(gossip_link *l, int from, int in, uint64_t iter, uin
     p->bye_in = p->bye_ack = 0;
     p->bye_iter = 0;
     if (in && p->is_in) {
-        gossip_node_peer_reset(l->g, from);
+        gossip_node_peer_restart(l->g, from);
         gossip_recv_drop_stash_of(l, from);
-        p->got = 0;
     }
     gossip_link_log(l, "neighbour %s (rank %d) (re)starts at iteration %llu (instance %016llx)",
           gossip_link_id(l, from), from, (unsigned long long)iter, (unsigned long long)nonce);

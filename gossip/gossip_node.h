@@ -193,7 +193,8 @@ int gossip_node_ndest(const gossip_node *g);
  * GOSSIP_RECV_IGNORED for a valid message that is of no use (from a down
  * peer, or one whose choco copy awaits a RESYNC: see gossip_node_peer_state);
  * -1 with a message naming the peer when it is refused (nothing changed).
- * Decodes the header, then as gossip_node_receive_decoded. */
+ * Decodes the header, then gossip_node_admit and, when that says OK,
+ * gossip_node_receive_decoded. */
 int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *err, size_t errlen);
 
 /* What gossip_node_receive_decoded made of a message: OK and IGNORED as
@@ -208,24 +209,43 @@ typedef enum {
     GOSSIP_RECV_MISMATCH,      /* push-sum flag, block types or counts, RESYNC
                                   without public copies: another configuration */
     GOSSIP_RECV_TOO_FAR,       /* GOSSIP_WINDOW or more iterations ahead */
-    GOSSIP_RECV_STALE,         /* behind, and of no use: stale or replayed */
-    GOSSIP_RECV_DUPLICATE,     /* its iteration's slot holds it already */
+    GOSSIP_RECV_STALE,         /* behind, and of no use: late or stale */
+    GOSSIP_RECV_DUPLICATE,     /* replayed: the sender delivered this
+                                  iteration or a later one already */
     GOSSIP_RECV_NO_ROOM,       /* its slot holds an iteration not mixed yet */
 } gossip_recv_code;
 #define gossip_recv_refused(c) ((c) >= GOSSIP_RECV_MALFORMED)
 
-/* gossip_node_receive for a message whose header the caller (a transport
- * dispatching on it) decoded already, without a layout, into *h from
- * msg[0..len): the payload is decoded here, once, and the message admitted
- * as above.  Returns the code; a refusal's message is in err. */
+/* Admission of a GOSSIP message by its decoded header, before its payload
+ * is decoded; the only check of replay and window, on every path.  Per
+ * sender, got (gossip_peer.h) is 1 + the last iteration it delivered,
+ * that a transport holds for later, or that came late: its connection is
+ * FIFO, so an iteration below got is a replay (DUPLICATE).  Then the
+ * window (gossip_node_window): LATE is refused as STALE and counted
+ * as delivered (a transport drops it quietly); AHEAD is refused as
+ * TOO_FAR (a transport may keep it, gossip_node_hold, and hand it to
+ * gossip_node_receive_decoded once the window says IN).  OK: hand it on
+ * now.  Other kinds: OK (a RESYNC replaces the copy, its own rule). */
+gossip_recv_code gossip_node_admit(gossip_node *g, const gossip_header *h, char *err,
+                                   size_t errlen);
+/* A transport keeps the admitted, early GOSSIP of iteration iter from rank
+ * for later: later ones only from it from now on. */
+void gossip_node_hold(gossip_node *g, int rank, uint64_t iter);
+
+/* The rest of gossip_node_receive for a message whose header the caller
+ * (a transport dispatching on it) decoded, without a layout, into *h from
+ * msg[0..len), and admitted (gossip_node_admit): the payload is decoded
+ * here, once, and checked as above (finiteness, sender, shapes, the slot);
+ * unless refused, the sender's got moves past it.  Returns the code; a
+ * refusal's message is in err. */
 gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header *h,
                                              const uint8_t *msg, size_t len, char *err,
                                              size_t errlen);
 
 /* Where a message of iteration iter stands against this node's window
- * now (the algorithm's rule, which a transport follows to stash or drop
- * before handing a message on): AHEAD, GOSSIP_WINDOW or more iterations
- * ahead (refused here: a transport keeps it until the window moves); LATE,
+ * now (the rule gossip_node_admit applies, and by which a transport
+ * releases what it held): AHEAD, GOSSIP_WINDOW or more iterations
+ * ahead (refused: a transport keeps it until the window moves); LATE,
  * behind by more than the staleness bound and of no use to any mix (never
  * with choco: a late update still catches a copy up); else IN. */
 typedef enum { GOSSIP_WIN_IN = 0, GOSSIP_WIN_LATE, GOSSIP_WIN_AHEAD } gossip_window_pos;
@@ -293,9 +313,13 @@ const float *gossip_node_xhat_of(const gossip_node *g, int rank);
 void gossip_node_peer_down(gossip_node *g, int rank);
 /* Out-neighbour rank gets our messages again from the next prepare. */
 void gossip_node_peer_up(gossip_node *g, int rank);
-/* In-neighbour rank restarted: its choco copy is invalid until its RESYNC,
- * its stored messages are dropped. */
+/* In-neighbour rank's copy and stored messages are void (this node
+ * re-joined, or the peer restarted): its choco copy is invalid until its
+ * RESYNC, its stored messages are dropped. */
 void gossip_node_peer_reset(gossip_node *g, int rank);
+/* In-neighbour rank restarted (a new instance): as gossip_node_peer_reset,
+ * and its sequence starts again (got = 0, gossip_node_admit). */
+void gossip_node_peer_restart(gossip_node *g, int rank);
 /* In-neighbour rank proved, on the connection that carries its messages,
  * that it has sent every message of iterations below sent_thru. */
 void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru);

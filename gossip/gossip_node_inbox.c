@@ -1,13 +1,17 @@
 /* gossip_node_inbox — the receiving side of gossip_node (gossip_node.h):
- * admission of GOSSIP and RESYNC messages (sender, window, replay,
- * duplicate, block shapes), the stash of in-neighbours' decoded messages
- * until they are mixed, choco copies caught up in order, readiness of an
- * iteration (synchronous and with bounded staleness), and membership
- * (peers down, up, restarted, proved to have sent).
+ * admission of GOSSIP and RESYNC messages, its one place on every path
+ * (gossip_node_admit by the header: replay and duplicate against the
+ * sender's sequence, the window; gossip_node_receive_decoded with the
+ * payload: finiteness, sender, block shapes, the slot), the stash of
+ * in-neighbours' decoded messages until they are mixed, choco copies
+ * caught up in order, readiness of an iteration (synchronous and with
+ * bounded staleness), and membership (peers down, up, restarted, proved
+ * to have sent).
  *
  * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
- * Exposes: gossip_node_receive, _receive_decoded, _window, _ready, _fresh_from, _peer_down, _peer_up,
- *          _peer_reset, _peer_sent, _peers, _peer_state.
+ * Exposes: gossip_node_receive, _admit, _hold, _receive_decoded, _window,
+ *          _ready, _fresh_from, _peer_down, _peer_up, _peer_reset,
+ *          _peer_restart, _peer_sent, _peers, _peer_state.
  * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
  */
 #include "gossip/gossip_node_int.h"
@@ -109,7 +113,9 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     char derr[384];
     if (gossip_msg_decode_header(msg, len, g->layout, &h, derr, sizeof derr) < 0)
         return nn_errf(err, errlen, "gossip: node %d: rejected message (%zu bytes): %s", g->rank, len, derr);
-    gossip_recv_code c = gossip_node_receive_decoded(g, &h, msg, len, err, errlen);
+    gossip_recv_code c = gossip_node_admit(g, &h, err, errlen);
+    if (c == GOSSIP_RECV_OK)
+        c = gossip_node_receive_decoded(g, &h, msg, len, err, errlen);
     return gossip_recv_refused(c) ? -1 : (int)c;
 }
 
@@ -123,9 +129,42 @@ gossip_window_pos gossip_node_window(const gossip_node *g, uint64_t iter)
     return GOSSIP_WIN_IN;
 }
 
-gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header *hp,
-                                             const uint8_t *msg, size_t len, char *err,
-                                             size_t errlen)
+/* The one admission of a GOSSIP by its header (see gossip_node.h): the
+ * sender's sequence (got: FIFO, so an iteration below one it delivered,
+ * held or let go late is a replay), then the window. */
+gossip_recv_code gossip_node_admit(gossip_node *g, const gossip_header *h, char *err,
+                                   size_t errlen)
+{
+    unsigned s = h->sender;
+    if (h->kind != GOSSIP_MSG_GOSSIP)
+        return GOSSIP_RECV_OK; /* RESYNC replaces the copy: its own rule */
+    if (s >= (unsigned)g->n || s == (unsigned)g->rank)
+        return S_REFUSE(GOSSIP_RECV_NOT_NEIGHBOUR, "gossip: node %d: rank %u is not an in-neighbour", g->rank, s);
+    gossip_peer *p = &g->peer[s];
+    if (h->iter < p->got)
+        return S_REFUSE(GOSSIP_RECV_DUPLICATE, "gossip: node %d: replayed or duplicate message from rank %u for iteration %llu (it already sent %llu)",
+                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)p->got - 1);
+    gossip_window_pos pos = gossip_node_window(g, h->iter);
+    if (pos == GOSSIP_WIN_LATE) {
+        p->got = h->iter + 1; /* that iteration was mixed without it */
+        return S_REFUSE(GOSSIP_RECV_STALE, "gossip: node %d: stale or replayed message from rank %u for iteration %llu (now at %llu)",
+                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)g->iter);
+    }
+    if (pos == GOSSIP_WIN_AHEAD)
+        return S_REFUSE(GOSSIP_RECV_TOO_FAR, "gossip: node %d: message from rank %u for iteration %llu is too far ahead (now at %llu, window %d)",
+                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
+    return GOSSIP_RECV_OK;
+}
+
+/* Sender got: 1 + the last iteration it delivered (at least thru). */
+static void s_got(gossip_node *g, unsigned s, uint64_t thru)
+{
+    if (g->peer[s].got < thru)
+        g->peer[s].got = thru;
+}
+
+static gossip_recv_code s_receive(gossip_node *g, const gossip_header *hp, const uint8_t *msg,
+                                  size_t len, char *err, size_t errlen)
 {
     const gossip_header h = *hp;
     char derr[384];
@@ -146,9 +185,6 @@ gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header
     gossip_peer *p = s_in(g, k);
     if (h.kind == GOSSIP_MSG_RESYNC)
         return s_receive_resync(g, &h, k, err, errlen);
-    if (gossip_node_window(g, h.iter) == GOSSIP_WIN_AHEAD)
-        return S_REFUSE(GOSSIP_RECV_TOO_FAR, "gossip: node %d: message from rank %u for iteration %llu is too far ahead (now at %llu, window %d)",
-                       g->rank, s, (unsigned long long)h.iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
     if (!s_needs(g, (int)s, h.iter))
         return S_REFUSE(GOSSIP_RECV_NOT_NEIGHBOUR, "gossip: node %d: rank %u is not an in-neighbour at iteration %llu",
                        g->rank, s, (unsigned long long)h.iter);
@@ -184,14 +220,10 @@ gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header
         return GOSSIP_RECV_OK;
     }
     s_slot *slot = s_slot_of(g, k, h.iter);
-    if (slot->have) {
-        if (slot->iter == h.iter)
-            return S_REFUSE(GOSSIP_RECV_DUPLICATE, "gossip: node %d: duplicate message from rank %u for iteration %llu",
-                           g->rank, s, (unsigned long long)h.iter);
+    if (slot->have) /* never the same iteration: gossip_node_admit refused that */
         return S_REFUSE(GOSSIP_RECV_NO_ROOM, "gossip: node %d: no room for the message from rank %u for iteration %llu "
                        "(iteration %llu not mixed yet)", g->rank, s, (unsigned long long)h.iter,
                        (unsigned long long)slot->iter);
-    }
     if (p->in_down) { /* dpsgd / deepsqueeze: back from now on */
         p->in_down = 0;
         p->in_from = h.iter;
@@ -213,6 +245,22 @@ gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header
     g->stats.msgs_recv++;
     s_check_gap(g, k);
     return GOSSIP_RECV_OK;
+}
+
+void gossip_node_hold(gossip_node *g, int rank, uint64_t iter)
+{
+    assert(rank >= 0 && rank < g->n && rank != g->rank); /* the caller admitted it */
+    s_got(g, (unsigned)rank, iter + 1);
+}
+
+gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header *h,
+                                             const uint8_t *msg, size_t len, char *err,
+                                             size_t errlen)
+{
+    gossip_recv_code c = s_receive(g, h, msg, len, err, errlen);
+    if (!gossip_recv_refused(c)) /* a RESYNC at iter holds everything below iter */
+        s_got(g, h->sender, h->kind == GOSSIP_MSG_RESYNC ? h->iter : h->iter + 1);
+    return c;
 }
 
 /* ---- bounded staleness ------------------------------------------------------
@@ -318,6 +366,14 @@ void gossip_node_peer_reset(gossip_node *g, int rank)
     }
     p->sent_thru = 0;
     s_clear_slots(g, k);
+}
+
+void gossip_node_peer_restart(gossip_node *g, int rank)
+{
+    if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
+        return;
+    gossip_node_peer_reset(g, rank);
+    g->peer[rank].got = 0; /* a new instance: its sequence starts again */
 }
 
 void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru)

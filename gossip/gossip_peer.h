@@ -7,7 +7,7 @@
  *          table and keeps the protocol state in it: membership fields
  *          (hello ... bye_iter, join_told) are gossip_member's, the proof
  *          fields gossip_proof's, state_sent gossip_join's, wait_s and
- *          fresh_score gossip_round's, the rest (clocks, gaps, got,
+ *          fresh_score gossip_round's, the rest (clocks, gaps,
  *          reported, down, RESYNC) gossip_live's and gossip_recv's.  A peer's identity, roles,
  *          membership and liveness thus live in one place, with one writer
  *          per section.
@@ -36,6 +36,9 @@ typedef struct {
     uint64_t sent_thru;    /* proved to have sent every message below this */
     uint64_t copy_thru;    /* choco: our copy holds its updates of iterations below this */
     double   psi_last;     /* its latest psi (message or RESYNC) */
+    uint64_t got;          /* 1 + the last GOSSIP iteration it delivered, that
+                              was held or came late: admission's sequence
+                              (gossip_node_admit); the transport reads it */
     /* ---- protocol state: gossip_link ("Liveness", "Start" in gossip_link.h) */
     uint8_t  hello, ack;       /* start: it said HELLO / answered ours */
     uint8_t  bye_in, bye_ack;  /* end: it said BYE / acknowledged ours */
@@ -44,7 +47,6 @@ typedef struct {
     uint64_t hello_iter;       /* the iteration of its first HELLO */
     uint64_t nonce;            /* instance nonce of its HELLO/HELLO_ACK (0: none seen) */
     uint64_t bye_iter;         /* iterations announced in its BYE */
-    uint64_t got;              /* 1 + the last GOSSIP iteration it delivered */
     uint64_t reported;         /* iteration it last reported (HELLO*, PING) */
     double   heard;            /* clock of its last valid message */
     double   sent_dealer;      /* clock of our last message to it, DEALER */

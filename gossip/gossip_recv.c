@@ -5,12 +5,12 @@
  *          iterations ahead, the refusal log budget, the pump's clock.
  * Exposes: gossip_recv_pump (receive and handle for a while), the header
  *          checks (each message's header is decoded here, once; the payload
- *          of GOSSIP and RESYNC once, by gossip_node_receive_decoded),
- *          what the stash needs of admission (replay of what it holds or
- *          handed on, the flow-control bound; where a message stands
- *          against the window is gossip_node_window's rule), refusals
- *          counted by their code, gossip_link_handle (the same path
- *          without sockets).
+ *          of GOSSIP and RESYNC once, by gossip_node_receive_decoded, a
+ *          STATE chunk's by gossip_state_rx_add_decoded),
+ *          the stash and its flow-control bound (admission itself, replay
+ *          and window, is gossip_node_admit's: asked once per message,
+ *          its verdict followed), refusals counted by their code,
+ *          gossip_link_handle (the same path without sockets).
  * Callers: gossip_round, gossip_member, gossip_join (they pump while they
  *          wait); gossip_live (a neighbour down: its stash dropped).
  */
@@ -98,31 +98,58 @@ static void s_deliver(gossip_link *l, int from, const gossip_header *h, const ui
 {
     char err[1024];
     gossip_recv_code c = gossip_node_receive_decoded(l->g, h, msg, len, err, sizeof err);
-    if (gossip_recv_refused(c)) {
+    if (gossip_recv_refused(c))
         gossip_recv_refuse_payload(l, from, c, err);
-        return;
-    }
-    gossip_peer *p = &l->p[from];
-    if (p->got < h->iter + 1)
-        p->got = h->iter + 1;
 }
 
-/* GOSSIP from in-neighbour `from`, its header decoded: replays of what
- * was stashed or handed on are refused; where it stands against the
- * window is the algorithm's rule (gossip_node_window): a late one is
- * dropped, one ahead of the window waits in the stash within the
- * flow-control bound, the others go to gossip_node_receive_decoded, which
- * decodes the payload and admits it (finite, its slot, not a duplicate). */
+/* The early GOSSIP of `from` (admission said TOO_FAR): kept in the stash
+ * within the flow-control bound, else dropped or refused. */
+static void s_hold(gossip_link *l, int from, const gossip_header *h, const uint8_t *msg,
+                   size_t len)
+{
+    uint64_t iter = h->iter, cur = gossip_node_iter(l->g);
+    gossip_peer *p = &l->p[from];
+    if (gossip_join_joining(l) && !l->running)
+        return; /* joining: we are not at the run's iteration yet */
+    if (iter > cur + l->lag + GOSSIP_WINDOW && gossip_live_far_ahead(l, from, cur) &&
+        iter <= p->reported + l->lag + GOSSIP_WINDOW)
+        return; /* we fell behind, as its PINGs say: no use ("Re-join") */
+    if (iter > cur + l->lag + GOSSIP_WINDOW ||
+        s_stashed_of(l, from, NULL) >= l->recv.stash_max) {
+        gossip_recv_refuse(l, "message from %s (rank %d) for iteration %llu is too far ahead (we are "
+                 "at %llu; flow control keeps honest peers within %llu)", gossip_link_id(l, from), from,
+                 (unsigned long long)iter, (unsigned long long)cur,
+                 (unsigned long long)l->lag);
+        return;
+    }
+    if (l->recv.nstash == l->recv.cap_stash) {
+        l->recv.cap_stash = l->recv.cap_stash ? 2 * l->recv.cap_stash : 16;
+        l->recv.stash = nn_xrealloc(l->recv.stash, l->recv.cap_stash * sizeof *l->recv.stash);
+    }
+    gossip_recv_early *e = &l->recv.stash[l->recv.nstash++];
+    e->bytes = nn_xmalloc(len);
+    memcpy(e->bytes, msg, len);
+    e->len = len;
+    e->h = *h;
+    e->from = from;
+    gossip_node_hold(l->g, from, iter);
+}
+
+/* GOSSIP from in-neighbour `from`, its header decoded: admitted once, by
+ * gossip_node_admit (replay, window); a replay is refused, a late one
+ * dropped, one ahead of the window held (s_hold), the others go to
+ * gossip_node_receive_decoded, which decodes the payload and checks it
+ * (finite, its slot). */
 static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uint8_t *msg,
                      size_t len)
 {
-    uint64_t iter = h->iter;
+    char err[1024];
     gossip_peer *p = &l->p[from];
-    uint64_t cur = gossip_node_iter(l->g);
-    if (iter < p->got) {
+    gossip_recv_code c = gossip_node_admit(l->g, h, err, sizeof err);
+    if (c == GOSSIP_RECV_DUPLICATE) {
         gossip_recv_refuse(l, "replayed or duplicate message from %s (rank %d) for iteration %llu "
-                 "(it already sent %llu)", gossip_link_id(l, from), from, (unsigned long long)iter,
-                 (unsigned long long)p->got - 1);
+                 "(it already sent %llu)", gossip_link_id(l, from), from,
+                 (unsigned long long)h->iter, (unsigned long long)p->got - 1);
         return;
     }
     double now = nn_now();
@@ -132,39 +159,14 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
         gossip_live_note_gap(p, gap);
     }
     p->last_gossip = now;
-    gossip_window_pos pos = gossip_node_window(l->g, iter);
-    if (pos == GOSSIP_WIN_LATE) {
-        p->got = iter + 1; /* late: that iteration was mixed without it */
-        return;
-    }
-    if (pos == GOSSIP_WIN_AHEAD) {
-        if (gossip_join_joining(l) && !l->running)
-            return; /* joining: we are not at the run's iteration yet */
-        if (iter > cur + l->lag + GOSSIP_WINDOW && gossip_live_far_ahead(l, from, cur) &&
-            iter <= p->reported + l->lag + GOSSIP_WINDOW)
-            return; /* we fell behind, as its PINGs say: no use ("Re-join") */
-        if (iter > cur + l->lag + GOSSIP_WINDOW ||
-            s_stashed_of(l, from, NULL) >= l->recv.stash_max) {
-            gossip_recv_refuse(l, "message from %s (rank %d) for iteration %llu is too far ahead (we are "
-                     "at %llu; flow control keeps honest peers within %llu)", gossip_link_id(l, from), from,
-                     (unsigned long long)iter, (unsigned long long)cur,
-                     (unsigned long long)l->lag);
-            return;
-        }
-        if (l->recv.nstash == l->recv.cap_stash) {
-            l->recv.cap_stash = l->recv.cap_stash ? 2 * l->recv.cap_stash : 16;
-            l->recv.stash = nn_xrealloc(l->recv.stash, l->recv.cap_stash * sizeof *l->recv.stash);
-        }
-        gossip_recv_early *e = &l->recv.stash[l->recv.nstash++];
-        e->bytes = nn_xmalloc(len);
-        memcpy(e->bytes, msg, len);
-        e->len = len;
-        e->h = *h;
-        e->from = from;
-        p->got = iter + 1;
-        return;
-    }
-    s_deliver(l, from, h, msg, len);
+    if (c == GOSSIP_RECV_STALE)
+        return; /* late: that iteration was mixed without it */
+    if (c == GOSSIP_RECV_TOO_FAR)
+        s_hold(l, from, h, msg, len);
+    else if (gossip_recv_refused(c))
+        gossip_recv_refuse_payload(l, from, c, err);
+    else
+        s_deliver(l, from, h, msg, len);
 }
 
 /* Feeds stashed messages that are now inside gossip_node's window, in
@@ -285,7 +287,7 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
             break;
         }
         gossip_recv_drop_stash_of(l, from); /* older than the RESYNC (FIFO): inside it */
-        gossip_live_on_resync(l, from, iter);
+        gossip_live_on_resync(l, from);
         break;
     }
     case GOSSIP_MSG_RESYNC_REQ:
@@ -307,7 +309,7 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         gossip_join_answer_state(l, from, in);
         break;
     case GOSSIP_MSG_STATE:
-        gossip_join_on_state(l, from, in, msg, len);
+        gossip_join_on_state(l, from, in, &h, msg, len);
         break;
     case GOSSIP_MSG_HELLO_ACK:
         gossip_member_on_hello_ack(l, from, in, iter, msg, len);

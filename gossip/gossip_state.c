@@ -112,8 +112,9 @@ static int s_check(gossip_state_rx *rx, const gossip_header *h, const gossip_sta
     return 0;
 }
 
-int gossip_state_rx_add(gossip_state_rx *rx, int from, const uint8_t *msg, size_t len,
-                        char *err, size_t errlen)
+/* gossip_state_rx_add with the header decoded already (hp), or not (NULL). */
+static int s_add(gossip_state_rx *rx, int from, const gossip_header *hp, const uint8_t *msg,
+                 size_t len, char *err, size_t errlen)
 {
     char why[512];
     gossip_header h;
@@ -122,7 +123,10 @@ int gossip_state_rx_add(gossip_state_rx *rx, int from, const uint8_t *msg, size_
     if (from != rx->from || rx->from < 0)
         return nn_errf(err, errlen, "STATE from rank %d, which was not asked for its state%s",
                        from, rx->from >= 0 ? "" : " (no transfer in progress)");
-    int rc = gossip_msg_decode_state(msg, len, &h, &c, why, sizeof why);
+    if (hp)
+        h = *hp;
+    int rc = hp ? gossip_msg_decode_state_chunk(msg, len, &h, &c, why, sizeof why)
+                : gossip_msg_decode_state(msg, len, &h, &c, why, sizeof why);
     if (rc == 0 && h.sender != (uint32_t)from)
         rc = nn_errf(why, sizeof why, "sender field says rank %u", h.sender);
     if (rc == 0)
@@ -145,4 +149,16 @@ int gossip_state_rx_add(gossip_state_rx *rx, int from, const uint8_t *msg, size_
     }
     rx->from = -1; /* complete: nothing more is expected */
     return 1;
+}
+
+int gossip_state_rx_add(gossip_state_rx *rx, int from, const uint8_t *msg, size_t len,
+                        char *err, size_t errlen)
+{
+    return s_add(rx, from, NULL, msg, len, err, errlen);
+}
+
+int gossip_state_rx_add_decoded(gossip_state_rx *rx, int from, const gossip_header *h,
+                                const uint8_t *msg, size_t len, char *err, size_t errlen)
+{
+    return s_add(rx, from, h, msg, len, err, errlen);
 }

@@ -58,5 +58,9 @@ void gossip_state_rx_begin(gossip_state_rx *rx, int from);
  * from anybody else changes nothing. */
 int gossip_state_rx_add(gossip_state_rx *rx, int from, const uint8_t *msg, size_t len,
                         char *err, size_t errlen);
+/* As gossip_state_rx_add, for a message whose header a transport decoded
+ * already (gossip_msg_decode_header, layout NULL) into *h: not again. */
+int gossip_state_rx_add_decoded(gossip_state_rx *rx, int from, const gossip_header *h,
+                                const uint8_t *msg, size_t len, char *err, size_t errlen);
 
 #endif

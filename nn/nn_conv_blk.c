@@ -8,7 +8,7 @@
  *          at the end, so one A row load serves NN_BLK_T taps at once;
  *          the summation order differs from the twin's serial one (float
  *          results agree to rounding, as the SIMD levels' do;
- *          tests/test_nn_layers.c).
+ *          tests/test_nn_conv.c).
  * Callers: the kernel table's portable entry (nn_kern.c).
  */
 #include <string.h>

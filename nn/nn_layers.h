@@ -13,7 +13,7 @@
  * OVERWRITTEN and may be NULL when not needed (first layer).
  * Every tuned kernel has a plain *_ref twin that tests compare against.
  * Callers: nn_model.c (the op graph), lowprec/ (reuses the FP32 weight-
- * gradient path), tests/test_nn_layers.c.
+ * gradient path), tests/test_nn_conv.c, tests/test_nn_layers.c.
  */
 #ifndef NN_LAYERS_H
 #define NN_LAYERS_H

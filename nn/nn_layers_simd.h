@@ -8,7 +8,7 @@
  *          (nn_kern.h), whose x86 builder puts them only in the tables of
  *          the levels that have them.  A "plane" is n contiguous floats.
  * The scalar versions (and the _ref twins) live in nn_layers.c and nn_conv.c;
- * tests/test_nn_layers.c compares them.
+ * tests/test_nn_conv.c and tests/test_nn_layers.c compare them.
  */
 #ifndef NN_LAYERS_SIMD_H
 #define NN_LAYERS_SIMD_H
