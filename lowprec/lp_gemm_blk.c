@@ -35,39 +35,43 @@ static inline nn_u32x4 s_pairs(nn_u32x4 acc, nn_u32x4 av, nn_u32x4 v)
     return acc + (p & 0xFFFF) + (p >> 16);
 }
 
-/* The 8 B lanes at b (w of them; the rest 0) */
-static inline void s_load(nn_u32x4 v[2], const uint32_t *b, size_t w)
+/* The 8 B lanes at b (w of them; the rest 0) in v0, v1 */
+static inline void s_load(nn_u32x4 *v0, nn_u32x4 *v1, const uint32_t *b, size_t w)
 {
     if (w == LP_BLK_J) {
-        memcpy(v, b, 2 * sizeof *v);
+        memcpy(v0, b, sizeof *v0);
+        memcpy(v1, b + 4, sizeof *v1);
         return;
     }
     uint32_t lanes[LP_BLK_J] = {0};
     memcpy(lanes, b, w * sizeof *b);
-    memcpy(v, lanes, 2 * sizeof *v);
+    memcpy(v0, lanes, sizeof *v0);
+    memcpy(v1, lanes + 4, sizeof *v1);
 }
 
 /* S rows of one packed A block (rows <= 4), columns j0..j0+w-1 (w <= 8);
- * the 8 sums of each row in named variables, so they stay in registers */
-static void s_tile(int32_t *S, size_t ldc, const uint32_t *a, int rows, const uint32_t *B,
+ * the 8 sums of each row in named variables, so they stay in registers.
+ * Inlined, so that the full tiles (w == LP_BLK_J, a constant) load B
+ * straight into registers, with no branch in the K loop. */
+static inline __attribute__((always_inline)) void s_tile(int32_t *S, size_t ldc, const uint32_t *a, int rows, const uint32_t *B,
                    size_t ldb, int np, const int *toff, int T, size_t j0, size_t w)
 {
     nn_u32x4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0},
             c31 = {0};
     for (int p = 0; p < np; p++)
         for (int t = 0; t < T; t++, a += 4) {
-            nn_u32x4 v[2];
-            s_load(v, B + (size_t)p * ldb + toff[t] + j0, w);
+            nn_u32x4 v0, v1;
+            s_load(&v0, &v1, B + (size_t)p * ldb + toff[t] + j0, w);
             const nn_u32x4 a0 = {a[0], a[0], a[0], a[0]}, a1 = {a[1], a[1], a[1], a[1]};
             const nn_u32x4 a2 = {a[2], a[2], a[2], a[2]}, a3 = {a[3], a[3], a[3], a[3]};
-            c00 = s_pairs(c00, a0, v[0]);
-            c01 = s_pairs(c01, a0, v[1]);
-            c10 = s_pairs(c10, a1, v[0]);
-            c11 = s_pairs(c11, a1, v[1]);
-            c20 = s_pairs(c20, a2, v[0]);
-            c21 = s_pairs(c21, a2, v[1]);
-            c30 = s_pairs(c30, a3, v[0]);
-            c31 = s_pairs(c31, a3, v[1]);
+            c00 = s_pairs(c00, a0, v0);
+            c01 = s_pairs(c01, a0, v1);
+            c10 = s_pairs(c10, a1, v0);
+            c11 = s_pairs(c11, a1, v1);
+            c20 = s_pairs(c20, a2, v0);
+            c21 = s_pairs(c21, a2, v1);
+            c30 = s_pairs(c30, a3, v0);
+            c31 = s_pairs(c31, a3, v1);
         }
     const nn_u32x4 acc[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
     for (int r = 0; r < rows; r++)
@@ -81,9 +85,11 @@ void lp_shiftgemm_blk(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const u
     for (int m0 = 0; m0 < M; m0 += 4) {
         const uint32_t *a = Ap + (size_t)(m0 / 4) * K2 * 4;
         const int rows = M - m0 < 4 ? M - m0 : 4;
-        for (size_t j0 = 0; j0 < n; j0 += LP_BLK_J)
-            s_tile(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j0,
-                   n - j0 < LP_BLK_J ? n - j0 : LP_BLK_J);
+        size_t j0 = 0;
+        for (; j0 + LP_BLK_J <= n; j0 += LP_BLK_J)
+            s_tile(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j0, LP_BLK_J);
+        if (j0 < n)
+            s_tile(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j0, n - j0);
     }
 }
 
