@@ -707,7 +707,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_join_poisoning, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_drill, s_setup, s_teardown),
     };
-    if (getenv("TEST_FILTER")) /* e.g. TEST_FILTER=test_join_poisoning */
-        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -646,7 +646,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nan_step, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_kill_and_rejoin, s_setup, s_teardown),
     };
-    if (getenv("TEST_FILTER")) /* e.g. TEST_FILTER=test_hostile_peer */
-        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
