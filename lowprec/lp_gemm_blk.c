@@ -14,12 +14,17 @@
  *          B lanes as u16 halves (codes 0..255: at most 65025, exact in 16
  *          bits) and adds both halves of each lane, widened, to its sums.
  *          Integer sums, so bit-identical to the twin in any order.
+ *          lp_pair_plane_blk, the shift GEMM's B operand: each row's pair
+ *          lanes built once in a loop the compiler vectorizes (the dx = 0
+ *          variant), copied to the other column-shift variants, whose
+ *          wrapped columns are then cleared; the twin's words.
  * Callers: the kernel table's portable entry (lp_kern.c), which every
  *          level without a SIMD shift GEMM of its own keeps.
  */
 #include <string.h>
 
 #include "lowprec/lp_gemm.h"
+#include "lowprec/lp_simd.h"
 #include "nn/nn_vec.h"
 
 #define LP_BLK_J 8
@@ -185,4 +190,47 @@ void lp_gemm_kernel_blk(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp
         for (int n = 0; n < N; n += 4)
             s_gemm_tile(C, ldc, Ap, Bp, Mp, Np, K4, m, n, M - m < 4 ? M - m : 4,
                         N - n < 4 ? N - n : 4);
+}
+
+/* ---- the shift GEMM's pair planes (lp_pair_plane_ref's words) --------- */
+
+/* dst[w] = the pair lanes of r0, r1 (r1 may be NULL: high codes 0), w < W;
+ * chs[w] += their codes (chs may be NULL) */
+static void s_pair_row(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1, int W)
+{
+    if (r1)
+        for (int w = 0; w < W; w++)
+            dst[w] = lp_pair(r0[w], r1[w]);
+    else
+        for (int w = 0; w < W; w++)
+            dst[w] = r0[w];
+    if (chs && r1)
+        for (int w = 0; w < W; w++)
+            chs[w] += r0[w] + r1[w];
+    else if (chs)
+        for (int w = 0; w < W; w++)
+            chs[w] += r0[w];
+}
+
+void lp_pair_plane_blk(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                       const uint8_t *r0, const uint8_t *r1, int H, int W)
+{
+    const int pad = (V - 1) / 2;
+    for (int h = 0; h < H; h++) {
+        const size_t i = (size_t)h * W;
+        uint32_t *row = dst + (size_t)pad * vstride + i; /* dx = 0: nothing wraps */
+        s_pair_row(row, chs ? chs + (size_t)h * ldc : NULL, r0 + i, r1 ? r1 + i : NULL, W);
+        for (int v = 0; v < V; v++) {
+            const int dx = v - pad;
+            if (dx == 0)
+                continue;
+            uint32_t *d = dst + (size_t)v * vstride + i;
+            memcpy(d, row, (size_t)W * sizeof *d);
+            /* the columns a read wrapping into the next row reaches */
+            const int lo = dx < 0 ? (W + dx > 0 ? W + dx : 0) : 0;
+            const int hi = dx < 0 ? W : (dx < W ? dx : W);
+            if (hi > lo)
+                memset(d + lo, 0, (size_t)(hi - lo) * sizeof *d);
+        }
+    }
 }
