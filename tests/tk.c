@@ -173,6 +173,15 @@ static void s_exec(const char *bin, char *const *args)
     argv[1] = (char *)bin;
     for (size_t k = 1; k <= n; k++) /* args[n] is the NULL */
         argv[k + 1] = args[k];
+    /* an emulated node's --timeout (its bound on every wait) stretches
+     * like the tests' own waits */
+    char stretched[32];
+    const double f = tk_time_scale();
+    for (size_t k = 2; f > 1 && n > 1 && strcmp(args[1], "node") == 0 && k + 1 <= n; k++)
+        if (strcmp(argv[k], "--timeout") == 0 && argv[k + 1]) {
+            snprintf(stretched, sizeof stretched, "%g", f * atof(argv[k + 1]));
+            argv[k + 1] = stretched;
+        }
     execvp(wrap, argv);
 }
 

@@ -27,7 +27,9 @@ int tk_quick(void);
 /* $LPGOSSIP_TEST_TIME_SCALE (a number >= 1; 1 when unset or not such a
  * number): the factor by which tk_wait, tk_wait_all and tk_wait_log
  * stretch their bounds, for processes slower than a native build on a
- * quiet machine (under an emulator: scripts/cross sets it).  Only the
+ * quiet machine (under an emulator: scripts/cross sets it), and the
+ * --timeout (a node's bound on each of its waits) of `lpgossip node`
+ * processes that tk_spawn starts under $LPGOSSIP_TEST_EXEC.  Only the
  * bounds on waiting grow; what the tests check stays. */
 double tk_time_scale(void);
 
