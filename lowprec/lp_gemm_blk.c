@@ -14,12 +14,17 @@
  *          B lanes as u16 halves (codes 0..255: at most 65025, exact in 16
  *          bits) and adds both halves of each lane, widened, to its sums.
  *          Integer sums, so bit-identical to the twin in any order.
+ *          lp_pair_plane_blk, the shift GEMM's B operand: each row's pair
+ *          lanes built once in a loop the compiler vectorizes (the dx = 0
+ *          variant), copied to the other column-shift variants, whose
+ *          wrapped columns are then cleared; the twin's words.
  * Callers: the kernel table's portable entry (lp_kern.c), which every
  *          level without a SIMD shift GEMM of its own keeps.
  */
 #include <string.h>
 
 #include "lowprec/lp_gemm.h"
+#include "lowprec/lp_simd.h"
 #include "nn/nn_vec.h"
 
 #define LP_BLK_J 8
@@ -35,39 +40,43 @@ static inline nn_u32x4 s_pairs(nn_u32x4 acc, nn_u32x4 av, nn_u32x4 v)
     return acc + (p & 0xFFFF) + (p >> 16);
 }
 
-/* The 8 B lanes at b (w of them; the rest 0) */
-static inline void s_load(nn_u32x4 v[2], const uint32_t *b, size_t w)
+/* The 8 B lanes at b (w of them; the rest 0) in v0, v1 */
+static inline void s_load(nn_u32x4 *v0, nn_u32x4 *v1, const uint32_t *b, size_t w)
 {
     if (w == LP_BLK_J) {
-        memcpy(v, b, 2 * sizeof *v);
+        memcpy(v0, b, sizeof *v0);
+        memcpy(v1, b + 4, sizeof *v1);
         return;
     }
     uint32_t lanes[LP_BLK_J] = {0};
     memcpy(lanes, b, w * sizeof *b);
-    memcpy(v, lanes, 2 * sizeof *v);
+    memcpy(v0, lanes, sizeof *v0);
+    memcpy(v1, lanes + 4, sizeof *v1);
 }
 
 /* S rows of one packed A block (rows <= 4), columns j0..j0+w-1 (w <= 8);
- * the 8 sums of each row in named variables, so they stay in registers */
-static void s_tile(int32_t *S, size_t ldc, const uint32_t *a, int rows, const uint32_t *B,
+ * the 8 sums of each row in named variables, so they stay in registers.
+ * Inlined, so that the full tiles (w == LP_BLK_J, a constant) load B
+ * straight into registers, with no branch in the K loop. */
+static inline __attribute__((always_inline)) void s_tile(int32_t *S, size_t ldc, const uint32_t *a, int rows, const uint32_t *B,
                    size_t ldb, int np, const int *toff, int T, size_t j0, size_t w)
 {
     nn_u32x4 c00 = {0}, c01 = {0}, c10 = {0}, c11 = {0}, c20 = {0}, c21 = {0}, c30 = {0},
             c31 = {0};
     for (int p = 0; p < np; p++)
         for (int t = 0; t < T; t++, a += 4) {
-            nn_u32x4 v[2];
-            s_load(v, B + (size_t)p * ldb + toff[t] + j0, w);
+            nn_u32x4 v0, v1;
+            s_load(&v0, &v1, B + (size_t)p * ldb + toff[t] + j0, w);
             const nn_u32x4 a0 = {a[0], a[0], a[0], a[0]}, a1 = {a[1], a[1], a[1], a[1]};
             const nn_u32x4 a2 = {a[2], a[2], a[2], a[2]}, a3 = {a[3], a[3], a[3], a[3]};
-            c00 = s_pairs(c00, a0, v[0]);
-            c01 = s_pairs(c01, a0, v[1]);
-            c10 = s_pairs(c10, a1, v[0]);
-            c11 = s_pairs(c11, a1, v[1]);
-            c20 = s_pairs(c20, a2, v[0]);
-            c21 = s_pairs(c21, a2, v[1]);
-            c30 = s_pairs(c30, a3, v[0]);
-            c31 = s_pairs(c31, a3, v[1]);
+            c00 = s_pairs(c00, a0, v0);
+            c01 = s_pairs(c01, a0, v1);
+            c10 = s_pairs(c10, a1, v0);
+            c11 = s_pairs(c11, a1, v1);
+            c20 = s_pairs(c20, a2, v0);
+            c21 = s_pairs(c21, a2, v1);
+            c30 = s_pairs(c30, a3, v0);
+            c31 = s_pairs(c31, a3, v1);
         }
     const nn_u32x4 acc[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
     for (int r = 0; r < rows; r++)
@@ -81,9 +90,11 @@ void lp_shiftgemm_blk(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const u
     for (int m0 = 0; m0 < M; m0 += 4) {
         const uint32_t *a = Ap + (size_t)(m0 / 4) * K2 * 4;
         const int rows = M - m0 < 4 ? M - m0 : 4;
-        for (size_t j0 = 0; j0 < n; j0 += LP_BLK_J)
-            s_tile(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j0,
-                   n - j0 < LP_BLK_J ? n - j0 : LP_BLK_J);
+        size_t j0 = 0;
+        for (; j0 + LP_BLK_J <= n; j0 += LP_BLK_J)
+            s_tile(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j0, LP_BLK_J);
+        if (j0 < n)
+            s_tile(S + (size_t)m0 * ldc, ldc, a, rows, B, ldb, np, toff, T, j0, n - j0);
     }
 }
 
@@ -179,4 +190,47 @@ void lp_gemm_kernel_blk(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp
         for (int n = 0; n < N; n += 4)
             s_gemm_tile(C, ldc, Ap, Bp, Mp, Np, K4, m, n, M - m < 4 ? M - m : 4,
                         N - n < 4 ? N - n : 4);
+}
+
+/* ---- the shift GEMM's pair planes (lp_pair_plane_ref's words) --------- */
+
+/* dst[w] = the pair lanes of r0, r1 (r1 may be NULL: high codes 0), w < W;
+ * chs[w] += their codes (chs may be NULL) */
+static void s_pair_row(uint32_t *dst, int32_t *chs, const uint8_t *r0, const uint8_t *r1, int W)
+{
+    if (r1)
+        for (int w = 0; w < W; w++)
+            dst[w] = lp_pair(r0[w], r1[w]);
+    else
+        for (int w = 0; w < W; w++)
+            dst[w] = r0[w];
+    if (chs && r1)
+        for (int w = 0; w < W; w++)
+            chs[w] += r0[w] + r1[w];
+    else if (chs)
+        for (int w = 0; w < W; w++)
+            chs[w] += r0[w];
+}
+
+void lp_pair_plane_blk(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                       const uint8_t *r0, const uint8_t *r1, int H, int W)
+{
+    const int pad = (V - 1) / 2;
+    for (int h = 0; h < H; h++) {
+        const size_t i = (size_t)h * W;
+        uint32_t *row = dst + (size_t)pad * vstride + i; /* dx = 0: nothing wraps */
+        s_pair_row(row, chs ? chs + (size_t)h * ldc : NULL, r0 + i, r1 ? r1 + i : NULL, W);
+        for (int v = 0; v < V; v++) {
+            const int dx = v - pad;
+            if (dx == 0)
+                continue;
+            uint32_t *d = dst + (size_t)v * vstride + i;
+            memcpy(d, row, (size_t)W * sizeof *d);
+            /* the columns a read wrapping into the next row reaches */
+            const int lo = dx < 0 ? (W + dx > 0 ? W + dx : 0) : 0;
+            const int hi = dx < 0 ? W : (dx < W ? dx : W);
+            if (hi > lo)
+                memset(d + lo, 0, (size_t)(hi - lo) * sizeof *d);
+        }
+    }
 }

@@ -33,7 +33,7 @@ static void s_fill_twins(lp_kern_t *k)
         .dequant_row_q = lp_dequant_row_q_ref,
         .dequant_lin = lp_dequant_lin_ref,
         .quads = 0,
-        .pair_plane = lp_pair_plane_ref,
+        .pair_plane = lp_pair_plane_blk,
         .quad_row = lp_quad_row_ref,
         .tap_sum_row = lp_tap_sum_row_ref,
         .tap_isum_row = lp_tap_isum_row_ref,

@@ -109,6 +109,9 @@ void lp_pair_plane_ref(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_
                        const uint8_t *r0, const uint8_t *r1, int H, int W);
 void lp_pair_plane_avx2(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
                         const uint8_t *r0, const uint8_t *r1, int H, int W);
+/* the portable level's (lp_gemm_blk.c) */
+void lp_pair_plane_blk(uint32_t *dst, size_t vstride, int V, int32_t *chs, size_t ldc,
+                       const uint8_t *r0, const uint8_t *r1, int H, int W);
 void lp_tap_sum_row_ref(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
 void lp_tap_sum_row_avx2(double *t, const int32_t *s, const int *off, int T, double c, size_t n);
 

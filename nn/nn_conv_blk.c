@@ -8,7 +8,8 @@
  *          at the end, so one A row load serves NN_BLK_T taps at once;
  *          the summation order differs from the twin's serial one (float
  *          results agree to rounding, as the SIMD levels' do;
- *          tests/test_nn_conv.c).
+ *          tests/test_nn_conv.c).  The blocks run over the outputs
+ *          (channel, tap) of a row, so T = 1 fills them too.
  * Callers: the kernel table's portable entry (nn_kern.c).
  */
 #include <string.h>
@@ -50,16 +51,22 @@ static void s_dots(float *D, const float *a, const float *const b[NN_BLK_T], int
     }
 }
 
+/* The outputs of a row are D[c*T + t]: consecutive over (channel, tap)
+ * pairs k = c*T + t, so they go NN_BLK_T at a time in k, across channels
+ * where T is not a multiple (T = 1: the im2col path's plain dots), each
+ * output's sum the same whatever its block mates. */
 void nn_shiftdot_blk(float *D, size_t ldd, const float *A, size_t lda, int M, const float *B,
                      size_t ldb, int nch, const int *toff, int T, size_t n)
 {
+    const int K = nch * T;
     for (int m = 0; m < M; m++)
-        for (int c = 0; c < nch; c++)
-            for (int t0 = 0; t0 < T; t0 += NN_BLK_T) {
-                const int nt = T - t0 < NN_BLK_T ? T - t0 : NN_BLK_T;
-                const float *b[NN_BLK_T];
-                for (int t = 0; t < NN_BLK_T; t++) /* missing taps repeat the last */
-                    b[t] = B + (size_t)c * ldb + toff[t0 + (t < nt ? t : nt - 1)];
-                s_dots(D + (size_t)m * ldd + (size_t)c * T + t0, A + (size_t)m * lda, b, nt, n);
+        for (int k0 = 0; k0 < K; k0 += NN_BLK_T) {
+            const int nt = K - k0 < NN_BLK_T ? K - k0 : NN_BLK_T;
+            const float *b[NN_BLK_T];
+            for (int t = 0; t < NN_BLK_T; t++) { /* missing outputs repeat the last */
+                const int k = k0 + (t < nt ? t : nt - 1);
+                b[t] = B + (size_t)(k / T) * ldb + toff[k % T];
             }
+            s_dots(D + (size_t)m * ldd + k0, A + (size_t)m * lda, b, nt, n);
+        }
 }

@@ -269,7 +269,7 @@ static void test_lan_restart(void **state)
     for (int k = 0; k < S_N; k++)
         pid[k] = s_start(topo, k, k, "1", "60", out, logs[k], subset, NULL, more);
     double t0 = nn_now();
-    while (access(ckpt, R_OK) != 0 && nn_now() - t0 < 120)
+    while (access(ckpt, R_OK) != 0 && nn_now() - t0 < 120 * tk_time_scale())
         usleep(50000);
     assert_int_equal(access(ckpt, R_OK), 0);
     tk_kill(pid[2], SIGKILL);
@@ -332,7 +332,7 @@ static void s_spoofer(int host, uint32_t rank, uint16_t port, const char *pubkey
     uint8_t ann[52];
     size_t alen = 0;
     double t0 = nn_now();
-    while (!alen && nn_now() - t0 < 60) {
+    while (!alen && nn_now() - t0 < 60 * tk_time_scale()) {
         char *ip = zstr_recv(b);
         if (!ip)
             continue;

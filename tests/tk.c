@@ -38,6 +38,14 @@ int tk_quick(void)
     return q && q[0] && strcmp(q, "0") != 0;
 }
 
+double tk_time_scale(void)
+{
+    const char *e = getenv("LPGOSSIP_TEST_TIME_SCALE");
+    char *end;
+    double f = e ? strtod(e, &end) : 1.0;
+    return e && end != e && *end == '\0' && f >= 1.0 && f <= 1000.0 ? f : 1.0;
+}
+
 const char *tk_bin(void)
 {
     static char bin[1100];
@@ -165,6 +173,15 @@ static void s_exec(const char *bin, char *const *args)
     argv[1] = (char *)bin;
     for (size_t k = 1; k <= n; k++) /* args[n] is the NULL */
         argv[k + 1] = args[k];
+    /* an emulated node's --timeout (its bound on every wait) stretches
+     * like the tests' own waits */
+    char stretched[32];
+    const double f = tk_time_scale();
+    for (size_t k = 2; f > 1 && n > 1 && strcmp(args[1], "node") == 0 && k + 1 <= n; k++)
+        if (strcmp(argv[k], "--timeout") == 0 && argv[k + 1]) {
+            snprintf(stretched, sizeof stretched, "%g", f * atof(argv[k + 1]));
+            argv[k + 1] = stretched;
+        }
     execvp(wrap, argv);
 }
 
@@ -232,7 +249,7 @@ int tk_wait(pid_t pid, double seconds)
     s_proc *p = s_find(pid);
     if (!p)
         return -1;
-    double deadline = s_now() + seconds;
+    double deadline = s_now() + seconds * tk_time_scale();
     while (!s_poll(p)) {
         if (s_now() >= deadline)
             return -1;
@@ -243,7 +260,7 @@ int tk_wait(pid_t pid, double seconds)
 
 int tk_wait_all(double seconds, int *status)
 {
-    double deadline = s_now() + seconds;
+    double deadline = s_now() + seconds * tk_time_scale();
     for (;;) {
         int left = 0;
         for (int k = 0; k < s_n; k++)

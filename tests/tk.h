@@ -3,7 +3,7 @@
  * Owns:    a process table of the children a test started (bounded waits,
  *          kill on teardown), and small helpers every process-level test
  *          needs.
- * Exposes: tk_quick, tk_bin, tk_free_port, tk_mkdtemp, tk_rmtree,
+ * Exposes: tk_quick, tk_time_scale, tk_bin, tk_free_port, tk_mkdtemp, tk_rmtree,
  *          tk_bin_cmd, tk_slurp, tk_dump, tk_spawn, tk_wait, tk_wait_all, tk_kill,
  *          tk_kill_all.
  * Callers: tests/test_*.c (linked into every test program by the Makefile:
@@ -23,6 +23,15 @@
 /* 1 when LPGOSSIP_QUICK is set to something other than "" or "0" (the
  * sanitizer run): tests shrink their sizes. */
 int tk_quick(void);
+
+/* $LPGOSSIP_TEST_TIME_SCALE (a number >= 1; 1 when unset or not such a
+ * number): the factor by which tk_wait, tk_wait_all and tk_wait_log
+ * stretch their bounds, for processes slower than a native build on a
+ * quiet machine (under an emulator: scripts/cross sets it), and the
+ * --timeout (a node's bound on each of its waits) of `lpgossip node`
+ * processes that tk_spawn starts under $LPGOSSIP_TEST_EXEC.  Only the
+ * bounds on waiting grow; what the tests check stays. */
+double tk_time_scale(void);
 
 /* Path of the lpgossip binary: $LPGOSSIP_BIN, else ../lpgossip next to the
  * running test program (build/tests/x -> build/lpgossip, build/san/tests/x
@@ -60,12 +69,12 @@ void tk_dump(const char *path);
  * The child is recorded in the process table.  Returns its pid, or -1. */
 pid_t tk_spawn(const char *bin, char *const *args, const char *logpath, int env_rank);
 
-/* Waits up to seconds for pid (a child from tk_spawn).  Returns its exit
+/* Waits up to seconds (times tk_time_scale()) for pid (a child from tk_spawn).  Returns its exit
  * code, 128+signal when killed by a signal, or -1 on timeout (the child is
  * still running and still recorded). */
 int tk_wait(pid_t pid, double seconds);
 
-/* Waits up to seconds for every child in the table; status[k] (k-th spawned
+/* Waits up to seconds (times tk_time_scale()) for every child in the table; status[k] (k-th spawned
  * since the last tk_kill_all, status has TK_MAXPROC entries) gets what
  * tk_wait returns.  0 when all ended in time, -1 otherwise. */
 int tk_wait_all(double seconds, int *status);

@@ -160,7 +160,7 @@ int tk_wait_log(const char *log, const char *what, double seconds)
         free(s);
         if (found)
             return 1;
-        if (nn_now() - t0 > seconds)
+        if (nn_now() - t0 > seconds * tk_time_scale())
             return 0;
         usleep(50000);
     }

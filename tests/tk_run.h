@@ -51,7 +51,7 @@ nn_model *tk_model_load(const char *path);
  * be read (a line on stderr). */
 double tk_model_spread(const char *dir, int n, double *dist);
 
-/* Waits (bounded by `seconds`) until the file `log` contains `what`:
+/* Waits (bounded by `seconds` times tk_time_scale()) until the file `log` contains `what`:
  * 1 found, 0 not. */
 int tk_wait_log(const char *log, const char *what, double seconds);
 
