@@ -67,7 +67,7 @@
 #include "nn/nn_core.h"
 
 #define GOSSIP_MAGIC        0x5347504cu /* "LPGS" little-endian */
-#define GOSSIP_VERSION      2
+#define GOSSIP_VERSION      3
 #define GOSSIP_HEADER_BYTES 40
 
 enum {
