@@ -42,10 +42,9 @@ static void s_fill_avx2(lp_kern_t *k)
     k->find_u8 = lp_find_u8_avx2;
 }
 
-/* AVX-512 F/BW/VL without VNNI: the elementwise quantization kernels
- * (lp_quant_avx512.c uses no VNNI instruction), the pair GEMM and its row
- * correction on zmm; the rest stays at AVX2. */
-static void s_fill_avx512(lp_kern_t *k)
+/* The elementwise quantization kernels on zmm, at both AVX-512 levels
+ * (lp_quant_avx512.c uses no VNNI instruction). */
+static void s_fill_avx512_quant(lp_kern_t *k)
 {
     k->minmax = lp_minmax_avx512;
     k->quantize = lp_quantize_avx512;
@@ -53,6 +52,13 @@ static void s_fill_avx512(lp_kern_t *k)
     k->dequantize = lp_dequantize_avx512;
     k->fake_quant_sr = lp_fake_quant_sr_avx512;
     k->fake_quant_sr_add = lp_fake_quant_sr_add_avx512;
+}
+
+/* AVX-512 F/BW/VL without VNNI: the quantization kernels, the pair GEMM
+ * and its row correction on zmm; the rest stays at AVX2. */
+static void s_fill_avx512(lp_kern_t *k)
+{
+    s_fill_avx512_quant(k);
     k->shiftgemm = lp_shiftgemm_avx512bw;
     k->dequant_row = lp_dequant_row_avx512bw;
     k->dequant_rows = lp_dequant_rows_avx512bw;
@@ -60,12 +66,7 @@ static void s_fill_avx512(lp_kern_t *k)
 
 static void s_fill_avx512vnni(lp_kern_t *k)
 {
-    k->minmax = lp_minmax_avx512;
-    k->quantize = lp_quantize_avx512;
-    k->quantize_sr = lp_quantize_sr_avx512;
-    k->dequantize = lp_dequantize_avx512;
-    k->fake_quant_sr = lp_fake_quant_sr_avx512;
-    k->fake_quant_sr_add = lp_fake_quant_sr_add_avx512;
+    s_fill_avx512_quant(k);
     k->gemm = lp_gemm_kernel_avx512;
     k->shiftgemm_q = lp_shiftgemm_q_avx512;
     k->dequant_row_q = lp_dequant_row_q_avx512;
