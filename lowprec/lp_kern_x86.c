@@ -67,6 +67,7 @@ static void s_fill_avx512vnni(lp_kern_t *k)
     k->fake_quant_sr = lp_fake_quant_sr_avx512;
     k->fake_quant_sr_add = lp_fake_quant_sr_add_avx512;
     k->gemm = lp_gemm_kernel_avx512;
+    k->gemm_quads = 1;
     k->shiftgemm_q = lp_shiftgemm_q_avx512;
     k->dequant_row_q = lp_dequant_row_q_avx512;
     k->dequant_lin = lp_dequant_lin_avx512;
