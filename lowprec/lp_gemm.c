@@ -118,6 +118,60 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
         s_pack_group(Ap, A16, At, rowsum, A, rs, cs, M, K, k4);
 }
 
+/* Tiles pay where a tile's depth holds at least 4 of the K4 rows (16
+ * codes) or all of them. */
+static int s_tile_pays(int K)
+{
+    const int K4 = lp_gemm_k4(K), kr = lp_tile_depth(K4);
+    return kr >= 4 || kr == K4;
+}
+
+/* Whether lp_gemm_u8u8 at depth K runs on the tiles now. */
+static int s_on_tiles(int K)
+{
+    return lp_tile_model_forced() || (s_tile_pays(K) && lp_tile_ready());
+}
+
+/* Row m of A into the quads of packed A (Mp rows a group), codes past K
+ * zero; returns its sum. */
+static int32_t s_quad_row(int8_t *q, size_t Mp, const uint8_t *row, ptrdiff_t cs, int K)
+{
+    int32_t s = 0;
+    int k = 0;
+    if (cs == 1)
+        for (; k + 4 <= K; k += 4, q += Mp * 4) { /* four codes in a row */
+            uint32_t c;
+            memcpy(&c, row + k, 4);
+            s += (int32_t)((c & 0xffu) + (c >> 8 & 0xffu) + (c >> 16 & 0xffu) + (c >> 24));
+            c ^= 0x80808080u;
+            memcpy(q, &c, 4);
+        }
+    for (; k < K; k += 4, q += Mp * 4)
+        for (int j = 0; j < 4; j++) {
+            const int v = k + j < K ? row[(ptrdiff_t)(k + j) * cs] : 128;
+            s += k + j < K ? v : 0;
+            q[j] = (int8_t)(v - 128);
+        }
+    return s;
+}
+
+void lp_gemm_pack_a_run(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
+                        ptrdiff_t cs, int M, int K)
+{
+    if (!lp_kern()->gemm_quads || s_on_tiles(K)) {
+        lp_gemm_pack_a(Ap, rowsum, A, rs, cs, M, K);
+        return;
+    }
+    const int K4 = lp_gemm_k4(K), Mp = lp_gemm_mp(M);
+    for (int m = 0; m < M; m++) {
+        const int32_t s = s_quad_row(Ap + (size_t)m * 4, (size_t)Mp, A + m * rs, cs, K);
+        if (rowsum)
+            rowsum[m] = s;
+    }
+    for (int k4 = 0; k4 < K4 && Mp > M; k4++) /* padding rows */
+        memset(Ap + ((size_t)k4 * Mp + M) * 4, 0, (size_t)(Mp - M) * 4);
+}
+
 void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, int K, int N)
 {
     const int K4 = lp_gemm_k4(K), Np = lp_gemm_np(N);
@@ -187,19 +241,11 @@ static void s_gemm_tile(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp
     }
 }
 
-/* Tiles pay where a tile's depth holds at least 4 of the K4 rows (16
- * codes) or all of them. */
-static int s_tile_pays(int K)
-{
-    const int K4 = lp_gemm_k4(K), kr = lp_tile_depth(K4);
-    return kr >= 4 || kr == K4;
-}
-
 void lp_gemm_u8u8(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N, int K,
                   int32_t *colsum)
 {
     assert(M >= 1 && N >= 1 && K >= 1 && K <= LP_GEMM_MAX_K && ldc >= N);
-    if (lp_tile_model_forced() || (s_tile_pays(K) && lp_tile_ready())) {
+    if (s_on_tiles(K)) {
         s_gemm_tile(C, ldc, Ap, Bp, M, N, K, colsum, lp_kern()->tilegemm == NULL);
         return;
     }

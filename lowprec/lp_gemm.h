@@ -77,6 +77,13 @@ void lp_gemm_pack_a(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
 /* Its twin, element by element: the same bytes. */
 void lp_gemm_pack_a_ref(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
                         ptrdiff_t cs, int M, int K);
+/* lp_gemm_pack_a for a product run at once on this CPU level: where
+ * lp_gemm_u8u8 for depth K reads only the quads of packed A (the VNNI
+ * kernel off the tiles), only they (and rowsum) are written, the rest of
+ * Ap is left as it was; elsewhere all of lp_gemm_pack_a.  The packed A
+ * serves lp_gemm_u8u8 at the level and tile state of the call only. */
+void lp_gemm_pack_a_run(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t rs,
+                        ptrdiff_t cs, int M, int K);
 /* Bp (lp_gemm_pack_b_bytes) = packed B, where B(k, n) = B[k*rs + n*cs]. */
 void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, int K, int N);
 

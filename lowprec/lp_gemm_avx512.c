@@ -26,9 +26,12 @@ s_tile(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int Mp, int Np,
        int N, int mb, int nb, const int U, int32_t *csblk, int32_t *colsum, const int first)
 {
     __m512i acc[MR][4], cs[4];
+    _Pragma("GCC unroll 8")
     for (int r = 0; r < MR; r++)
+        _Pragma("GCC unroll 8")
         for (int u = 0; u < U; u++)
             acc[r][u] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8")
     for (int u = 0; u < U; u++)
         cs[u] = _mm512_setzero_si512();
     const __m512i ones = _mm512_set1_epi8(1);
@@ -36,19 +39,24 @@ s_tile(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int Mp, int Np,
     const int8_t *a = Ap + (size_t)mb * 4;
     for (int k4 = 0; k4 < K4; k4++) {
         __m512i bv[4];
+        _Pragma("GCC unroll 8")
         for (int u = 0; u < U; u++)
             bv[u] = _mm512_loadu_si512((const void *)(b + 64 * u));
+        _Pragma("GCC unroll 8")
         for (int r = 0; r < MR; r++) {
             __m512i av = _mm512_set1_epi32(s_ld32(a + 4 * r));
+            _Pragma("GCC unroll 8")
             for (int u = 0; u < U; u++)
                 acc[r][u] = _mm512_dpbusd_epi32(acc[r][u], bv[u], av);
         }
         if (first)
+            _Pragma("GCC unroll 8")
             for (int u = 0; u < U; u++)
                 cs[u] = _mm512_dpbusd_epi32(cs[u], bv[u], ones);
         b += (size_t)Np * 4;
         a += (size_t)Mp * 4;
     }
+    _Pragma("GCC unroll 8")
     for (int u = 0; u < U; u++) {
         int left = N - (nb + 16 * u);
         __mmask16 mask = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
@@ -60,9 +68,11 @@ s_tile(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int Mp, int Np,
             cs[u] = _mm512_loadu_si512((const void *)(csblk + 16 * u));
         }
         __m512i corr = _mm512_slli_epi32(cs[u], 7);
-        for (int r = 0; r < MR && mb + r < M; r++)
-            _mm512_mask_storeu_epi32(C + (size_t)(mb + r) * ldc + nb + 16 * u, mask,
-                                     _mm512_add_epi32(acc[r][u], corr));
+        _Pragma("GCC unroll 8") /* constant indices: acc stays in registers */
+        for (int r = 0; r < MR; r++)
+            if (mb + r < M)
+                _mm512_mask_storeu_epi32(C + (size_t)(mb + r) * ldc + nb + 16 * u, mask,
+                                         _mm512_add_epi32(acc[r][u], corr));
     }
 }
 

@@ -39,6 +39,7 @@ typedef struct {
     /* GEMMs and their dequantization rows (lp_gemm.h) */
     void (*gemm)(int32_t *C, int ldc, const int8_t *Ap, const uint8_t *Bp, int M, int N, int K,
                  int32_t *colsum); /* lp_gemm_u8u8 off the tiles */
+    int gemm_quads; /* 1 where gemm reads only the quads of packed A */
     void (*shiftgemm)(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,
                       size_t ldb, int np, const int *toff, int T, size_t n);
     void (*shiftgemm_q)(int32_t *S, size_t ldc, const uint32_t *Ap, int M, const uint32_t *B,

@@ -68,6 +68,7 @@ static void s_fill_avx512vnni(lp_kern_t *k)
 {
     s_fill_avx512_quant(k);
     k->gemm = lp_gemm_kernel_avx512;
+    k->gemm_quads = 1;
     k->shiftgemm_q = lp_shiftgemm_q_avx512;
     k->dequant_row_q = lp_dequant_row_q_avx512;
     k->dequant_lin = lp_dequant_lin_avx512;

@@ -171,7 +171,7 @@ void lp_linear_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     const lp_operands ops = {in, N, (size_t)F, w, (size_t)OF * F, b, (size_t)OF};
     (void)lp_layer_quantize(sv, NULL, NULL, bq, bcodes, run_range, &ops, mode);
     /* C (N, OF) = xq (N, F) * wq^T (F, OF) */
-    lp_gemm_pack_a(Ap, SX, sv->xq, F, 1, N, F);
+    lp_gemm_pack_a_run(Ap, SX, sv->xq, F, 1, N, F);
     s_lin_gemm_run(Cm, Ap, Bp, sv->wq, 1, F, N, OF, F, SW);
     s_dequant_out(out, Cm, SW, SX, N, OF, F, sv->wp, sv->xp, bq, sp.tw);
 }
@@ -199,7 +199,7 @@ void lp_linear_backward(float *din, float *dw, float *db, const float *dout, con
     lp_qparams gp = lp_tensor_qparams(dout, (size_t)N * OF);
     lp_quantize_sr(gq, dout, (size_t)N * OF, gp, seed, 0);
     /* C (N, F) = gq (N, OF) * wq (OF, F) */
-    lp_gemm_pack_a(Ap, SG, gq, OF, 1, N, OF);
+    lp_gemm_pack_a_run(Ap, SG, gq, OF, 1, N, OF);
     s_lin_gemm_run(Cm, Ap, Bp, sv->wq, F, 1, N, F, OF, SWc);
     s_dequant_out(din, Cm, SWc, SG, N, F, OF, sv->wp, gp, NULL, sp.tw);
 }

@@ -33,6 +33,33 @@ static void s_fill(nn_rng *r, uint8_t *a, size_t n, int mode)
         a[i] = mode == 1 ? 255 : mode == 2 ? 0 : (uint8_t)nn_rng_below(r, 256);
 }
 
+/* C = A * B from packed Ap, Bp at the level now forced: every entry against
+ * ref (M, N), the columns past N untouched, the column sums of B. */
+static void s_check_product(int32_t *C, const int32_t *ref, int32_t *cols, const int8_t *Ap,
+                            const uint8_t *Bp, const uint8_t *B, shape s, int ldc,
+                            const char *name)
+{
+    const int M = s.M, N = s.N, K = s.K;
+    memset(C, 0x5a, (size_t)M * ldc * sizeof(int32_t));
+    memset(cols, 0x5a, (size_t)N * sizeof(int32_t));
+    lp_gemm_u8u8(C, ldc, Ap, Bp, M, N, K, cols);
+    assert_int_equal(lp_tile_model_faults(), 0);
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++)
+            if (C[(size_t)m * ldc + n] != ref[(size_t)m * N + n])
+                fail_msg("%s M=%d N=%d K=%d: C[%d][%d] = %d, ref %d", name, M, N, K, m, n,
+                         C[(size_t)m * ldc + n], ref[(size_t)m * N + n]);
+        for (int n = N; n < ldc; n++) /* beyond N untouched */
+            assert_int_equal((uint32_t)C[(size_t)m * ldc + n], 0x5a5a5a5au);
+    }
+    for (int n = 0; n < N; n++) {
+        int32_t t = 0;
+        for (int k = 0; k < K; k++)
+            t += B[(size_t)k * N + n];
+        assert_int_equal(cols[n], t);
+    }
+}
+
 static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
 {
     const int M = s.M, N = s.N, K = s.K, ldc = N + 3;
@@ -71,25 +98,20 @@ static void s_check_shape(nn_rng *r, shape s, int mode, int transposed_views)
         if (lv < NN_CPU_LEVELS && nn_cpu_force(name) != 0)
             continue;
         lp_tile_force_model(lv == NN_CPU_LEVELS);
-        memset(C, 0x5a, (size_t)M * ldc * sizeof(int32_t));
-        memset(cols, 0x5a, (size_t)N * sizeof(int32_t));
-        lp_gemm_u8u8(C, ldc, Ap, Bp, M, N, K, cols);
-        assert_int_equal(lp_tile_model_faults(), 0);
+        int32_t *runrows = nn_xmalloc((size_t)M * sizeof(int32_t));
+        for (int run = 0; run < 2; run++) { /* run: packed for this level only, over stale bytes */
+            memset(Ap, 0x5a, lp_gemm_pack_a_bytes(M, K));
+            void (*pack)(int8_t *, int32_t *, const uint8_t *, ptrdiff_t, ptrdiff_t, int, int) =
+                run ? lp_gemm_pack_a_run : lp_gemm_pack_a;
+            if (transposed_views)
+                pack(Ap, runrows, At, 1, M, M, K);
+            else
+                pack(Ap, runrows, A, K, 1, M, K);
+            assert_memory_equal(runrows, rows, (size_t)M * sizeof(int32_t));
+            s_check_product(C, ref, cols, Ap, Bp, B, s, ldc, name);
+        }
+        free(runrows);
         lp_tile_force_model(0);
-        for (int m = 0; m < M; m++) {
-            for (int n = 0; n < N; n++)
-                if (C[(size_t)m * ldc + n] != ref[(size_t)m * N + n])
-                    fail_msg("%s M=%d N=%d K=%d: C[%d][%d] = %d, ref %d", name, M, N, K, m, n,
-                             C[(size_t)m * ldc + n], ref[(size_t)m * N + n]);
-            for (int n = N; n < ldc; n++) /* beyond N untouched */
-                assert_int_equal((uint32_t)C[(size_t)m * ldc + n], 0x5a5a5a5au);
-        }
-        for (int n = 0; n < N; n++) {
-            int32_t t = 0;
-            for (int k = 0; k < K; k++)
-                t += B[(size_t)k * N + n];
-            assert_int_equal(cols[n], t);
-        }
     }
     nn_cpu_force("auto");
     free(A); free(B); free(At); free(Bt); free(ref); free(C); free(rows); free(cols);
