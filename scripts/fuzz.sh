@@ -27,8 +27,8 @@ CFLAGS="-g -O1 -std=c11 -D_GNU_SOURCE -I. $PKG_CFLAGS -fno-omit-frame-pointer -f
 # SIMD files by target, as the Makefile picks them
 case "$("$CLANG" -dumpmachine 2>/dev/null)" in
     x86_64-*|i?86-*) simd_off="_neon.c _dotprod.c _i8mm.c _arm.c" ;;
-    aarch64-*)       simd_off="_avx2.c _avx512.c _avx512bf16.c _amx.c _x86.c" ;;
-    *)               simd_off="_neon.c _dotprod.c _i8mm.c _arm.c _avx2.c _avx512.c _avx512bf16.c _amx.c _x86.c" ;;
+    aarch64-*)       simd_off="_avx2.c _avx512bw.c _avx512.c _avx512bf16.c _amx.c _x86.c" ;;
+    *)               simd_off="_neon.c _dotprod.c _i8mm.c _arm.c _avx2.c _avx512bw.c _avx512.c _avx512bf16.c _amx.c _x86.c" ;;
 esac
 objs=()
 for src in nn/*.c lowprec/*.c topology/*.c gossip/*.c node/node_modelfile.c; do
@@ -43,6 +43,7 @@ for src in nn/*.c lowprec/*.c topology/*.c gossip/*.c node/node_modelfile.c; do
         *_dotprod.c) extra="-march=armv8.2-a+dotprod" ;;
         *_i8mm.c)   extra="-march=armv8.2-a+i8mm" ;;
         *_avx2.c)   extra="-mavx2 -mfma" ;;
+        *_avx512bw.c) extra="-mavx2 -mfma -mavx512f -mavx512bw -mavx512vl" ;;
         *_avx512.c) extra="-mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni" ;;
         *_avx512bf16.c) extra="-mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16" ;;
         *_amx.c)    extra="-mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mamx-tile -mamx-int8 -mamx-bf16" ;;
