@@ -85,6 +85,10 @@ static void test_kill_and_rejoin(void **state)
 {
     (void)state;
     const int n = 8, victim = 3, batch = 8, iters = tk_quick() ? 220 : 300;
+    /* 1 s finds the killed node fast; eight sanitized processes on two cores
+     * (LPGOSSIP_QUICK runs) can stall a live one that long, so 3 s there */
+    char ptimeout[8];
+    snprintf(ptimeout, sizeof ptimeout, "%d", tk_quick() ? 3 : 1);
     char topo[512], out[512], subset[32], bs[16], logs[8][600], relog[600], ckpt[700];
     snprintf(topo, sizeof topo, "%s/ring8.yaml", s_dir);
     snprintf(out, sizeof out, "%s/run", s_dir);
@@ -94,7 +98,7 @@ static void test_kill_and_rejoin(void **state)
     char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.15",
                       "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
                       "--lr", "0.05", "--seed", "3", "--no-eval", "--checkpoint-every", "10",
-                      "--peer-timeout", "1", "--timeout", "60", "--out", out, NULL};
+                      "--peer-timeout", ptimeout, "--timeout", "60", "--out", out, NULL};
     pid_t pid[8];
     for (int i = 0; i < n; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
