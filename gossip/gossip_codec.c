@@ -45,7 +45,7 @@ void gossip_buf_free(gossip_buf *b)
 
 static uint8_t *s_grow(gossip_buf *b, size_t extra)
 {
-    if (b->cap - b->len < extra) {
+    if (!b->data || b->cap - b->len < extra) {   /* NULL + 0 is undefined too */
         size_t cap = b->cap ? b->cap : 256;
         while (cap - b->len < extra)
             cap = cap + cap / 2;
