@@ -18,6 +18,7 @@ static void s_fill_twins(nn_kern_t *k)
         .evo_fwd = nn_evo_fwd_ref,
         .evo_bwd_sums = nn_evo_bwd_sums_ref,
         .evo_bwd_dx = nn_evo_bwd_dx_ref,
+        .maxpool2_row = nn_maxpool2_row_ref,
         .im2col_plane = NULL,
         .col2im_plane = NULL,
         .shiftgemm = nn_shiftgemm_ref,

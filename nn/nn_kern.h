@@ -9,7 +9,7 @@
  *          nn_cpu_level() gives now, so LPGOSSIP_CPU and nn_cpu_force()
  *          choose as they choose the level.
  * Exposes: nn_kern_t, nn_kern(), nn_kern_fill_arch (for the builders).
- * Callers: nn_layers.c (EvoNorm-S0 planes), nn_conv.c (conv paths,
+ * Callers: nn_layers.c (EvoNorm-S0 planes, max-pool rows), nn_conv.c (conv paths,
  *          shifted GEMM and dot, im2col/col2im planes).  Generic code reads
  *          capabilities from the table and never names a level.
  */
@@ -17,6 +17,7 @@
 #define NN_KERN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nn/nn_cpu.h"
 
@@ -28,6 +29,9 @@ typedef struct {
     void (*evo_bwd_sums)(float sums[4], const float *x, const float *dy, size_t n, float v);
     void (*evo_bwd_dx)(float *dx, const float *x, const float *dy, size_t n, float v, float gi,
                        float k, float mean);
+    /* one output row of 2x2 / stride-2 max pooling (nn_layers_simd.h) */
+    void (*maxpool2_row)(float *o, uint32_t *am, const float *r0, const float *r1, uint32_t base,
+                         uint32_t W, size_t ow);
 
     /* stride-1 im2col / col2im of one plane; NULL: nn_conv.c's loops */
     void (*im2col_plane)(float *dst, const float *plane, int W, int OH, int OW, int oh_lo,

@@ -1,7 +1,8 @@
 /* nn_kern_x86 — the FP32 kernel tables of the x86 levels (nn_kern.h).
  *
  * Owns:    which kernels and conv paths each x86 level of nn_cpu.h runs:
- *          AVX2 the AVX2+FMA planes, im2col/col2im planes and shifted GEMM,
+ *          AVX2 the AVX2+FMA planes and max-pool rows, im2col/col2im planes
+ *          and shifted GEMM,
  *          the shift path up to NN_SHIFT_AVX2_MAXC channels each side;
  *          AVX512 and above the AVX-512 shifted GEMM and dot, the shift
  *          path at any width and the lowered path (the planes stay AVX2).
@@ -32,6 +33,7 @@ static void s_fill_avx2(nn_kern_t *k)
     k->evo_fwd = nn_avx2_evo_fwd;
     k->evo_bwd_sums = nn_avx2_evo_bwd_sums;
     k->evo_bwd_dx = nn_avx2_evo_bwd_dx;
+    k->maxpool2_row = nn_avx2_maxpool2_row;
     k->im2col_plane = nn_avx2_im2col_plane;
     k->col2im_plane = nn_avx2_col2im_plane;
     k->shiftgemm = nn_avx2_shiftgemm;

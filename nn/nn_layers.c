@@ -551,31 +551,37 @@ void nn_dropout_backward(float *din, const float *dout, const uint8_t *mask, siz
 
 /* ---- pooling -------------------------------------------------------------- */
 
-/* 2x2 windows, stride 2: the four candidates in the twin's scan order. */
+void nn_maxpool2_row_ref(float *o, uint32_t *am, const float *r0, const float *r1, uint32_t base,
+                         uint32_t W, size_t ow)
+{
+    for (size_t k = 0; k < ow; k++) {
+        const uint32_t i = (uint32_t)(2 * k);
+        float bv = r0[i];
+        uint32_t best = base + i;
+        best = r0[i + 1] > bv ? base + i + 1 : best;
+        bv = r0[i + 1] > bv ? r0[i + 1] : bv;
+        best = r1[i] > bv ? base + W + i : best;
+        bv = r1[i] > bv ? r1[i] : bv;
+        best = r1[i + 1] > bv ? base + W + i + 1 : best;
+        bv = r1[i + 1] > bv ? r1[i + 1] : bv;
+        o[k] = bv;
+        am[k] = best;
+    }
+}
+
+/* 2x2 windows, stride 2: a row of windows at a time (the level's kernel). */
 static void s_maxpool_2x2(float *out, uint32_t *argmax, const float *in, int N, int C, int H,
                           int W)
 {
+    const nn_kern_t *ops = nn_kern();
     const int OH = H / 2, OW = W / 2;
     for (size_t pl = 0; pl < (size_t)N * C; pl++) {
         const float *x = in + pl * H * W;
-        float *o = out + pl * OH * OW;
-        uint32_t *am = argmax + pl * OH * OW;
         for (int oh = 0; oh < OH; oh++) {
-            const float *r0 = x + (size_t)2 * oh * W, *r1 = r0 + W;
-            const uint32_t base = (uint32_t)(2 * oh * W);
-            for (int ow = 0; ow < OW; ow++) {
-                const int i = 2 * ow;
-                float bv = r0[i];
-                uint32_t best = base + (uint32_t)i;
-                best = r0[i + 1] > bv ? base + (uint32_t)i + 1 : best;
-                bv = r0[i + 1] > bv ? r0[i + 1] : bv;
-                best = r1[i] > bv ? base + (uint32_t)(W + i) : best;
-                bv = r1[i] > bv ? r1[i] : bv;
-                best = r1[i + 1] > bv ? base + (uint32_t)(W + i + 1) : best;
-                bv = r1[i + 1] > bv ? r1[i + 1] : bv;
-                o[oh * OW + ow] = bv;
-                am[oh * OW + ow] = best;
-            }
+            const float *r0 = x + (size_t)2 * oh * W;
+            const size_t o = pl * OH * OW + (size_t)oh * OW;
+            ops->maxpool2_row(out + o, argmax + o, r0, r0 + W, (uint32_t)(2 * oh * W),
+                              (uint32_t)W, (size_t)OW);
         }
     }
 }

@@ -194,3 +194,49 @@ void nn_avx2_col2im_plane(float *plane, const float *src, int W, int OW, int oh_
             y[i + woff] += x[i];
     }
 }
+
+/* The even and odd floats of x[0..16), in order. */
+static inline void s_deinterleave(const float *x, __m256 *even, __m256 *odd)
+{
+    const __m256 lo = _mm256_loadu_ps(x), hi = _mm256_loadu_ps(x + 8);
+    /* within 128-bit lanes: lo0 lo2 hi0 hi2 | lo4 lo6 hi4 hi6; the 64-bit
+     * permute puts the halves in order */
+    *even = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0x88)), 0xD8));
+    *odd = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
+}
+
+/* 8 windows a step: the twin's three strict comparisons in its order
+ * (_CMP_GT_OQ is false on NaN, as the twin's >). */
+void nn_avx2_maxpool2_row(float *o, uint32_t *am, const float *r0, const float *r1,
+                          uint32_t base, uint32_t W, size_t ow)
+{
+    const __m256i step = _mm256_set1_epi32(16);
+    const __m256i d1 = _mm256_set1_epi32(1), dw = _mm256_set1_epi32((int)W);
+    const __m256i dw1 = _mm256_set1_epi32((int)W + 1);
+    __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)base),
+                                   _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    size_t k = 0;
+    for (; k + 8 <= ow; k += 8) {
+        __m256 a, b, c, d;
+        s_deinterleave(r0 + 2 * k, &a, &b);
+        s_deinterleave(r1 + 2 * k, &c, &d);
+        __m256i off = _mm256_setzero_si256();
+        __m256 m = _mm256_cmp_ps(b, a, _CMP_GT_OQ);
+        __m256 bv = _mm256_blendv_ps(a, b, m);
+        off = _mm256_blendv_epi8(off, d1, _mm256_castps_si256(m));
+        m = _mm256_cmp_ps(c, bv, _CMP_GT_OQ);
+        bv = _mm256_blendv_ps(bv, c, m);
+        off = _mm256_blendv_epi8(off, dw, _mm256_castps_si256(m));
+        m = _mm256_cmp_ps(d, bv, _CMP_GT_OQ);
+        bv = _mm256_blendv_ps(bv, d, m);
+        off = _mm256_blendv_epi8(off, dw1, _mm256_castps_si256(m));
+        _mm256_storeu_ps(o + k, bv);
+        _mm256_storeu_si256((__m256i *)(am + k), _mm256_add_epi32(idx, off));
+        idx = _mm256_add_epi32(idx, step);
+    }
+    if (k < ow)
+        nn_maxpool2_row_ref(o + k, am + k, r0 + 2 * k, r1 + 2 * k, base + (uint32_t)(2 * k), W,
+                            ow - k);
+}

@@ -14,6 +14,7 @@
 #define NN_LAYERS_SIMD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nn/nn_cpu.h"
 
@@ -24,7 +25,16 @@ void  nn_evo_fwd_ref(float *o, const float *x, size_t n, float v, float sc, floa
 void  nn_evo_bwd_sums_ref(float sums[4], const float *x, const float *dy, size_t n, float v);
 void  nn_evo_bwd_dx_ref(float *dx, const float *x, const float *dy, size_t n, float v, float gi,
                         float k, float mean);
+void  nn_maxpool2_row_ref(float *o, uint32_t *am, const float *r0, const float *r1, uint32_t base,
+                          uint32_t W, size_t ow);
 
+/* One output row of 2x2 / stride-2 max pooling: o[i], am[i] = the maximum
+ * of r0[2i], r0[2i+1], r1[2i], r1[2i+1] (r1 = r0 + W) and the plane index
+ * base + {2i, 2i+1, W+2i, W+2i+1} of the first of them in that order (a
+ * later one wins only when greater: NaN and ties as the scan of
+ * nn_maxpool_forward_ref), for i < ow. */
+void  nn_avx2_maxpool2_row(float *o, uint32_t *am, const float *r0, const float *r1,
+                           uint32_t base, uint32_t W, size_t ow);
 /* sum of x[0..n) */
 float nn_avx2_sum(const float *x, size_t n);
 /* sum of (x - mean)^2 */

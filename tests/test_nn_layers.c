@@ -469,12 +469,13 @@ static void test_maxpool_ties(void **state)
     assert_true(din[0] == 2.0f && din[1] == 0.0f && din[2] == 0.0f && din[3] == 0.0f);
 }
 
-/* The 2x2/stride-2 path against its twin: values and argmax, with ties
- * (codes on a coarse grid), odd sizes (the last row/column unused) and NaN. */
+/* The 2x2/stride-2 path against its twin at the CPU level (the level's row
+ * kernel): values and argmax, with ties (codes on a coarse grid), odd sizes
+ * (the last row/column unused), rows longer than a vector and NaN. */
 static void test_maxpool_twin(void **state)
 {
     (void)state;
-    static const int hw[][2] = {{2, 2}, {8, 6}, {7, 9}, {16, 16}};
+    static const int hw[][2] = {{2, 2}, {8, 6}, {7, 9}, {16, 16}, {6, 34}, {5, 41}};
     nn_rng r;
     nn_rng_seed(&r, 5);
     for (size_t t = 0; t < sizeof hw / sizeof hw[0]; t++) {
@@ -485,7 +486,8 @@ static void test_maxpool_twin(void **state)
         uint32_t *ia = nn_xmalloc(no * sizeof *ia), *ib = nn_xmalloc(no * sizeof *ib);
         for (size_t i = 0; i < ni; i++)
             in[i] = (float)nn_rng_below(&r, 4) - 1.0f; /* many ties */
-        in[ni / 2] = NAN;
+        for (size_t i = ni / 7; i < ni; i += ni / 5)
+            in[i] = NAN; /* a few, in the vector body and tails */
         nn_maxpool_forward(a, ia, in, N, C, H, W, 2, 2);
         nn_maxpool_forward_ref(b, ib, in, N, C, H, W, 2, 2);
         assert_memory_equal(a, b, no * sizeof *a);
