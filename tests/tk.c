@@ -173,15 +173,20 @@ static void s_exec(const char *bin, char *const *args)
     argv[1] = (char *)bin;
     for (size_t k = 1; k <= n; k++) /* args[n] is the NULL */
         argv[k + 1] = args[k];
-    /* an emulated node's --timeout (its bound on every wait) stretches
-     * like the tests' own waits */
-    char stretched[32];
+    /* an emulated node's --timeout (its bound on every wait) and
+     * --peer-timeout (the silence after which it declares a neighbour
+     * down) stretch like the tests' own waits */
+    char stretched[2][32];
     const double f = tk_time_scale();
-    for (size_t k = 2; f > 1 && n > 1 && strcmp(args[1], "node") == 0 && k + 1 <= n; k++)
-        if (strcmp(argv[k], "--timeout") == 0 && argv[k + 1]) {
-            snprintf(stretched, sizeof stretched, "%g", f * atof(argv[k + 1]));
-            argv[k + 1] = stretched;
+    for (size_t k = 2; f > 1 && n > 1 && strcmp(args[1], "node") == 0 && k + 1 <= n; k++) {
+        const int which = strcmp(argv[k], "--timeout") == 0        ? 0
+                          : strcmp(argv[k], "--peer-timeout") == 0 ? 1
+                                                                   : -1;
+        if (which >= 0 && argv[k + 1]) {
+            snprintf(stretched[which], sizeof stretched[which], "%g", f * atof(argv[k + 1]));
+            argv[k + 1] = stretched[which];
         }
+    }
     execvp(wrap, argv);
 }
 

@@ -28,7 +28,8 @@ int tk_quick(void);
  * number): the factor by which tk_wait, tk_wait_all and tk_wait_log
  * stretch their bounds, for processes slower than a native build on a
  * quiet machine (under an emulator: scripts/cross sets it), and the
- * --timeout (a node's bound on each of its waits) of `lpgossip node`
+ * --timeout (a node's bound on each of its waits) and --peer-timeout (the
+ * silence after which it declares a neighbour down) of `lpgossip node`
  * processes that tk_spawn starts under $LPGOSSIP_TEST_EXEC.  Only the
  * bounds on waiting grow; what the tests check stays. */
 double tk_time_scale(void);
