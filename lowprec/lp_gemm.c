@@ -172,23 +172,36 @@ void lp_gemm_pack_a_run(int8_t *Ap, int32_t *rowsum, const uint8_t *A, ptrdiff_t
         memset(Ap + ((size_t)k4 * Mp + M) * 4, 0, (size_t)(Mp - M) * 4);
 }
 
+void lp_pack_b_t_ref(uint8_t *Bp, const uint8_t *B, ptrdiff_t cs, int K4, int N, int Np)
+{
+    for (int k4 = 0; k4 < K4; k4++)
+        for (int n = 0; n < N; n++)
+            memcpy(Bp + ((size_t)k4 * Np + (size_t)n) * 4, B + (ptrdiff_t)n * cs + 4 * k4, 4);
+}
+
+void lp_pack_b_4rows_ref(uint8_t *dst, const uint8_t *r0, ptrdiff_t rs, int N)
+{
+    const uint8_t *r1 = r0 + rs, *r2 = r1 + rs, *r3 = r2 + rs;
+    for (int n = 0; n < N; n++) {
+        const uint32_t w = (uint32_t)r0[n] | (uint32_t)r1[n] << 8 | (uint32_t)r2[n] << 16 |
+                           (uint32_t)r3[n] << 24;
+        memcpy(dst + 4 * (size_t)n, &w, 4);
+    }
+}
+
 void lp_gemm_pack_b(uint8_t *Bp, const uint8_t *B, ptrdiff_t rs, ptrdiff_t cs, int K, int N)
 {
+    const lp_kern_t *kern = lp_kern();
     const int K4 = lp_gemm_k4(K), Np = lp_gemm_np(N);
+    const int full = rs == 1 && cs != 1 ? K / 4 : 0; /* the transposed view's full groups */
+    kern->pack_b_t(Bp, B, cs, full, N, Np);
     for (int k4 = 0; k4 < K4; k4++) {
         uint8_t *dst = Bp + (size_t)k4 * Np * 4;
         int kn = K - 4 * k4 < 4 ? K - 4 * k4 : 4;
-        if (kn == 4 && cs == 1) {
-            const uint8_t *r0 = B + (4 * k4) * rs, *r1 = r0 + rs, *r2 = r1 + rs, *r3 = r2 + rs;
-            for (int n = 0; n < N; n++) { /* one 32-bit word a column: vectorizes */
-                const uint32_t w = (uint32_t)r0[n] | (uint32_t)r1[n] << 8 |
-                                   (uint32_t)r2[n] << 16 | (uint32_t)r3[n] << 24;
-                memcpy(dst + 4 * (size_t)n, &w, 4);
-            }
-        } else if (kn == 4 && rs == 1) { /* a transposed view: four codes in a row */
-            const uint8_t *c0 = B + 4 * k4;
-            for (int n = 0; n < N; n++)
-                memcpy(dst + 4 * n, c0 + n * cs, 4);
+        if (k4 < full) {
+            /* packed above */
+        } else if (kn == 4 && cs == 1) {
+            kern->pack_b_4rows(dst, B + (4 * k4) * rs, rs, N);
         } else {
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < 4; j++)

@@ -33,6 +33,8 @@ static void s_fill_twins(lp_kern_t *k)
         .dequant_row_q = lp_dequant_row_q_ref,
         .dequant_lin = lp_dequant_lin_ref,
         .quads = 0,
+        .pack_b_t = lp_pack_b_t_ref,
+        .pack_b_4rows = lp_pack_b_4rows_ref,
         .pair_plane = lp_pair_plane_blk,
         .quad_row = lp_quad_row_ref,
         .tap_sum_row = lp_tap_sum_row_ref,

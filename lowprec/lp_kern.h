@@ -52,6 +52,9 @@ typedef struct {
                           const double *base, size_t n);
     void (*dequant_lin)(float *out, const int32_t *S, const double *tw, double c, double tx,
                         double t4, const float *bias, size_t n);
+    /* lp_gemm_pack_b's two whole-group layouts (lp_simd.h) */
+    void (*pack_b_t)(uint8_t *Bp, const uint8_t *B, ptrdiff_t cs, int K4, int N, int Np);
+    void (*pack_b_4rows)(uint8_t *dst, const uint8_t *r0, ptrdiff_t rs, int N);
 
     /* the conv shift path's grid rows (lp_simd.h); quads: 1 when the
      * path runs on byte quads (shiftgemm_q), 0 on int16 pairs */

@@ -33,6 +33,8 @@ static void s_fill_avx2(lp_kern_t *k)
     k->dequant_row = lp_dequant_row_avx2;
     k->dequant_rows = lp_dequant_rows_avx2;
     k->dequant_lin = lp_dequant_lin_avx2;
+    k->pack_b_t = lp_pack_b_t_avx2;
+    k->pack_b_4rows = lp_pack_b_4rows_avx2;
     k->pair_plane = lp_pair_plane_avx2;
     k->tap_sum_row = lp_tap_sum_row_avx2;
     k->ren_row_fwd = lp_ren_row_fwd_avx2;

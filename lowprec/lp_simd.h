@@ -13,6 +13,17 @@
 #include "lowprec/lp_quant.h"
 #include "nn/nn_core.h"
 
+/* The packing of lp_gemm_pack_b (lp_gemm.h), whole 4-code groups:
+ *   lp_pack_b_t: groups [0, K4) of a transposed view (code k of column n at
+ *     B[n*cs + k]): the 32-bit word B[n*cs + 4 k4 ..] to Bp[(k4*Np + n)*4 ..],
+ *     for n < N;
+ *   lp_pack_b_4rows: one group from four rows r0 + j*rs (j < 4) of N codes:
+ *     dst[4n + j] = r0[j*rs + n]. */
+void lp_pack_b_t_ref(uint8_t *Bp, const uint8_t *B, ptrdiff_t cs, int K4, int N, int Np);
+void lp_pack_b_t_avx2(uint8_t *Bp, const uint8_t *B, ptrdiff_t cs, int K4, int N, int Np);
+void lp_pack_b_4rows_ref(uint8_t *dst, const uint8_t *r0, ptrdiff_t rs, int N);
+void lp_pack_b_4rows_avx2(uint8_t *dst, const uint8_t *r0, ptrdiff_t rs, int N);
+
 /* The hash behind lp_sr_noise (shared so every path uses the same). */
 #define LP_HASH_M1 0x7feb352du
 #define LP_HASH_M2 0x846ca68bu

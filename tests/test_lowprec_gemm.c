@@ -590,11 +590,53 @@ static void test_pack_a_twin(void **state)
     }
 }
 
+/* The packing of B at every level against the layout built byte by byte
+ * (code k of column n at [(k/4 * Np + n) * 4 + k%4], zeros past K and N):
+ * row-major and transposed views, shapes with edges on every side of the
+ * 8 x 8 and 32-column kernels, over stale bytes. */
+static void test_pack_b_twin(void **state)
+{
+    (void)state;
+    static const int shp[][2] = {{1, 1}, {5, 3}, {30, 256}, {32, 64}, {36, 45}, {256, 2},
+                                 {67, 129}, {256, 256}};
+    nn_rng r;
+    nn_rng_seed(&r, 12);
+    for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++) {
+        const int K = shp[i][0], N = shp[i][1], Np = lp_gemm_np(N);
+        const size_t bytes = lp_gemm_pack_b_bytes(K, N);
+        uint8_t *B = nn_xmalloc((size_t)K * N), *P = nn_xmalloc(bytes), *Q = nn_xmalloc(bytes);
+        s_fill(&r, B, (size_t)K * N, 0);
+        memset(Q, 0, bytes);
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++)
+                Q[((size_t)(k / 4) * Np + n) * 4 + k % 4] = B[(size_t)k * N + n];
+        uint8_t *Bt = nn_xmalloc((size_t)K * N);
+        for (int k = 0; k < K; k++)
+            for (int n = 0; n < N; n++)
+                Bt[(size_t)n * K + k] = B[(size_t)k * N + n];
+        for (int lv = 0; lv < NN_CPU_LEVELS; lv++) {
+            if (nn_cpu_force(nn_cpu_name((nn_cpu_t)lv)) != 0)
+                continue;
+            for (int t = 0; t < 2; t++) { /* t: B read as a transposed view */
+                memset(P, 0x5a, bytes);
+                if (t)
+                    lp_gemm_pack_b(P, Bt, 1, K, K, N);
+                else
+                    lp_gemm_pack_b(P, B, N, 1, K, N);
+                assert_memory_equal(P, Q, bytes);
+            }
+        }
+        nn_cpu_force("auto");
+        free(B), free(Bt), free(P), free(Q);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_levels_available),
         cmocka_unit_test(test_pack_a_twin),
+        cmocka_unit_test(test_pack_b_twin),
         cmocka_unit_test(test_awkward_shapes),
         cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_affine_correction),
