@@ -309,7 +309,9 @@ const float *gossip_node_xhat_of(const gossip_node *g, int rank);
 /* ---- membership (see the top of this file) ----------------------------- */
 
 /* rank stops taking part, as in- and as out-neighbour (its stored messages
- * are dropped).  Unknown ranks are ignored. */
+ * are dropped; push-sum with S > 0 mixes them at its next mixes, with the
+ * weights of their iterations: their mass left the sender).  Unknown ranks
+ * are ignored. */
 void gossip_node_peer_down(gossip_node *g, int rank);
 /* Out-neighbour rank gets our messages again from the next prepare. */
 void gossip_node_peer_up(gossip_node *g, int rank);

@@ -343,7 +343,10 @@ void gossip_node_peer_down(gossip_node *g, int rank)
     if (g->peer[rank].in_pos >= 0) {
         int k = g->peer[rank].in_pos;
         s_in(g, k)->in_down = 1;
-        s_clear_slots(g, k);
+        /* push-sum with S > 0 mixes what it holds (their mass left the
+         * sender; s_mix_stale_ps); the others drop it */
+        if (!g->cfg.push_sum || !g->cfg.staleness || g->cfg.algo == GOSSIP_CHOCO)
+            s_clear_slots(g, k);
     }
     g->peer[rank].out_down = 1;
 }

@@ -143,6 +143,39 @@ static void s_stale_note(gossip_node *g, int k, uint64_t iter, uint64_t thru)
     g->stale[k].unfresh += thru <= iter;
 }
 
+/* Mixes one held message (j, c) of in-neighbour index k with W_c[i][j]. */
+static void s_mix_held(gossip_node *g, int k, int j, uint64_t c, double *acc, double *psi_acc,
+                       uint64_t *recv)
+{
+    double psi_j;
+    size_t len;
+    const gossip_payload *pl = s_slot_take(g, k, c, &psi_j, &len);
+    gossip_payload_axpy(pl, g->layout, s_wij(g, c, j), acc);
+    *psi_acc += s_wij(g, c, j) * psi_j;
+    s_in(g, k)->psi_last = psi_j;
+    *recv += len;
+}
+
+/* Push-sum: the messages of k held for iterations below lim that the
+ * in-order walk will not reach (k was declared down while they waited, or
+ * came back from a later iteration), mixed now, oldest first: their mass
+ * left the sender, so dropping them would lose it. */
+static void s_drain_held(gossip_node *g, int k, int j, uint64_t lim, double *acc,
+                         double *psi_acc, uint64_t *recv)
+{
+    for (;;) {
+        const s_slot *old = NULL;
+        for (int w = 0; w < GOSSIP_SLOTS; w++) {
+            const s_slot *sl = &g->slots[(size_t)k * GOSSIP_SLOTS + w];
+            if (sl->have && sl->iter < lim && (!old || sl->iter < old->iter))
+                old = sl;
+        }
+        if (!old)
+            return;
+        s_mix_held(g, k, j, old->iter, acc, psi_acc, recv);
+    }
+}
+
 /* dpsgd / deepsqueeze with bounded staleness: every message (j, s) not yet
  * mixed with s <= iter is mixed now with W_s[i][j]; a message proved lost
  * gives its weight W_s[i][j] to the node itself (as in the synchronous
@@ -155,22 +188,18 @@ static void s_mix_stale_ps(gossip_node *g, uint64_t iter, double *acc, double *p
         int j = g->in_ranks[k];
         gossip_peer *p = s_in(g, k);
         if (s_absent(g, k, iter) == S_ABSENT_DOWN) {
+            s_drain_held(g, k, j, iter + 1, acc, psi_acc, recv);
             *absent += s_wij(g, iter, j) > 0.0;
             continue;
         }
         uint64_t c = g->stale[k].acc_thru > p->in_from ? g->stale[k].acc_thru : p->in_from;
+        s_drain_held(g, k, j, c, acc, psi_acc, recv);
         for (; c <= iter; c++) {
             double wc = s_wij(g, c, j);
             if (wc <= 0.0)
                 continue;
             if (s_present(g, k, c)) {
-                double psi_j;
-                size_t len;
-                const gossip_payload *pl = s_slot_take(g, k, c, &psi_j, &len);
-                gossip_payload_axpy(pl, L, wc, acc);
-                *psi_acc += wc * psi_j;
-                p->psi_last = psi_j;
-                *recv += len;
+                s_mix_held(g, k, j, c, acc, psi_acc, recv);
             } else if (c < g->stale[k].kept_thru) { /* its sender kept that share */
                 g->stats.kept_recv++;
             } else if (c < p->sent_thru) { /* lost: the node keeps that weight */
