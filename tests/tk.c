@@ -1,6 +1,8 @@
 /* tk — see tk.h. */
 #include "tests/tk.h"
 
+#include "gossip/gossip_defaults.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -166,7 +168,7 @@ static void s_exec(const char *bin, char *const *args)
     size_t n = 0;
     while (args[n])
         n++;
-    char **argv = calloc(n + 2, sizeof *argv);
+    char **argv = calloc(n + 4, sizeof *argv);
     if (!argv)
         return;
     argv[0] = (char *)wrap;
@@ -175,17 +177,25 @@ static void s_exec(const char *bin, char *const *args)
         argv[k + 1] = args[k];
     /* an emulated node's --timeout (its bound on every wait) and
      * --peer-timeout (the silence after which it declares a neighbour
-     * down) stretch like the tests' own waits */
+     * down; the default's too) stretch like the tests' own waits */
     char stretched[2][32];
     const double f = tk_time_scale();
-    for (size_t k = 2; f > 1 && n > 1 && strcmp(args[1], "node") == 0 && k + 1 <= n; k++) {
+    const int node = f > 1 && n > 1 && strcmp(args[1], "node") == 0;
+    int peer_given = 0;
+    for (size_t k = 2; node && k + 1 <= n; k++) {
         const int which = strcmp(argv[k], "--timeout") == 0        ? 0
                           : strcmp(argv[k], "--peer-timeout") == 0 ? 1
                                                                    : -1;
         if (which >= 0 && argv[k + 1]) {
             snprintf(stretched[which], sizeof stretched[which], "%g", f * atof(argv[k + 1]));
             argv[k + 1] = stretched[which];
+            peer_given |= which == 1;
         }
+    }
+    if (node && !peer_given) {
+        snprintf(stretched[1], sizeof stretched[1], "%g", f * GOSSIP_DEF_PEER_FLOOR_S);
+        argv[n + 1] = (char *)"--peer-timeout";
+        argv[n + 2] = stretched[1];
     }
     execvp(wrap, argv);
 }

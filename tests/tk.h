@@ -29,7 +29,8 @@ int tk_quick(void);
  * stretch their bounds, for processes slower than a native build on a
  * quiet machine (under an emulator: scripts/cross sets it), and the
  * --timeout (a node's bound on each of its waits) and --peer-timeout (the
- * silence after which it declares a neighbour down) of `lpgossip node`
+ * silence after which it declares a neighbour down; the default's when not
+ * given) of `lpgossip node`
  * processes that tk_spawn starts under $LPGOSSIP_TEST_EXEC.  Only the
  * bounds on waiting grow; what the tests check stays. */
 double tk_time_scale(void);
