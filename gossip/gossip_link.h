@@ -206,6 +206,11 @@ typedef struct {
      * fresh messages; a neighbour already behind, or one the grace ran out
      * on twice lately, is not waited for (gossip_round.c s_wait_fresh) [0.25] */
     double   fresh_wait;
+    /* bounded staleness: an in-neighbour far behind (its messages through
+     * t - S missing) that has held a round up for this fraction of our
+     * round period is mixed late instead of waited for
+     * (gossip_node_peer_late) until it catches up; 0: always wait   [1.0] */
+    double   late_after;
     uint64_t iters;        /* gossip rounds of the whole run (0: unknown): an
                               iteration reported beyond it is a lie ("Re-join") */
 } gossip_link_config;
@@ -232,6 +237,7 @@ typedef struct {
     uint64_t flow_waits;       /* rounds that waited for a slow out-neighbour */
     uint64_t fresh_waits;      /* rounds that waited (fresh_wait) for a level neighbour */
     uint64_t fresh_missed;     /* neighbours the grace ran out on (mixed stale) */
+    uint64_t late_marks;       /* times a neighbour far behind was marked late */
     uint64_t neighbours;       /* neighbours in the topology (in or out) */
     uint64_t isolated_rounds;  /* the last rounds in a row that mixed nothing of any
                                   in-neighbour (all of them left out) */

@@ -146,6 +146,8 @@ typedef struct {
                                                   node kept (gossip_node_keep) */
     uint64_t kept_recv;                        /* in-neighbours' iterations mixed as
                                                   kept by their sender (no stand-in) */
+    uint64_t late_marks;                       /* times an in-neighbour far behind was
+                                                  marked late (gossip_node_peer_late) */
     double   prepare_s, mix_s;                 /* last iteration, wall clock */
 } gossip_stats;
 
@@ -242,14 +244,17 @@ gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header
                                              const uint8_t *msg, size_t len, char *err,
                                              size_t errlen);
 
-/* Where a message of iteration iter stands against this node's window
- * now (the rule gossip_node_admit applies, and by which a transport
- * releases what it held): AHEAD, GOSSIP_WINDOW or more iterations
- * ahead (refused: a transport keeps it until the window moves); LATE,
- * behind by more than the staleness bound and of no use to any mix (never
- * with choco: a late update still catches a copy up); else IN. */
+/* Where a message of `sender` (a rank; -1: any) for iteration iter stands
+ * against this node's window now (the rule gossip_node_admit applies, and
+ * by which a transport releases what it held): AHEAD, GOSSIP_WINDOW or
+ * more iterations ahead, or (a late sender's, gossip_node_peer_late) its
+ * slot still holding an older message not mixed yet (refused: a transport
+ * keeps it until the window moves); LATE, behind by more than the
+ * staleness bound and of no use to any mix (never with choco: a late
+ * update still catches a copy up; never a late sender's not mixed yet);
+ * else IN. */
 typedef enum { GOSSIP_WIN_IN = 0, GOSSIP_WIN_LATE, GOSSIP_WIN_AHEAD } gossip_window_pos;
-gossip_window_pos gossip_node_window(const gossip_node *g, uint64_t iter);
+gossip_window_pos gossip_node_window(const gossip_node *g, int sender, uint64_t iter);
 
 /* Bounded staleness: 0 when in-neighbour `rank` is live, level with this
  * node (everything of it below iter accounted) and its message of iter has
@@ -257,6 +262,16 @@ gossip_window_pos gossip_node_window(const gossip_node *g, uint64_t iter);
  * grace for such fresh messages before mixing stale ones (gossip_link
  * "fresh_wait"). */
 int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter);
+/* Bounded staleness: in-neighbour `rank`, far behind (its messages through
+ * iter - S missing), is mixed late instead of waited for: readiness leaves
+ * it out, and its messages are taken whatever their age and mixed at the
+ * next mix, each with the weight of its own iteration (push-sum), or
+ * applied to the copy in order with the catch-up credit (choco), so sum x
+ * and sum psi stay exact.  It is waited for again once a message within S
+ * of this node's iteration arrives.  No effect with S = 0, on a rank that
+ * is not an in-neighbour, or on one that is down.  Returns 1 when it was
+ * not late before. */
+int gossip_node_peer_late(gossip_node *g, int rank);
 
 /* 1 when every message needed to mix iteration iter has arrived. */
 int gossip_node_ready(const gossip_node *g, uint64_t iter);

@@ -119,13 +119,24 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     return gossip_recv_refused(c) ? -1 : (int)c;
 }
 
-gossip_window_pos gossip_node_window(const gossip_node *g, uint64_t iter)
+gossip_window_pos gossip_node_window(const gossip_node *g, int sender, uint64_t iter)
 {
     if (iter >= g->iter && iter - g->iter >= GOSSIP_WINDOW)
         return GOSSIP_WIN_AHEAD;
-    if (iter < g->iter && g->cfg.algo != GOSSIP_CHOCO &&
-        iter + (uint64_t)g->cfg.staleness < g->iter)
+    const int k = sender >= 0 && sender < g->n ? g->peer[sender].in_pos : -1;
+    const int choco = g->cfg.algo == GOSSIP_CHOCO;
+    const uint64_t used = k < 0 ? 0 : choco ? s_in(g, k)->copy_thru : g->stale[k].acc_thru;
+    if (k >= 0 && s_in(g, k)->late) {
+        if (iter < used) /* a late neighbour's: of use until mixed */
+            return GOSSIP_WIN_LATE;
+    } else if (iter < g->iter && !choco && iter + (uint64_t)g->cfg.staleness < g->iter) {
         return GOSSIP_WIN_LATE;
+    }
+    if (k >= 0 && iter >= used) { /* its slot still holds an older one (a late burst) */
+        const s_slot *slot = &g->slots[(size_t)k * GOSSIP_SLOTS + iter % GOSSIP_SLOTS];
+        if (slot->have && slot->iter != iter)
+            return GOSSIP_WIN_AHEAD;
+    }
     return GOSSIP_WIN_IN;
 }
 
@@ -144,12 +155,15 @@ gossip_recv_code gossip_node_admit(gossip_node *g, const gossip_header *h, char 
     if (h->iter < p->got)
         return S_REFUSE(GOSSIP_RECV_DUPLICATE, "gossip: node %d: replayed or duplicate message from rank %u for iteration %llu (it already sent %llu)",
                        g->rank, s, (unsigned long long)h->iter, (unsigned long long)p->got - 1);
-    gossip_window_pos pos = gossip_node_window(g, h->iter);
+    gossip_window_pos pos = gossip_node_window(g, (int)s, h->iter);
     if (pos == GOSSIP_WIN_LATE) {
         p->got = h->iter + 1; /* that iteration was mixed without it */
         return S_REFUSE(GOSSIP_RECV_STALE, "gossip: node %d: stale or replayed message from rank %u for iteration %llu (now at %llu)",
                        g->rank, s, (unsigned long long)h->iter, (unsigned long long)g->iter);
     }
+    if (pos == GOSSIP_WIN_AHEAD && h->iter < g->iter)
+        return S_REFUSE(GOSSIP_RECV_TOO_FAR, "gossip: node %d: message from rank %u for iteration %llu waits for its slot (now at %llu)",
+                       g->rank, s, (unsigned long long)h->iter, (unsigned long long)g->iter);
     if (pos == GOSSIP_WIN_AHEAD)
         return S_REFUSE(GOSSIP_RECV_TOO_FAR, "gossip: node %d: message from rank %u for iteration %llu is too far ahead (now at %llu, window %d)",
                        g->rank, s, (unsigned long long)h->iter, (unsigned long long)g->iter, GOSSIP_WINDOW);
@@ -199,7 +213,10 @@ static gossip_recv_code s_receive(gossip_node *g, const gossip_header *hp, const
     s_stale *st = &g->stale[k];
     uint64_t S = (uint64_t)g->cfg.staleness;
     /* bounded staleness: a late message not yet mixed waits for the next mix */
-    int late_ok = S > 0 && h.iter + S >= g->iter && h.iter >= (choco ? p->copy_thru : st->acc_thru);
+    if (p->late && h.iter + S >= g->iter)
+        p->late = 0; /* caught up: waited for again */
+    int late_ok = S > 0 && (h.iter + S >= g->iter || p->late) &&
+                  h.iter >= (choco ? p->copy_thru : st->acc_thru);
     if (h.iter < g->iter && !late_ok) {
         /* Only choco catches up a copy this way (after a RESYNC from the
          * past): the next update in order is applied to the copy alone. */
@@ -294,6 +311,11 @@ static int s_ready_stale(const gossip_node *g, uint64_t iter)
             continue;
         if (g->cfg.algo == GOSSIP_CHOCO && s_in(g, k)->copy_gap)
             return 0;
+        /* far behind: mixed as its messages come, while its backlog fits
+         * the slots (the mixes that free them wait for nothing of it) */
+        if (s_in(g, k)->late && iter < g->sync_from &&
+            s_stale_thru(g, k, iter) + GOSSIP_SLOTS - 1 > iter)
+            continue;
         if (s_stale_thru(g, k, iter) + S <= iter)
             return 0;
     }
@@ -306,9 +328,21 @@ int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter)
         g->peer[rank].in_pos < 0)
         return 1;
     int k = g->peer[rank].in_pos;
-    if (s_absent(g, k, iter) == S_ABSENT_DOWN)
+    if (s_absent(g, k, iter) == S_ABSENT_DOWN || s_in(g, k)->late)
         return 1;
     return s_stale_thru(g, k, iter) != iter; /* level and missing only iter: 0 */
+}
+
+int gossip_node_peer_late(gossip_node *g, int rank)
+{
+    if (!g->cfg.staleness || rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
+        return 0;
+    gossip_peer *p = s_in(g, g->peer[rank].in_pos);
+    if (p->in_down || p->late)
+        return 0;
+    p->late = 1;
+    g->stats.late_marks++;
+    return 1;
 }
 
 int gossip_node_ready(const gossip_node *g, uint64_t iter)
@@ -368,6 +402,7 @@ void gossip_node_peer_reset(gossip_node *g, int rank)
         p->copy_gap = 0;
     }
     p->sent_thru = 0;
+    p->late = 0;
     s_clear_slots(g, k);
 }
 

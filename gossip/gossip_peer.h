@@ -32,6 +32,8 @@ typedef struct {
     uint8_t  out_down;     /* out-neighbour declared down */
     uint8_t  copy_bad;     /* choco: copy unknown (restart): absent until RESYNC */
     uint8_t  copy_gap;     /* choco: an update was lost: wait for RESYNC */
+    uint8_t  late;         /* far behind: mixed as its messages come, not waited
+                              for (gossip_node_peer_late), until it catches up */
     uint64_t in_from;      /* takes part in mixing from this iteration on */
     uint64_t sent_thru;    /* proved to have sent every message below this */
     uint64_t copy_thru;    /* choco: our copy holds its updates of iterations below this */

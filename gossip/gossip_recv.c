@@ -161,7 +161,9 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
     p->last_gossip = now;
     if (c == GOSSIP_RECV_STALE)
         return; /* late: that iteration was mixed without it */
-    if (c == GOSSIP_RECV_TOO_FAR)
+    /* behind a held one of the same sender (a late burst waiting for its
+     * slots): held too, so its messages reach gossip_node in order */
+    if (c == GOSSIP_RECV_TOO_FAR || (c == GOSSIP_RECV_OK && s_stashed_of(l, from, NULL) > 0))
         s_hold(l, from, h, msg, len);
     else if (gossip_recv_refused(c))
         gossip_recv_refuse_payload(l, from, c, err);
@@ -170,13 +172,17 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
 }
 
 /* Feeds stashed messages that are now inside gossip_node's window, in
- * arrival order; drops those that fell behind it (late). */
+ * arrival order; drops those that fell behind it (late).  A sender's
+ * messages after one that stays held stay held too (its order). */
 void gossip_recv_feed_stash(gossip_link *l)
 {
     size_t k = 0;
+    uint8_t *kept = nn_xcalloc((size_t)l->n, 1);
     for (size_t a = 0; a < l->recv.nstash; a++) {
         gossip_recv_early *e = &l->recv.stash[a];
-        gossip_window_pos pos = gossip_node_window(l->g, e->h.iter);
+        gossip_window_pos pos = kept[e->from] ? GOSSIP_WIN_AHEAD
+                                              : gossip_node_window(l->g, (int)e->h.sender, e->h.iter);
+        kept[e->from] |= pos == GOSSIP_WIN_AHEAD;
         if (pos != GOSSIP_WIN_AHEAD) {
             if (pos == GOSSIP_WIN_IN)
                 s_deliver(l, e->from, &e->h, e->bytes, e->len);
@@ -186,6 +192,7 @@ void gossip_recv_feed_stash(gossip_link *l)
         }
     }
     l->recv.nstash = k;
+    free(kept);
 }
 
 /* A HELLO or HELLO_ACK for another layout: a misconfigured peer shows at

@@ -169,10 +169,36 @@ static int s_flow_blocked(const gossip_link *l, uint64_t iter)
     return 0;
 }
 
+/* Bounded staleness: once the round has waited late_after x our round
+ * period, every live in-neighbour it waits for (far behind: its messages
+ * through iter - S missing) is mixed late from now on (gossip_node_peer_late)
+ * instead of setting our pace; it is waited for again once it caught up. */
+static void s_mark_late(gossip_link *l, uint64_t iter, double wait_start)
+{
+    if (l->cfg.late_after <= 0 || l->round.period <= 0 ||
+        nn_now() - wait_start < l->cfg.late_after * l->round.period)
+        return;
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        gossip_peer *p = &l->p[j];
+        if (!p->is_in || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN) ||
+            p->got + l->stale > iter || !gossip_node_peer_late(l->g, j))
+            continue;
+        if (l->st.late_marks++ < 3)
+            gossip_link_log(l, "neighbour %s (rank %d) is %llu iterations behind: its messages are "
+                            "mixed as they come, not waited for, until it catches up%s",
+                            gossip_link_id(l, j), j, (unsigned long long)(iter - p->got),
+                            l->st.late_marks == 3 ? " (further such notes only counted)" : "");
+    }
+}
+
 /* Pumps until iteration iter may mix.  -1 on a fatal error. */
 static int s_wait_ready(gossip_link *l, uint64_t iter, double wait_start)
 {
     while (!gossip_node_ready(l->g, iter)) {
+        s_mark_late(l, iter, wait_start);
+        if (gossip_node_ready(l->g, iter))
+            break;
         if (gossip_link_signals(l) > 1)
             gossip_link_fatal(l, "interrupted twice while waiting for iteration %llu",
                     (unsigned long long)iter);

@@ -547,6 +547,7 @@ static size_t s_link_counts(node_count *c, const gossip_net_stats *ns,
         {"states_sent", ls->states_sent},      {"state_refused", ls->state_refused},
         {"joined", (uint64_t)ls->joined},      {"join_iter", ls->join_iter},
         {"fresh_waits", ls->fresh_waits},      {"fresh_missed", ls->fresh_missed},
+        {"late_marks", ls->late_marks},
         {"rejoins", ls->rejoins},              {"unproven", ls->unproven},
         {"dropped_full", ls->dropped_full},    {"kept_full", ls->kept_full},
     };

@@ -524,9 +524,9 @@ static void test_messages_and_counters(void **state)
     assert_non_null(strstr(err, "replayed"));
     assert_int_equal(s_code(g[1], msg0, len0), GOSSIP_RECV_DUPLICATE);
     /* the window (choco: a late update is never of no use) */
-    assert_int_equal(gossip_node_window(g[1], 0), GOSSIP_WIN_IN);
-    assert_int_equal(gossip_node_window(g[1], GOSSIP_WINDOW), GOSSIP_WIN_IN);
-    assert_int_equal(gossip_node_window(g[1], 1 + GOSSIP_WINDOW), GOSSIP_WIN_AHEAD);
+    assert_int_equal(gossip_node_window(g[1], -1, 0), GOSSIP_WIN_IN);
+    assert_int_equal(gossip_node_window(g[1], -1, GOSSIP_WINDOW), GOSSIP_WIN_IN);
+    assert_int_equal(gossip_node_window(g[1], -1, 1 + GOSSIP_WINDOW), GOSSIP_WIN_AHEAD);
     free(msg0);
     gossip_node_stats(g[1], &st);
     assert_int_equal(st.iter_bytes_recv, len);
