@@ -269,8 +269,9 @@ int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter);
  * applied to the copy in order with the catch-up credit (choco), so sum x
  * and sum psi stay exact.  It is waited for again once a message within S
  * of this node's iteration arrives.  No effect with S = 0, on a rank that
- * is not an in-neighbour, or on one that is down.  Returns 1 when it was
- * not late before. */
+ * is not an in-neighbour, or on one that is down, nor with choco or
+ * deepsqueeze at an eta above 1/GOSSIP_SLOTS (a delayed copy is stable only
+ * for eta <= 1/(delay + 1)).  Returns 1 when it was not late before. */
 int gossip_node_peer_late(gossip_node *g, int rank);
 
 /* 1 when every message needed to mix iteration iter has arrived. */

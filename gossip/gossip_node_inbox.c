@@ -337,6 +337,11 @@ int gossip_node_peer_late(gossip_node *g, int rank)
 {
     if (!g->cfg.staleness || rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
         return 0;
+    /* choco and deepsqueeze step eta towards delayed copies: stable for
+     * delays up to D only with eta <= 1/(D + 1) (docs/gossip.md), and a
+     * late neighbour's delay reaches GOSSIP_SLOTS - 1 */
+    if (g->cfg.algo != GOSSIP_DPSGD && g->cfg.eta * GOSSIP_SLOTS > 1.0)
+        return 0;
     gossip_peer *p = s_in(g, g->peer[rank].in_pos);
     if (p->in_down || p->late)
         return 0;

@@ -699,7 +699,8 @@ static void s_late_iter(gossip_node *g, int r, float *x, s_msg *q, size_t *nq, i
  * do not wait for it while its backlog fits their slots (7 iterations; at
  * the 8th they wait); its late messages are mixed when they come.  At the
  * end, everything delivered and mixed: sum psi = 4 and sum x = its start
- * (lr 0), as without the lag.  Returns the largest deviation of the two. */
+ * (lr 0), as without the lag.  (Choco at eta 0.1: 1/3 would not be stable
+ * with such delays, and marks nobody.)  Returns the largest deviation of the two. */
 static double s_late_run(gossip_algo algo, const char *comp, double eta, uint64_t *marks)
 {
     char err[512];
@@ -782,9 +783,30 @@ static void test_late_neighbour(void **state)
     double dev = s_late_run(GOSSIP_DPSGD, "identity", 1.0, &marks);
     if (!(dev <= 1e-5) || marks != 3)
         fail_msg("sgp: late neighbour: mass off by %g (%llu marks)", dev, (unsigned long long)marks);
-    dev = s_late_run(GOSSIP_CHOCO, "identity", 1.0 / 3.0, &marks);
+    dev = s_late_run(GOSSIP_CHOCO, "identity", 0.1, &marks);
     if (!(dev <= 1e-5) || marks != 3)
         fail_msg("choco: late neighbour: mass off by %g (%llu marks)", dev, (unsigned long long)marks);
+    /* choco at eta 1/3 would not be stable with delays up to 7: nobody late */
+    char err[512];
+    topo *t = s_named("complete4");
+    nn_arena L;
+    s_layout(&L);
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.algo = GOSSIP_CHOCO;
+    cfg.eta = 1.0 / 3.0;
+    cfg.staleness = 2;
+    gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
+    assert_non_null(g);
+    assert_int_equal(gossip_node_peer_late(g, 3), 0);
+    gossip_node_destroy(&g);
+    cfg.eta = 0.1;
+    assert_non_null(g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err));
+    assert_int_equal(gossip_node_peer_late(g, 3), 1);
+    assert_int_equal(gossip_node_peer_late(g, 3), 0); /* already */
+    gossip_node_destroy(&g);
+    nn_arena_free(&L);
+    topo_destroy(&t);
 }
 
 /* SGP over a jammed link: rounds of `topo` with messages to and from rank
