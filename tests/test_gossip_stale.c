@@ -69,6 +69,18 @@ static void s_vectors_free(float **x, int n)
     free(x);
 }
 
+/* The defaults with algo, compressor comp, eta and staleness S. */
+static gossip_config s_cfg(gossip_algo algo, const char *comp, double eta, int S)
+{
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.algo = algo;
+    snprintf(cfg.compressor, sizeof cfg.compressor, "%s", comp);
+    cfg.eta = eta;
+    cfg.staleness = S;
+    return cfg;
+}
+
 typedef struct {
     gossip_algo algo;
     const char *comp;
@@ -83,12 +95,7 @@ typedef struct {
 static gossip_sim *s_sim(const s_case *c, const topo *t, const nn_arena *L)
 {
     char err[512];
-    gossip_config cfg;
-    gossip_config_default(&cfg);
-    cfg.algo = c->algo;
-    snprintf(cfg.compressor, sizeof cfg.compressor, "%s", c->comp);
-    cfg.eta = c->eta;
-    cfg.staleness = c->S;
+    gossip_config cfg = s_cfg(c->algo, c->comp, c->eta, c->S);
     gossip_sim *sim = gossip_sim_new(&cfg, L, t, err, sizeof err);
     if (!sim)
         fail_msg("%s", err);
@@ -530,12 +537,8 @@ static void test_sgp_alone(void **state)
     nn_arena L;
     s_layout(&L);
     const size_t d = L.numel;
-    gossip_config cfg;
-    gossip_config_default(&cfg);
-    cfg.algo = GOSSIP_DPSGD;
-    snprintf(cfg.compressor, sizeof cfg.compressor, "identity");
+    gossip_config cfg = s_cfg(GOSSIP_DPSGD, "identity", 1.0, 2);
     cfg.push_sum = 1;
-    cfg.staleness = 2;
     gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
     if (!g)
         fail_msg("%s", err);
@@ -708,12 +711,7 @@ static double s_late_run(gossip_algo algo, const char *comp, double eta, uint64_
     nn_arena L;
     s_layout(&L);
     const size_t d = L.numel;
-    gossip_config cfg;
-    gossip_config_default(&cfg);
-    cfg.algo = algo;
-    snprintf(cfg.compressor, sizeof cfg.compressor, "%s", comp);
-    cfg.eta = eta;
-    cfg.staleness = 2;
+    gossip_config cfg = s_cfg(algo, comp, eta, 2);
     gossip_node *g[4];
     for (int r = 0; r < 4; r++)
         assert_non_null(g[r] = gossip_node_new(&cfg, &L, t, r, err, sizeof err));
@@ -791,11 +789,7 @@ static void test_late_neighbour(void **state)
     topo *t = s_named("complete4");
     nn_arena L;
     s_layout(&L);
-    gossip_config cfg;
-    gossip_config_default(&cfg);
-    cfg.algo = GOSSIP_CHOCO;
-    cfg.eta = 1.0 / 3.0;
-    cfg.staleness = 2;
+    gossip_config cfg = s_cfg(GOSSIP_CHOCO, "identity", 1.0 / 3.0, 2);
     gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
     assert_non_null(g);
     assert_int_equal(gossip_node_peer_late(g, 3), 0);
