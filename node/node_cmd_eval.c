@@ -27,6 +27,8 @@ static void s_usage(FILE *f)
 "  --batch B           evaluation batch, as the training commands' --batch (int8\n"
 "                      Range EvoNorm quantizes its scale over a batch)  [32]\n"
 "  --threads T         BLAS threads                            [1]\n"
+"  --subset N          only N test samples: the fixed subset the nodes'\n"
+"                      progress evaluations (--eval-subset N) use  [all]\n"
 "  --json              print one JSON object instead of text\n"
 "  -h, --help\n");
 }
@@ -59,9 +61,10 @@ done:
 }
 
 /* Accuracy, loss and the confusion matrix conf[true * classes + predicted]
- * over the test set (one pass; accuracy as node_evaluate). */
-static double s_eval(nn_model *m, const node_data *d, int batch, double *loss_out,
-                     size_t *conf)
+ * over the test samples sub[0..n) (all of them when sub is NULL; one pass,
+ * accuracy as node_evaluate). */
+static double s_eval(nn_model *m, const node_data *d, int batch, const uint32_t *sub,
+                     size_t n, double *loss_out, size_t *conf)
 {
     const nn_dataset *set = &d->test;
     int K = nn_model_cfg(m)->classes;
@@ -70,10 +73,10 @@ static double s_eval(nn_model *m, const node_data *d, int batch, double *loss_ou
     uint8_t *y = nn_xmalloc((size_t)batch);
     uint32_t *idx = nn_xmalloc((size_t)batch * sizeof *idx);
     double loss = 0;
-    for (size_t start = 0; start < set->n; start += (size_t)batch) {
-        int N = (int)(set->n - start < (size_t)batch ? set->n - start : (size_t)batch);
+    for (size_t start = 0; start < n; start += (size_t)batch) {
+        int N = (int)(n - start < (size_t)batch ? n - start : (size_t)batch);
         for (int i = 0; i < N; i++)
-            idx[i] = (uint32_t)(start + (size_t)i);
+            idx[i] = sub ? sub[start + (size_t)i] : (uint32_t)(start + (size_t)i);
         nn_data_batch(set, idx, N, d->mean, d->std, &d->aug_eval, NULL, x, y);
         loss += (double)nn_model_forward(m, x, y, N, 0) * N;
         correct += (size_t)nn_model_correct(m, y, N);
@@ -90,8 +93,8 @@ static double s_eval(nn_model *m, const node_data *d, int batch, double *loss_ou
     free(x);
     free(y);
     free(idx);
-    *loss_out = set->n ? loss / (double)set->n : 0;
-    return set->n ? (double)correct / (double)set->n : 0;
+    *loss_out = n ? loss / (double)n : 0;
+    return n ? (double)correct / (double)n : 0;
 }
 
 static void s_json_str(const char *s)
@@ -180,10 +183,11 @@ int node_cmd_eval(int argc, char **argv)
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'}, {"batch", required_argument, 0, 'b'},
         {"threads", required_argument, 0, 't'}, {"average", no_argument, 0, 'a'},
-        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+        {"subset", required_argument, 0, 's'}, {0, 0, 0, 0},
     };
     const char *data = NULL;
-    long batch = 32, threads = 1; /* the training commands' defaults */
+    long batch = 32, threads = 1, subset = 0; /* the training commands' defaults */
     int average = 0, json = 0, c;
     char err[1024];
     optind = 1;
@@ -198,6 +202,12 @@ int node_cmd_eval(int argc, char **argv)
             break;
         case 't':
             if (node_parse_int("--threads", optarg, 1, 256, &threads, err, sizeof err)) {
+                fprintf(stderr, "lpgossip eval: %s\n", err);
+                return 2;
+            }
+            break;
+        case 's':
+            if (node_parse_int("--subset", optarg, 1, 1L << 40, &subset, err, sizeof err)) {
                 fprintf(stderr, "lpgossip eval: %s\n", err);
                 return 2;
             }
@@ -251,14 +261,18 @@ int node_cmd_eval(int argc, char **argv)
     nn_model_prepare(m, (int)batch);
     int K = nn_model_cfg(m)->classes;
     conf = nn_xcalloc((size_t)K * (size_t)K, sizeof *conf);
-    double loss, acc = s_eval(m, &d, (int)batch, &loss, conf);
+    size_t n = d.test.n;
+    uint32_t *sub = node_eval_subset(n, (size_t)subset);
+    n = sub ? (size_t)subset : n;
+    double loss, acc = s_eval(m, &d, (int)batch, sub, n, &loss, conf);
+    free(sub);
     if (json)
         printf("{\"models\":%d,\"test_acc\":%.6f,\"test_loss\":%.6f,\"samples\":%zu", nfiles,
-               acc, loss, d.test.n);
+               acc, loss, n);
     else
         printf("%s%s: test accuracy %.2f%% (loss %.4f) on %zu %s test samples\n",
                nfiles > 1 ? "average of " : "", nfiles > 1 ? "models" : files[0], 100 * acc, loss,
-               d.test.n, d.test.name);
+               n, d.test.name);
     s_print_classes(&info, K, conf, json);
     rc = 0;
 done:
