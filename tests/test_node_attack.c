@@ -449,8 +449,11 @@ static void test_join_poisoning(void **state)
     }
     char *ll = tk_slurp(logs[late]);
     const char *j = strstr(ll, "joined at iteration ");
-    if (!j)
-        fail_msg("the latecomer did not join:\n%s", ll);
+    if (!j) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]); /* whole logs: fail_msg's buffer cuts them */
+        fail_msg("the latecomer (n%d) did not join", late);
+    }
     long T = strtol(j + strlen("joined at iteration "), NULL, 10);
     char met[700];
     snprintf(met, sizeof met, "%s/metrics-%d.jsonl", out, late);
