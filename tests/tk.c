@@ -154,35 +154,53 @@ void tk_dump(const char *path)
     free(s);
 }
 
+/* Where the lpgossip binary sits in the command bin args: 0 when bin is it,
+ * k when a launcher runs it as args[k] (`ip netns exec NS BIN ...`,
+ * `unshare --net BIN ...`), -1 when it is not run. */
+static int s_own_at(const char *bin, char *const *args, const char *own)
+{
+    if (strcmp(bin, own) == 0)
+        return 0;
+    for (int k = 1; args[k]; k++)
+        if (strcmp(args[k], own) == 0)
+            return k;
+    return -1;
+}
+
 /* execv(bin, args); the lpgossip binary through $LPGOSSIP_TEST_EXEC when
  * that is set (an emulator: scripts/cross runs the tests of another
  * architecture under qemu-user, whose children are that architecture's
- * binaries too). */
+ * binaries too), also where a launcher runs it. */
 static void s_exec(const char *bin, char *const *args)
 {
     const char *wrap = getenv("LPGOSSIP_TEST_EXEC"), *own = tk_bin();
-    if (!wrap || !wrap[0] || !own || strcmp(bin, own) != 0) {
+    const int p = wrap && wrap[0] && own ? s_own_at(bin, args, own) : -1;
+    if (p < 0) {
         execv(bin, args);
         return;
     }
     size_t n = 0;
     while (args[n])
         n++;
-    char **argv = calloc(n + 4, sizeof *argv);
+    /* argv: the launcher's words, the emulator, the binary, its arguments */
+    char **argv = calloc(n + 5, sizeof *argv);
     if (!argv)
         return;
-    argv[0] = (char *)wrap;
-    argv[1] = (char *)bin;
-    for (size_t k = 1; k <= n; k++) /* args[n] is the NULL */
+    for (int k = 0; k < p; k++)
+        argv[k] = args[k];
+    argv[p] = (char *)wrap;
+    argv[p + 1] = (char *)own;
+    for (size_t k = (size_t)p + 1; k <= n; k++) /* args[n] is the NULL */
         argv[k + 1] = args[k];
     /* an emulated node's --timeout (its bound on every wait) and
      * --peer-timeout (the silence after which it declares a neighbour
      * down; the default's too) stretch like the tests' own waits */
     char stretched[2][32];
     const double f = tk_time_scale();
-    const int node = f > 1 && n > 1 && strcmp(args[1], "node") == 0;
+    const size_t a = (size_t)p + 2; /* the binary's first argument in argv */
+    const int node = f > 1 && a <= n && strcmp(argv[a], "node") == 0;
     int peer_given = 0;
-    for (size_t k = 2; node && k + 1 <= n; k++) {
+    for (size_t k = a + 1; node && k + 1 <= n; k++) {
         const int which = strcmp(argv[k], "--timeout") == 0        ? 0
                           : strcmp(argv[k], "--peer-timeout") == 0 ? 1
                                                                    : -1;
@@ -197,7 +215,10 @@ static void s_exec(const char *bin, char *const *args)
         argv[n + 1] = (char *)"--peer-timeout";
         argv[n + 2] = stretched[1];
     }
-    execvp(wrap, argv);
+    if (p == 0)
+        execvp(wrap, argv);
+    else
+        execv(bin, argv);
 }
 
 pid_t tk_spawn(const char *bin, char *const *args, const char *logpath, int env_rank)
