@@ -38,10 +38,10 @@ static void s_sim(const char *precision, const char *extra, char *last)
     char cmd[2048], metrics[300];
     snprintf(metrics, sizeof metrics, "%s/m.jsonl", dir);
     snprintf(cmd, sizeof cmd,
-             "OPENBLAS_NUM_THREADS=1 timeout 500 %s simulate --topology "
+             "OPENBLAS_NUM_THREADS=1 timeout %.0f %s simulate --topology "
              "topologies/complete4.yaml --algo dpsgd --model cnn --precision %s --epochs 1 "
              "--train-subset 1600 --batch 16 --lr 0.05 --eval-nodes 1 --metrics %s %s "
-             ">%s/log 2>&1", bin, precision, metrics, extra, dir);
+             ">%s/log 2>&1", 500 * tk_time_scale(), bin, precision, metrics, extra, dir);
     if (system(cmd) != 0) {
         snprintf(cmd, sizeof cmd, "cat %s/log", dir);
         (void)system(cmd);
@@ -134,8 +134,8 @@ static void test_join(void **state)
 static int s_cli(const char *dir, const char *args)
 {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=1 timeout 300 %s %s >%s/log 2>&1", tk_bin_cmd(),
-             args, dir);
+    snprintf(cmd, sizeof cmd, "OPENBLAS_NUM_THREADS=1 timeout %.0f %s %s >%s/log 2>&1",
+             300 * tk_time_scale(), tk_bin_cmd(), args, dir);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
