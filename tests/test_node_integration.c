@@ -214,7 +214,7 @@ static void s_run_case(const s_case *c)
     char *sargs[] = {"lpgossip", "simulate", "--topology", topo, "--algo", (char *)c->algo,
                      "--compress", (char *)c->compress, "--eta", (char *)c->eta,
                      "--train-subset", subset, "--batch", bs, "--epochs", "1", "--seed", "7",
-                     "--lr", "0.05", "--eval-nodes", "0", "--metrics", simmet, "--out", sim,
+                     "--lr", "0.05", "--no-eval", "--metrics", simmet, "--out", sim,
                      "--gossip-every", every, NULL};
     assert_true(tk_spawn(NULL, sargs, simlog, -1) > 0);
     int status[TK_MAXPROC];
