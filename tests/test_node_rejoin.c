@@ -81,9 +81,12 @@ static void s_frozen_rejoins(const char *name, char *const *algo_flags, int iter
         tk_dump(logs[frozen]);
         fail_msg("the run never started");
     }
-    usleep(1000000); /* let them train a little */
+    /* both stretch like the nodes' --peer-timeout (emulated nodes are
+     * slower: unstretched, the frozen node was not even declared down) */
+    const double f = tk_time_scale();
+    usleep((useconds_t)(f * 1e6)); /* let them train a little */
     tk_kill(pid[frozen], SIGSTOP);
-    usleep((useconds_t)(freeze_s * 1e6));
+    usleep((useconds_t)(f * freeze_s * 1e6));
     tk_kill(pid[frozen], SIGCONT);
     int status[TK_MAXPROC];
     int rc = tk_wait_all(240, status);
