@@ -167,6 +167,36 @@ static int s_own_at(const char *bin, char *const *args, const char *own)
     return -1;
 }
 
+/* An emulated node's --timeout (its bound on every wait), --peer-timeout
+ * (the silence after which it declares a neighbour down) and --start-window
+ * (how long it waits for every neighbour before starting with a quorum),
+ * given or by default, stretch like the tests' own waits.  argv[a]: the
+ * binary's first argument ("node" or not); argv[n + 1] on: free slots for
+ * two flags; the values go to out. */
+static void s_stretch_waits(char **argv, size_t a, size_t n, char out[3][32])
+{
+    static const char *const flags[3] = {"--timeout", "--peer-timeout", "--start-window"};
+    static const double defaults[3] = {0, GOSSIP_DEF_PEER_FLOOR_S, GOSSIP_DEF_START_WINDOW_S};
+    const double f = tk_time_scale();
+    if (f <= 1 || a > n || strcmp(argv[a], "node") != 0)
+        return;
+    int given[3] = {0, 0, 0};
+    for (size_t k = a + 1; k + 1 <= n; k++)
+        for (int w = 0; w < 3; w++)
+            if (strcmp(argv[k], flags[w]) == 0 && argv[k + 1]) {
+                snprintf(out[w], sizeof out[w], "%g", f * atof(argv[k + 1]));
+                argv[k + 1] = out[w];
+                given[w] = 1;
+            }
+    size_t end = n + 1;
+    for (int w = 1; w < 3; w++)
+        if (!given[w]) {
+            snprintf(out[w], sizeof out[w], "%g", f * defaults[w]);
+            argv[end++] = (char *)flags[w];
+            argv[end++] = out[w];
+        }
+}
+
 /* execv(bin, args); the lpgossip binary through $LPGOSSIP_TEST_EXEC when
  * that is set (an emulator: scripts/cross runs the tests of another
  * architecture under qemu-user, whose children are that architecture's
@@ -183,7 +213,7 @@ static void s_exec(const char *bin, char *const *args)
     while (args[n])
         n++;
     /* argv: the launcher's words, the emulator, the binary, its arguments */
-    char **argv = calloc(n + 5, sizeof *argv);
+    char **argv = calloc(n + 7, sizeof *argv);
     if (!argv)
         return;
     for (int k = 0; k < p; k++)
@@ -192,29 +222,8 @@ static void s_exec(const char *bin, char *const *args)
     argv[p + 1] = (char *)own;
     for (size_t k = (size_t)p + 1; k <= n; k++) /* args[n] is the NULL */
         argv[k + 1] = args[k];
-    /* an emulated node's --timeout (its bound on every wait) and
-     * --peer-timeout (the silence after which it declares a neighbour
-     * down; the default's too) stretch like the tests' own waits */
-    char stretched[2][32];
-    const double f = tk_time_scale();
-    const size_t a = (size_t)p + 2; /* the binary's first argument in argv */
-    const int node = f > 1 && a <= n && strcmp(argv[a], "node") == 0;
-    int peer_given = 0;
-    for (size_t k = a + 1; node && k + 1 <= n; k++) {
-        const int which = strcmp(argv[k], "--timeout") == 0        ? 0
-                          : strcmp(argv[k], "--peer-timeout") == 0 ? 1
-                                                                   : -1;
-        if (which >= 0 && argv[k + 1]) {
-            snprintf(stretched[which], sizeof stretched[which], "%g", f * atof(argv[k + 1]));
-            argv[k + 1] = stretched[which];
-            peer_given |= which == 1;
-        }
-    }
-    if (node && !peer_given) {
-        snprintf(stretched[1], sizeof stretched[1], "%g", f * GOSSIP_DEF_PEER_FLOOR_S);
-        argv[n + 1] = (char *)"--peer-timeout";
-        argv[n + 2] = stretched[1];
-    }
+    char stretched[3][32];
+    s_stretch_waits(argv, (size_t)p + 2, n, stretched);
     if (p == 0)
         execvp(wrap, argv);
     else
