@@ -276,7 +276,10 @@ static void s_run_case(const s_case *c)
         double extra = sent - gsent - 40.0 * (msgs - gmsgs);
         assert_true(extra >= 0 && extra <= 8.0 * (msgs - gmsgs) && fmod(extra, 8.0) == 0);
         if (s_json_num(line, "rejected") != 0) {
-            tk_dump(logs[i]); /* what was refused, and why */
+            char tl[700]; /* the transport logs its refusals there */
+            snprintf(tl, sizeof tl, "%s/log-%d.txt", nodes, i);
+            tk_dump(logs[i]);
+            tk_dump(tl);
             fail_msg("%s: node %d rejected %.0f messages", c->name, i,
                      s_json_num(line, "rejected"));
         }
