@@ -75,6 +75,9 @@
 #define GOSSIP_DEF_HEARTBEAT_TIMEOUT_MS 10000 /* a peer silent this long is dropped */
 #define GOSSIP_DEF_DISCOVERY_IVL_MS     1000  /* `discovery: lan`: beacon interval */
 #define GOSSIP_DEF_DISCOVERY_PROBE_MS   3000  /* `discovery: lan`: an unanswering endpoint gives way after this */
+/* a ROUTER connection that delivered no message this long is closed
+ * (gossip_net); the node uses its peer floor where that is longer */
+#define GOSSIP_DEF_SILENT_CLOSE_MS      2000
 
 /* ---- the run (node/node_opts.c) ----------------------------------------- */
 

@@ -17,7 +17,6 @@
 
 #define S_LOG_FIRST   5            /* log the first few rejections per reason */
 #define S_FD_MAX      4096         /* connections tracked by fd below this (see s_reap) */
-#define S_REAP_S      2.0          /* s: a connection that delivered nothing is closed */
 #define S_SIZE_MARGIN (64u << 10)  /* MAXMSGSIZE = max_msg + margin */
 
 struct gossip_net {
@@ -51,13 +50,14 @@ struct gossip_net {
     int         have_cur;
     size_t      max_msg;
     FILE       *log;
-    unsigned    logged[5];
+    unsigned    logged[6];
     /* ROUTER connections (s_reap): per fd below S_FD_MAX, when we learnt it
      * was accepted (0: not open or looked at) and when it last delivered a
      * message that was its own (s_delivered) */
     double     *fd_open, *fd_delivered;
     double      router_empty; /* a poll that began then found the ROUTER empty */
     double      next_reap;
+    int         silent_close_ms; /* cfg: a connection silent this long is closed */
     char        endpoint[TOPO_ENDPOINT_MAX];
     gossip_net_stats st;
 };
@@ -72,6 +72,7 @@ void gossip_net_config_default(gossip_net_config *cfg)
     cfg->heartbeat_timeout_ms = GOSSIP_DEF_HEARTBEAT_TIMEOUT_MS;
     cfg->discovery_interval_ms = GOSSIP_DEF_DISCOVERY_IVL_MS;
     cfg->discovery_probe_ms = GOSSIP_DEF_DISCOVERY_PROBE_MS;
+    cfg->silent_close_ms = GOSSIP_DEF_SILENT_CLOSE_MS;
 }
 
 size_t gossip_net_max_msg_size(const nn_arena *layout)
@@ -135,7 +136,8 @@ static void s_reject(gossip_net *net, int reason, const char *fmt, ...)
                         : reason == 1 ? &net->st.rejected_frames
                         : reason == 2 ? &net->st.rejected_size
                         : reason == 3 ? &net->st.rejected_auth
-                                      : &net->st.rejected_contested;
+                        : reason == 4 ? &net->st.rejected_contested
+                                      : &net->st.closed_silent;
     (*counter)++;
     if (!net->log || net->logged[reason] >= S_LOG_FIRST)
         return;
@@ -287,7 +289,7 @@ static int s_monitor_event(gossip_net *net)
 
 
 /* Connections to the ROUTER that delivered no message of their own
- * S_REAP_S seconds after they were accepted are shut down (libzmq then
+ * silent_close_ms after they were accepted are shut down (libzmq then
  * closes them as if the peer had): a second connection under a live
  * in-neighbour's routing id, which libzmq never identifies, not even once
  * the connection that held the id is gone (its frames pile up unread), or
@@ -296,7 +298,9 @@ static int s_monitor_event(gossip_net *net)
  * reconnected: the old connection holds the id until its last messages
  * are read.  A real neighbour's DEALER sends its HELLO or PING at once;
  * one that was shut down reconnects by itself and gets its id.  Counted in
- * rejected_contested.  An fd is only touched while it is still the
+ * closed_silent (not a refused message: a slow peer's first message can
+ * come late too, which is why the node ties the limit to its peers'
+ * silence floor).  An fd is only touched while it is still the
  * accepted TCP connection to our port (getsockname). */
 static void s_reap(gossip_net *net)
 {
@@ -304,9 +308,10 @@ static void s_reap(gossip_net *net)
     if (now < net->next_reap)
         return;
     net->next_reap = now + 0.25;
+    double limit = 1e-3 * net->silent_close_ms;
     for (int fd = 0; fd < S_FD_MAX; fd++) {
         double open = net->fd_open[fd];
-        if (open <= 0 || now - open < S_REAP_S || net->fd_delivered[fd] >= open)
+        if (open <= 0 || now - open < limit || net->fd_delivered[fd] >= open)
             continue;
         net->fd_open[fd] = 0;
         struct sockaddr_storage la, pa;
@@ -333,9 +338,9 @@ static void s_reap(gossip_net *net)
             port = ntohs(a->sin6_port);
         }
         shutdown(fd, SHUT_RDWR);
-        s_reject(net, 4, "the connection from %s:%d: no message %.0f s after it was accepted (a "
+        s_reject(net, 5, "the connection from %s:%d: no message %.3g s after it was accepted (a "
                  "second connection under the routing id of a connected in-neighbour: "
-                 "contested id; or a silent client): closed", host, port, S_REAP_S);
+                 "contested id; or a silent client): closed", host, port, limit);
     }
 }
 
@@ -625,6 +630,8 @@ gossip_net *gossip_net_new(const topo *t, int rank, const gossip_net_config *cfg
     net->rank = rank;
     net->n = t->n;
     net->max_msg = cfg.max_msg ? cfg.max_msg : (size_t)64 << 20;
+    net->silent_close_ms = cfg.silent_close_ms > 0 ? cfg.silent_close_ms
+                                                   : GOSSIP_DEF_SILENT_CLOSE_MS;
     net->log = cfg.log;
     s_neighbours(net, t, rank);
     net->dealers = nn_xcalloc((size_t)net->nout + 1, sizeof(void *));

@@ -32,9 +32,9 @@
  * its first message for its routing id instead, what follows arrives under
  * an lpgossip header naming the contested neighbour: refused, counted in
  * rejected_contested and logged with the peer's address.  A ROUTER
- * connection that delivered no message of its own 2 s after it was
- * accepted (such a newcomer, or a silent client) is shut down, logged
- * with its address and counted in rejected_contested; a real peer's
+ * connection that delivered no message of its own silent_close_ms after
+ * it was accepted (such a newcomer, or a silent client) is shut down,
+ * logged with its address and counted in closed_silent; a real peer's
  * DEALER reconnects by itself and gets its id if the old connection is
  * gone (closed by the kernel when the old process died, by the peer after
  * a heartbeat timeout, or after the heartbeat TTL).  This is what brings
@@ -107,6 +107,12 @@ typedef struct {
                                   slow link's messages; 0: heartbeat_timeout_ms */
     int         heartbeat_ivl_ms;     /* ZMTP heartbeats: interval        [1000] */
     int         heartbeat_timeout_ms; /* peer silent this long: drop it   [10000] */
+    int         silent_close_ms; /* a ROUTER connection that delivered no
+                                  message this long after it was accepted
+                                  is closed (a contested id, a silent
+                                  client; a slow peer's late first
+                                  message too: not below the time a
+                                  peer's start may take)           [2000] */
     FILE       *log;         /* rejections are logged here; NULL: silent */
     /* CURVE key pair of this node, 32 bytes each (binary), e.g. from its
      * zcert; required when the topology says `security: curve`. */
@@ -138,6 +144,7 @@ typedef struct {
     uint64_t reply_failed;             /* replies to a peer that is not connected */
     uint64_t rejected_auth;            /* handshakes refused (key, mechanism, junk) */
     uint64_t rejected_contested;       /* from a 2nd connection under a live in-neighbour's id */
+    uint64_t closed_silent;            /* connections closed: nothing delivered (silent_close_ms) */
 } gossip_net_stats;
 
 /* Defaults as listed above (bind NULL, log NULL). */

@@ -301,6 +301,12 @@ static int s_connect(s_node *s, char *err, size_t errlen)
         nc.dealer_sndbuf = GOSSIP_DEF_PS_DEALER_SNDBUF;
         nc.dealer_heartbeat_timeout_ms = GOSSIP_DEF_PS_DEALER_HEARTBEAT_MS;
     }
+    /* a connection that says nothing for as long as a neighbour may be
+     * silent before it is down is closed: a slow board's first message
+     * may come late, a contested id is freed within the peer floor */
+    double floor_ms = 1000 * (o->n.lc.peer_floor < timeout ? o->n.lc.peer_floor : timeout);
+    if (floor_ms > nc.silent_close_ms)
+        nc.silent_close_ms = floor_ms > 2e9 ? 2000000000 : (int)floor_ms;
     /* two announcers for a rank: the silent one gives way within --peer-timeout */
     double probe = o->n.lc.peer_floor < timeout ? o->n.lc.peer_floor : timeout;
     nc.discovery_probe_ms = probe > 1 ? (int)(1000 * probe) : 1000;
@@ -380,6 +386,7 @@ static void s_live_link(s_node *s, node_live_snap *p)
     f[NODE_LIVE_REF_SIZE] = ns.rejected_size;
     f[NODE_LIVE_REF_AUTH] = ns.rejected_auth;
     f[NODE_LIVE_REF_CONTESTED] = ns.rejected_contested;
+    p->closed_silent = ns.closed_silent;
     f[NODE_LIVE_REF_NONFINITE] = ls.refused_nonfinite;
     f[NODE_LIVE_REF_STATE] = ls.state_refused;
     f[NODE_LIVE_REF_OTHER] = ls.refused - ls.refused_nonfinite - ls.state_refused;
@@ -539,6 +546,7 @@ static size_t s_link_counts(node_count *c, const gossip_net_stats *ns,
         {"rejected", ns->rejected_identity + ns->rejected_frames + ns->rejected_size +
                      ns->rejected_auth + ns->rejected_contested + ls->refused},
         {"rejected_contested", ns->rejected_contested},
+        {"closed_silent", ns->closed_silent},
         {"rejected_auth", ns->rejected_auth},   {"refused_nonfinite", ls->refused_nonfinite},
         {"peers_down", ls->peers_down},        {"down_events", ls->down_events},
         {"back_events", ls->back_events},      {"resync_bytes_sent", ls->resync_bytes},
@@ -749,14 +757,14 @@ static void s_goodbye(s_node *s, uint64_t done, int failed, int saved, uint64_t 
     gossip_net_stats_get(s->net, &ns);
     gossip_link_stats_get(s->link, &ls);
     s_log(s, "%llu iterations, sent %llu bytes in %llu messages, received %llu in %llu; "
-          "refused %llu (transport %llu); neighbours lost %llu times, back %llu times, "
+          "refused %llu (transport %llu; %llu silent connections closed); neighbours lost %llu times, back %llu times, "
           "%llu down at the end; %llu RESYNCs sent (%llu bytes); %llu steps skipped%s",
           (unsigned long long)done, (unsigned long long)ns.bytes_sent,
           (unsigned long long)ns.msgs_sent, (unsigned long long)ns.bytes_recv,
           (unsigned long long)ns.msgs_recv, (unsigned long long)ls.refused,
           (unsigned long long)(ns.rejected_identity + ns.rejected_frames + ns.rejected_size +
                                ns.rejected_auth + ns.rejected_contested),
-          (unsigned long long)ls.down_events, (unsigned long long)ls.back_events,
+          (unsigned long long)ns.closed_silent, (unsigned long long)ls.down_events, (unsigned long long)ls.back_events,
           (unsigned long long)ls.peers_down, (unsigned long long)ls.resyncs_sent,
           (unsigned long long)ls.resync_bytes, (unsigned long long)skipped,
           saved ? "; model saved" : "");

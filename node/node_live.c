@@ -273,6 +273,10 @@ char *node_live_prometheus(const node_live_snap *s, size_t *len)
     s_metric(&b, s, "lpgossip_catchup_steps_total", "counter",
              "Local steps left out so that slower neighbours catch up.",
              (double)s->catchup_steps);
+    s_metric(&b, s, "lpgossip_silent_connections_closed_total", "counter",
+             "Connections closed because they delivered no message within the peer floor "
+             "(a second connection under a held id, or a silent client).",
+             (double)s->closed_silent);
     s_metric(&b, s, "lpgossip_push_sum_weight", "gauge", "Push-sum weight psi.", s->psi);
     s_metric(&b, s, "lpgossip_run_seconds", "gauge", "Seconds since the training loop started.",
              s->seconds);

@@ -96,6 +96,7 @@ typedef struct {
     uint64_t skipped_steps;    /* refused local steps (non-finite, guard) */
     uint64_t catchup_steps;    /* local steps skipped to let neighbours catch up */
     uint64_t refused[NODE_LIVE_NREASONS];
+    uint64_t closed_silent;    /* connections closed having delivered nothing */
     node_live_hist step[NODE_LIVE_NPHASES];
     int          nnb;          /* listed neighbours */
     node_live_nb nb[NODE_LIVE_MAX_NB];

@@ -53,12 +53,15 @@ static topo *s_ring(int n)
     return t;
 }
 
-static gossip_net *s_net(const topo *t, int rank, size_t max_msg)
+/* silent_close_ms 0: the default */
+static gossip_net *s_net_silent(const topo *t, int rank, size_t max_msg, int silent_close_ms)
 {
     char err[512] = "";
     gossip_net_config cfg;
     gossip_net_config_default(&cfg);
     cfg.max_msg = max_msg;
+    if (silent_close_ms > 0)
+        cfg.silent_close_ms = silent_close_ms;
     cfg.send_timeout_ms = 2000;
     cfg.linger_ms = 100;
     cfg.log = getenv("TK_NETLOG") ? stderr : NULL;
@@ -67,6 +70,11 @@ static gossip_net *s_net(const topo *t, int rank, size_t max_msg)
         fprintf(stderr, "gossip_net_new: %s\n", err);
     assert_non_null(net);
     return net;
+}
+
+static gossip_net *s_net(const topo *t, int rank, size_t max_msg)
+{
+    return s_net_silent(t, rank, max_msg, 0);
 }
 
 /* Sends once the DEALER is connected (ZMQ_IMMEDIATE), bounded. */
@@ -345,9 +353,10 @@ static void test_reconnect_while_frozen(void **state)
     gossip_net_stats_get(n1, &st);
     printf("stale messages of the old connection read: %d; new connection heard: %d; "
            "connections closed as contested or silent: %llu\n", stale, heard,
-           (unsigned long long)st.rejected_contested);
+           (unsigned long long)st.closed_silent);
     assert_int_equal(stale, 5);
     assert_true(heard);
+    assert_true(st.closed_silent >= 1);
     char err[512];
     assert_int_equal(gossip_net_reply(n1, 0, (const uint8_t *)"ack", 3, err, sizeof err), 0);
     int tmo = 2000;
@@ -359,6 +368,54 @@ static void test_reconnect_while_frozen(void **state)
     zmq_ctx_term(ctx);
     gossip_net_destroy(&n1);
     topo_destroy(&t);
+}
+
+/* A client whose first message comes 2.5 s after it connected (a slow
+ * neighbour's start): closed under the default limit of 2 s, heard and
+ * nothing closed under a limit of 4 s (the node's peer floor). */
+static int s_late_first_word(int silent_close_ms, uint64_t *closed)
+{
+    topo *t = s_ring(3);
+    gossip_net *n1 = s_net_silent(t, 1, 1000, silent_close_ms);
+    void *ctx = zmq_ctx_new();
+    void *d = s_impostor(ctx, "n0", gossip_net_endpoint(n1));
+    double t0 = nn_now();
+    int heard = 0, sent = 0;
+    while (!heard && nn_now() - t0 < 4.0) { /* the node serves meanwhile */
+        if (!sent && nn_now() - t0 >= 2.5)
+            sent = zmq_send(d, "h", 1, 0) == 1;
+        int from;
+        gossip_net_dir dir;
+        const uint8_t *msg;
+        size_t len;
+        char err[256];
+        int rc = gossip_net_recv(n1, 20, &from, &dir, &msg, &len, err, sizeof err);
+        assert_true(rc >= 0);
+        heard = rc == 1 && from == 0 && len == 1 && msg[0] == 'h';
+    }
+    assert_true(sent);
+    gossip_net_stats st;
+    gossip_net_stats_get(n1, &st);
+    *closed = st.closed_silent;
+    zmq_close(d);
+    zmq_ctx_term(ctx);
+    gossip_net_destroy(&n1);
+    topo_destroy(&t);
+    return heard;
+}
+
+static void test_silent_close_limit(void **state)
+{
+    (void)state;
+    uint64_t closed_short, closed_long;
+    int heard_short = s_late_first_word(0, &closed_short);
+    int heard_long = s_late_first_word(4000, &closed_long);
+    printf("first message 2.5 s after connecting: limit 2 s: heard %d, closed %llu; limit 4 s: "
+           "heard %d, closed %llu\n", heard_short, (unsigned long long)closed_short, heard_long,
+           (unsigned long long)closed_long);
+    assert_true(closed_short >= 1);
+    assert_true(heard_long);
+    assert_int_equal(closed_long, 0);
 }
 
 static void test_timeouts_and_errors(void **state)
@@ -592,6 +649,7 @@ int main(void)
         cmocka_unit_test(test_ring_exchange),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_reconnect_while_frozen),
+        cmocka_unit_test(test_silent_close_limit),
         cmocka_unit_test(test_timeouts_and_errors),
         cmocka_unit_test(test_max_msg_size),
         cmocka_unit_test(test_discovery_endpoints_known),
