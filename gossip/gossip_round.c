@@ -133,7 +133,8 @@ static int s_retry_unsent(gossip_link *l, char *err, size_t errlen)
 
 /* The last round of the run: what is still kept goes out, waiting for the
  * queue (up to the send timeout): no later message would announce it, and
- * the receivers would wait for it until they declared us down. */
+ * the receivers would wait for it until they declared us down.  Not to a
+ * neighbour that is down or said BYE: nobody reads it there. */
 static void s_flush_unsent(gossip_link *l)
 {
     int to;
@@ -143,6 +144,11 @@ static void s_flush_unsent(gossip_link *l)
     for (int k = 0; l->round.nunsent && (len = gossip_node_outbox(l->g, k, &to, &msg)) > 0; k++) {
         if (!l->round.unsent[to])
             continue;
+        if ((gossip_node_peer_state(l->g, to) & GOSSIP_PEER_OUT_DOWN) || l->p[to].bye_in) {
+            gossip_link_log(l, "last message to %s not sent: it is %s (its share stays here)",
+                            gossip_link_id(l, to), l->p[to].bye_in ? "gone" : "down");
+            continue;
+        }
         if (gossip_net_send(l->net, to, msg, len, err, sizeof err) != 0) {
             gossip_link_log(l, "last message to %s not sent (its share stays here): %s",
                             gossip_link_id(l, to), err);
