@@ -120,7 +120,9 @@ static void test_latecomer_joins(void **state)
         sent += strstr(s, "sent our model") != NULL;
         free(s);
     }
-    assert_int_equal(sent, 2); /* two neighbours asked, their models compared */
+    /* two neighbours asked, their models compared; a holder that stops
+     * delivering for 5 s (an emulated one, under load) makes it ask the third */
+    assert_true(sent == 2 || sent == 3);
     const char *ag = strstr(ll, ") agree (distance ");
     assert_non_null(ag);
     printf("the latecomer's two holders%.*s\n", (int)strcspn(ag + 1, "\n"), ag + 1);
@@ -139,7 +141,7 @@ static void test_latecomer_joins(void **state)
         states += strstr(met, "\"states_sent\":1") != NULL;
         free(met);
     }
-    assert_int_equal(states, 2);
+    assert_int_equal(states, sent);
     double dist[4], others = 0;
     assert_true(tk_model_spread(out, n, dist) >= 0);
     for (int i = 0; i < n; i++) {

@@ -354,9 +354,9 @@ static char s_dir[256];
 static int s_all_going(node_watch_target *t, int n, double seconds)
 {
     char *body[8];
-    double until = nn_now() + seconds;
+    double until = nn_now() + seconds * tk_time_scale();
     while (nn_now() < until) {
-        node_watch_poll(t, n, "/status", 1.0, body);
+        node_watch_poll(t, n, "/status", tk_time_scale(), body);
         int ok = 1;
         for (int i = 0; i < n; i++) {
             node_watch_update(&t[i], body[i]);
@@ -446,17 +446,18 @@ static void test_run_watched(void **state)
     tk_kill(pid[2], SIGKILL);
     tk_wait(pid[2], 5);
     char *body[3];
-    node_watch_poll(t, 3, "/status", 1.0, body);
+    node_watch_poll(t, 3, "/status", tk_time_scale(), body);
     for (int i = 0; i < 3; i++) {
         node_watch_update(&t[i], body[i]);
         free(body[i]);
     }
     assert_string_equal(t[2].state, "down");
     assert_true(t[0].answered && t[1].answered);
-    double until = nn_now() + 15; /* --peer-timeout 1, a few rounds */
+    /* --peer-timeout 1 (an emulated node's stretched), a few rounds */
+    double until = nn_now() + 15 * tk_time_scale();
     while (nn_now() < until && (t[0].peers_up != 1 || t[1].peers_up != 1)) {
         usleep(200 * 1000);
-        node_watch_poll(t, 2, "/status", 1.0, body);
+        node_watch_poll(t, 2, "/status", tk_time_scale(), body);
         for (int i = 0; i < 2; i++) {
             node_watch_update(&t[i], body[i]);
             free(body[i]);
