@@ -757,14 +757,16 @@ static void s_goodbye(s_node *s, uint64_t done, int failed, int saved, uint64_t 
     gossip_net_stats_get(s->net, &ns);
     gossip_link_stats_get(s->link, &ls);
     s_log(s, "%llu iterations, sent %llu bytes in %llu messages, received %llu in %llu; "
-          "refused %llu (transport %llu; %llu silent connections closed); neighbours lost %llu times, back %llu times, "
-          "%llu down at the end; %llu RESYNCs sent (%llu bytes); %llu steps skipped%s",
+          "refused %llu (transport %llu; %llu silent connections closed); neighbours lost %llu "
+          "times, back %llu times, %llu down at the end; %llu RESYNCs sent (%llu bytes); %llu "
+          "steps skipped%s",
           (unsigned long long)done, (unsigned long long)ns.bytes_sent,
           (unsigned long long)ns.msgs_sent, (unsigned long long)ns.bytes_recv,
           (unsigned long long)ns.msgs_recv, (unsigned long long)ls.refused,
           (unsigned long long)(ns.rejected_identity + ns.rejected_frames + ns.rejected_size +
                                ns.rejected_auth + ns.rejected_contested),
-          (unsigned long long)ns.closed_silent, (unsigned long long)ls.down_events, (unsigned long long)ls.back_events,
+          (unsigned long long)ns.closed_silent, (unsigned long long)ls.down_events,
+          (unsigned long long)ls.back_events,
           (unsigned long long)ls.peers_down, (unsigned long long)ls.resyncs_sent,
           (unsigned long long)ls.resync_bytes, (unsigned long long)skipped,
           saved ? "; model saved" : "");
