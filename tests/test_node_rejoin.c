@@ -4,9 +4,9 @@
  * freeze"), with `lpgossip node` processes on 127.0.0.1.
  *
  *   a frozen node re-joins (choco): 4 nodes of a complete graph train;
- *     node 2 is stopped with SIGSTOP long enough for its neighbours to
- *     declare it down (--peer-timeout 1) and run hundreds of iterations
- *     ahead, then continued with SIGCONT.  It must find that it fell
+ *     node 2 is stopped with SIGSTOP until node 0 has declared it down
+ *     (--peer-timeout 1) and the others have run on for a while (6 s in
+ *     all, at least 3 s after the "down"), then continued with SIGCONT.  It must find that it fell
  *     behind, take a live in-neighbour's model at that neighbour's
  *     iteration ("fell N iterations behind ...; re-joining with the model
  *     of rank R at iteration T", metrics `rejoins`), be taken back by its
@@ -81,12 +81,24 @@ static void s_frozen_rejoins(const char *name, char *const *algo_flags, int iter
         tk_dump(logs[frozen]);
         fail_msg("the run never started");
     }
-    /* both stretch like the nodes' --peer-timeout (emulated nodes are
-     * slower: unstretched, the frozen node was not even declared down) */
+    /* the waits stretch like the nodes' --peer-timeout (emulated nodes are
+     * slower); the freeze lasts until a neighbour has declared the frozen
+     * node down and then at least a further 3 s (stretched) of the others
+     * running ahead: under emulation the adaptive silence limit of a
+     * neighbour whose steps take seconds can outlast a fixed freeze */
     const double f = tk_time_scale();
     usleep((useconds_t)(f * 1e6)); /* let them train a little */
     tk_kill(pid[frozen], SIGSTOP);
-    usleep((useconds_t)(f * freeze_s * 1e6));
+    const double t0 = tk_now();
+    char down[64];
+    snprintf(down, sizeof down, "(rank %d) is down", frozen);
+    if (!tk_wait_log(logs[0], down, 120)) {
+        tk_kill(pid[frozen], SIGCONT);
+        tk_dump(logs[0]);
+        fail_msg("%s: node 0 never declared the frozen node down", name);
+    }
+    const double left = f * freeze_s - (tk_now() - t0);
+    usleep((useconds_t)(fmax(left, f * 3.0) * 1e6));
     tk_kill(pid[frozen], SIGCONT);
     int status[TK_MAXPROC];
     int rc = tk_wait_all(240, status);

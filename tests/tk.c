@@ -27,7 +27,7 @@ typedef struct {
 static s_proc s_tab[TK_MAXPROC];
 static int    s_n;
 
-static double s_now(void)
+double tk_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -294,9 +294,9 @@ int tk_wait(pid_t pid, double seconds)
     s_proc *p = s_find(pid);
     if (!p)
         return -1;
-    double deadline = s_now() + seconds * tk_time_scale();
+    double deadline = tk_now() + seconds * tk_time_scale();
     while (!s_poll(p)) {
-        if (s_now() >= deadline)
+        if (tk_now() >= deadline)
             return -1;
         usleep(10000);
     }
@@ -305,12 +305,12 @@ int tk_wait(pid_t pid, double seconds)
 
 int tk_wait_all(double seconds, int *status)
 {
-    double deadline = s_now() + seconds * tk_time_scale();
+    double deadline = tk_now() + seconds * tk_time_scale();
     for (;;) {
         int left = 0;
         for (int k = 0; k < s_n; k++)
             left += !s_poll(&s_tab[k]);
-        if (left == 0 || s_now() >= deadline)
+        if (left == 0 || tk_now() >= deadline)
             break;
         usleep(10000);
     }

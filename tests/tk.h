@@ -35,6 +35,9 @@ int tk_quick(void);
  * bounds on waiting grow; what the tests check stays. */
 double tk_time_scale(void);
 
+/* Seconds on the monotonic clock. */
+double tk_now(void);
+
 /* Path of the lpgossip binary: $LPGOSSIP_BIN, else ../lpgossip next to the
  * running test program (build/tests/x -> build/lpgossip, build/san/tests/x
  * -> build/san/lpgossip).  Borrowed static string; NULL (and a line on
