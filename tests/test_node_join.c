@@ -89,7 +89,9 @@ static void test_latecomer_joins(void **state)
         tk_dump(logs[0]);
         fail_msg("the quorum of 3 never started");
     }
-    usleep(1500000); /* let them train a little */
+    /* let them train a little (stretched: under emulation 1.5 s is less
+     * than one iteration, and the latecomer found them still at 0) */
+    usleep((useconds_t)(1.5e6 * tk_time_scale()));
     double t_late = nn_now();
     assert_true(tk_node(topo, late, common, NULL, logs[late]) > 0);
     int status[TK_MAXPROC];
@@ -185,7 +187,7 @@ static void test_leaver_says_bye_and_joins_again(void **state)
         tk_dump(logs[leaver]);
         fail_msg("the run never started");
     }
-    usleep(1500000);
+    usleep((useconds_t)(1.5e6 * tk_time_scale())); /* let them train a little */
     double t_int = nn_now();
     tk_kill(pid[leaver], SIGINT);
     int st = tk_wait(pid[leaver], 60);
