@@ -451,7 +451,7 @@ static const char *s_kind_name(unsigned kind)
 {
     static const char *names[] = { "?",   "HELLO",     "GOSSIP",  "RESYNC_REQ", "RESYNC",
                                    "BYE", "HELLO_ACK", "BYE_ACK", "PING", "STATE_REQ",
-                                   "STATE", "LINK_REQ", "LINK_PROOF" };
+                                   "STATE", "LINK_REQ", "LINK_PROOF", "ACK" };
     return kind <= GOSSIP_MSG_LAST ? names[kind] : "?";
 }
 

@@ -10,14 +10,17 @@
  * Callers: gossip_node (every message), gossip_link (headers, control
  *          messages), tests, fuzz target.
  *
- * Message (version 2), all integers little-endian:
+ * Message (version 4), all integers little-endian:
  *   off size
  *    0   4  magic "LPGS"
- *    4   1  version = 2 (1 lacked LINK_REQ and LINK_PROOF; a node refuses
- *           the other version, so both ends must run the same one)
+ *    4   1  version = 4 (2 added LINK_REQ and LINK_PROOF, 3 the KEPT flag,
+ *           4 ACK; a node refuses another version, so both ends must run
+ *           the same one)
  *    5   1  kind: 1 HELLO, 2 GOSSIP, 3 RESYNC_REQ, 4 RESYNC, 5 BYE,
  *           6 HELLO_ACK, 7 BYE_ACK, 8 PING, 9 STATE_REQ, 10 STATE,
- *           11 LINK_REQ, 12 LINK_PROOF (meanings: gossip_link.h)
+ *           11 LINK_REQ, 12 LINK_PROOF, 13 ACK (meanings: gossip_link.h;
+ *           ACK: the receiver of a push-sum GOSSIP acknowledges its
+ *           iteration, gossip_flight.c)
  *    6   2  flags: bit 0 push-sum on; bit 1 payload deflated (GOSSIP and
  *           RESYNC only, see below); other bits must be 0
  *    8   4  sender rank (u32)
@@ -67,7 +70,7 @@
 #include "nn/nn_core.h"
 
 #define GOSSIP_MAGIC        0x5347504cu /* "LPGS" little-endian */
-#define GOSSIP_VERSION      3
+#define GOSSIP_VERSION      4
 #define GOSSIP_HEADER_BYTES 40
 
 enum {
@@ -83,7 +86,8 @@ enum {
     GOSSIP_MSG_STATE      = 10,
     GOSSIP_MSG_LINK_REQ   = 11,
     GOSSIP_MSG_LINK_PROOF = 12,
-    GOSSIP_MSG_LAST       = GOSSIP_MSG_LINK_PROOF
+    GOSSIP_MSG_ACK        = 13,
+    GOSSIP_MSG_LAST       = GOSSIP_MSG_ACK
 };
 
 #define GOSSIP_FLAG_PUSH_SUM 0x0001u

@@ -145,6 +145,8 @@ gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int
     l->lag = (uint64_t)l->n + 2 * GOSSIP_WINDOW;
     gossip_recv_init(l);
     gossip_round_init(l);
+    for (int j = 0; j < l->n; j++)
+        gossip_flight_reset(l, j);
     l->nonce = s_new_nonce(rank);
     l->proof.prove = net && !t->security_curve;
     for (int a = 0; a < l->nnb; a++)

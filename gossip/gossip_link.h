@@ -82,6 +82,8 @@
  *   BYE / BYE_ACK  "I stop after iter iterations" / "noted".
  *   LINK_REQ   "prove your id on my port: send this token back" (our
  *              DEALER), answered with LINK_PROOF over the peer's DEALER.
+ *   ACK        "your push-sum GOSSIP of iter reached me" (our ROUTER, to
+ *              its sender): bounds the mass in flight (gossip_flight.c).
  *
  * Ids on a plaintext port.  Without CURVE whoever connects first under an
  * id holds it on a ROUTER.  A neighbour both ways (in and out) is heard
@@ -233,6 +235,10 @@ typedef struct {
     uint64_t kept_full;        /* of those, push-sum: the share kept, announced by
                                   the next message to that peer (not lost) */
     uint64_t kept_sent_late;   /* GOSSIP the queue took later in its round */
+    uint64_t kept_flight;      /* push-sum GOSSIP kept, not sent: S + 2 of ours
+                                  to that peer were unacknowledged */
+    uint64_t acks_recv;        /* ACKs that acknowledged GOSSIPs of ours */
+    uint64_t acks_expired;     /* GOSSIPs of ours given up on being acknowledged */
     uint64_t dropped_test;     /* GOSSIP dropped by drop_gossip */
     uint64_t flow_waits;       /* rounds that waited for a slow out-neighbour */
     uint64_t fresh_waits;      /* rounds that waited (fresh_wait) for a level neighbour */

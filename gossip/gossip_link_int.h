@@ -151,6 +151,8 @@ void gossip_proof_on_proof(gossip_link *l, int j, uint64_t token);
 /* ---- gossip_live.c: liveness, failure detector, RESYNC */
 /* One arrival gap of a neighbour's GOSSIP: its adaptive deadline anew. */
 void gossip_live_note_gap(gossip_peer *p, double gap);
+/* Seconds of silence after which j is declared down (adaptive). */
+double gossip_live_limit(const gossip_link *l, int j);
 /* In-neighbour j was heard within its silence limit and did not say BYE. */
 int gossip_live_heard_in(const gossip_link *l, int j, double now);
 /* j reports an iteration beyond this node's reach at cur, within the run. */
@@ -180,6 +182,20 @@ void gossip_live_note_stall(gossip_link *l, double gap);
 /* The longest stall seen and when it ended; gossip_live_stall_reset forgets it. */
 double gossip_live_stall(const gossip_link *l, double *woke);
 void gossip_live_stall_reset(gossip_link *l);
+
+/* ---- gossip_flight.c: push-sum mass in flight, bounded by ACKs */
+/* The bound applies (push-sum, S > 0, dpsgd). */
+int gossip_flight_on(const gossip_link *l);
+/* A GOSSIP to `to` is to be kept, not sent: S + 2 of ours are
+ * unacknowledged, or one for more than S + 2 of our rounds (all forgotten
+ * when the oldest is older than 2 x limit s). */
+int gossip_flight_full(gossip_link *l, int to, double limit);
+/* Our GOSSIP of iteration iter went out to `to`. */
+void gossip_flight_sent(gossip_link *l, int to, uint64_t iter);
+/* Out-neighbour `from` acknowledged our GOSSIPs up to iteration iter. */
+void gossip_flight_on_ack(gossip_link *l, int from, uint64_t iter);
+/* j was declared down, came back or restarted: nothing in flight. */
+void gossip_flight_reset(gossip_link *l, int j);
 
 /* ---- gossip_member.c: start barrier, quorum, HELLO, goodbye */
 void gossip_member_on_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t nonce);

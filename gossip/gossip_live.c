@@ -67,9 +67,14 @@ void gossip_live_note_gap(gossip_peer *p, double gap)
 /* Seconds of silence after which neighbour j is declared down: its
  * adaptive deadline, or (too few gaps yet) peer_factor x its period;
  * within [peer_floor, timeout].  Any valid message (a PING included) ends
- * a silence, so a slow neighbour that still PINGs is never down. */
-static double s_limit(const gossip_link *l, int j)
+ * a silence, so a slow neighbour that still PINGs is never down.  A
+ * neighbour marked late gets `timeout`: behind a slow link its PINGs
+ * queue behind its messages for seconds, and its gaps are not its
+ * earlier pace (declared down, its later messages would be dropped). */
+double gossip_live_limit(const gossip_link *l, int j)
 {
+    if (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_LATE)
+        return l->cfg.timeout;
     double period = l->p[j].period > 0 ? l->p[j].period : gossip_round_period(l);
     double lim = l->p[j].deadline > 0 ? l->p[j].deadline : l->cfg.peer_factor * period;
     if (lim < l->cfg.peer_floor)
@@ -93,7 +98,7 @@ static int s_all_down(const gossip_link *l, int j)
 int gossip_live_heard_in(const gossip_link *l, int j, double now)
 {
     const gossip_peer *p = &l->p[j];
-    return p->is_in && !p->bye_in && now - p->heard <= s_limit(l, j);
+    return p->is_in && !p->bye_in && now - p->heard <= gossip_live_limit(l, j);
 }
 
 /* j reports an iteration beyond the reach of this node at cur (flow
@@ -160,6 +165,7 @@ void gossip_live_down(gossip_link *l, int j, const char *fmt, ...)
     }
     gossip_node_peer_down(l->g, j);
     gossip_recv_drop_stash_of(l, j);
+    gossip_flight_reset(l, j);
     l->p[j].down = 1;
     l->st.down_events++;
     gossip_link_log(l, "neighbour %s (rank %d) is down: %s; mixing goes on without it", gossip_link_id(l, j), j, why);
@@ -202,7 +208,7 @@ void gossip_live_ask_resyncs(gossip_link *l)
         gossip_peer *p = &l->p[j];
         if (!p->is_in || !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
             continue;
-        if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > s_limit(l, j))
+        if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > gossip_live_limit(l, j))
             continue;
         p->resync_asked = now;
         gossip_link_ctl(l, GOSSIP_MSG_RESYNC_REQ, j, 1, gossip_node_iter(l->g));
@@ -270,7 +276,7 @@ void gossip_live_check_peers(gossip_link *l, int64_t iter, double wait_start)
         if (s_all_down(l, j))
             continue;
         int in_live = p->is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN);
-        double silent = now - p->heard, lim = s_limit(l, j);
+        double silent = now - p->heard, lim = gossip_live_limit(l, j);
         if (silent > lim) {
             gossip_live_down(l, j, "silent for %.1f s (limit %.1f s)", silent, lim);
         } else if (iter >= 0 && in_live && p->bye_in && p->bye_iter <= (uint64_t)iter &&

@@ -93,6 +93,7 @@ void gossip_member_on_hello(gossip_link *l, int from, int in, uint64_t iter, uin
     p->hello_iter = iter; /* whatever we hold of it is void, its BYE too */
     p->bye_in = p->bye_ack = 0;
     p->bye_iter = 0;
+    gossip_flight_reset(l, from); /* what the old instance held is gone */
     if (in && p->is_in) {
         gossip_node_peer_restart(l->g, from);
         gossip_recv_drop_stash_of(l, from);

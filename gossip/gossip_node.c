@@ -189,6 +189,7 @@ void gossip_node_destroy(gossip_node **self_p)
     free(g->sent);
     free(g->work);
     free(g->acc);
+    free(g->fold_acc);
     free(g->in_ranks);
     free(g->peer);
     free(g->out_union);
@@ -207,11 +208,17 @@ double gossip_node_psi(const gossip_node *g)
     return g->psi;
 }
 
+/* The smallest mean psi the step on z = x/psi is scaled by: a node behind a
+ * slow link pushes most of its mass into messages that take seconds to
+ * come back (psi 0.04 for a while), and lr/mean(psi) would then be 25 x
+ * the schedule's step (it diverged); at most 1/S_STEP_MEAN_MIN x. */
+#define S_STEP_MEAN_MIN 0.5
+
 double gossip_node_step_scale(const gossip_node *g)
 {
     if (!g->cfg.staleness || !g->cfg.push_sum || g->psi == g->psi_mean)
         return 1.0;
-    return g->psi / g->psi_mean;
+    return g->psi / (g->psi_mean > S_STEP_MEAN_MIN ? g->psi_mean : S_STEP_MEAN_MIN);
 }
 
 void gossip_node_debias(const gossip_node *g, const float *x, float *z)

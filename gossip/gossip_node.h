@@ -288,7 +288,8 @@ double   gossip_node_psi(const gossip_node *g);
  * step x -= lr*s*g moves z = x/psi by lr*g/mean(psi) instead of lr*g/psi:
  * late messages make psi swing (several land at once, or none), and
  * without it the step on z swings with 1/psi (docs/gossip.md "Bounded
- * staleness"). */
+ * staleness").  The mean counts as at least 1/2 (at most twice the
+ * schedule's step on z). */
 double   gossip_node_step_scale(const gossip_node *g);
 /* z = x / psi (z may equal x). */
 void     gossip_node_debias(const gossip_node *g, const float *x, float *z);
@@ -344,7 +345,8 @@ void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru);
 enum {
     GOSSIP_PEER_IN_DOWN      = 1, /* left out of mixing until it comes back */
     GOSSIP_PEER_OUT_DOWN     = 2, /* gets no messages until gossip_node_peer_up */
-    GOSSIP_PEER_WANTS_RESYNC = 4  /* choco: we need its RESYNC */
+    GOSSIP_PEER_WANTS_RESYNC = 4, /* choco: we need its RESYNC */
+    GOSSIP_PEER_LATE         = 8  /* marked late (gossip_node_peer_late), not caught up */
 };
 /* GOSSIP_PEER_* flags of rank (0: a live neighbour, or not a neighbour). */
 int gossip_node_peer_state(const gossip_node *g, int rank);

@@ -121,7 +121,13 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
 
 gossip_window_pos gossip_node_window(const gossip_node *g, int sender, uint64_t iter)
 {
-    if (iter >= g->iter && iter - g->iter >= GOSSIP_WINDOW)
+    /* push-sum folds a message in as it comes (gossip_node_fold): it
+     * needs its slot only for a moment, so it may be as far ahead as the
+     * link's flow control lets an honest sender run (n + 2 windows ahead
+     * of what we reported, reported up to a window late) */
+    const int folds = g->cfg.algo == GOSSIP_DPSGD && g->cfg.staleness > 0;
+    const uint64_t ahead = folds ? (uint64_t)g->n + 3 * GOSSIP_WINDOW : GOSSIP_WINDOW;
+    if (iter >= g->iter && iter - g->iter >= ahead)
         return GOSSIP_WIN_AHEAD;
     const int k = sender >= 0 && sender < g->n ? g->peer[sender].in_pos : -1;
     const int choco = g->cfg.algo == GOSSIP_CHOCO;
@@ -261,6 +267,8 @@ static gossip_recv_code s_receive(gossip_node *g, const gossip_header *hp, const
     g->stats.bytes_recv += len;
     g->stats.msgs_recv++;
     s_check_gap(g, k);
+    if (g->cfg.algo == GOSSIP_DPSGD && S > 0)
+        gossip_node_fold(g, k); /* push-sum: slots never fill, mass never waits */
     return GOSSIP_RECV_OK;
 }
 
@@ -311,10 +319,11 @@ static int s_ready_stale(const gossip_node *g, uint64_t iter)
             continue;
         if (g->cfg.algo == GOSSIP_CHOCO && s_in(g, k)->copy_gap)
             return 0;
-        /* far behind: mixed as its messages come, while its backlog fits
+        /* far behind: mixed as its messages come (push-sum: folded in as
+         * they arrive, so however far behind), else while its backlog fits
          * the slots (the mixes that free them wait for nothing of it) */
         if (s_in(g, k)->late && iter < g->sync_from &&
-            s_stale_thru(g, k, iter) + GOSSIP_SLOTS - 1 > iter)
+            (g->cfg.algo == GOSSIP_DPSGD || s_stale_thru(g, k, iter) + GOSSIP_SLOTS - 1 > iter))
             continue;
         if (s_stale_thru(g, k, iter) + S <= iter)
             return 0;
@@ -339,7 +348,8 @@ int gossip_node_peer_late(gossip_node *g, int rank)
         return 0;
     /* choco and deepsqueeze step eta towards delayed copies: stable for
      * delays up to D only with eta <= 1/(D + 1) (docs/gossip.md), and a
-     * late neighbour's delay reaches GOSSIP_SLOTS - 1 */
+     * late neighbour's delay reaches GOSSIP_SLOTS - 1 (push-sum: any delay,
+     * its mass is conserved whenever it is mixed) */
     if (g->cfg.algo != GOSSIP_DPSGD && g->cfg.eta * GOSSIP_SLOTS > 1.0)
         return 0;
     gossip_peer *p = s_in(g, g->peer[rank].in_pos);
@@ -446,6 +456,8 @@ int gossip_node_peer_state(const gossip_node *g, int rank)
             st |= GOSSIP_PEER_IN_DOWN;
         if (g->cfg.algo == GOSSIP_CHOCO && (p->in_down || p->copy_bad || p->copy_gap))
             st |= GOSSIP_PEER_WANTS_RESYNC;
+        if (p->late)
+            st |= GOSSIP_PEER_LATE;
     }
     return st;
 }

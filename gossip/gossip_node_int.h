@@ -76,6 +76,11 @@ struct gossip_node {
     double *acc;                      /* d scratch: mixing sums in double so
                                          that float weights (1/3, 1/5) do not
                                          bias the total mass */
+    double *fold_acc;                 /* d, push-sum with staleness: messages
+                                         folded in as they came (W_c c_j),
+                                         added by the next mix; NULL: none yet */
+    double   fold_psi;                /* their psi shares */
+    uint64_t fold_recv;               /* their bytes */
     nn_rng  rng;
     uint64_t iter;
     uint64_t sync_from;               /* staleness 0 from this mix on */
@@ -150,6 +155,13 @@ static inline int s_absent(const gossip_node *g, int k, uint64_t iter)
         return p->copy_bad ? S_ABSENT_DOWN : S_PRESENT;
     return !s_present(g, k, iter) && iter < p->sent_thru ? S_ABSENT_LOST : S_PRESENT;
 }
+
+/* gossip_node_mix.c: push-sum with bounded staleness: in-neighbour index
+ * k's messages held in its order (from the first not yet mixed, past kept
+ * shares) go into fold_acc now, mixed by the next mix whatever their
+ * iteration, freeing their slots: mass never waits in a slow receiver's
+ * slots, nor for a late sender's backlog to fit them. */
+void gossip_node_fold(gossip_node *g, int k);
 
 /* W_r[i][j] of iteration r. */
 static inline double s_wij(const gossip_node *g, uint64_t r, int j)

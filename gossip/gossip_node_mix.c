@@ -176,6 +176,51 @@ static void s_drain_held(gossip_node *g, int k, int j, uint64_t lim, double *acc
     }
 }
 
+void gossip_node_fold(gossip_node *g, int k)
+{
+    const int j = g->in_ranks[k];
+    const gossip_peer *p = s_in(g, k);
+    if (!g->fold_acc)
+        g->fold_acc = nn_xcalloc(g->layout->numel, sizeof(double));
+    uint64_t c = g->stale[k].acc_thru > p->in_from ? g->stale[k].acc_thru : p->in_from;
+    for (; c < g->stale[k].newest || c < g->stale[k].kept_thru; c++) {
+        if (s_wij(g, c, j) <= 0.0)
+            continue;
+        if (s_present(g, k, c)) {
+            s_mix_held(g, k, j, c, g->fold_acc, &g->fold_psi, &g->fold_recv);
+        } else if (c < g->stale[k].kept_thru) {
+            /* kept by the sender up to its next message: one step (a
+             * run of kept shares can be long) */
+            uint64_t next = g->stale[k].kept_thru;
+            for (int w = 0; w < GOSSIP_SLOTS; w++) {
+                const s_slot *sl = &g->slots[(size_t)k * GOSSIP_SLOTS + w];
+                if (sl->have && sl->iter > c && sl->iter < next)
+                    next = sl->iter;
+            }
+            g->stats.kept_recv += next - c;
+            c = next - 1;
+        } else {
+            break; /* in flight, or lost: the mix accounts for it */
+        }
+    }
+    g->stale[k].acc_thru = c;
+}
+
+/* Push-sum: what gossip_node_fold took in since the last mix. */
+static void s_mix_folded(gossip_node *g, double *acc, double *psi_acc, uint64_t *recv)
+{
+    if (!g->fold_acc || !g->fold_recv)
+        return;
+    const size_t d = g->layout->numel;
+    for (size_t i = 0; i < d; i++)
+        acc[i] += g->fold_acc[i];
+    memset(g->fold_acc, 0, d * sizeof *g->fold_acc);
+    *psi_acc += g->fold_psi;
+    *recv += g->fold_recv;
+    g->fold_psi = 0.0;
+    g->fold_recv = 0;
+}
+
 /* dpsgd / deepsqueeze with bounded staleness: every message (j, s) not yet
  * mixed with s <= iter is mixed now with W_s[i][j]; a message proved lost
  * gives its weight W_s[i][j] to the node itself (as in the synchronous
@@ -276,6 +321,7 @@ static void s_mix_stale(gossip_node *g, float *x, uint64_t iter, int *absent, ui
         s_mix_stale_choco(g, iter, acc, &psi_acc, absent, recv);
     } else {
         gossip_payload_axpy(&g->self_pl, L, dpsgd ? wii : wii - 1.0, acc);
+        s_mix_folded(g, acc, &psi_acc, recv);
         s_mix_stale_ps(g, iter, acc, &psi_acc, absent, recv);
     }
     if (dpsgd) {

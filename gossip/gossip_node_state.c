@@ -14,6 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Drops the messages folded in for the next mix (gossip_node_fold):
+ * the state they were for is replaced. */
+static void s_unfold(gossip_node *g)
+{
+    if (g->fold_acc)
+        memset(g->fold_acc, 0, g->layout->numel * sizeof *g->fold_acc);
+    g->fold_psi = 0.0;
+    g->fold_recv = 0;
+}
+
 /* ---- checkpoint state ---------------------------------------------------- */
 
 void gossip_node_export(const gossip_node *g, gossip_node_state *s)
@@ -76,6 +86,7 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
         memcpy((float *)gossip_node_vec(g, k, name, sizeof name), vec[k], d * sizeof(float));
     for (int k = 0; k < g->nin * GOSSIP_SLOTS; k++)
         g->slots[k].have = 0;
+    s_unfold(g);
     for (int k = 0; k < g->nin; k++) { /* everyone live, copies current */
         s_in(g, k)->in_down = 0;
         s_in(g, k)->in_from = 0;
@@ -115,6 +126,7 @@ int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen
         if (g->stale[k].acc_thru < iter)
             g->stale[k].acc_thru = iter;
     }
+    s_unfold(g); /* like the held messages it skips */
     g->iter = iter;
     return 0;
 }

@@ -7,7 +7,7 @@
  *          table and keeps the protocol state in it: membership fields
  *          (hello ... bye_iter, join_told) are gossip_member's, the proof
  *          fields gossip_proof's, state_sent gossip_join's, wait_s and
- *          fresh_score gossip_round's, the rest (clocks, gaps,
+ *          fresh_score gossip_round's, flight gossip_flight's, the rest (clocks, gaps,
  *          reported, down, RESYNC) gossip_live's and gossip_recv's.  A peer's identity, roles,
  *          membership and liveness thus live in one place, with one writer
  *          per section.
@@ -21,6 +21,9 @@
 
 /* Arrival gaps kept per neighbour for its adaptive deadline. */
 #define GOSSIP_PEER_GAPS 32
+/* Push-sum GOSSIPs to one out-neighbour not yet acknowledged, at most
+ * (gossip_flight.c: S + 2, S <= GOSSIP_STALE_MAX = 4). */
+#define GOSSIP_FLIGHT_CAP 6
 
 typedef struct {
     /* ---- identity and roles: gossip_node_new (union over the schedule) */
@@ -75,6 +78,12 @@ typedef struct {
     double   wait_s;           /* seconds our rounds waited for its message */
     double   fresh_score;      /* 0..1: its current message tends to come within
                                   the fresh-wait grace (waited for at >= 0.5) */
+    /* push-sum mass in flight to it (gossip_flight) */
+    uint64_t flight[GOSSIP_FLIGHT_CAP]; /* iterations of our GOSSIPs it has not
+                                           acknowledged, oldest first */
+    double   flight_t[GOSSIP_FLIGHT_CAP]; /* the clock each went out */
+    unsigned nflight;
+    uint8_t  flight_slow;      /* its ACKs come late (or none yet): one at a time */
 } gossip_peer;
 
 #endif

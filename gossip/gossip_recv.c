@@ -152,6 +152,10 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
                  (unsigned long long)h->iter, (unsigned long long)p->got - 1);
         return;
     }
+    /* push-sum: its mass in flight to us is bounded by our ACKs
+     * (gossip_flight.c), whatever becomes of the message here */
+    if ((h->flags & GOSSIP_FLAG_PUSH_SUM) && gossip_flight_on(l))
+        gossip_link_ctl(l, GOSSIP_MSG_ACK, from, 1, h->iter);
     double now = nn_now();
     if (p->last_gossip > 0) {
         double gap = now - p->last_gossip;
@@ -220,7 +224,7 @@ static int s_kind_ok(unsigned kind, int in)
 {
     switch (kind) {
     case GOSSIP_MSG_GOSSIP: case GOSSIP_MSG_RESYNC: case GOSSIP_MSG_BYE: return in;
-    case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: return !in;
+    case GOSSIP_MSG_RESYNC_REQ: case GOSSIP_MSG_BYE_ACK: case GOSSIP_MSG_ACK: return !in;
     case GOSSIP_MSG_HELLO: case GOSSIP_MSG_HELLO_ACK: case GOSSIP_MSG_PING: return 1;
     case GOSSIP_MSG_STATE_REQ: case GOSSIP_MSG_STATE: return 1;
     case GOSSIP_MSG_LINK_REQ: case GOSSIP_MSG_LINK_PROOF: return in;
@@ -326,6 +330,9 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         break;
     case GOSSIP_MSG_BYE_ACK:
         gossip_member_on_bye_ack(l, from);
+        break;
+    case GOSSIP_MSG_ACK:
+        gossip_flight_on_ack(l, from, iter);
         break;
     case GOSSIP_MSG_LINK_REQ:
         gossip_proof_answer(l, from, gossip_msg_link_token(msg, len));

@@ -92,6 +92,15 @@ static void s_stop_waiting_if_behind(gossip_link *l, uint64_t iter)
 static int s_send_to(gossip_link *l, int to, const uint8_t *msg, size_t len, char *err,
                      size_t errlen)
 {
+    /* push-sum with too much of ours unacknowledged there (gossip_flight):
+     * the share is kept and retried like one the queue did not take */
+    if (gossip_flight_full(l, to, gossip_live_limit(l, to)) &&
+        gossip_node_keep(l->g, to, 1) == 0) {
+        l->st.kept_flight++;
+        if (!l->round.unsent[to]++)
+            l->round.nunsent++;
+        return 0;
+    }
     int rc = gossip_net_try_send(l->net, to, msg, len, err, errlen);
     if (rc < 0)
         return -1;
@@ -105,6 +114,7 @@ static int s_send_to(gossip_link *l, int to, const uint8_t *msg, size_t len, cha
         return 0;
     }
     l->p[to].sent_dealer = nn_now();
+    gossip_flight_sent(l, to, gossip_node_iter(l->g));
     return 0;
 }
 
@@ -115,7 +125,7 @@ static int s_retry_unsent(gossip_link *l, char *err, size_t errlen)
     const uint8_t *msg;
     size_t len;
     for (int k = 0; l->round.nunsent && (len = gossip_node_outbox(l->g, k, &to, &msg)) > 0; k++) {
-        if (!l->round.unsent[to])
+        if (!l->round.unsent[to] || gossip_flight_full(l, to, gossip_live_limit(l, to)))
             continue;
         int rc = gossip_net_try_send(l->net, to, msg, len, err, errlen);
         if (rc < 0)
@@ -126,6 +136,7 @@ static int s_retry_unsent(gossip_link *l, char *err, size_t errlen)
             l->round.nunsent--;
             l->st.kept_sent_late++;
             l->p[to].sent_dealer = nn_now();
+            gossip_flight_sent(l, to, gossip_node_iter(l->g));
         }
     }
     return 0;

@@ -154,6 +154,14 @@ static void test_roundtrip_all_blocks(void **state)
     assert_non_null(strstr(err, "layout fingerprint"));
     assert_int_equal(gossip_msg_decode_header(buf.data, 39, NULL, &g, err, sizeof err), -1);
     assert_non_null(strstr(err, "truncated"));
+    /* ACK: a header alone, its iteration the acknowledged GOSSIP's; a
+     * payload or the kept flag on it is refused */
+    len = gossip_msg_encode_control(GOSSIP_MSG_ACK, 3, 1234567, 0x1234u, &buf);
+    assert_int_equal(gossip_msg_decode_header(buf.data, len, NULL, &g, err, sizeof err), 0);
+    assert_true(g.kind == GOSSIP_MSG_ACK && g.sender == 3 && g.iter == 1234567);
+    buf.data[GOSSIP_HDR_FLAGS_AT] |= (uint8_t)(GOSSIP_FLAG_KEPT | GOSSIP_FLAG_PUSH_SUM);
+    assert_int_equal(gossip_msg_decode_header(buf.data, len, NULL, &g, err, sizeof err), -1);
+    assert_non_null(strstr(err, "kept flag"));
     gossip_payload_free(&p);
     gossip_buf_free(&buf);
     nn_arena_free(&L);
@@ -258,7 +266,7 @@ static void test_malformed(void **state)
     MUTATE("version", "version", b[4] = GOSSIP_VERSION + 1);
     MUTATE("version 1", "version", b[4] = 1);
     MUTATE("kind 0", "kind", b[5] = 0);
-    MUTATE("kind 13", "kind", b[5] = GOSSIP_MSG_LAST + 1);
+    MUTATE("kind 14", "kind", b[5] = GOSSIP_MSG_LAST + 1);
     MUTATE("flags", "flags", b[6] = 0x80);
     MUTATE("psi NaN", "psi", { double d = NAN; uint64_t u; memcpy(&u, &d, 8); for (int i = 0; i < 8; i++) b[20 + i] = (uint8_t)(u >> (8 * i)); });
     MUTATE("psi Inf", "psi", { double d = INFINITY; uint64_t u; memcpy(&u, &d, 8); for (int i = 0; i < 8; i++) b[20 + i] = (uint8_t)(u >> (8 * i)); });

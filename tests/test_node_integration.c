@@ -11,6 +11,10 @@
  * gossip bytes in the metrics equal the encoded sizes (dense: computed
  * from the layout; compressed: the simulation's count), received equals
  * sent, and transport bytes = gossip bytes + 40 per control message.
+ * Bounded staleness (SGP, --staleness 2) with one node computing at a third
+ * of its speed, or stopped two thirds of the time: all finish, sum psi is
+ * exactly 4 at the end, the receivers acknowledge, and the stopped node's
+ * in-neighbours keep shares for it rather than queue them.
  * Failure paths: a lone node names the in-neighbours that never said hello
  * and exits 1 within its --timeout; two nodes with different models refuse
  * each other naming the peer.
@@ -45,6 +49,7 @@
 #include "nn/nn_model.h"
 #include "node/node_common.h"
 #include "tests/tk.h"
+#include "tests/tk_run.h"
 
 typedef struct {
     char dir[256];
@@ -379,53 +384,100 @@ static double s_last_num(const char *path, const char *key)
     return v;
 }
 
-/* Bounded staleness over the network: SGP on the column-stochastic 4-node
- * graph, --staleness 2, rank 1 at a third of its speed (--debug-slow).  All
- * finish; the slow node skips local steps to catch up (more than any fast
- * node); every node reports its neighbours' staleness; and since the last
- * round drains every late message, sum psi over the nodes is exactly 4
- * (push-sum mass conserved through the late mixes). */
-static void test_slow_node_stale(void **state)
+/* Node 1 of a run (pid) stopped 0.2 s in every 0.3 s until it exits: a
+ * process that gets a third of a CPU, its transport's thread included. */
+static void s_duty_cycle(pid_t pid)
 {
-    (void)state;
+    const double end = tk_now() + 150.0 * tk_time_scale();
+    while (tk_now() < end) {
+        tk_kill(pid, SIGSTOP);
+        usleep(200000);
+        tk_kill(pid, SIGCONT);
+        if (tk_wait(pid, 0.1) != -1)
+            return;
+    }
+}
+
+/* 4 nodes of SGP on the column-stochastic 4-node graph with --staleness 2,
+ * rank 1 slowed: `--debug-slow 0.34` (computes at a third of its speed) or,
+ * stop set, stopped 2/3 of the time (s_duty_cycle).  All finish; every
+ * node reports its neighbours' staleness; and since the last round drains
+ * every late message, sum psi over the nodes is exactly 4 (push-sum mass
+ * conserved through the late mixes, the kept shares and the ACK-bounded
+ * mass in flight).  The metrics of every node into m[4][2] (steps_skipped,
+ * kept_flight) and the sum of acks_recv into *acks. */
+static void s_stale_run(const char *name, int stop, double m[4][2], double *acks)
+{
     char topo[512], out[512], logs[4][600];
-    snprintf(topo, sizeof topo, "%s/slow.yaml", s_st.dir);
-    snprintf(out, sizeof out, "%s/slow", s_st.dir);
+    snprintf(topo, sizeof topo, "%s/%s.yaml", s_st.dir, name);
+    snprintf(out, sizeof out, "%s/%s", s_st.dir, name);
     s_write_topo(topo, s_exp_graph);
+    pid_t pid[4];
     for (int i = 0; i < 4; i++) {
         char rk[16];
         snprintf(rk, sizeof rk, "%d", i);
-        snprintf(logs[i], sizeof logs[0], "%s/slow-%d.txt", s_st.dir, i);
+        snprintf(logs[i], sizeof logs[0], "%s/%s-%d.txt", s_st.dir, name, i);
         char *args[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--algo", "sgp",
                         "--compress", "q8", "--train-subset", "1536", "--batch", "8",
                         "--epochs", "1", "--no-eval", "--timeout", "40", "--staleness", "2",
-                        "--out", out, i == 1 ? "--debug-slow" : NULL, "0.34", NULL};
-        assert_true(tk_spawn(NULL, args, logs[i], -1) > 0);
+                        "--out", out, i == 1 && !stop ? "--debug-slow" : NULL, "0.34", NULL};
+        assert_true((pid[i] = tk_spawn(NULL, args, logs[i], -1)) > 0);
     }
+    if (stop && tk_wait_log(logs[1], "start barrier passed", 60))
+        s_duty_cycle(pid[1]);
     int status[TK_MAXPROC];
     assert_int_equal(tk_wait_all(150, status), 0);
-    double psum = 0, skipped[4];
+    double psum = 0;
+    *acks = 0;
     for (int i = 0; i < 4; i++) {
         if (status[i] != 0) {
             tk_dump(logs[i]);
-            fail_msg("node %d: status %d", i, status[i]);
+            fail_msg("%s: node %d: status %d", name, i, status[i]);
         }
         char met[700];
         snprintf(met, sizeof met, "%s/metrics-%d.jsonl", out, i);
         psum += s_last_num(met, "psi");
-        skipped[i] = s_last_num(met, "steps_skipped");
+        m[i][0] = s_last_num(met, "steps_skipped");
+        m[i][1] = s_last_num(met, "kept_flight");
+        *acks += s_last_num(met, "acks_recv");
         assert_true(s_last_num(met, "staleness") == 2);
         char *txt = tk_slurp(met);
         assert_non_null(strstr(txt, "\"neighbours\":[{\"rank\":"));
         free(txt);
     }
-    printf("slow node: steps skipped %g %g %g %g; sum psi %.15g\n", skipped[0], skipped[1],
-           skipped[2], skipped[3], psum);
-    for (int i = 0; i < 4; i++)
-        if (i != 1 && !(skipped[1] > skipped[i]))
-            fail_msg("the slow node skipped %g steps, node %d %g", skipped[1], i, skipped[i]);
+    printf("%s: steps skipped %g %g %g %g; shares kept for want of an ACK %g %g %g %g; "
+           "ACKs %g; sum psi %.15g\n", name, m[0][0], m[1][0], m[2][0], m[3][0], m[0][1],
+           m[1][1], m[2][1], m[3][1], *acks, psum);
     if (fabs(psum - 4.0) > 1e-9)
-        fail_msg("sum psi at the end = %.15g, expected 4", psum);
+        fail_msg("%s: sum psi at the end = %.15g, expected 4", name, psum);
+}
+
+/* Bounded staleness over the network, rank 1 computing at a third of its
+ * speed: the slow node skips local steps to catch up (more than any fast
+ * node), the receivers acknowledge, mass is conserved (s_stale_run). */
+static void test_slow_node_stale(void **state)
+{
+    (void)state;
+    double m[4][2], acks;
+    s_stale_run("slow", 0, m, &acks);
+    for (int i = 0; i < 4; i++)
+        if (i != 1 && !(m[1][0] > m[i][0]))
+            fail_msg("the slow node skipped %g steps, node %d %g", m[1][0], i, m[i][0]);
+    assert_true(acks > 0);
+}
+
+/* Rank 1 stopped 2/3 of the time (its transport too): mass is conserved,
+ * and its in-neighbours kept shares for it rather than queue them while it
+ * was stopped (at most S + 2 unacknowledged: without the bound
+ * a stopped node collects a share of every in-neighbour's mass every
+ * iteration). */
+static void test_stopped_node_stale(void **state)
+{
+    (void)state;
+    double m[4][2], acks;
+    s_stale_run("stopped", 1, m, &acks);
+    assert_true(acks > 0);
+    assert_true(m[0][1] + m[2][1] + m[3][1] > 0);
 }
 
 /* A lone node of a ring: the barrier times out naming the silent peers. */
@@ -492,6 +544,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gossip_every, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_local_sgd_only, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_slow_node_stale, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_stopped_node_stale, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_lonely_node_times_out, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_layout_mismatch, s_setup, s_teardown),
     };

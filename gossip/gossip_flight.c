@@ -1,0 +1,113 @@
+/* gossip_flight — the push-sum mass in flight to each out-neighbour
+ * (docs/gossip.md "Late neighbours", mass in flight).
+ *
+ * With push-sum every GOSSIP message carries a share of its sender's x
+ * and psi, and that mass is nowhere else until the receiver mixes it.
+ * Behind a slow link messages queue (ZeroMQ's pipe, the kernel's socket
+ * buffers, the link itself) and with them most of the mass: every psi
+ * falls towards 0 and the step on z = x/psi explodes.  So the receiver
+ * answers every push-sum GOSSIP with an ACK of its iteration over the
+ * same connection (gossip_recv), and a sender keeps few messages
+ * unacknowledged per out-neighbour:
+ *   - at most S + 2 (a receiver that lags S iterations, as bounded
+ *     staleness allows, may have S + 1 of ours unread, and one more ACK
+ *     may be on its way: below that the bound would hold back the
+ *     messages of a healthy run);
+ *   - just one while the link is slow: the oldest has waited for its ACK
+ *     longer than S + 2 of our rounds, or the last ACK took that long (a
+ *     receiver reads and acknowledges everything queued at every round,
+ *     so an ACK that late means it is stopped or the link is backed up:
+ *     more messages would only lengthen the queue, and the run's last,
+ *     synchronous round waits for it to drain).  A link counts as slow
+ *     until its first ACK: messages sent at once at the start would queue
+ *     behind each other.
+ * A message due while the bound is reached is kept instead of sent
+ * (gossip_node_keep: its share stays with the sender, announced by the
+ * next message that goes out), exactly as one the transport's queue did
+ * not take; the round retries it while it waits.  A stopped neighbour
+ * thus collects few shares, and a slow link carries few at a time.  Only
+ * with bounded staleness (S > 0), push-sum and dpsgd: the synchronous
+ * protocol waits for every message anyway.
+ *
+ * An ACK that never comes (the connection dropped what it held) would
+ * close the link to that neighbour for good: entries older than the
+ * neighbour's silence limit twice over are forgotten (counted:
+ * acks_expired), and a neighbour declared down or restarted starts over.
+ *
+ * Owns:    per neighbour (gossip_peer) flight[], flight_t[], nflight,
+ *          flight_slow.
+ * Exposes: gossip_flight_on, _full, _sent, _on_ack, _reset.
+ * Callers: gossip_round (sending), gossip_recv (ACKs), gossip_live (down),
+ *          gossip_member (restart), gossip_link (start).
+ */
+#include "gossip/gossip_link_int.h"
+
+#include <math.h>
+
+_Static_assert(GOSSIP_STALE_MAX + 2 <= GOSSIP_FLIGHT_CAP, "GOSSIP_FLIGHT_CAP too small");
+
+/* Seconds an unacknowledged message may age before the link to its
+ * receiver counts as backed up, at least. */
+#define S_AGE_MIN 0.02
+
+int gossip_flight_on(const gossip_link *l)
+{
+    const gossip_config *c = gossip_node_config(l->g);
+    return c->push_sum && c->staleness > 0 && c->algo == GOSSIP_DPSGD;
+}
+
+/* Seconds an ACK may take before the link to its sender counts as
+ * backed up: S + 2 of our rounds, at least S_AGE_MIN. */
+static double s_slow_after(const gossip_link *l)
+{
+    return fmax(((double)l->stale + 2.0) * gossip_round_period(l), S_AGE_MIN);
+}
+
+void gossip_flight_reset(gossip_link *l, int j)
+{
+    l->p[j].nflight = 0;
+    l->p[j].flight_slow = 1; /* until an ACK says otherwise */
+}
+
+int gossip_flight_full(gossip_link *l, int to, double limit)
+{
+    gossip_peer *p = &l->p[to];
+    if (!gossip_flight_on(l) || p->nflight == 0)
+        return 0;
+    const unsigned max = p->flight_slow ? 1 : (unsigned)l->stale + 2;
+    const double age = nn_now() - p->flight_t[0];
+    if (age > 2.0 * limit) {
+        l->st.acks_expired += (uint64_t)p->nflight;
+        gossip_link_log(l, "no ACK from %s for %.1f s (%u messages): forgotten, sending again",
+                        gossip_link_id(l, to), age, p->nflight);
+        p->nflight = 0;
+        return 0;
+    }
+    return p->nflight >= max || age > s_slow_after(l);
+}
+
+void gossip_flight_sent(gossip_link *l, int to, uint64_t iter)
+{
+    gossip_peer *p = &l->p[to];
+    if (!gossip_flight_on(l) || p->nflight >= GOSSIP_FLIGHT_CAP)
+        return;
+    p->flight_t[p->nflight] = nn_now();
+    p->flight[p->nflight++] = iter;
+}
+
+void gossip_flight_on_ack(gossip_link *l, int from, uint64_t iter)
+{
+    gossip_peer *p = &l->p[from];
+    unsigned k = 0;
+    while (k < p->nflight && p->flight[k] <= iter) /* in order on one connection */
+        k++;
+    if (k == 0)
+        return;
+    for (unsigned a = k; a < p->nflight && a < GOSSIP_FLIGHT_CAP; a++) {
+        p->flight[a - k] = p->flight[a];
+        p->flight_t[a - k] = p->flight_t[a];
+    }
+    p->flight_slow = nn_now() - p->flight_t[k - 1] > s_slow_after(l);
+    p->nflight -= k;
+    l->st.acks_recv++;
+}
