@@ -296,15 +296,20 @@ const float *gossip_node_xhat_of(const gossip_node *g, int rank)
 
 uint64_t gossip_node_ahead(const gossip_node *g)
 {
-    uint64_t ahead = 0;
+    /* push-sum folds and bounds its mass in flight: the least lead; choco
+     * and deepsqueeze: the largest (with the least, choco lost 1.7-3.7
+     * points with a node stopped 2/3 of the time, against 0.6-0.7) */
+    const int least = g->cfg.algo == GOSSIP_DPSGD && g->cfg.push_sum;
+    uint64_t ahead = least ? UINT64_MAX : 0;
     for (int k = 0; k < g->nin; k++) {
         if (s_absent(g, k, g->iter) == S_ABSENT_DOWN)
             continue;
         uint64_t nw = g->stale[k].newest; /* 1 + its newest iteration */
-        if (nw > g->iter + 1 && nw - 1 - g->iter > ahead)
-            ahead = nw - 1 - g->iter;
+        uint64_t a = nw > g->iter + 1 ? nw - 1 - g->iter : 0;
+        if (least ? a < ahead : a > ahead)
+            ahead = a;
     }
-    return ahead;
+    return ahead == UINT64_MAX ? 0 : ahead;
 }
 
 void gossip_node_sync_from(gossip_node *g, uint64_t iter)

@@ -376,10 +376,12 @@ int gossip_node_set_iter(gossip_node *g, uint64_t iter, char *err, size_t errlen
 int gossip_node_join(gossip_node *g, const float *z, uint64_t iter, char *err, size_t errlen);
 /* ---- bounded staleness (see the top of this file) ---------------------- */
 
-/* How far the newest message held from a live in-neighbour runs ahead of
- * this node's current iteration: max over them of (its newest iteration
- * received) - iter, 0 when none is ahead.  The run loop skips local
- * steps while this reaches the catch-up threshold (node_run.c). */
+/* How far the newest messages held from the live in-neighbours run ahead
+ * of this node's current iteration, (its newest iteration received) -
+ * iter: with push-sum dpsgd the least of them, 0 when any is not ahead (a
+ * node behind only some of its neighbours is not the slow one); choco and
+ * deepsqueeze the largest.  The run loop skips local steps while this
+ * reaches the catch-up threshold (node_run.c). */
 uint64_t gossip_node_ahead(const gossip_node *g);
 /* The mixes of iteration iter and later wait for every message (staleness
  * 0; they still mix with the stale path's rules): a run's last mix, so that

@@ -206,19 +206,28 @@ void gossip_node_fold(gossip_node *g, int k)
     g->stale[k].acc_thru = c;
 }
 
-/* Push-sum: what gossip_node_fold took in since the last mix. */
-static void s_mix_folded(gossip_node *g, double *acc, double *psi_acc, uint64_t *recv)
+/* The mixing sums of a stale mix to start from: with push-sum, what
+ * gossip_node_fold took in since the last mix (g->acc and g->fold_acc
+ * swap: no pass to add them; the other buffer is zeroed for the next
+ * folds), its psi into *psi_acc; else zeros.  Adding the own share to
+ * them then gives the same doubles as adding them to the own share (one
+ * addition per element). */
+static double *s_mix_start(gossip_node *g, double *psi_acc, uint64_t *recv)
 {
-    if (!g->fold_acc || !g->fold_recv)
-        return;
     const size_t d = g->layout->numel;
-    for (size_t i = 0; i < d; i++)
-        acc[i] += g->fold_acc[i];
+    if (!g->fold_acc || !g->fold_recv) {
+        memset(g->acc, 0, d * sizeof *g->acc);
+        return g->acc;
+    }
+    double *folded = g->fold_acc;
+    g->fold_acc = g->acc;
+    g->acc = folded;
     memset(g->fold_acc, 0, d * sizeof *g->fold_acc);
     *psi_acc += g->fold_psi;
     *recv += g->fold_recv;
     g->fold_psi = 0.0;
     g->fold_recv = 0;
+    return g->acc;
 }
 
 /* dpsgd / deepsqueeze with bounded staleness: every message (j, s) not yet
@@ -311,9 +320,8 @@ static void s_mix_stale(gossip_node *g, float *x, uint64_t iter, int *absent, ui
     const nn_arena *L = g->layout;
     size_t d = L->numel;
     double wii = s_self_weight(g, iter), eta = g->cfg.eta, psi_acc = wii * g->psi;
-    double *acc = g->acc;
+    double *acc = s_mix_start(g, &psi_acc, recv);
     int dpsgd = g->cfg.algo == GOSSIP_DPSGD;
-    memset(acc, 0, d * sizeof *acc);
     if (g->cfg.algo == GOSSIP_CHOCO) {
         const float *xs = g->xhat_self;
         for (size_t k = 0; k < d; k++)
@@ -321,7 +329,6 @@ static void s_mix_stale(gossip_node *g, float *x, uint64_t iter, int *absent, ui
         s_mix_stale_choco(g, iter, acc, &psi_acc, absent, recv);
     } else {
         gossip_payload_axpy(&g->self_pl, L, dpsgd ? wii : wii - 1.0, acc);
-        s_mix_folded(g, acc, &psi_acc, recv);
         s_mix_stale_ps(g, iter, acc, &psi_acc, absent, recv);
     }
     if (dpsgd) {

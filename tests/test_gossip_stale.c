@@ -825,6 +825,48 @@ static double s_late_run(gossip_algo algo, const char *comp, double eta, int lag
     return dev;
 }
 
+/* gossip_node_ahead is the least lead of the live in-neighbours: complete4
+ * with S = 2, node 0 at iteration 0 holding nodes 1 and 2's messages
+ * through iteration 2 but node 3's of 0 only: 0 (it is not behind all of
+ * them: not the slow one); once node 3's through 2 came too: 2. */
+static void test_ahead_is_least(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = s_named("complete4");
+    nn_arena L;
+    s_layout(&L);
+    gossip_config cfg = s_cfg(GOSSIP_DPSGD, "identity", 1.0, 2);
+    gossip_node *g[4];
+    for (int r = 0; r < 4; r++)
+        assert_non_null(g[r] = gossip_node_new(&cfg, &L, t, r, err, sizeof err));
+    float **x = s_vectors(4, L.numel, 5);
+    s_msg *q = nn_xcalloc(256, sizeof *q);
+    size_t nq = 0;
+    int waits = 0;
+    assert_int_equal(gossip_node_prepare(g[0], x[0], 0, err, sizeof err), 0);
+    s_post(g[0], 0, q, &nq);
+    s_late_iter(g[3], 3, x[3], q, &nq, &waits);
+    for (int k = 0; k < 3; k++)
+        for (int r = 1; r < 3; r++)
+            s_late_iter(g[r], r, x[r], q, &nq, &waits);
+    s_deliver_to(g[0], 0, UINT64_MAX, q, &nq);
+    assert_int_equal(gossip_node_ahead(g[0]), 0);
+    for (int k = 0; k < 2; k++)
+        s_late_iter(g[3], 3, x[3], q, &nq, &waits);
+    s_deliver_to(g[0], 0, UINT64_MAX, q, &nq);
+    assert_int_equal(gossip_node_ahead(g[0]), 2);
+    assert_int_equal(waits, 0);
+    for (size_t a = 0; a < nq; a++)
+        free(q[a].bytes);
+    free(q);
+    s_vectors_free(x, 4);
+    for (int r = 0; r < 4; r++)
+        gossip_node_destroy(&g[r]);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
 static void test_late_neighbour(void **state)
 {
     (void)state;
@@ -974,6 +1016,7 @@ int main(void)
         cmocka_unit_test(test_sgp_kept_shares),
         cmocka_unit_test(test_down_mixes_held),
         cmocka_unit_test(test_late_neighbour),
+        cmocka_unit_test(test_ahead_is_least),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
