@@ -67,14 +67,11 @@ void gossip_live_note_gap(gossip_peer *p, double gap)
 /* Seconds of silence after which neighbour j is declared down: its
  * adaptive deadline, or (too few gaps yet) peer_factor x its period;
  * within [peer_floor, timeout].  Any valid message (a PING included) ends
- * a silence, so a slow neighbour that still PINGs is never down.  A
- * neighbour marked late gets `timeout`: behind a slow link its PINGs
- * queue behind its messages for seconds, and its gaps are not its
- * earlier pace (declared down, its later messages would be dropped). */
+ * a silence, so a slow neighbour that still PINGs is never down.  (A
+ * neighbour marked late keeps its limit: a killed one is marked late
+ * first, and must still be declared down within it.) */
 double gossip_live_limit(const gossip_link *l, int j)
 {
-    if (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_LATE)
-        return l->cfg.timeout;
     double period = l->p[j].period > 0 ? l->p[j].period : gossip_round_period(l);
     double lim = l->p[j].deadline > 0 ? l->p[j].deadline : l->cfg.peer_factor * period;
     if (lim < l->cfg.peer_floor)
