@@ -184,17 +184,11 @@ int main(void)
     nn_arena L;
     s_resnet20_layout(&L);
     int n = 8;
-    topo t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.name, sizeof t.name, "ring8");
-    t.n = n;
-    t.nsched = 1;
-    topo_matrix m;
-    m.w = calloc((size_t)n * n, sizeof(double));
-    t.sched = &m;
-    for (int i = 0; i < n; i++) {
-        m.w[i * n + i] = 0.5;
-        m.w[((i + 1) % n) * n + i] = 0.5;
+    char terr[256];
+    topo *tp = topo_generate("directed_ring", n, 0, 0, terr, sizeof terr);
+    if (!tp) {
+        fprintf(stderr, "%s\n", terr);
+        return 1;
     }
     printf("layout: %zu values in %zu tensors (ResNet-20 shapes), 8-node directed ring\n", L.numel, L.nviews);
     printf("%-12s %-24s %12s %10s %10s %12s\n", "algo", "compressor", "bytes/msg", "x f32", "prep ms", "mix ms");
@@ -223,7 +217,7 @@ int main(void)
         snprintf(cfg.compressor, sizeof cfg.compressor, "%s", runs[ri].c);
         cfg.eta = 0.1;
         char err[256];
-        gossip_sim *sim = gossip_sim_new(&cfg, &L, &t, err, sizeof err);
+        gossip_sim *sim = gossip_sim_new(&cfg, &L, tp, err, sizeof err);
         if (!sim) {
             fprintf(stderr, "%s\n", err);
             return 1;
@@ -259,8 +253,8 @@ int main(void)
     for (int i = 0; i < n; i++)
         free(x[i]);
     free(x);
-    int rc = s_deflate_table(&L, &t);
-    free(m.w);
+    int rc = s_deflate_table(&L, tp);
+    topo_destroy(&tp);
     nn_arena_free(&L);
     return rc;
 }
