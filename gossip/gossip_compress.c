@@ -362,6 +362,40 @@ static uint32_t s_select(uint32_t *a, size_t n, size_t r)
     return a[lo];
 }
 
+/* The key of rank c - k (ascending) among keys[0..c), the top-k
+ * threshold; reorders keys.  One pass counts the keys by their top 11
+ * bits (a float magnitude's exponent and 3 mantissa bits: 1/8 octave a
+ * bucket), in two interleaved histograms so that runs of one bucket do
+ * not wait on each other's stores; the bucket the rank falls in is
+ * gathered to the front and s_select finishes there.  *above gets the
+ * count of keys greater than the threshold. */
+static uint32_t s_threshold(uint32_t *keys, size_t c, size_t k, size_t *above)
+{
+    enum { SHIFT = 20, NB = 1 << (31 - SHIFT) };
+    uint32_t h[2][NB];
+    memset(h, 0, sizeof h);
+    size_t j = 0;
+    for (; j + 2 <= c; j += 2) {
+        h[0][keys[j] >> SHIFT]++;
+        h[1][keys[j + 1] >> SHIFT]++;
+    }
+    if (j < c)
+        h[0][keys[j] >> SHIFT]++;
+    size_t hi = 0;
+    uint32_t b = NB - 1;
+    while (hi + h[0][b] + h[1][b] < k)
+        hi += h[0][b] + h[1][b], b--;
+    size_t m = 0;
+    for (j = 0; j < c; j++)
+        if (keys[j] >> SHIFT == b)
+            keys[m++] = keys[j];
+    const uint32_t thr = s_select(keys, m, m - (k - hi));
+    for (j = 0; j < m; j++)
+        hi += keys[j] > thr;
+    *above = hi;
+    return thr;
+}
+
 /* Top-k of the candidates cand[0..c) of v (cand == NULL: all of 0..c-1),
  * ties to the lower index, written increasing to idx.  idx may equal cand
  * (each output position is at or before the candidate it came from). */
@@ -371,10 +405,8 @@ static void s_topk_among(const float *v, const uint32_t *cand, size_t c, size_t 
     assert(k >= 1 && k <= c);
     for (size_t j = 0; j < c; j++)
         keys[j] = s_magkey(v[cand ? cand[j] : j]);
-    uint32_t thr = s_select(keys, c, c - k);
-    size_t above = 0;
-    for (size_t j = 0; j < c; j++)
-        above += s_magkey(v[cand ? cand[j] : j]) > thr;
+    size_t above;
+    const uint32_t thr = s_threshold(keys, c, k, &above);
     assert(above < k + 1);
     size_t ties = k - above, m = 0;
     for (size_t j = 0; j < c; j++) {

@@ -147,6 +147,16 @@ static void test_topk_matches_ref(void **state)
         v[i] = (float)((int)nn_rng_below(&r, 3)) * (nn_rng_below(&r, 2) ? 1.0f : -1.0f);
     for (size_t k = 1; k <= 1000; k = k * 2 + 1)
         s_check_topk(v, 1000, k);
+    /* one histogram bucket holds everything (|v| in [1, 1.0625)), an odd
+     * count, and infinities above it */
+    for (int i = 0; i < 999; i++)
+        v[i] = (1.0f + (float)nn_rng_below(&r, 1000) * 6e-5f) * (i % 2 ? 1.0f : -1.0f);
+    for (size_t k = 1; k <= 999; k = k * 3 + 2)
+        s_check_topk(v, 999, k);
+    v[17] = INFINITY;
+    v[400] = -INFINITY;
+    for (size_t k = 1; k <= 999; k = k * 5 + 1)
+        s_check_topk(v, 999, k);
     /* all zero (includes -0.0f) */
     for (int i = 0; i < 1000; i++)
         v[i] = (i % 2) ? 0.0f : -0.0f;
