@@ -207,36 +207,64 @@ static inline void s_deinterleave(const float *x, __m256 *even, __m256 *odd)
         _mm256_castps_pd(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8));
 }
 
-/* 8 windows a step: the twin's three strict comparisons in its order
- * (_CMP_GT_OQ is false on NaN, as the twin's >). */
+/* The first n (<= 8) lanes set */
+static inline __m256i s_lanes(int n)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* 8 windows at r0, r1 (the first w of them real, 1 <= w <= 8; the rows'
+ * floats past 2w neither read nor written): the twin's three strict
+ * comparisons in its order (_CMP_GT_OQ is false on NaN, as the twin's >). */
+static inline void s_pool8(float *o, uint32_t *am, const float *r0, const float *r1, __m256i idx,
+                           __m256i dw, int w)
+{
+    __m256 a, b, c, d;
+    if (w == 8) {
+        s_deinterleave(r0, &a, &b);
+        s_deinterleave(r1, &c, &d);
+    } else {
+        const __m256i m0 = s_lanes(2 * w), m1 = s_lanes(2 * w - 8);
+        float t0[16], t1[16];
+        _mm256_storeu_ps(t0, _mm256_maskload_ps(r0, m0));
+        _mm256_storeu_ps(t0 + 8, _mm256_maskload_ps(r0 + 8, m1));
+        _mm256_storeu_ps(t1, _mm256_maskload_ps(r1, m0));
+        _mm256_storeu_ps(t1 + 8, _mm256_maskload_ps(r1 + 8, m1));
+        s_deinterleave(t0, &a, &b);
+        s_deinterleave(t1, &c, &d);
+    }
+    __m256i off = _mm256_setzero_si256();
+    __m256 m = _mm256_cmp_ps(b, a, _CMP_GT_OQ);
+    __m256 bv = _mm256_blendv_ps(a, b, m);
+    off = _mm256_blendv_epi8(off, _mm256_set1_epi32(1), _mm256_castps_si256(m));
+    m = _mm256_cmp_ps(c, bv, _CMP_GT_OQ);
+    bv = _mm256_blendv_ps(bv, c, m);
+    off = _mm256_blendv_epi8(off, dw, _mm256_castps_si256(m));
+    m = _mm256_cmp_ps(d, bv, _CMP_GT_OQ);
+    bv = _mm256_blendv_ps(bv, d, m);
+    off = _mm256_blendv_epi8(off, _mm256_add_epi32(dw, _mm256_set1_epi32(1)),
+                             _mm256_castps_si256(m));
+    const __m256i at = _mm256_add_epi32(idx, off);
+    if (w == 8) {
+        _mm256_storeu_ps(o, bv);
+        _mm256_storeu_si256((__m256i *)am, at);
+        return;
+    }
+    const __m256i mw = s_lanes(w);
+    _mm256_maskstore_ps(o, mw, bv);
+    _mm256_maskstore_epi32((int *)am, mw, at);
+}
+
+/* 8 windows a step, the last (1..7) windows of a row masked */
 void nn_avx2_maxpool2_row(float *o, uint32_t *am, const float *r0, const float *r1,
                           uint32_t base, uint32_t W, size_t ow)
 {
-    const __m256i step = _mm256_set1_epi32(16);
-    const __m256i d1 = _mm256_set1_epi32(1), dw = _mm256_set1_epi32((int)W);
-    const __m256i dw1 = _mm256_set1_epi32((int)W + 1);
+    const __m256i step = _mm256_set1_epi32(16), dw = _mm256_set1_epi32((int)W);
     __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)base),
                                    _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
     size_t k = 0;
-    for (; k + 8 <= ow; k += 8) {
-        __m256 a, b, c, d;
-        s_deinterleave(r0 + 2 * k, &a, &b);
-        s_deinterleave(r1 + 2 * k, &c, &d);
-        __m256i off = _mm256_setzero_si256();
-        __m256 m = _mm256_cmp_ps(b, a, _CMP_GT_OQ);
-        __m256 bv = _mm256_blendv_ps(a, b, m);
-        off = _mm256_blendv_epi8(off, d1, _mm256_castps_si256(m));
-        m = _mm256_cmp_ps(c, bv, _CMP_GT_OQ);
-        bv = _mm256_blendv_ps(bv, c, m);
-        off = _mm256_blendv_epi8(off, dw, _mm256_castps_si256(m));
-        m = _mm256_cmp_ps(d, bv, _CMP_GT_OQ);
-        bv = _mm256_blendv_ps(bv, d, m);
-        off = _mm256_blendv_epi8(off, dw1, _mm256_castps_si256(m));
-        _mm256_storeu_ps(o + k, bv);
-        _mm256_storeu_si256((__m256i *)(am + k), _mm256_add_epi32(idx, off));
-        idx = _mm256_add_epi32(idx, step);
-    }
+    for (; k + 8 <= ow; k += 8, idx = _mm256_add_epi32(idx, step))
+        s_pool8(o + k, am + k, r0 + 2 * k, r1 + 2 * k, idx, dw, 8);
     if (k < ow)
-        nn_maxpool2_row_ref(o + k, am + k, r0 + 2 * k, r1 + 2 * k, base + (uint32_t)(2 * k), W,
-                            ow - k);
+        s_pool8(o + k, am + k, r0 + 2 * k, r1 + 2 * k, idx, dw, (int)(ow - k));
 }
