@@ -8,7 +8,8 @@
 static nn_kern_t      s_tab[NN_CPU_LEVELS];
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 
-/* Every entry the scalar twin but the blocked shifted dot (nn_conv_blk.c),
+/* Every entry the scalar twin but the blocked shifted dot (nn_conv_blk.c)
+ * and 2x2 max pooling row (nn_layers_blk.c),
  * no SIMD-only conv path. */
 static void s_fill_twins(nn_kern_t *k)
 {
@@ -18,7 +19,7 @@ static void s_fill_twins(nn_kern_t *k)
         .evo_fwd = nn_evo_fwd_ref,
         .evo_bwd_sums = nn_evo_bwd_sums_ref,
         .evo_bwd_dx = nn_evo_bwd_dx_ref,
-        .maxpool2_row = nn_maxpool2_row_ref,
+        .maxpool2_row = nn_maxpool2_row_blk,
         .im2col_plane = NULL,
         .col2im_plane = NULL,
         .shiftgemm = nn_shiftgemm_ref,

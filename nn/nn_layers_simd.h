@@ -35,6 +35,9 @@ void  nn_maxpool2_row_ref(float *o, uint32_t *am, const float *r0, const float *
  * nn_maxpool_forward_ref), for i < ow. */
 void  nn_avx2_maxpool2_row(float *o, uint32_t *am, const float *r0, const float *r1,
                            uint32_t base, uint32_t W, size_t ow);
+/* the same on generic vectors (nn_layers_blk.c), the portable level's */
+void  nn_maxpool2_row_blk(float *o, uint32_t *am, const float *r0, const float *r1,
+                          uint32_t base, uint32_t W, size_t ow);
 /* sum of x[0..n) */
 float nn_avx2_sum(const float *x, size_t n);
 /* sum of (x - mean)^2 */

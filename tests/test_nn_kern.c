@@ -1,7 +1,7 @@
 /* test_nn_kern — the FP32 kernel tables of nn/ (nn/nn_kern.h).
  *
  * The table follows the level nn_cpu_force / LPGOSSIP_CPU choose; the
- * portable table is exactly the scalar twins, with no im2col/col2im
+ * portable table is the scalar twins but two blocked kernels, with no im2col/col2im
  * planes and neither the shift nor the lowered conv path; every table
  * has every plane kernel and the shifted GEMM and dot; a level that opens
  * a conv path brings its own shifted kernels for it. */
@@ -28,6 +28,7 @@ static void test_portable_is_twins(void **state)
     assert_ptr_equal(k->evo_bwd_dx, nn_evo_bwd_dx_ref);
     assert_ptr_equal(k->shiftgemm, nn_shiftgemm_ref);
     assert_ptr_equal(k->shiftdot, nn_shiftdot_blk); /* blocked partial sums */
+    assert_ptr_equal(k->maxpool2_row, nn_maxpool2_row_blk); /* the twin's bits */
     assert_null(k->im2col_plane);
     assert_null(k->col2im_plane);
     assert_int_equal(k->shift_maxc, 0);
