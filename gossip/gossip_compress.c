@@ -362,51 +362,70 @@ static uint32_t s_select(uint32_t *a, size_t n, size_t r)
     return a[lo];
 }
 
-/* The key of rank c - k (ascending) among keys[0..c), the top-k
- * threshold; reorders keys.  One pass counts the keys by their top 11
- * bits (a float magnitude's exponent and 3 mantissa bits: 1/8 octave a
- * bucket), in two interleaved histograms so that runs of one bucket do
- * not wait on each other's stores; the bucket the rank falls in is
- * gathered to the front and s_select finishes there.  *above gets the
- * count of keys greater than the threshold. */
-static uint32_t s_threshold(uint32_t *keys, size_t c, size_t k, size_t *above)
+/* The top-k threshold by histogram: keys counted by their top 11 bits (a
+ * float magnitude's exponent and 3 mantissa bits, 1/8 octave a bucket),
+ * in two interleaved histograms so that runs of one bucket do not wait
+ * on each other's stores; the rank is found in one bucket, and s_select
+ * finishes among that bucket's keys. */
+enum { S_SHIFT = 20, S_NB = 1 << (31 - S_SHIFT) };
+
+static void s_hist_add(uint32_t h[2][S_NB], const uint32_t *keys, size_t c)
 {
-    enum { SHIFT = 20, NB = 1 << (31 - SHIFT) };
-    uint32_t h[2][NB];
-    memset(h, 0, sizeof h);
     size_t j = 0;
     for (; j + 2 <= c; j += 2) {
-        h[0][keys[j] >> SHIFT]++;
-        h[1][keys[j + 1] >> SHIFT]++;
+        h[0][keys[j] >> S_SHIFT]++;
+        h[1][keys[j + 1] >> S_SHIFT]++;
     }
     if (j < c)
-        h[0][keys[j] >> SHIFT]++;
-    size_t hi = 0;
-    uint32_t b = NB - 1;
-    while (hi + h[0][b] + h[1][b] < k)
-        hi += h[0][b] + h[1][b], b--;
-    size_t m = 0;
-    for (j = 0; j < c; j++)
-        if (keys[j] >> SHIFT == b)
-            keys[m++] = keys[j];
-    const uint32_t thr = s_select(keys, m, m - (k - hi));
-    for (j = 0; j < m; j++)
-        hi += keys[j] > thr;
-    *above = hi;
+        h[0][keys[j] >> S_SHIFT]++;
+}
+
+/* The bucket that holds the k-th largest key: *hi = the keys in the
+ * buckets above it (< k), *cnt = the keys in it. */
+static uint32_t s_rank_bucket(uint32_t h[2][S_NB], size_t k, size_t *hi, size_t *cnt)
+{
+    size_t above = 0;
+    uint32_t b = S_NB - 1;
+    while (above + h[0][b] + h[1][b] < k)
+        above += h[0][b] + h[1][b], b--;
+    *hi = above;
+    *cnt = (size_t)h[0][b] + h[1][b];
+    return b;
+}
+
+/* The threshold among the cnt keys bk of the rank's bucket (reordered),
+ * *above (the keys above the bucket) += those above the threshold. */
+static uint32_t s_bucket_select(uint32_t *bk, size_t cnt, size_t k, size_t *above)
+{
+    const uint32_t thr = s_select(bk, cnt, cnt - (k - *above));
+    for (size_t j = 0; j < cnt; j++)
+        *above += bk[j] > thr;
     return thr;
 }
 
-/* Top-k of the candidates cand[0..c) of v (cand == NULL: all of 0..c-1),
- * ties to the lower index, written increasing to idx.  idx may equal cand
- * (each output position is at or before the candidate it came from). */
-static void s_topk_among(const float *v, const uint32_t *cand, size_t c, size_t k, uint32_t *idx,
-                         uint32_t *keys)
+/* The key of rank c - k (ascending) among keys[0..c), the top-k
+ * threshold; reorders keys (the rank's bucket gathered to the front).
+ * *above gets the count of keys greater than it. */
+static uint32_t s_threshold(uint32_t *keys, size_t c, size_t k, size_t *above)
 {
-    assert(k >= 1 && k <= c);
+    uint32_t h[2][S_NB];
+    memset(h, 0, sizeof h);
+    s_hist_add(h, keys, c);
+    size_t cnt;
+    const uint32_t b = s_rank_bucket(h, k, above, &cnt);
+    size_t m = 0;
     for (size_t j = 0; j < c; j++)
-        keys[j] = s_magkey(v[cand ? cand[j] : j]);
-    size_t above;
-    const uint32_t thr = s_threshold(keys, c, k, &above);
+        if (keys[j] >> S_SHIFT == b)
+            keys[m++] = keys[j];
+    return s_bucket_select(keys, m, k, above);
+}
+
+/* Writes to idx, in order, the k of v's positions cand[0..c) (cand ==
+ * NULL: 0..c-1) whose magnitude key is above thr, or equal to it for the
+ * first k - above of those. */
+static void s_emit(const float *v, const uint32_t *cand, size_t c, size_t k, uint32_t thr,
+                   size_t above, uint32_t *idx)
+{
     assert(above < k + 1);
     size_t ties = k - above, m = 0;
     for (size_t j = 0; j < c; j++) {
@@ -421,9 +440,56 @@ static void s_topk_among(const float *v, const uint32_t *cand, size_t c, size_t 
     assert(m == k);
 }
 
+/* Top-k of the candidates cand[0..c) of v (cand == NULL: all of 0..c-1),
+ * ties to the lower index, written increasing to idx.  idx may equal cand
+ * (each output position is at or before the candidate it came from). */
+static void s_topk_among(const float *v, const uint32_t *cand, size_t c, size_t k, uint32_t *idx,
+                         uint32_t *keys)
+{
+    assert(k >= 1 && k <= c);
+    for (size_t j = 0; j < c; j++)
+        keys[j] = s_magkey(v[cand ? cand[j] : j]);
+    size_t above;
+    const uint32_t thr = s_threshold(keys, c, k, &above);
+    s_emit(v, cand, c, k, thr, above, idx);
+}
+
+/* Two passes over v: the keys and their histogram; then the positions in
+ * the rank's bucket or above (a few k where the values spread over
+ * buckets) gathered, in order, to the front of keys, the bucket's keys
+ * after them for the selection, and the output taken from the gathered
+ * positions.  Where that bucket holds so many values that the two lists
+ * do not fit in n, the in-place path. */
 void gossip_topk(const float *v, size_t n, size_t k, uint32_t *idx, uint32_t *keys)
 {
-    s_topk_among(v, NULL, n, k, idx, keys);
+    assert(k >= 1 && k <= n);
+    uint32_t h[2][S_NB];
+    memset(h, 0, sizeof h);
+    for (size_t j = 0; j < n; j++)
+        keys[j] = s_magkey(v[j]);
+    s_hist_add(h, keys, n);
+    size_t above, cnt;
+    const uint32_t b = s_rank_bucket(h, k, &above, &cnt);
+    if (above + 2 * cnt > n) {
+        s_topk_among(v, NULL, n, k, idx, keys);
+        return;
+    }
+    size_t m = 0;
+    for (size_t j = 0; j < n; j++) { /* m <= j: each key read before its slot is reused */
+        const uint32_t in = keys[j] >> S_SHIFT >= b;
+        keys[m] = (uint32_t)j;
+        m += in;
+    }
+    uint32_t *bk = keys + m;
+    size_t x = 0;
+    for (size_t i = 0; i < m; i++) {
+        const uint32_t key = s_magkey(v[keys[i]]);
+        if (key >> S_SHIFT == b)
+            bk[x++] = key;
+    }
+    assert(m == above + cnt && x == cnt);
+    const uint32_t thr = s_bucket_select(bk, cnt, k, &above);
+    s_emit(v, keys, m, k, thr, above, idx);
 }
 
 typedef struct {
