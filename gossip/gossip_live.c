@@ -261,12 +261,22 @@ void gossip_live_ping(gossip_link *l, int progress)
     }
 }
 
+/* The clock up to which this process has listened: the end of its last
+ * pump.  A silence, or a wait, is judged up to there, not up to now: a
+ * process that was itself stopped (SIGSTOP, a suspended machine, a long
+ * stall) has its neighbours' messages still queued, unread, and must not
+ * blame them for its own absence before its next pump reads them. */
+static double s_listened(const gossip_link *l, double now)
+{
+    return l->recv.last_pump > 0 && l->recv.last_pump < now ? l->recv.last_pump : now;
+}
+
 /* Declares down whoever has been silent too long, whose message for `iter`
  * is later than the timeout (wait_start: when the wait began; < 0: not
- * waiting), or who left early. */
+ * waiting), or who left early; both clocks as far as we listened. */
 void gossip_live_check_peers(gossip_link *l, int64_t iter, double wait_start)
 {
-    double now = nn_now();
+    const double now = s_listened(l, nn_now());
     for (int a = 0; a < l->nnb && !l->fatal; a++) {
         int j = l->nb[a];
         gossip_peer *p = &l->p[j];

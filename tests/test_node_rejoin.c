@@ -4,6 +4,8 @@
  * freeze"), with `lpgossip node` processes on 127.0.0.1.
  *
  *   a frozen node re-joins (choco): 4 nodes of a complete graph train;
+ *     (it must not declare its neighbours down for the silence of its own
+ *     freeze: their messages wait unread in its queues);
  *     node 2 is stopped with SIGSTOP until node 0 has declared it down
  *     (--peer-timeout 1) and the others have run on for a while (6 s in
  *     all, at least 3 s after the "down"), then continued with SIGCONT.  It must find that it fell
@@ -115,6 +117,10 @@ static void s_frozen_rejoins(const char *name, char *const *algo_flags, int iter
         for (int i = 0; i < n; i++)
             tk_dump(logs[i]);
         fail_msg("%s: the frozen node did not re-join", name);
+    }
+    if (strstr(lf, "is down: silent for")) { /* its own freeze is not their silence */
+        tk_dump(logs[frozen]);
+        fail_msg("%s: the frozen node blamed a neighbour's silence for its own freeze", name);
     }
     long behind = strtol(strstr(lf, "fell ") + 5, NULL, 10);
     const char *at = strstr(with, " at iteration ");
