@@ -67,7 +67,7 @@ static int s_teardown(void **state)
 static void test_latecomer_joins(void **state)
 {
     (void)state;
-    const int n = 4, late = 3, batch = 8, iters = tk_quick() ? 150 : 200;
+    const int n = 4, late = 3, batch = 8, iters = tk_quick() ? 300 : 400;
     char topo[512], out[512], subset[32], bs[16], logs[4][600];
     snprintf(topo, sizeof topo, "%s/complete4.yaml", s_dir);
     snprintf(out, sizeof out, "%s/run", s_dir);
@@ -90,7 +90,9 @@ static void test_latecomer_joins(void **state)
         fail_msg("the quorum of 3 never started");
     }
     /* let them train a little (stretched: under emulation 1.5 s is less
-     * than one iteration, and the latecomer found them still at 0) */
+     * than one iteration, and the latecomer found them still at 0); the
+     * run is long enough that the latecomer joins well before its end
+     * (at 200 iterations the three were near the end by then) */
     usleep((useconds_t)(1.5e6 * tk_time_scale()));
     double t_late = nn_now();
     assert_true(tk_node(topo, late, common, NULL, logs[late]) > 0);
