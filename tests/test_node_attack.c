@@ -579,7 +579,7 @@ static void s_drill_node(const char *topo, int i, const char *eta, const char *o
     snprintf(rk, sizeof rk, "%d", i);
     char *base[] = {"lpgossip", "node", "--topology", (char *)topo, "--rank", rk, "--algo",
                     "choco", "--compress", "topk:0.1+q8", "--eta", (char *)eta, "--model", "cnn",
-                    "--train-subset", "12800", "--batch", "16", "--epochs", "1", "--lr", "0.05",
+                    "--train-subset", "25600", "--batch", "16", "--epochs", "1", "--lr", "0.05",
                     "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout", "60",
                     "--staleness", "0", "--out", (char *)out, NULL};
     for (int k = 0; base[k]; k++)
