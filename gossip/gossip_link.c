@@ -72,13 +72,14 @@ void gossip_link_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
         gossip_msg_encode_control((uint8_t)kind, (uint32_t)l->rank, iter, l->fp, &l->ctl);
     int rc = router ? gossip_net_reply(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err)
                     : gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err);
-    if (rc >= 0) {
+    int unsent = router ? rc < 0 : rc <= 0; /* a reply: 0 sent; over the DEALER: 1 */
+    if (!unsent) {
         if (router)
             l->p[j].sent_router = nn_now();
         else
             l->p[j].sent_dealer = nn_now();
     }
-    if (rc <= 0 && kind == GOSSIP_MSG_RESYNC_REQ && l->st.ctl_unsent++ < 5)
+    if (unsent && kind == GOSSIP_MSG_RESYNC_REQ && l->st.ctl_unsent++ < 5)
         gossip_link_log(l, "RESYNC_REQ to %s (rank %d) not sent: %s", gossip_link_id(l, j), j,
               rc < 0 ? err : "our connection to it takes nothing now");
 }

@@ -193,6 +193,7 @@ typedef struct {
     int      fail_on_loss; /* 1: a lost neighbour ends the run instead         [0] */
     double   drop_gossip;  /* fault injection: drop this fraction of GOSSIP    [0] */
     uint64_t seed;         /* drop_gossip's RNG */
+    long     drop_resyncs; /* fault injection: our first N RESYNCs are lost  [0] */
     /* log lines (no trailing newline); NULL: silent */
     void   (*log)(void *arg, const char *msg);
     void    *log_arg;
@@ -228,6 +229,8 @@ typedef struct {
     uint64_t resyncs_sent;     /* RESYNC sent */
     uint64_t resyncs_unsent;   /* RESYNC answers the DEALER took not (queue
                                   full or no connection: the asker retries) */
+    uint64_t resyncs_repeated; /* RESYNCs sent again: asked for again well
+                                  after the first (that one never arrived) */
     uint64_t ctl_unsent;       /* RESYNC_REQs not sent: an unroutable
                                   ROUTER reply, a full queue */
     uint64_t resync_bytes;     /* bytes of those */

@@ -21,6 +21,11 @@
 #include <string.h>
 
 #define S_RESYNC_RETRY 1.0   /* s between two RESYNC_REQ to the same peer */
+/* A RESYNC_REQ for the copy we last sent, this long after we sent it: the
+ * asker still lacks it (dropped before the proof of our new connection, or
+ * by a full queue), not a request that crossed it; sent again.  Several
+ * retry periods: the asker reads our RESYNC before it asks again. */
+#define S_RESYNC_REPEAT (3.0 * S_RESYNC_RETRY)
 
 /* Adaptive deadline: median + S_MAD_K x MAD of a neighbour's last
  * GOSSIP_PEER_GAPS arrival gaps, once S_MIN_GAPS are known.  k = 6: for
@@ -219,8 +224,13 @@ void gossip_live_answer_resync(gossip_link *l, int o)
     if (!l->choco || !l->running)
         return; /* asked during our start: the asker retries */
     uint64_t at = gossip_node_sent_thru(l->g);
-    if (l->p[o].resync_iter == at + 1)
+    double now = nn_now();
+    gossip_peer *p = &l->p[o];
+    if (p->resync_iter == at + 1 && now - p->resync_at < S_RESYNC_REPEAT)
         return; /* it already has this one (it crossed the request) */
+    if (p->resync_iter == at + 1 && l->st.resyncs_repeated++ < 5)
+        gossip_link_log(l, "RESYNC to %s again: it still asks %.1f s after the one for iteration "
+              "%llu", gossip_link_id(l, o), now - p->resync_at, (unsigned long long)at + 1);
     if (gossip_node_peer_state(l->g, o) & GOSSIP_PEER_OUT_DOWN)
         gossip_node_peer_up(l->g, o);
     const uint8_t *m;
@@ -228,7 +238,8 @@ void gossip_live_answer_resync(gossip_link *l, int o)
     char err[512];
     if (!l->net)
         return;
-    int rc = gossip_net_try_send(l->net, o, m, len, err, sizeof err);
+    int rc = l->cfg.drop_resyncs > 0 ? (l->cfg.drop_resyncs--, 1) /* lost on the way */
+                                     : gossip_net_try_send(l->net, o, m, len, err, sizeof err);
     if (rc < 0) {
         gossip_link_log(l, "RESYNC to %s: %s", gossip_link_id(l, o), err);
         return;
@@ -239,8 +250,8 @@ void gossip_live_answer_resync(gossip_link *l, int o)
                   "full or not connected); it will ask again", gossip_link_id(l, o));
         return;
     }
-    l->p[o].resync_iter = at + 1;
-    l->p[o].sent_dealer = nn_now();
+    p->resync_iter = at + 1;
+    p->resync_at = p->sent_dealer = nn_now();
     l->st.resyncs_sent++;
     l->st.resync_bytes += len;
 }

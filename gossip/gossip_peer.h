@@ -60,6 +60,7 @@ typedef struct {
     double   period;           /* EWMA of the gaps between its GOSSIPs */
     double   resync_asked;     /* clock of our last RESYNC_REQ to it */
     uint64_t resync_iter;      /* 1 + iteration of our last RESYNC to it (0: none) */
+    double   resync_at;        /* clock of that RESYNC */
     uint8_t  join_told;        /* its HELLO_ACK said GOSSIP_HELLO_JOIN (a run in progress) */
     /* ids on a plaintext port (gossip_link.h "Ids on a plaintext port") */
     uint8_t  proved;           /* its connection to our ROUTER proved the id ... */

@@ -35,7 +35,7 @@ enum {
     F_SEED, F_THREADS, F_WGRAD, F_METRICS, F_SAVE, F_EVAL_EVERY, F_EVAL_SUBSET, F_EVAL_OFFSET, F_EVAL_FINAL, F_NO_EVAL, F_NAN_AT,
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
-    F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DISC_IFACE,
+    F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DROP_RESYNC, F_DISC_IFACE,
     F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_LATE_AFTER, F_YIELD_PACE, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
     F_GRAD_GUARD, F_INIT, F_INIT_SKIP,
     F_IMAGE_SIZE, F_SKIP_BAD, F_NCHW, F_PARTITION, F_CLASSES, /* the user's data (s_data_flag) */
@@ -82,7 +82,8 @@ static const s_flag s_flags[] = {
     {"resume", 0, F_RESUME, G_NODE},         {"peer-timeout", 1, F_PEER_FLOOR, G_NODE},
     {"peer-timeout-factor", 1, F_PEER_FACTOR, G_NODE},
     {"fail-on-peer-loss", 0, F_FAIL_LOSS, G_NODE}, {"cert", 1, F_CERT, G_NODE},
-    {"debug-drop", 1, F_DROP, G_DEBUG_LINK}, {"debug-slow", 1, F_DEBUG_SLOW, G_DEBUG_LINK},
+    {"debug-drop", 1, F_DROP, G_DEBUG_LINK}, {"debug-drop-resync", 1, F_DROP_RESYNC, G_DEBUG_LINK},
+    {"debug-slow", 1, F_DEBUG_SLOW, G_DEBUG_LINK},
     {"discovery-interface", 1, F_DISC_IFACE, G_NODE},
     {"min-nodes", 1, F_MIN_NODES, G_NODE},   {"start-window", 1, F_START_WINDOW, G_NODE},
     {"fresh-wait", 1, F_FRESH_WAIT, G_NODE},    {"late-after", 1, F_LATE_AFTER, G_NODE},
@@ -282,6 +283,8 @@ static const char s_help_debug_run[] =
 static const char s_help_debug_link[] =
 "  --debug-drop P      drop a fraction P of the outgoing gossip messages\n"
 "                      (exercises the resync protocol)\n"
+"  --debug-drop-resync N  lose this node's first N RESYNC answers (the asker must\n"
+"                      get one all the same)\n"
 "  --debug-slow F      run at a fraction F of the speed: after each local step of\n"
 "                      d seconds, serve the neighbours for d*(1/F - 1) seconds\n";
 
@@ -539,6 +542,8 @@ static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, s
     case F_FAIL_LOSS: lc->fail_on_loss = 1; return 0;
     case F_DROP:
         return node_parse_double("--debug-drop", arg, 0, 1, &lc->drop_gossip, err, errlen);
+    case F_DROP_RESYNC:
+        return node_parse_int("--debug-drop-resync", arg, 0, 1000, &lc->drop_resyncs, err, errlen);
     case F_DEBUG_SLOW:
         return node_parse_double("--debug-slow", arg, 0.01, 1, &n->debug_slow, err, errlen);
     case F_NOGOSSIP: n->no_gossip = 1; return 0;

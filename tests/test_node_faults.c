@@ -8,9 +8,11 @@
  *     notices.  Every node finishes; the restarted nodes' final models are
  *     as close to the average as the others';
  *   resync over the network: 4 nodes on an undirected ring drop 10% of
- *     their gossip messages on purpose (--debug-drop); the run completes and
- *     the public copies in the final checkpoints are bit-identical to their
- *     owners';
+ *     their gossip messages on purpose (--debug-drop), and each loses its
+ *     first RESYNC answer (--debug-drop-resync): asked again, it sends it
+ *     again, nobody stalls until a neighbour is declared down; the run
+ *     completes and the public copies in the final checkpoints are
+ *     bit-identical to their owners';
  *   hostile peer: the test plays node n2 of a 3-node graph at the socket
  *     level (a ROUTER at its endpoint, a DEALER with its id) and sends node
  *     n0 garbage, a forged sender, an unknown kind, a far-future iteration,
@@ -199,7 +201,7 @@ static void test_resync_over_network(void **state)
     char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.15",
                       "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
                       "--lr", "0.05", "--no-eval", "--checkpoint-every", its, "--debug-drop",
-                      "0.1", "--timeout", "60", "--out", out, NULL};
+                      "0.1", "--debug-drop-resync", "1", "--timeout", "60", "--out", out, NULL};
     for (int i = 0; i < n; i++) {
         snprintf(logs[i], sizeof logs[i], "%s/drop%d.txt", s_dir, i);
         assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
@@ -212,6 +214,20 @@ static void test_resync_over_network(void **state)
                 tk_dump(logs[k]);
             fail_msg("node %d: status %d", i, status[i]);
         }
+    /* each node's first RESYNC was lost: it was sent again when asked
+     * again, before anyone gave up on a neighbour (one that waits on the
+     * asker would otherwise never send it again: a stall of --timeout) */
+    int again = 0;
+    for (int i = 0; i < n; i++) {
+        char *lg = tk_slurp(logs[i]);
+        again += strstr(lg, "RESYNC to ") && strstr(lg, " again: it still asks");
+        if (strstr(lg, "is down")) {
+            tk_dump(logs[i]);
+            fail_msg("node %d declared a neighbour down: a lost RESYNC stalled the run", i);
+        }
+        free(lg);
+    }
+    assert_true(again > 0);
     /* every holder's copy equals the owner's own xhat, bit for bit */
     char p[700], err[512];
     snprintf(p, sizeof p, "%s/model-0.safetensors", out);
