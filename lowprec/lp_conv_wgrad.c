@@ -9,6 +9,14 @@
  *          chunks of dequantized codes; the bias gradient; their scratch.
  * Exposes: lp_conv_wgrad, lp_conv_wgrad_bytes (lp_conv.h).
  * Callers: lp_conv.c (lp_conv2d_backward, lp_conv2d_scratch_bytes).
+ *
+ * Threads: the bf16 and the FP32 weight gradients on the codes split by
+ * samples: at nt > 1 threads, share t takes samples [N t/nt, N (t+1)/nt)
+ * whole, from its grids through its dots into sums of its own (a "part" of
+ * the scratch), so each sample's rows stay on the core that wrote them; the
+ * parts' sums are added in part order, then dw is updated.  The same bits
+ * for a given thread count; at one thread those of a single pass over the
+ * chunks (the sums of nt parts differ from it by FP32 rounding).
  */
 #include "lowprec/lp_conv.h"
 
@@ -73,6 +81,64 @@ static size_t s_wgrad_f32_bytes(const nn_conv_dims *d)
     const size_t rows = (size_t)d->C * (2 * (size_t)d->pad + 1) + (size_t)d->OC;
     return LP_ALIGN64(rows * s_wgrad_f32_vlen(d) * 4) +
            LP_ALIGN64((size_t)d->OC * d->C * d->KH * d->KW * 4);
+}
+
+/* The scratch of all parts together stays within this (a part is a
+ * chunk's grids and a set of sums). */
+#define S_WGRAD_PARTS_BYTES ((size_t)16 << 20)
+
+/* Parts the scratch holds for a weight gradient whose part takes `part`
+ * bytes: at most LP_CONV_MAX_THREADS, one per sample, within
+ * S_WGRAD_PARTS_BYTES; at least one. */
+static int s_wgrad_parts(const nn_conv_dims *d, size_t part)
+{
+    size_t n = d->N < LP_CONV_MAX_THREADS ? (size_t)d->N : LP_CONV_MAX_THREADS;
+    const size_t fit = S_WGRAD_PARTS_BYTES / (part ? part : 1);
+    n = n < fit ? n : fit;
+    return n < 1 ? 1 : (int)n;
+}
+
+/* Threads (parts) for a weight gradient of `work` products: the pool's
+ * count, at most the parts the scratch holds, fewer where a share would
+ * get under 2^18 products. */
+static int s_wgrad_threads(const nn_conv_dims *d, size_t part, size_t work)
+{
+    int nt = nn_pool_threads(), parts = s_wgrad_parts(d, part);
+    nt = nt > parts ? parts : nt;
+    while (nt > 1 && work / (size_t)nt < ((size_t)1 << 18))
+        nt--;
+    return nt < 1 ? 1 : nt;
+}
+
+/* Parts 1..nt-1's sums (n floats at byte offset `off` of each part of
+ * `part` bytes) added to part 0's, in part order. */
+static float *s_sum_parts(unsigned char *scratch, size_t part, size_t off, size_t n, int nt)
+{
+    float *D = (float *)(void *)(scratch + off);
+    for (int t = 1; t < nt; t++) {
+        const float *Dt = (const float *)(const void *)(scratch + (size_t)t * part + off);
+        for (size_t i = 0; i < n; i++)
+            D[i] += Dt[i];
+    }
+    return D;
+}
+
+/* A weight gradient split by samples: part t's sums over its samples. */
+typedef struct {
+    const float *dout;
+    const lp_qsaved *sv;
+    const nn_conv_dims *d;
+    unsigned char *scratch;
+    size_t part;
+    void (*range)(const void *job, unsigned char *sp, int s0, int s1);
+} s_parts_job;
+
+static void s_parts_worker(void *arg, int t, int nt)
+{
+    const s_parts_job *j = arg;
+    size_t s0, s1;
+    nn_pool_share((size_t)j->d->N, t, nt, 1, &s0, &s1);
+    j->range(j, j->scratch + (size_t)t * j->part, (int)s0, (int)s1);
 }
 
 /* Samples per chunk of the weight gradient: about 1 MB of dequantized
@@ -272,37 +338,39 @@ static void s_dw_run(s_dw_job *j)
     nn_pool_run(nt < 1 ? 1 : nt, s_dw_worker, j);
 }
 
-/* dw (OC, C, KH, KW) += the conv weight gradient in bf16 (lp_bf16.h): with
- * x = sx*q + mx inside the image,
- *   dw[oc][c][t] += sx * D[oc][c][t] + mx * E[oc][t],
- *   D = sum_j bf16(g[oc][j]) q[c][tap t of j],  E = sum_j bf16(g[oc][j]) [tap t inside],
- * E read from rows of ones over the image (zero in the padding).  Stride-1
- * same convs read shifted rows of zero-bordered grids (one ones grid);
- * others an im2col of the codes (one ones row per tap).  Only dout is
- * rounded (the codes are exact in bf16); sums in FP32.  Scratch:
- * s_wgrad_bf16_bytes(d). */
-static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
-                         void *scratch)
+/* Byte offset of the sums in a part of s_wgrad_bf16 (after the rows). */
+static size_t s_bf16_sums_at(const nn_conv_dims *d)
 {
-    const int N = d->N, C = d->C, OC = d->OC, W = d->W, KW = d->KW, pad = d->pad;
+    const size_t cs = (size_t)s_wgrad_bf16_nb(d) * s_wgrad_bf16_cols(d);
+    const size_t T = (size_t)d->KH * d->KW, shift = (size_t)lp_conv_shift_geom(d);
+    const size_t rows = shift ? (size_t)d->C + 1 : (size_t)d->C * T + T;
+    return LP_ALIGN64((rows + (size_t)d->OC) * cs * 2);
+}
+
+/* Samples [s0, s1) of s_wgrad_bf16 into the sums D (OC, C*T) and E (OC, T)
+ * of the part at sp (zeroed first), chunk by chunk. */
+static void s_bf16_range(const void *job, unsigned char *sp, int s0, int s1)
+{
+    const s_parts_job *jb = job;
+    const nn_conv_dims *d = jb->d;
+    const int C = d->C, OC = d->OC, W = d->W, KW = d->KW, pad = d->pad;
     const int T = d->KH * KW, nb = s_wgrad_bf16_nb(d), shift = lp_conv_shift_geom(d);
     const int Wp = W + 2 * pad, nx = shift ? C : C * T, n1 = shift ? 1 : T;
     const size_t per = s_wgrad_bf16_cols(d), jlo = shift ? (size_t)pad * Wp + pad : 0;
-    unsigned char *sp = (unsigned char *)scratch;
-    uint16_t *gx = lp_take(&sp, ((size_t)nx + n1 + OC) * nb * per * 2);
-    float *D = lp_take(&sp, (size_t)OC * (C + 1) * T * 4), *E = D + (size_t)OC * C * T;
+    uint16_t *gx = (uint16_t *)(void *)sp;
+    float *D = (float *)(void *)(sp + s_bf16_sums_at(d)), *E = D + (size_t)OC * C * T;
     static const int zero = 0;
     int toff[LP_SHIFT_TMAX];
     for (int t = 0; shift && t < T; t++)
         toff[t] = (t / KW - pad) * Wp + (t % KW - pad);
     memset(D, 0, (size_t)OC * (C + 1) * T * 4);
-    for (int n0 = 0; n0 < N; n0 += nb) {
-        const int cnt = N - n0 < nb ? N - n0 : nb;
+    for (int n0 = s0; n0 < s1; n0 += nb) {
+        const int cnt = s1 - n0 < nb ? s1 - n0 : nb;
         const size_t cs = (size_t)cnt * per, n = cs - 2 * jlo;
         uint16_t *ones = gx + (size_t)nx * cs, *gg = ones + (size_t)n1 * cs;
-        s_bf16_chunk_rows(gx, ones, gg, sv->xq, dout, d, n0, cnt, shift);
+        s_bf16_chunk_rows(gx, ones, gg, jb->sv->xq, jb->dout, d, n0, cnt, shift);
         if (shift) {
-            s_bf16_grids(gx, gg, sv->xq, dout, d, n0, cnt);
+            s_bf16_grids(gx, gg, jb->sv->xq, jb->dout, d, n0, cnt);
             lp_shiftdot_bf16(D, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
             lp_shiftdot_bf16(E, (size_t)T, gg + jlo, cs, OC, ones + jlo, cs, 1, toff, T, n);
         } else {
@@ -310,7 +378,32 @@ static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, cons
             lp_shiftdot_bf16(E, (size_t)T, gg, cs, OC, ones, cs, T, &zero, 1, n);
         }
     }
-    s_dw_job dj = {dw, D, E, sv->xp.scale, sv->xp.min, (size_t)OC, C * T, T, d->KW};
+}
+
+/* dw (OC, C, KH, KW) += the conv weight gradient in bf16 (lp_bf16.h): with
+ * x = sx*q + mx inside the image,
+ *   dw[oc][c][t] += sx * D[oc][c][t] + mx * E[oc][t],
+ *   D = sum_j bf16(g[oc][j]) q[c][tap t of j],  E = sum_j bf16(g[oc][j]) [tap t inside],
+ * E read from rows of ones over the image (zero in the padding).  Stride-1
+ * same convs read shifted rows of zero-bordered grids (one ones grid);
+ * others an im2col of the codes (one ones row per tap).  Only dout is
+ * rounded (the codes are exact in bf16); sums in FP32.  Samples split over
+ * the pool in parts (top of the file).  Scratch: lp_conv_wgrad_bytes(d). */
+static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
+                         void *scratch)
+{
+    const int C = d->C, OC = d->OC, T = d->KH * d->KW;
+    const size_t part = s_wgrad_bf16_bytes(d), nsum = (size_t)OC * (C + 1) * T;
+    const size_t work = nsum * (size_t)d->N * s_wgrad_bf16_cols(d);
+    const int nt = s_wgrad_threads(d, part, work);
+    s_parts_job j = {dout, sv, d, (unsigned char *)scratch, part, s_bf16_range};
+    if (nt == 1)
+        s_bf16_range(&j, j.scratch, 0, d->N);
+    else
+        nn_pool_run(nt, s_parts_worker, &j);
+    float *D = s_sum_parts(j.scratch, part, s_bf16_sums_at(d), nsum, nt);
+    s_dw_job dj = {dw, D, D + (size_t)OC * C * T, sv->xp.scale, sv->xp.min, (size_t)OC, C * T,
+                   T, d->KW};
     s_dw_run(&dj);
 }
 
@@ -437,20 +530,24 @@ static void s_f32_dot(float *D, size_t ldd, const float *A, size_t lda, int M, c
     nn_pool_run(nt < 1 ? 1 : nt, s_f32_dot_worker, &j);
 }
 
-/* dw (OC, C, K, K) += the FP32 weight gradient of a stride-1 same conv:
- * nn's shifted dot (nn_shiftdot) on grids the saved codes are dequantized
- * straight into (no dequantized copy of the input), in the shift path's
- * layout (s_f32_grids).  Scratch: s_wgrad_f32_bytes(d). */
-static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
-                        void *scratch)
+/* Byte offset of the sums in a part of s_wgrad_f32 (after the grids). */
+static size_t s_f32_sums_at(const nn_conv_dims *d)
 {
-    const int N = d->N, C = d->C, OC = d->OC, H = d->H, W = d->W, K = d->KH, pad = d->pad;
+    return LP_ALIGN64(((size_t)d->C * (2 * (size_t)d->pad + 1) + (size_t)d->OC) *
+                      s_wgrad_f32_vlen(d) * 4);
+}
+
+/* Samples [s0, s1) of s_wgrad_f32 into the sums Dt (OC*C, T in variant
+ * order) of the part at sp (zeroed first), chunk by chunk. */
+static void s_f32_range(const void *job, unsigned char *sp, int s0, int s1)
+{
+    const s_parts_job *jb = job;
+    const nn_conv_dims *d = jb->d;
+    const int C = d->C, OC = d->OC, H = d->H, W = d->W, K = d->KH, pad = d->pad;
     const int T = K * K, V = 2 * pad + 1, nb = s_wgrad_bf16_nb(d);
     const size_t vlen = s_wgrad_f32_vlen(d), J0 = (size_t)pad + (size_t)pad * W;
-    unsigned char *sp = (unsigned char *)scratch;
-    float *gx = lp_take(&sp, ((size_t)C * V + (size_t)OC) * vlen * 4);
-    float *gg = gx + (size_t)C * V * vlen;
-    float *Dt = lp_take(&sp, (size_t)OC * C * T * 4);
+    float *gx = (float *)(void *)sp, *gg = gx + (size_t)C * V * vlen;
+    float *Dt = (float *)(void *)(sp + s_f32_sums_at(d));
     /* tap (kh, kw) reads variant kw, shifted by rows and columns; the taps
      * go variant by variant (u = kw*K + kh), so the rows nn's dot reads
      * together are one variant W lanes apart (a read stream the others
@@ -459,12 +556,32 @@ static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const
     for (int u = 0; u < T; u++)
         toff[u] = (int)((size_t)(u / K) * vlen) + (u % K - pad) * W + (u / K - pad);
     memset(Dt, 0, (size_t)OC * C * T * 4);
-    for (int n0 = 0; n0 < N; n0 += nb) {
-        const int cnt = N - n0 < nb ? N - n0 : nb;
+    for (int n0 = s0; n0 < s1; n0 += nb) {
+        const int cnt = s1 - n0 < nb ? s1 - n0 : nb;
         const size_t n = ((size_t)cnt * (H + pad) - pad) * W;
-        s_f32_grids(gx, gg, vlen, sv, dout, d, n0, cnt);
+        s_f32_grids(gx, gg, vlen, jb->sv, jb->dout, d, n0, cnt);
         s_f32_dot(Dt, (size_t)C * T, gg + J0, vlen, OC, gx + J0, (size_t)V * vlen, C, toff, T, n);
     }
+}
+
+/* dw (OC, C, K, K) += the FP32 weight gradient of a stride-1 same conv:
+ * nn's shifted dot (nn_shiftdot) on grids the saved codes are dequantized
+ * straight into (no dequantized copy of the input), in the shift path's
+ * layout (s_f32_grids).  Samples split over the pool in parts (top of the
+ * file).  Scratch: lp_conv_wgrad_bytes(d). */
+static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const nn_conv_dims *d,
+                        void *scratch)
+{
+    const int C = d->C, OC = d->OC, K = d->KH, T = K * K;
+    const size_t part = s_wgrad_f32_bytes(d), nsum = (size_t)OC * C * T;
+    const size_t work = nsum * (size_t)d->N * d->H * d->W;
+    const int nt = s_wgrad_threads(d, part, work);
+    s_parts_job j = {dout, sv, d, (unsigned char *)scratch, part, s_f32_range};
+    if (nt == 1)
+        s_f32_range(&j, j.scratch, 0, d->N);
+    else
+        nn_pool_run(nt, s_parts_worker, &j);
+    float *Dt = s_sum_parts(j.scratch, part, s_f32_sums_at(d), nsum, nt);
     s_dw_job dj = {dw, Dt, NULL, 0, 0, (size_t)OC * C, C * T, T, K};
     s_dw_run(&dj);
 }
@@ -513,6 +630,8 @@ size_t lp_conv_wgrad_bytes(const nn_conv_dims *d)
                 LP_ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
     /* ... or the weight gradients built from the codes (bf16, FP32) */
     size_t bb = s_wgrad_bf16_bytes(d), bf = s_wgrad_f32_bytes(d);
+    bb *= (size_t)s_wgrad_parts(d, bb); /* the threads' parts */
+    bf *= (size_t)s_wgrad_parts(d, bf);
     bw = bw > bb ? bw : bb;
     bw = bw > bf ? bw : bf;
     return bw;
