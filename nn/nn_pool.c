@@ -1,10 +1,15 @@
 /* nn_pool — the persistent worker pool (nn_pool.h).
  *
  * Workers 1..nw wait on `go` for a new generation, then claim shares of the
- * job (an atomic counter tagged with the generation) until none is left;
- * the caller claims shares too, then waits on `done` until all nt are
- * finished.  Which thread runs a share never changes what it computes.  One job
- * at a time: `busy` is taken with trylock, and a caller that cannot take it
+ * job (bits of two atomic words tagged with the generation) until none is
+ * left; the caller claims shares too, then waits on `done` until all nt are
+ * finished.  Each thread first claims the share of its own index (the
+ * caller 0, worker w share w), then any left: on timely threads share t
+ * runs on the same core call after call, so a kernel split by samples reads
+ * the rows the previous kernel's share t wrote in that core's caches; a
+ * worker the scheduler has not run yet leaves its share to the others.
+ * Which thread runs a share never changes what it computes.  One job at a
+ * time: `busy` is taken with trylock, and a caller that cannot take it
  * runs all shares inline (same split, same results). */
 #include "nn/nn_pool.h"
 #include "nn/nn_core.h"
@@ -26,7 +31,7 @@ static struct {
     nn_pool_fn      fn;
     void           *ctx;
     int             nt;       /* job width */
-    uint64_t        claim;    /* gen << 32 | next unclaimed share */
+    uint64_t        claim[2]; /* gen << 32 | bit b: share 32 w + b claimed */
     int             finished; /* shares of the job done */
     unsigned        gen0[NN_POOL_MAX_THREADS]; /* generation at a worker's start */
 } s_pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER,
@@ -87,27 +92,51 @@ static int s_poll(const unsigned *p, unsigned v, int unequal)
     }
 }
 
-/* The next unclaimed share of job `gen`, or -1 when none is left or the job
- * is not the current one (a late worker never touches a newer job). */
-static int s_claim(unsigned gen, int nt)
+/* Claims share t of job `gen`: whether it was unclaimed. */
+static int s_take(unsigned gen, int t)
 {
-    uint64_t c = __atomic_load_n(&s_pool.claim, __ATOMIC_ACQUIRE);
+    uint64_t *w = &s_pool.claim[t >> 5], bit = (uint64_t)1 << (t & 31);
+    uint64_t c = __atomic_load_n(w, __ATOMIC_ACQUIRE);
     for (;;) {
-        if ((unsigned)(c >> 32) != gen || (int)(uint32_t)c >= nt)
-            return -1;
-        if (__atomic_compare_exchange_n(&s_pool.claim, &c, c + 1, 0, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
-            return (int)(uint32_t)c;
+        if ((unsigned)(c >> 32) != gen || (c & bit))
+            return 0;
+        if (__atomic_compare_exchange_n(w, &c, c | bit, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return 1;
     }
 }
 
-/* Runs shares of job `gen` until none is left; the last one done wakes the
- * caller.  Shares go to whichever thread is free first: a worker the
- * scheduler has not run yet leaves its share to the others. */
-static void s_work(unsigned gen, nn_pool_fn fn, void *ctx, int nt)
+/* Share `pref` of job `gen` if unclaimed, else the lowest unclaimed one;
+ * -1 when none is left or the job is not the current one (a late worker
+ * never touches a newer job). */
+static int s_claim(unsigned gen, int nt, int pref)
+{
+    if (pref < nt && s_take(gen, pref))
+        return pref;
+    for (int w = 0; 32 * w < nt; w++) {
+        const int n = nt - 32 * w < 32 ? nt - 32 * w : 32;
+        const uint32_t all = n == 32 ? 0xffffffffu : ((uint32_t)1 << n) - 1;
+        uint64_t c = __atomic_load_n(&s_pool.claim[w], __ATOMIC_ACQUIRE);
+        for (;;) {
+            if ((unsigned)(c >> 32) != gen)
+                return -1;
+            const uint32_t open = ~(uint32_t)c & all;
+            if (!open)
+                break;
+            const int b = __builtin_ctz(open);
+            if (__atomic_compare_exchange_n(&s_pool.claim[w], &c, c | (uint64_t)1 << b, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+                return 32 * w + b;
+        }
+    }
+    return -1;
+}
+
+/* Runs shares of job `gen`, `pref` (this thread's index) first, until none
+ * is left; the last one done wakes the caller. */
+static void s_work(unsigned gen, nn_pool_fn fn, void *ctx, int nt, int pref)
 {
     int t;
-    while ((t = s_claim(gen, nt)) >= 0) {
+    while ((t = s_claim(gen, nt, pref)) >= 0) {
         fn(ctx, t, nt);
         if (__atomic_add_fetch(&s_pool.finished, 1, __ATOMIC_ACQ_REL) == nt) {
             pthread_mutex_lock(&s_pool.mu);
@@ -135,7 +164,7 @@ static void *s_worker(void *arg)
         void *ctx = s_pool.ctx;
         const int nt = s_pool.nt;
         pthread_mutex_unlock(&s_pool.mu);
-        s_work(seen, fn, ctx, nt);
+        s_work(seen, fn, ctx, nt, id);
         pthread_mutex_lock(&s_pool.mu);
     }
     pthread_mutex_unlock(&s_pool.mu);
@@ -219,12 +248,13 @@ void nn_pool_run(int nt, nn_pool_fn fn, void *ctx)
     s_pool.ctx = ctx;
     s_pool.nt = nt;
     __atomic_store_n(&s_pool.finished, 0, __ATOMIC_RELEASE);
-    __atomic_store_n(&s_pool.claim, (uint64_t)gen << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&s_pool.claim[0], (uint64_t)gen << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&s_pool.claim[1], (uint64_t)gen << 32, __ATOMIC_RELEASE);
     __atomic_store_n(&s_pool.gen, gen, __ATOMIC_RELEASE);
     if (s_pool.nw > 0)
         pthread_cond_broadcast(&s_pool.go);
     pthread_mutex_unlock(&s_pool.mu);
-    s_work(gen, fn, ctx, nt);
+    s_work(gen, fn, ctx, nt, 0);
     s_poll((const unsigned *)&s_pool.finished, (unsigned)nt, 0);
     pthread_mutex_lock(&s_pool.mu);
     while (__atomic_load_n(&s_pool.finished, __ATOMIC_ACQUIRE) < nt)
