@@ -192,20 +192,21 @@ static size_t s_i2c_bwd_part(const nn_conv_dims *d)
            LP_ALIGN64((size_t)lp_gemm_np(P) * 4) + LP_ALIGN64((size_t)P * sizeof(double));
 }
 
-/* Scratch bytes the im2col path's thread parts may take together (one
- * part always): large images keep their scratch, small ones get a part
- * for every thread. */
-#define S_I2C_PARTS_BYTES ((size_t)16 << 20)
-
-/* Thread parts of `part` bytes the im2col path's scratch holds: at most
- * LP_CONV_MAX_THREADS, the samples, and S_I2C_PARTS_BYTES together; from
- * the dimensions alone, so sizing and running agree. */
-static int s_i2c_parts(const nn_conv_dims *d, size_t part)
+int lp_conv_parts(const nn_conv_dims *d, size_t part)
 {
     size_t n = d->N < LP_CONV_MAX_THREADS ? (size_t)d->N : LP_CONV_MAX_THREADS;
-    const size_t fit = S_I2C_PARTS_BYTES / (part ? part : 1);
+    const size_t fit = LP_CONV_PARTS_BYTES / (part ? part : 1);
     n = n < fit ? n : fit;
     return n < 1 ? 1 : (int)n;
+}
+
+int lp_conv_threads(const nn_conv_dims *d, size_t part, size_t work)
+{
+    int nt = nn_pool_threads(), parts = lp_conv_parts(d, part);
+    nt = nt > parts ? parts : nt;
+    while (nt > 1 && work / (size_t)nt < LP_CONV_MIN_WORK)
+        nt--;
+    return nt < 1 ? 1 : nt;
 }
 
 size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
@@ -218,7 +219,7 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     si += LP_ALIGN64((size_t)(d->OH + d->OW) * 2 * sizeof(int));
     si += LP_ALIGN64((size_t)d->OC * s_max_classes(d->OH, d->KH) * d->OW * sizeof(double));
     si += LP_ALIGN64((size_t)d->OH * sizeof(int));
-    si += (size_t)s_i2c_parts(d, s_i2c_fwd_part(d)) * s_i2c_fwd_part(d);
+    si += (size_t)lp_conv_parts(d, s_i2c_fwd_part(d)) * s_i2c_fwd_part(d);
     size_t ss = s_shift_conv_bytes(d->N, d->C, d->OC, d->H, d->W, d->KH, d->pad);
     s += si > ss ? si : ss;
     /* backward, weight gradient (lp_conv_wgrad.c) */
@@ -228,7 +229,7 @@ size_t lp_conv2d_scratch_bytes(const nn_conv_dims *d)
     bi += LP_ALIGN64(lp_gemm_pack_a_bytes(CK, d->OC));
     bi += LP_ALIGN64((size_t)CK * 4);
     bi += LP_ALIGN64((size_t)(d->KH + d->KW) * 2 * sizeof(int));
-    bi += (size_t)s_i2c_parts(d, s_i2c_bwd_part(d)) * s_i2c_bwd_part(d);
+    bi += (size_t)lp_conv_parts(d, s_i2c_bwd_part(d)) * s_i2c_bwd_part(d);
     size_t bs = LP_ALIGN64((size_t)d->OC * CK) +
                 s_shift_conv_bytes(d->N, d->OC, d->C, d->H, d->W, d->KH, d->pad);
     b += bi > bs ? bi : bs;
@@ -780,9 +781,6 @@ typedef struct {
     int nh;
 } s_i2c_job;
 
-/* Multiply-adds per thread below which fewer threads run. */
-#define S_I2C_MIN_WORK ((size_t)1 << 18)
-
 /* Threads of an im2col pass whose thread parts are `part` bytes: at most
  * its parts, fewer when there is little work.  On the tile GEMM every
  * thread configures its own tiles (lp_tile.h); lp_tile_ready() is asked
@@ -790,12 +788,7 @@ typedef struct {
 static int s_i2c_threads(const nn_conv_dims *d, size_t part)
 {
     (void)lp_tile_ready();
-    const size_t work = (size_t)d->N * d->OC * d->C * d->KH * d->KW * d->OH * d->OW;
-    int nt = nn_pool_threads(), parts = s_i2c_parts(d, part);
-    nt = nt > parts ? parts : nt;
-    while (nt > 1 && work / (size_t)nt < S_I2C_MIN_WORK)
-        nt--;
-    return nt;
+    return lp_conv_threads(d, part, (size_t)d->N * d->OC * d->C * d->KH * d->KW * d->OH * d->OW);
 }
 
 /* Thread t's samples of the im2col forward: im2col of the codes, the GEMM

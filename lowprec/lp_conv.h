@@ -23,6 +23,24 @@
  * chunks of samples; a 16-core board runs every core). */
 #define LP_CONV_MAX_THREADS 16
 
+/* Bytes a conv's per-thread parts of one kind (the im2col path's, the
+ * weight gradient's) may take together (one part always): large images
+ * keep their scratch, small ones get a part for every thread. */
+#define LP_CONV_PARTS_BYTES ((size_t)16 << 20)
+
+/* Thread parts of `part` bytes a conv's scratch holds: at most
+ * LP_CONV_MAX_THREADS, the samples, and LP_CONV_PARTS_BYTES together; from
+ * the dimensions alone, so sizing and running agree. */
+int lp_conv_parts(const nn_conv_dims *d, size_t part);
+
+/* Multiply-adds per thread below which a conv pass runs on fewer threads. */
+#define LP_CONV_MIN_WORK ((size_t)1 << 18)
+
+/* Threads (parts) of a conv pass of `work` multiply-adds whose parts are
+ * `part` bytes: the pool's count, at most lp_conv_parts, fewer where a
+ * thread would get under LP_CONV_MIN_WORK; at least 1. */
+int lp_conv_threads(const nn_conv_dims *d, size_t part, size_t work);
+
 /* Stride-1 "same" geometry (K x K, pad (K-1)/2, K >= 2): shifted rows. */
 int lp_conv_shift_geom(const nn_conv_dims *d);
 

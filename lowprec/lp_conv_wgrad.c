@@ -83,33 +83,6 @@ static size_t s_wgrad_f32_bytes(const nn_conv_dims *d)
            LP_ALIGN64((size_t)d->OC * d->C * d->KH * d->KW * 4);
 }
 
-/* The scratch of all parts together stays within this (a part is a
- * chunk's grids and a set of sums). */
-#define S_WGRAD_PARTS_BYTES ((size_t)16 << 20)
-
-/* Parts the scratch holds for a weight gradient whose part takes `part`
- * bytes: at most LP_CONV_MAX_THREADS, one per sample, within
- * S_WGRAD_PARTS_BYTES; at least one. */
-static int s_wgrad_parts(const nn_conv_dims *d, size_t part)
-{
-    size_t n = d->N < LP_CONV_MAX_THREADS ? (size_t)d->N : LP_CONV_MAX_THREADS;
-    const size_t fit = S_WGRAD_PARTS_BYTES / (part ? part : 1);
-    n = n < fit ? n : fit;
-    return n < 1 ? 1 : (int)n;
-}
-
-/* Threads (parts) for a weight gradient of `work` products: the pool's
- * count, at most the parts the scratch holds, fewer where a share would
- * get under 2^18 products. */
-static int s_wgrad_threads(const nn_conv_dims *d, size_t part, size_t work)
-{
-    int nt = nn_pool_threads(), parts = s_wgrad_parts(d, part);
-    nt = nt > parts ? parts : nt;
-    while (nt > 1 && work / (size_t)nt < ((size_t)1 << 18))
-        nt--;
-    return nt < 1 ? 1 : nt;
-}
-
 /* Parts 1..nt-1's sums (n floats at byte offset `off` of each part of
  * `part` bytes) added to part 0's, in part order. */
 static float *s_sum_parts(unsigned char *scratch, size_t part, size_t off, size_t n, int nt)
@@ -395,7 +368,7 @@ static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, cons
     const int C = d->C, OC = d->OC, T = d->KH * d->KW;
     const size_t part = s_wgrad_bf16_bytes(d), nsum = (size_t)OC * (C + 1) * T;
     const size_t work = nsum * (size_t)d->N * s_wgrad_bf16_cols(d);
-    const int nt = s_wgrad_threads(d, part, work);
+    const int nt = lp_conv_threads(d, part, work);
     s_parts_job j = {dout, sv, d, (unsigned char *)scratch, part, s_bf16_range};
     if (nt == 1)
         s_bf16_range(&j, j.scratch, 0, d->N);
@@ -575,7 +548,7 @@ static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const
     const int C = d->C, OC = d->OC, K = d->KH, T = K * K;
     const size_t part = s_wgrad_f32_bytes(d), nsum = (size_t)OC * C * T;
     const size_t work = nsum * (size_t)d->N * d->H * d->W;
-    const int nt = s_wgrad_threads(d, part, work);
+    const int nt = lp_conv_threads(d, part, work);
     s_parts_job j = {dout, sv, d, (unsigned char *)scratch, part, s_f32_range};
     if (nt == 1)
         s_f32_range(&j, j.scratch, 0, d->N);
@@ -630,8 +603,8 @@ size_t lp_conv_wgrad_bytes(const nn_conv_dims *d)
                 LP_ALIGN64(nn_conv_scratch_floats(&dc) * sizeof(float));
     /* ... or the weight gradients built from the codes (bf16, FP32) */
     size_t bb = s_wgrad_bf16_bytes(d), bf = s_wgrad_f32_bytes(d);
-    bb *= (size_t)s_wgrad_parts(d, bb); /* the threads' parts */
-    bf *= (size_t)s_wgrad_parts(d, bf);
+    bb *= (size_t)lp_conv_parts(d, bb); /* the threads' parts */
+    bf *= (size_t)lp_conv_parts(d, bf);
     bw = bw > bb ? bw : bb;
     bw = bw > bf ? bw : bf;
     return bw;
