@@ -114,6 +114,19 @@ static void s_parts_worker(void *arg, int t, int nt)
     j->range(j, j->scratch + (size_t)t * j->part, (int)s0, (int)s1);
 }
 
+/* Runs j's samples in parts over the pool (one part, the whole batch, on
+ * one thread) for a gradient of `work` products, and returns the sums (n
+ * floats at byte offset `at` of a part) of all parts, in part 0. */
+static float *s_parts_run(s_parts_job *j, size_t work, size_t at, size_t n)
+{
+    const int nt = lp_conv_threads(j->d, j->part, work);
+    if (nt == 1)
+        j->range(j, j->scratch, 0, j->d->N);
+    else
+        nn_pool_run(nt, s_parts_worker, j);
+    return s_sum_parts(j->scratch, j->part, at, n, nt);
+}
+
 /* Samples per chunk of the weight gradient: about 1 MB of dequantized
  * input (at least one sample). */
 static int s_wgrad_nb(const nn_conv_dims *d)
@@ -366,15 +379,9 @@ static void s_wgrad_bf16(float *dw, const float *dout, const lp_qsaved *sv, cons
                          void *scratch)
 {
     const int C = d->C, OC = d->OC, T = d->KH * d->KW;
-    const size_t part = s_wgrad_bf16_bytes(d), nsum = (size_t)OC * (C + 1) * T;
-    const size_t work = nsum * (size_t)d->N * s_wgrad_bf16_cols(d);
-    const int nt = lp_conv_threads(d, part, work);
-    s_parts_job j = {dout, sv, d, (unsigned char *)scratch, part, s_bf16_range};
-    if (nt == 1)
-        s_bf16_range(&j, j.scratch, 0, d->N);
-    else
-        nn_pool_run(nt, s_parts_worker, &j);
-    float *D = s_sum_parts(j.scratch, part, s_bf16_sums_at(d), nsum, nt);
+    const size_t nsum = (size_t)OC * (C + 1) * T;
+    s_parts_job j = {dout, sv, d, scratch, s_wgrad_bf16_bytes(d), s_bf16_range};
+    float *D = s_parts_run(&j, nsum * (size_t)d->N * s_wgrad_bf16_cols(d), s_bf16_sums_at(d), nsum);
     s_dw_job dj = {dw, D, D + (size_t)OC * C * T, sv->xp.scale, sv->xp.min, (size_t)OC, C * T,
                    T, d->KW};
     s_dw_run(&dj);
@@ -546,15 +553,9 @@ static void s_wgrad_f32(float *dw, const float *dout, const lp_qsaved *sv, const
                         void *scratch)
 {
     const int C = d->C, OC = d->OC, K = d->KH, T = K * K;
-    const size_t part = s_wgrad_f32_bytes(d), nsum = (size_t)OC * C * T;
-    const size_t work = nsum * (size_t)d->N * d->H * d->W;
-    const int nt = lp_conv_threads(d, part, work);
-    s_parts_job j = {dout, sv, d, (unsigned char *)scratch, part, s_f32_range};
-    if (nt == 1)
-        s_f32_range(&j, j.scratch, 0, d->N);
-    else
-        nn_pool_run(nt, s_parts_worker, &j);
-    float *Dt = s_sum_parts(j.scratch, part, s_f32_sums_at(d), nsum, nt);
+    const size_t nsum = (size_t)OC * C * T;
+    s_parts_job j = {dout, sv, d, scratch, s_wgrad_f32_bytes(d), s_f32_range};
+    float *Dt = s_parts_run(&j, nsum * (size_t)d->N * d->H * d->W, s_f32_sums_at(d), nsum);
     s_dw_job dj = {dw, Dt, NULL, 0, 0, (size_t)OC * C, C * T, T, K};
     s_dw_run(&dj);
 }
