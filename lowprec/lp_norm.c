@@ -60,10 +60,14 @@ size_t lp_ren_saved_bytes(int N, int C, int HW, int G)
     return (size_t)N * C * HW + 2 * (size_t)N * G * sizeof(float);
 }
 
+/* Threads whose parameter-gradient sums the backward's scratch holds (the
+ * sample split of s_ren_backward; thread 0 sums into the gradients). */
+#define S_REN_PARTS 16
+
 size_t lp_ren_scratch_floats(int N, int C, int HW)
 {
     size_t n = (size_t)N * C * HW;
-    return 2 * (size_t)C * HW + (n + 3) / 4 + 3 * (size_t)C;
+    return 2 * (size_t)C * HW + (n + 3) / 4 + 3 * (size_t)C + 3 * (size_t)C * (S_REN_PARTS - 1);
 }
 
 /* ---- Range EvoNorm row kernels (one channel row of n values) -------------- */
@@ -321,52 +325,85 @@ typedef struct {
     const float *s, *sq, *gamma, *v, *lut;
     int N, C, HW, G;
     float c, rmin, *buf;
+    float *part; /* the sample split: thread t >= 1's sums at part + 3C(t-1) */
 } s_ren_bwd_job;
+
+/* The backward of sample n's group gr: dx (where asked) and the group's
+ * channels' dgamma, dbeta, dv sums added to dgam, dbet, dv; buf: this
+ * thread's 2T slot (codes) or NULL. */
+static void s_ren_bwd_group(const s_ren_bwd_job *j, int n, int gr, float *buf, float *dgam,
+                            float *dbet, float *dv)
+{
+    const lp_kern_t *kern = lp_kern();
+    const int C = j->C, HW = j->HW, G = j->G, cg = C / G, T = cg * HW;
+    const size_t off = ((size_t)n * C + (size_t)gr * cg) * HW;
+    const float *xg = s_vals_at(j->x, off, (size_t)T, buf);
+    const float *gg = s_vals_at(j->gv, off, (size_t)T, buf ? buf + T : NULL);
+    float *dg = j->dx ? j->dx + off : NULL;
+    const float sc = j->sq[n * G + gr];
+    double dsq = 0;
+    for (int k = 0; k < cg; k++) {
+        const int ch = gr * cg + k;
+        const size_t ro = (size_t)k * HW;
+        /* sums: dout, dout*nrm, dnrm*x*x over the values where h' != 0 */
+        double sums[3] = {0, 0, 0};
+        kern->ren_row_bwd(dg ? dg + ro : NULL, sums, xg + ro, gg + ro, (size_t)HW, j->v[ch], sc,
+                          j->gamma[ch]);
+        dgam[ch] += (float)(sums[1] * sc);
+        dbet[ch] += (float)sums[0];
+        dv[ch] += (float)(sums[2] / 6.0);
+        dsq += sums[1] * j->gamma[ch];
+    }
+    if (!j->dx)
+        return;
+    /* s = 1/(R c + eps): ds/dR = -c s^2; R = mean(max) - mean(min) */
+    const float sv = j->s[n * G + gr];
+    const float dR = (float)(dsq * -(double)j->c * sv * sv);
+    s_ren_range_grad(dg, dR, j->rmin, j->x, xg, off, T, j->lut);
+}
 
 /* Thread t's groups [g0, g1) of the backward, every sample in order: a
  * channel's dgamma, dbeta, dv sums run over the samples as in one thread. */
 static void s_ren_bwd_worker(void *arg, int t, int nt)
 {
     const s_ren_bwd_job *j = arg;
-    const lp_kern_t *kern = lp_kern();
-    const int C = j->C, HW = j->HW, G = j->G, cg = C / G, T = cg * HW;
-    float *buf = j->buf ? j->buf + (size_t)2 * T * t : NULL;
+    float *buf = j->buf ? j->buf + (size_t)2 * (j->C / j->G) * j->HW * t : NULL;
     size_t g0, g1;
-    nn_pool_share((size_t)G, t, nt, 1, &g0, &g1);
+    nn_pool_share((size_t)j->G, t, nt, 1, &g0, &g1);
     for (int n = 0; n < j->N; n++)
-        for (int gr = (int)g0; gr < (int)g1; gr++) {
-            const size_t off = ((size_t)n * C + (size_t)gr * cg) * HW;
-            const float *xg = s_vals_at(j->x, off, (size_t)T, buf);
-            const float *gg = s_vals_at(j->gv, off, (size_t)T, buf ? buf + T : NULL);
-            float *dg = j->dx ? j->dx + off : NULL;
-            const float sc = j->sq[n * G + gr];
-            double dsq = 0;
-            for (int k = 0; k < cg; k++) {
-                const int ch = gr * cg + k;
-                const size_t ro = (size_t)k * HW;
-                /* sums: dout, dout*nrm, dnrm*x*x over the values where h' != 0 */
-                double sums[3] = {0, 0, 0};
-                kern->ren_row_bwd(dg ? dg + ro : NULL, sums, xg + ro, gg + ro, (size_t)HW,
-                                  j->v[ch], sc, j->gamma[ch]);
-                j->dgamma[ch] += (float)(sums[1] * sc);
-                j->dbeta[ch] += (float)sums[0];
-                j->dv[ch] += (float)(sums[2] / 6.0);
-                dsq += sums[1] * j->gamma[ch];
-            }
-            if (!j->dx)
-                continue;
-            /* s = 1/(R c + eps): ds/dR = -c s^2; R = mean(max) - mean(min) */
-            const float sv = j->s[n * G + gr];
-            const float dR = (float)(dsq * -(double)j->c * sv * sv);
-            s_ren_range_grad(dg, dR, j->rmin, j->x, xg, off, T, j->lut);
-        }
+        for (int gr = (int)g0; gr < (int)g1; gr++)
+            s_ren_bwd_group(j, n, gr, buf, j->dgamma, j->dbeta, j->dv);
+}
+
+/* Thread t's samples of the backward, every group: the samples' rows stay
+ * on the core that wrote them (nn_pool.h); thread 0 sums the parameter
+ * gradients into them, thread t >= 1 into its part (zeroed here). */
+static void s_ren_bwd_sample_worker(void *arg, int t, int nt)
+{
+    const s_ren_bwd_job *j = arg;
+    const size_t C = (size_t)j->C;
+    float *buf = j->buf ? j->buf + (size_t)2 * (j->C / j->G) * j->HW * t : NULL;
+    float *dg = j->dgamma, *db = j->dbeta, *dv = j->dv;
+    if (t > 0) {
+        dg = j->part + 3 * C * (size_t)(t - 1), db = dg + C, dv = db + C;
+        memset(dg, 0, 3 * C * sizeof(float));
+    }
+    size_t n0, n1;
+    nn_pool_share((size_t)j->N, t, nt, 1, &n0, &n1);
+    for (size_t n = n0; n < n1; n++)
+        for (int gr = 0; gr < j->G; gr++)
+            s_ren_bwd_group(j, (int)n, gr, buf, dg, db, dv);
 }
 
 /* lp_ren_core_backward on g and x in either form; buf: 2*C*HW floats when
- * they are codes (a 2T slot per thread); qstep as s_ren_forward's. */
+ * they are codes (a 2T slot per thread); qstep as s_ren_forward's.  part:
+ * 3C(S_REN_PARTS - 1) floats, or NULL: with it the threads split the
+ * samples (the same bits for a given count; at one thread the group
+ * split's), without it the groups (the same bits for any count). */
 static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_vals gv,
                            s_vals x, const float *s, const float *sq, const float *gamma,
-                           const float *v, int N, int C, int HW, int G, float qstep, float *buf)
+                           const float *v, int N, int C, int HW, int G, float qstep, float *buf,
+                           float *part)
 {
     const int cg = C / G, T = cg * HW;
     const float c = s_range_c(T), rmin = s_range_floor(qstep, c);
@@ -374,8 +411,23 @@ static void s_ren_backward(float *dx, float *dgamma, float *dbeta, float *dv, s_
     if (!x.f)
         lp_dequantize_lut(lut, x.p);
     s_ren_bwd_job j = {dx, dgamma, dbeta, dv, gv, x, s, sq, gamma, v, lut, N, C, HW, G,
-                       c, rmin, buf};
-    nn_pool_run(s_ren_threads(N, C, HW, G), s_ren_bwd_worker, &j);
+                       c, rmin, buf, part};
+    int nt = s_ren_threads(N, C, HW, G);
+    nt = part && nt > S_REN_PARTS ? S_REN_PARTS : nt;
+    nt = part && nt > N ? N : nt;
+    if (!part || nt == 1) {
+        nn_pool_run(nt, s_ren_bwd_worker, &j);
+        return;
+    }
+    nn_pool_run(nt, s_ren_bwd_sample_worker, &j);
+    for (int t = 1; t < nt; t++) { /* the parts' sums, in thread order */
+        const float *p = part + 3 * (size_t)C * (size_t)(t - 1);
+        for (int ch = 0; ch < C; ch++) {
+            dgamma[ch] += p[ch];
+            dbeta[ch] += p[C + ch];
+            dv[ch] += p[2 * C + ch];
+        }
+    }
 }
 
 void lp_ren_core_forward(float *out, float *s, float *sq, const float *x, const float *gamma,
@@ -405,10 +457,12 @@ void lp_ren_core_backward_q(float *dx, float *dgamma, float *dbeta, float *dv, c
                             const float *v, int N, int C, int HW, int G, float qstep)
 {
     s_vals gv = {g, NULL, {0, 0}}, xv = {x, NULL, {0, 0}};
-    s_ren_backward(dx, dgamma, dbeta, dv, gv, xv, s, sq, gamma, v, N, C, HW, G, qstep, NULL);
+    s_ren_backward(dx, dgamma, dbeta, dv, gv, xv, s, sq, gamma, v, N, C, HW, G, qstep, NULL,
+                   NULL);
 }
 
-/* scratch: [2*C*HW floats: group buffers | N*C*HW codes | gamma, beta, v (3C)] */
+/* scratch: [2*C*HW floats: group buffers | N*C*HW codes | gamma, beta, v (3C) |
+ * the backward's per-thread sums 3C(S_REN_PARTS - 1)] */
 void lp_range_evonorm_forward(float *out, lp_ren_saved *sv, float *run_range, const float *in,
                               const float *gamma, const float *beta, const float *v, int N,
                               int C, int HW, int G, lp_mode mode, float *scratch)
@@ -438,6 +492,6 @@ void lp_range_evonorm_backward(float *din, float *dgamma, float *dbeta, float *d
     lp_param_fq(vq, v, (size_t)C);
     s_vals gv = {NULL, codes, gp}, xv = {NULL, sv->xq, sv->xp};
     s_ren_backward(din, dgamma, dbeta, dv, gv, xv, sv->s, sv->sq, gq, vq, N, C, HW, G,
-                   sv->xp.scale, buf);
+                   sv->xp.scale, buf, gq + 3 * (size_t)C);
 }
 
