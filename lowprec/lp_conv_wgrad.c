@@ -142,6 +142,7 @@ typedef struct {
     const uint8_t *xq;
     const float *dout;
     const nn_conv_dims *d;
+    size_t ld; /* lanes from one row to the next */
     int n0, cnt;
 } s_grids_job;
 
@@ -159,7 +160,7 @@ static void s_grids_worker(void *arg, int t, int nt)
     nn_pool_share((size_t)C + OC, t, nt, 1, &r0, &r1);
     for (size_t r = r0; r < r1; r++) {
         const int x = r < (size_t)C, c = x ? (int)r : (int)r - C, nch = x ? C : OC;
-        uint16_t *row = (x ? jb->gx : jb->gg) + (size_t)c * cs;
+        uint16_t *row = (x ? jb->gx : jb->gg) + (size_t)c * jb->ld;
         memset(row, 0, cs * 2);
         for (int j = 0; j < jb->cnt; j++) {
             const size_t at = (size_t)j * plane + (size_t)pad * Wp + pad;
@@ -178,12 +179,13 @@ static void s_grids_worker(void *arg, int t, int nt)
 
 /* The bf16 grids of one chunk: samples [n0, n0+cnt) of the codes xq
  * (N, C, H, W) and of dout (N, OC, H, W), each plane (Hp, Wp) zero-bordered
- * with the image at (pad, pad), channel rows of cs = cnt*Hp*Wp values.
- * Overwrites gx (C, cs) and gg (OC, cs).  Rows split over the pool. */
-static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const float *dout,
-                         const nn_conv_dims *d, int n0, int cnt)
+ * with the image at (pad, pad), channel rows of cs = cnt*Hp*Wp values, ld
+ * lanes apart.  Overwrites gx (C rows) and gg (OC rows).  Rows split over
+ * the pool. */
+static void s_bf16_grids(uint16_t *gx, uint16_t *gg, size_t ld, const uint8_t *xq,
+                         const float *dout, const nn_conv_dims *d, int n0, int cnt)
 {
-    s_grids_job jb = {gx, gg, xq, dout, d, n0, cnt};
+    s_grids_job jb = {gx, gg, xq, dout, d, ld, n0, cnt};
     const size_t work = ((size_t)d->C + d->OC) * cnt * d->H * d->W;
     int nt = nn_pool_threads();
     while (nt > 1 && work / (size_t)nt < ((size_t)1 << 14))
@@ -192,48 +194,62 @@ static void s_bf16_grids(uint16_t *gx, uint16_t *gg, const uint8_t *xq, const fl
 }
 
 typedef struct {
-    uint16_t *col, *ones, *gg;
+    uint16_t *col, *gg;
     const uint8_t *xq;
     const float *dout;
     const nn_conv_dims *d;
     const uint16_t *tab; /* bf16 of each code (lowered geometry) */
-    size_t per;          /* columns a sample */
-    int n0, cnt, shift;
+    size_t per, ld;      /* columns a sample; lanes from one row to the next */
+    int n0;
 } s_low_job;
 
-/* Sample j of a bf16 chunk: its columns of the ones rows (1.0 where the
- * image, or the tap, is) and, off the shift geometry, of the lowered rows
- * col (C*T, cs) and gg (OC, cs).  Writes only sample j's columns. */
+/* The ones rows of a bf16 chunk of cnt samples (1.0 where the image, or
+ * the tap, is): one grid on the shift geometry, one row per tap (ld lanes
+ * apart) otherwise, per columns a sample.  They depend on the geometry
+ * only: a part builds them once for its largest chunk, a smaller one reads
+ * their first columns. */
+static void s_bf16_ones(uint16_t *ones, const nn_conv_dims *d, size_t per, size_t ld, int cnt,
+                        int shift)
+{
+    const int H = d->H, W = d->W, KH = d->KH, KW = d->KW, OH = d->OH, OW = d->OW;
+    const int S = d->stride, pad = d->pad, Wp = W + 2 * pad;
+    for (int j = 0; j < cnt; j++) {
+        if (shift) {
+            uint16_t *o = ones + (size_t)j * per;
+            memset(o, 0, per * 2);
+            for (int h = 0; h < H; h++)
+                for (int w = 0; w < W; w++)
+                    o[(size_t)(pad + h) * Wp + pad + w] = 0x3F80;
+            continue;
+        }
+        for (int t = 0; t < KH * KW; t++) {
+            uint16_t *o = ones + (size_t)t * ld + (size_t)j * per;
+            for (int oh = 0; oh < OH; oh++) {
+                const int ih = oh * S - pad + t / KW;
+                for (int ow = 0; ow < OW; ow++) {
+                    const int iw = ow * S - pad + t % KW;
+                    o[(size_t)oh * OW + ow] = ih >= 0 && ih < H && iw >= 0 && iw < W ? 0x3F80 : 0;
+                }
+            }
+        }
+    }
+}
+
+/* Sample j of a bf16 chunk off the shift geometry: its columns of the
+ * lowered rows col (C*T rows) and gg (OC rows), ld lanes apart.  Writes
+ * only sample j's columns. */
 static void s_bf16_sample(const s_low_job *jb, int j)
 {
     const nn_conv_dims *d = jb->d;
     const int C = d->C, OC = d->OC, H = d->H, W = d->W, KH = d->KH, KW = d->KW;
-    const int OH = d->OH, OW = d->OW, S = d->stride, pad = d->pad, Wp = W + 2 * pad;
-    const size_t per = jb->per, cs = (size_t)jb->cnt * per, P = (size_t)OH * OW;
-    if (jb->shift) {
-        uint16_t *o = jb->ones + (size_t)j * per;
-        memset(o, 0, per * 2);
-        for (int h = 0; h < H; h++)
-            for (int w = 0; w < W; w++)
-                o[(size_t)(pad + h) * Wp + pad + w] = 0x3F80;
-        return;
-    }
-    for (int t = 0; t < KH * KW; t++) {
-        uint16_t *o = jb->ones + (size_t)t * cs + (size_t)j * per;
-        for (int oh = 0; oh < OH; oh++) {
-            const int ih = oh * S - pad + t / KW;
-            for (int ow = 0; ow < OW; ow++) {
-                const int iw = ow * S - pad + t % KW;
-                o[(size_t)oh * OW + ow] = ih >= 0 && ih < H && iw >= 0 && iw < W ? 0x3F80 : 0;
-            }
-        }
-    }
+    const int OH = d->OH, OW = d->OW, S = d->stride, pad = d->pad;
+    const size_t ld = jb->ld, P = (size_t)OH * OW;
     const int n = jb->n0 + j;
     for (int c = 0; c < C; c++) {
         const uint8_t *x = jb->xq + ((size_t)n * C + c) * H * W;
         for (int kh = 0; kh < KH; kh++)
             for (int kw = 0; kw < KW; kw++) {
-                uint16_t *dst = jb->col + ((size_t)(c * KH + kh) * KW + kw) * cs + (size_t)j * P;
+                uint16_t *dst = jb->col + ((size_t)(c * KH + kh) * KW + kw) * ld + (size_t)j * P;
                 for (int oh = 0; oh < OH; oh++) {
                     const int ih = oh * S - pad + kh;
                     for (int ow = 0; ow < OW; ow++) {
@@ -247,39 +263,44 @@ static void s_bf16_sample(const s_low_job *jb, int j)
     }
     void (*f32_row)(uint16_t *, const float *, size_t) = lp_kern()->bf16_row;
     for (int oc = 0; oc < OC; oc++)
-        f32_row(jb->gg + (size_t)oc * cs + (size_t)j * P, jb->dout + ((size_t)n * OC + oc) * P, P);
+        f32_row(jb->gg + (size_t)oc * ld + (size_t)j * P, jb->dout + ((size_t)n * OC + oc) * P, P);
 }
+
+typedef struct {
+    const s_low_job *jb;
+    int cnt;
+} s_low_run;
 
 static void s_bf16_sample_worker(void *arg, int t, int nt)
 {
-    const s_low_job *jb = arg;
+    const s_low_run *r = arg;
     size_t j0, j1;
-    nn_pool_share((size_t)jb->cnt, t, nt, 1, &j0, &j1);
+    nn_pool_share((size_t)r->cnt, t, nt, 1, &j0, &j1);
     for (size_t j = j0; j < j1; j++)
-        s_bf16_sample(jb, (int)j);
+        s_bf16_sample(r->jb, (int)j);
 }
 
-/* The per-sample rows of one bf16 chunk (samples [n0, n0+cnt)): the ones
- * rows (one grid on the shift geometry, one row per tap otherwise, cs =
- * cnt*per columns each) and, off the shift geometry, the im2col of the
- * codes col (C*T, cs) with padded taps 0 and gg (OC, cs) the dout of the
- * same pixels.  Overwrites them; samples split over the pool (each
- * sample's columns one thread's: the same bits for any thread count). */
-static void s_bf16_chunk_rows(uint16_t *col, uint16_t *ones, uint16_t *gg, const uint8_t *xq,
-                              const float *dout, const nn_conv_dims *d, int n0, int cnt,
-                              int shift)
+/* The per-sample rows of one bf16 chunk off the shift geometry (samples
+ * [n0, n0+cnt)): the im2col of the codes col (C*T rows) with padded taps 0
+ * and gg (OC rows) the dout of the same pixels, rows ld lanes apart.
+ * Overwrites their first cnt*per columns; samples split over the pool
+ * (each sample's columns one thread's: the same bits for any thread
+ * count). */
+static void s_bf16_chunk_rows(uint16_t *col, uint16_t *gg, size_t ld, const uint8_t *xq,
+                              const float *dout, const nn_conv_dims *d, int n0, int cnt)
 {
     uint16_t tab[256]; /* bf16 of each code, exact */
     for (int q = 0; q < 256; q++)
         tab[q] = lp_bf16_from_f32((float)q);
     const size_t per = s_wgrad_bf16_cols(d), T = (size_t)d->KH * d->KW;
-    s_low_job jb = {col, ones, gg, xq, dout, d, tab, per, n0, cnt, shift};
-    const size_t work = (shift ? 1 : ((size_t)d->C + 1) * T + d->OC) * cnt * per;
+    s_low_job jb = {col, gg, xq, dout, d, tab, per, ld, n0};
+    s_low_run r = {&jb, cnt};
+    const size_t work = (((size_t)d->C + 1) * T + d->OC) * cnt * per;
     int nt = nn_pool_threads();
     nt = nt > cnt ? cnt : nt;
     while (nt > 1 && work / (size_t)nt < ((size_t)1 << 14))
         nt--;
-    nn_pool_run(nt < 1 ? 1 : nt, s_bf16_sample_worker, &jb);
+    nn_pool_run(nt < 1 ? 1 : nt, s_bf16_sample_worker, &r);
 }
 
 typedef struct {
@@ -350,18 +371,22 @@ static void s_bf16_range(const void *job, unsigned char *sp, int s0, int s1)
     for (int t = 0; shift && t < T; t++)
         toff[t] = (t / KW - pad) * Wp + (t % KW - pad);
     memset(D, 0, (size_t)OC * (C + 1) * T * 4);
+    /* rows ld lanes apart whatever the chunk's size, so the ones rows are
+     * built once, for the largest chunk, and every chunk reads them */
+    const size_t ld = (size_t)nb * per;
+    uint16_t *ones = gx + (size_t)nx * ld, *gg = ones + (size_t)n1 * ld;
+    s_bf16_ones(ones, d, per, ld, s1 - s0 < nb ? s1 - s0 : nb, shift);
     for (int n0 = s0; n0 < s1; n0 += nb) {
         const int cnt = s1 - n0 < nb ? s1 - n0 : nb;
-        const size_t cs = (size_t)cnt * per, n = cs - 2 * jlo;
-        uint16_t *ones = gx + (size_t)nx * cs, *gg = ones + (size_t)n1 * cs;
-        s_bf16_chunk_rows(gx, ones, gg, jb->sv->xq, jb->dout, d, n0, cnt, shift);
+        const size_t n = (size_t)cnt * per - 2 * jlo;
         if (shift) {
-            s_bf16_grids(gx, gg, jb->sv->xq, jb->dout, d, n0, cnt);
-            lp_shiftdot_bf16(D, (size_t)C * T, gg + jlo, cs, OC, gx + jlo, cs, C, toff, T, n);
-            lp_shiftdot_bf16(E, (size_t)T, gg + jlo, cs, OC, ones + jlo, cs, 1, toff, T, n);
+            s_bf16_grids(gx, gg, ld, jb->sv->xq, jb->dout, d, n0, cnt);
+            lp_shiftdot_bf16(D, (size_t)C * T, gg + jlo, ld, OC, gx + jlo, ld, C, toff, T, n);
+            lp_shiftdot_bf16(E, (size_t)T, gg + jlo, ld, OC, ones + jlo, ld, 1, toff, T, n);
         } else {
-            lp_shiftdot_bf16(D, (size_t)C * T, gg, cs, OC, gx, cs, C * T, &zero, 1, n);
-            lp_shiftdot_bf16(E, (size_t)T, gg, cs, OC, ones, cs, T, &zero, 1, n);
+            s_bf16_chunk_rows(gx, gg, ld, jb->sv->xq, jb->dout, d, n0, cnt);
+            lp_shiftdot_bf16(D, (size_t)C * T, gg, ld, OC, gx, ld, C * T, &zero, 1, n);
+            lp_shiftdot_bf16(E, (size_t)T, gg, ld, OC, ones, ld, T, &zero, 1, n);
         }
     }
 }
