@@ -740,8 +740,12 @@ int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *lay
     if (h->kind < GOSSIP_MSG_HELLO || h->kind > GOSSIP_MSG_LAST)
         return S_BAD("unknown message kind %u (known 1..%d)", h->kind, GOSSIP_MSG_LAST);
     h->flags = (uint16_t)s_le(&r, 2);
-    if (h->flags & ~(GOSSIP_FLAG_PUSH_SUM | GOSSIP_FLAG_DEFLATE | GOSSIP_FLAG_KEPT))
+    if (h->flags & ~(GOSSIP_FLAG_PUSH_SUM | GOSSIP_FLAG_DEFLATE | GOSSIP_FLAG_KEPT |
+                     GOSSIP_FLAG_DEFERRED))
         return S_BAD("unknown flags 0x%04x", h->flags);
+    if ((h->flags & GOSSIP_FLAG_DEFERRED) && h->kind != GOSSIP_MSG_GOSSIP)
+        return S_BAD("%s message has the deferred flag (only GOSSIP messages carry it)",
+                     s_kind_name(h->kind));
     if ((h->flags & GOSSIP_FLAG_KEPT) &&
         (h->kind != GOSSIP_MSG_GOSSIP || !(h->flags & GOSSIP_FLAG_PUSH_SUM)))
         return S_BAD("%s message has the kept flag (only push-sum GOSSIP messages carry it)",

@@ -70,7 +70,7 @@
 #include "nn/nn_core.h"
 
 #define GOSSIP_MAGIC        0x5347504cu /* "LPGS" little-endian */
-#define GOSSIP_VERSION      4
+#define GOSSIP_VERSION      5
 #define GOSSIP_HEADER_BYTES 40
 
 enum {
@@ -98,6 +98,10 @@ enum {
  * stand-in), the sender's x and psi hold that mass (docs/gossip.md "Kept
  * shares").  Offset of the flags in the header: GOSSIP_HDR_FLAGS_AT. */
 #define GOSSIP_FLAG_KEPT     0x0004u
+/* GOSSIP only: the message carries no update (choco: q = 0, the sender's
+ * public copy did not move), every block sparse with no value; sent while
+ * a link of the sender is backed up (docs/gossip.md "Deferred updates"). */
+#define GOSSIP_FLAG_DEFERRED 0x0008u
 #define GOSSIP_HDR_FLAGS_AT  6
 
 typedef struct {

@@ -52,6 +52,7 @@
 #define GOSSIP_DEF_FRESH_WAIT     0.25 /* staleness: wait this x the round time for fresh messages */
 #define GOSSIP_DEF_LATE_AFTER     1.0  /* staleness: a neighbour far behind that held a round up
                                           this x the round time is mixed late; 0: never */
+#define GOSSIP_DEF_DEFER_UPDATES  1    /* staleness, choco: defer updates on a backed-up path */
 #define GOSSIP_DEF_YIELD_PACE     1.15 /* staleness: a node that holds its neighbours up yields
                                           steps so they keep 1/this of their pace; 0: never */
 

@@ -34,9 +34,19 @@
  * neighbour's silence limit twice over are forgotten (counted:
  * acks_expired), and a neighbour declared down or restarted starts over.
  *
+ * Choco (S > 0) is acknowledged too, for another use: deferred updates
+ * (docs/gossip.md).  Choco's message is one update for every out-neighbour,
+ * so a slow link cannot get less than the others; instead, while one
+ * out-neighbour has not acknowledged our oldest full update for 1.5 of our
+ * rounds although it sent us a GOSSIP since (the path to it is backed up:
+ * a slow link; a stopped neighbour sends nothing and is not counted), the
+ * round sends a deferred update (gossip_node_defer_update: no values, a
+ * few dozen bytes), and what x_i - xhat_i holds goes out in the next full
+ * one.  The full updates on a slow link are thus clocked by its ACKs.
+ *
  * Owns:    per neighbour (gossip_peer) flight[], flight_t[], nflight,
- *          flight_slow.
- * Exposes: gossip_flight_on, _full, _sent, _on_ack, _reset.
+ *          flight_slow, upd_iter, upd_t, upd_next, upd_next_t.
+ * Exposes: gossip_flight_on, _full, _sent, _on_ack, _reset, _backed_up.
  * Callers: gossip_round (sending), gossip_recv (ACKs), gossip_live (down),
  *          gossip_member (restart), gossip_link (start).
  */
@@ -50,10 +60,17 @@ _Static_assert(GOSSIP_STALE_MAX + 2 <= GOSSIP_FLIGHT_CAP, "GOSSIP_FLIGHT_CAP too
  * receiver counts as backed up, at least. */
 #define S_AGE_MIN 0.02
 
-int gossip_flight_on(const gossip_link *l)
+/* The push-sum bound on mass in flight applies. */
+static int s_keeps(const gossip_link *l)
 {
     const gossip_config *c = gossip_node_config(l->g);
     return c->push_sum && c->staleness > 0 && c->algo == GOSSIP_DPSGD;
+}
+
+int gossip_flight_on(const gossip_link *l)
+{
+    const gossip_config *c = gossip_node_config(l->g);
+    return s_keeps(l) || (c->staleness > 0 && c->algo == GOSSIP_CHOCO);
 }
 
 /* Seconds an ACK may take before the link to its sender counts as
@@ -67,12 +84,13 @@ void gossip_flight_reset(gossip_link *l, int j)
 {
     l->p[j].nflight = 0;
     l->p[j].flight_slow = 1; /* until an ACK says otherwise */
+    l->p[j].upd_iter = l->p[j].upd_next = 0;
 }
 
 int gossip_flight_full(gossip_link *l, int to, double limit)
 {
     gossip_peer *p = &l->p[to];
-    if (!gossip_flight_on(l) || p->nflight == 0)
+    if (!s_keeps(l) || p->nflight == 0)
         return 0;
     const unsigned max = p->flight_slow ? 1 : (unsigned)l->stale + 2;
     const double age = nn_now() - p->flight_t[0];
@@ -86,10 +104,55 @@ int gossip_flight_full(gossip_link *l, int to, double limit)
     return p->nflight >= max || age > s_slow_after(l);
 }
 
-void gossip_flight_sent(gossip_link *l, int to, uint64_t iter)
+/* Choco: a full update of iteration iter went out to p. */
+static void s_upd_sent(gossip_peer *p, uint64_t iter)
+{
+    if (!p->upd_iter) {
+        p->upd_iter = iter + 1;
+        p->upd_t = nn_now();
+    } else {
+        p->upd_next = iter + 1;
+        p->upd_next_t = nn_now();
+    }
+}
+
+/* Choco: p acknowledged our GOSSIPs through iteration iter. */
+static void s_upd_acked(gossip_peer *p, uint64_t iter)
+{
+    if (!p->upd_iter || p->upd_iter > iter + 1)
+        return;
+    /* the newest full update since stands for the ones still in flight */
+    if (p->upd_next > iter + 1) {
+        p->upd_iter = p->upd_next;
+        p->upd_t = p->upd_next_t;
+    } else {
+        p->upd_iter = 0;
+    }
+    p->upd_next = 0;
+}
+
+int gossip_flight_backed_up(gossip_link *l)
+{
+    if (!l->choco || !gossip_flight_on(l))
+        return -1;
+    const double now = nn_now(), after = fmax(1.5 * gossip_round_period(l), S_AGE_MIN);
+    for (int a = 0; a < l->nnb; a++) {
+        const int j = l->nb[a];
+        const gossip_peer *p = &l->p[j];
+        if (!p->is_out || p->down || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
+            continue;
+        if (p->upd_iter && now - p->upd_t > after && p->last_gossip > p->upd_t)
+            return j;
+    }
+    return -1;
+}
+
+void gossip_flight_sent(gossip_link *l, int to, uint64_t iter, int full)
 {
     gossip_peer *p = &l->p[to];
-    if (!gossip_flight_on(l) || p->nflight >= GOSSIP_FLIGHT_CAP)
+    if (l->choco && gossip_flight_on(l) && full)
+        s_upd_sent(p, iter);
+    if (!s_keeps(l) || p->nflight >= GOSSIP_FLIGHT_CAP)
         return;
     p->flight_t[p->nflight] = nn_now();
     p->flight[p->nflight++] = iter;
@@ -98,6 +161,11 @@ void gossip_flight_sent(gossip_link *l, int to, uint64_t iter)
 void gossip_flight_on_ack(gossip_link *l, int from, uint64_t iter)
 {
     gossip_peer *p = &l->p[from];
+    if (l->choco) {
+        s_upd_acked(p, iter);
+        l->st.acks_recv++;
+        return;
+    }
     unsigned k = 0;
     while (k < p->nflight && p->flight[k] <= iter) /* in order on one connection */
         k++;

@@ -118,6 +118,7 @@ void gossip_link_config_default(gossip_link_config *cfg)
     cfg->start_window = GOSSIP_DEF_START_WINDOW_S;
     cfg->fresh_wait = GOSSIP_DEF_FRESH_WAIT;
     cfg->late_after = GOSSIP_DEF_LATE_AFTER;
+    cfg->defer_updates = GOSSIP_DEF_DEFER_UPDATES;
 }
 
 gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int rank,

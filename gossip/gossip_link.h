@@ -214,6 +214,10 @@ typedef struct {
      * round period is mixed late instead of waited for
      * (gossip_node_peer_late) until it catches up; 0: always wait   [1.0] */
     double   late_after;
+    /* bounded staleness, choco: while the path to an out-neighbour is
+     * backed up (it acknowledges our full updates late although it still
+     * sends), send updates without values (gossip_node_defer_update)  [1] */
+    int      defer_updates;
     uint64_t iters;        /* gossip rounds of the whole run (0: unknown): an
                               iteration reported beyond it is a lie ("Re-join") */
 } gossip_link_config;
@@ -240,7 +244,9 @@ typedef struct {
     uint64_t kept_sent_late;   /* GOSSIP the queue took later in its round */
     uint64_t kept_flight;      /* push-sum GOSSIP kept, not sent: S + 2 of ours
                                   to that peer were unacknowledged */
-    uint64_t acks_recv;        /* ACKs that acknowledged GOSSIPs of ours */
+    uint64_t acks_recv;        /* ACKs of our GOSSIPs */
+    uint64_t updates_deferred; /* choco: rounds whose message carried no update
+                                  (a path to an out-neighbour backed up) */
     uint64_t acks_expired;     /* GOSSIPs of ours given up on being acknowledged */
     uint64_t dropped_test;     /* GOSSIP dropped by drop_gossip */
     uint64_t flow_waits;       /* rounds that waited for a slow out-neighbour */

@@ -111,6 +111,8 @@ struct gossip_link {
         uint8_t *unsent;           /* n: the round's message to it is kept,
                                       retried while the round waits */
         int      nunsent;
+        int      deferred;         /* the round's message carries no update
+                                      (choco, gossip_flight_backed_up) */
     } round;
 };
 
@@ -183,15 +185,20 @@ void gossip_live_note_stall(gossip_link *l, double gap);
 double gossip_live_stall(const gossip_link *l, double *woke);
 void gossip_live_stall_reset(gossip_link *l);
 
-/* ---- gossip_flight.c: push-sum mass in flight, bounded by ACKs */
-/* The bound applies (push-sum, S > 0, dpsgd). */
+/* ---- gossip_flight.c: messages in flight, acknowledged by ACKs */
+/* Receivers acknowledge our GOSSIPs (S > 0, push-sum dpsgd or choco). */
 int gossip_flight_on(const gossip_link *l);
-/* A GOSSIP to `to` is to be kept, not sent: S + 2 of ours are
- * unacknowledged, or one for more than S + 2 of our rounds (all forgotten
- * when the oldest is older than 2 x limit s). */
+/* Push-sum dpsgd: a GOSSIP to `to` is to be kept, not sent: S + 2 of ours
+ * are unacknowledged, or one for more than S + 2 of our rounds (all
+ * forgotten when the oldest is older than 2 x limit s).  0 otherwise. */
 int gossip_flight_full(gossip_link *l, int to, double limit);
-/* Our GOSSIP of iteration iter went out to `to`. */
-void gossip_flight_sent(gossip_link *l, int to, uint64_t iter);
+/* Our GOSSIP of iteration iter went out to `to`; full: it carried an
+ * update (not a deferred one). */
+void gossip_flight_sent(gossip_link *l, int to, uint64_t iter, int full);
+/* Choco: a live out-neighbour that has not acknowledged our oldest full
+ * update to it for longer than 1.5 of our rounds although it sent us a
+ * GOSSIP since (the path to it is backed up, it is not stopped), or -1. */
+int gossip_flight_backed_up(gossip_link *l);
 /* Out-neighbour `from` acknowledged our GOSSIPs up to iteration iter. */
 void gossip_flight_on_ack(gossip_link *l, int from, uint64_t iter);
 /* j was declared down, came back or restarted: nothing in flight. */

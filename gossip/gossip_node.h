@@ -316,6 +316,22 @@ uint64_t gossip_node_sent_thru_to(const gossip_node *g, int rank);
  * node cannot keep shares (not push-sum dpsgd, staleness 0, not prepared,
  * rank not a destination): the message is then lost as before. */
 int gossip_node_keep(gossip_node *g, int rank, int keep);
+
+/* ---- deferred updates (choco with bounded staleness; docs/gossip.md) ----
+ * The next message gossip_node_prepare makes carries no update: q_i = 0,
+ * so xhat_i stays where it is and what x_i - xhat_i holds goes out in a
+ * later, ordinary message (Choco's error feedback); every receiver applies
+ * the same nothing, so the copies stay equal and sum x is conserved.  The
+ * message is a header and empty blocks (GOSSIP_FLAG_DEFERRED), a few dozen
+ * bytes: a link that is backed up (a slow link, a stopped receiver) stops
+ * carrying a full update every iteration.  Called between the local step
+ * and gossip_node_prepare; 0, or -1 when this node cannot defer (not choco,
+ * staleness 0, already prepared, or its last message was deferred: Choco's
+ * consensus step eta is stable for a compressor only so much worse than
+ * the run's, and every other update is as far as that goes: with top-10%
+ * at eta 0.1, 2 updates in 3 deferred made 4 nodes of a complete graph
+ * diverge, 1 in 2 did not; tests/test_gossip_stale.c). */
+int gossip_node_defer_update(gossip_node *g);
 const nn_arena      *gossip_node_layout(const gossip_node *g);
 const gossip_config *gossip_node_config(const gossip_node *g);
 void     gossip_node_stats(const gossip_node *g, gossip_stats *out);

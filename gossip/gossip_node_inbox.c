@@ -93,6 +93,18 @@ static gossip_recv_code s_receive_resync(gossip_node *g, const gossip_header *h,
  * h->iter: type and count of values.  0, or -1 with a message. */
 static int s_check_shapes(const gossip_node *g, const gossip_header *h, char *err, size_t errlen)
 {
+    if (h->flags & GOSSIP_FLAG_DEFERRED) { /* no update: choco only, no value anywhere */
+        if (g->cfg.algo != GOSSIP_CHOCO)
+            return nn_errf(err, errlen, "gossip: node %d: rank %u sent a deferred update for iteration %llu, which %s does not have",
+                           g->rank, h->sender, (unsigned long long)h->iter, gossip_algo_name(g->cfg.algo));
+        for (size_t b = 0; b < g->scratch_pl.nblocks; b++) {
+            const gossip_block *blk = &g->scratch_pl.blocks[b];
+            if (blk->type != GOSSIP_BLK_SPARSE_F32 || blk->k != 0)
+                return nn_errf(err, errlen, "gossip: node %d: rank %u sent a deferred update with block type %u and %zu values for tensor '%s' (must be empty)",
+                               g->rank, h->sender, blk->type, blk->k, g->layout->views[b].name);
+        }
+        return 0;
+    }
     gossip_compressor cur;
     s_comp_at(g, h->iter, &cur);
     for (size_t b = 0; b < g->scratch_pl.nblocks; b++) {

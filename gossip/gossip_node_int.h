@@ -85,6 +85,9 @@ struct gossip_node {
     uint64_t iter;
     uint64_t sync_from;               /* staleness 0 from this mix on */
     int      prepared;
+    int      defer;                   /* the next prepare sends no update
+                                         (gossip_node_defer_update) */
+    int      deferred_last;           /* the last prepared message was deferred */
     /* buffers */
     gossip_compressed comp_out;
     gossip_payload    self_pl, scratch_pl;

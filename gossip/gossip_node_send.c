@@ -5,9 +5,9 @@
  * the last message (dgc).
  *
  * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
- * Exposes: gossip_node_prepare, _ndest, _outbox (with the kept flag where
- *          shares to that destination were kept), _resync_msg,
- *          _masks_momentum, _mask_sent.
+ * Exposes: gossip_node_prepare, _defer_update, _ndest, _outbox (with the
+ *          kept flag where shares to that destination were kept),
+ *          _resync_msg, _masks_momentum, _mask_sent.
  * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
  */
 #include "gossip/gossip_node_int.h"
@@ -39,13 +39,34 @@ static void s_mark_sent(const gossip_payload *p, const nn_arena *layout, float *
     }
 }
 
-int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err, size_t errlen)
+int gossip_node_defer_update(gossip_node *g)
 {
-    double t0 = nn_now();
-    if (iter != g->iter || g->prepared)
-        return nn_errf(err, errlen, "gossip: prepare(%llu) out of order (node %d is at iteration %llu, %s)",
-                       (unsigned long long)iter, g->rank, (unsigned long long)g->iter,
-                       g->prepared ? "already prepared" : "not prepared");
+    if (g->cfg.algo != GOSSIP_CHOCO || g->cfg.staleness <= 0 || g->prepared || g->deferred_last)
+        return -1;
+    g->defer = 1;
+    return 0;
+}
+
+/* The blocks of a deferred update: every view sparse, no value. */
+static void s_empty_blocks(gossip_node *g)
+{
+    gossip_compressed *c = &g->comp_out;
+    for (size_t b = 0; b < c->nblocks; b++)
+        c->blocks[b] = (gossip_cblock){ GOSSIP_BLK_SPARSE_F32, (uint32_t)g->layout->views[b].numel,
+                                        0, c->idx, c->f32, NULL, NULL };
+}
+
+/* The update of this iteration into g->comp_out (g->work holds what was
+ * compressed), and its header flags. */
+static int s_compress(gossip_node *g, const float *x, uint64_t iter, uint16_t *flags, char *err,
+                      size_t errlen)
+{
+    *flags = (uint16_t)(g->cfg.push_sum ? GOSSIP_FLAG_PUSH_SUM : 0);
+    if (g->defer) {
+        s_empty_blocks(g);
+        *flags |= GOSSIP_FLAG_DEFERRED;
+        return 0;
+    }
     size_t d = g->layout->numel;
     const float *v = x;
     if (g->cfg.algo == GOSSIP_CHOCO) {
@@ -59,11 +80,25 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
     }
     gossip_compressor cur;
     s_comp_at(g, iter, &cur);
-    if (gossip_compress(&cur, g->layout, v, &g->rng, &g->comp_out, err, errlen) < 0)
+    return gossip_compress(&cur, g->layout, v, &g->rng, &g->comp_out, err, errlen);
+}
+
+int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err, size_t errlen)
+{
+    double t0 = nn_now();
+    if (iter != g->iter || g->prepared)
+        return nn_errf(err, errlen, "gossip: prepare(%llu) out of order (node %d is at iteration %llu, %s)",
+                       (unsigned long long)iter, g->rank, (unsigned long long)g->iter,
+                       g->prepared ? "already prepared" : "not prepared");
+    size_t d = g->layout->numel;
+    uint16_t flags;
+    int rc = s_compress(g, x, iter, &flags, err, errlen);
+    g->deferred_last = g->defer;
+    g->defer = 0;
+    if (rc < 0)
         return -1;
-    gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP,
-                        (uint16_t)(g->cfg.push_sum ? GOSSIP_FLAG_PUSH_SUM : 0),
-                        (uint32_t)g->rank, iter, g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0 };
+    gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, flags, (uint32_t)g->rank, iter,
+                        g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0 };
     size_t plain_len = gossip_msg_encode(&h, g->comp_out.blocks, g->comp_out.nblocks, &g->out);
     if (g->comp.deflate)
         gossip_msg_deflate(&g->out, &g->zbuf, S_DEFLATE_LEVEL);

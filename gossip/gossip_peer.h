@@ -85,6 +85,12 @@ typedef struct {
     double   flight_t[GOSSIP_FLIGHT_CAP]; /* the clock each went out */
     unsigned nflight;
     uint8_t  flight_slow;      /* its ACKs come late (or none yet): one at a time */
+    /* choco's deferred updates (gossip_flight): our oldest full update to
+     * it not yet acknowledged, and the newest one sent since */
+    uint64_t upd_iter;         /* 1 + its iteration (0: none open) */
+    double   upd_t;            /* the clock it went out */
+    uint64_t upd_next;         /* 1 + the iteration of the newest since (0: none) */
+    double   upd_next_t;
 } gossip_peer;
 
 #endif

@@ -152,9 +152,10 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
                  (unsigned long long)h->iter, (unsigned long long)p->got - 1);
         return;
     }
-    /* push-sum: its mass in flight to us is bounded by our ACKs
-     * (gossip_flight.c), whatever becomes of the message here */
-    if ((h->flags & GOSSIP_FLAG_PUSH_SUM) && gossip_flight_on(l))
+    /* push-sum: its mass in flight to us is bounded by our ACKs; choco:
+     * they clock its full updates (gossip_flight.c), whatever becomes of
+     * the message here */
+    if (gossip_flight_on(l))
         gossip_link_ctl(l, GOSSIP_MSG_ACK, from, 1, h->iter);
     double now = nn_now();
     if (p->last_gossip > 0) {

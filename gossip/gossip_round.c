@@ -85,6 +85,25 @@ static void s_stop_waiting_if_behind(gossip_link *l, uint64_t iter)
     }
 }
 
+/* Choco: the round's message carries no update while the path to an
+ * out-neighbour is backed up (gossip_flight_backed_up; docs/gossip.md
+ * "Deferred updates"). */
+static void s_defer(gossip_link *l, uint64_t iter)
+{
+    l->round.deferred = 0;
+    if (!l->cfg.defer_updates)
+        return;
+    const int j = gossip_flight_backed_up(l);
+    if (j < 0 || gossip_node_defer_update(l->g) != 0)
+        return;
+    l->round.deferred = 1;
+    if (l->st.updates_deferred++ < 3)
+        gossip_link_log(l, "iteration %llu: update deferred, %s has not acknowledged our update "
+                        "of %.2f s ago%s", (unsigned long long)iter, gossip_link_id(l, j),
+                        nn_now() - l->p[j].upd_t,
+                        l->st.updates_deferred == 3 ? " (further ones only counted)" : "");
+}
+
 /* The prepared message to `to`.  One the transport's queue does not take
  * now is, with push-sum, kept (gossip_node_keep: not lost, no queue behind
  * a slow link) and retried while the round waits; otherwise it is lost
@@ -114,7 +133,7 @@ static int s_send_to(gossip_link *l, int to, const uint8_t *msg, size_t len, cha
         return 0;
     }
     l->p[to].sent_dealer = nn_now();
-    gossip_flight_sent(l, to, gossip_node_iter(l->g));
+    gossip_flight_sent(l, to, gossip_node_iter(l->g), !l->round.deferred);
     return 0;
 }
 
@@ -136,7 +155,7 @@ static int s_retry_unsent(gossip_link *l, char *err, size_t errlen)
             l->round.nunsent--;
             l->st.kept_sent_late++;
             l->p[to].sent_dealer = nn_now();
-            gossip_flight_sent(l, to, gossip_node_iter(l->g));
+            gossip_flight_sent(l, to, gossip_node_iter(l->g), !l->round.deferred);
         }
     }
     return 0;
@@ -305,6 +324,7 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
     }
     l->st.flow_waits += (uint64_t)waited;
     double t1 = nn_now();
+    s_defer(l, iter);
     if (gossip_node_prepare(l->g, x, iter, err, errlen) != 0)
         return -1;
     double t2 = nn_now();

@@ -560,7 +560,7 @@ static size_t s_link_counts(node_count *c, const gossip_net_stats *ns,
         {"rejoins", ls->rejoins},              {"unproven", ls->unproven},
         {"dropped_full", ls->dropped_full},    {"kept_full", ls->kept_full},
         {"kept_flight", ls->kept_flight},      {"acks_recv", ls->acks_recv},
-        {"acks_expired", ls->acks_expired},
+        {"acks_expired", ls->acks_expired},    {"updates_deferred", ls->updates_deferred},
     };
     size_t n = sizeof v / sizeof v[0];
     _Static_assert(sizeof v / sizeof v[0] <= NODE_LINK_COUNTS, "NODE_LINK_COUNTS too small");

@@ -36,7 +36,7 @@ enum {
     F_TOPO, F_ALGO, F_COMP, F_ETA, F_NOPS, F_SKEW, F_GOSSIP_EVERY, F_OUT, F_EVAL_NODES,
     F_RANK, F_BIND, F_PEER, F_TIMEOUT, F_NOGOSSIP, F_CKPT_EVERY, F_RESUME, F_PEER_FLOOR,
     F_PEER_FACTOR, F_FAIL_LOSS, F_CERT, F_DROP, F_DROP_RESYNC, F_DISC_IFACE,
-    F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_LATE_AFTER, F_YIELD_PACE, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
+    F_MIN_NODES, F_START_WINDOW, F_FRESH_WAIT, F_LATE_AFTER, F_DEFER, F_YIELD_PACE, F_JOIN, F_STALE, F_DELAYS, F_DEBUG_SLOW,
     F_GRAD_GUARD, F_INIT, F_INIT_SKIP,
     F_IMAGE_SIZE, F_SKIP_BAD, F_NCHW, F_PARTITION, F_CLASSES, /* the user's data (s_data_flag) */
     F_METRICS_PORT, F_METRICS_BIND,
@@ -87,7 +87,7 @@ static const s_flag s_flags[] = {
     {"discovery-interface", 1, F_DISC_IFACE, G_NODE},
     {"min-nodes", 1, F_MIN_NODES, G_NODE},   {"start-window", 1, F_START_WINDOW, G_NODE},
     {"fresh-wait", 1, F_FRESH_WAIT, G_NODE},    {"late-after", 1, F_LATE_AFTER, G_NODE},
-    {"yield-pace", 1, F_YIELD_PACE, G_NODE},
+    {"yield-pace", 1, F_YIELD_PACE, G_NODE},    {"defer-updates", 1, F_DEFER, G_NODE},
     {"join", 1, F_JOIN, G_SIM},
     {"image-size", 1, F_IMAGE_SIZE, G_MODEL}, {"skip-bad", 0, F_SKIP_BAD, G_MODEL},
     {"nchw", 0, F_NCHW, G_MODEL},            {"partition", 1, F_PARTITION, G_GOSSIP},
@@ -262,6 +262,11 @@ static const char s_help_node[] =
 "                      mixed late (its messages as they come, with their own\n"
 "                      weights) instead of waited for, until it catches up;\n"
 "                      0 = always wait [" GOSSIP_DEF_STR(GOSSIP_DEF_LATE_AFTER) "]\n"
+"  --defer-updates 0|1 with --staleness S > 0 and choco: while an out-neighbour\n"
+"                      acknowledges our updates late but still sends (a slow\n"
+"                      link), send updates without values (a few bytes) and\n"
+"                      carry what they would have held into the next full one;\n"
+"                      0 = always full [" GOSSIP_DEF_STR(GOSSIP_DEF_DEFER_UPDATES) "]\n"
 "  --yield-pace R      with --staleness S > 0: a node so slow that its neighbours\n"
 "                      wait at each of its steps takes fewer steps (mix-only\n"
 "                      iterations) so that they keep 1/R of their own pace\n"
@@ -564,6 +569,13 @@ static int s_node_flag(node_net_opts *n, int code, const char *arg, char *err, s
         return node_parse_double("--fresh-wait", arg, 0, 10, &lc->fresh_wait, err, errlen);
     case F_LATE_AFTER:
         return node_parse_double("--late-after", arg, 0, 100, &lc->late_after, err, errlen);
+    case F_DEFER: {
+        long v;
+        if (node_parse_int("--defer-updates", arg, 0, 1, &v, err, errlen) != 0)
+            return -1;
+        lc->defer_updates = (int)v;
+        return 0;
+    }
     case F_YIELD_PACE:
         if (node_parse_double("--yield-pace", arg, 0, 100, &n->yield_pace, err, errlen) != 0)
             return -1;

@@ -10,7 +10,8 @@
  * synchronous path.  The slow node's step pattern, the --delays parser and
  * the configuration checks; late, duplicate and replayed messages.  SGP
  * over a jammed link: kept shares conserve sum x and sum psi exactly, the
- * stand-ins of lost messages do not.
+ * stand-ins of lost messages do not.  Choco's deferred updates (no values)
+ * keep the copies equal and the exact average; malformed ones are refused.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -197,6 +198,144 @@ static void test_choco_exact_average(void **state)
         s_case k = { GOSSIP_CHOCO, "topk:0.1+q8", 0.1, 2, "random:2", 3000, 1e-5, 0 };
         s_consensus(topos[ti], &k);
     }
+}
+
+/* Consensus of case c on tname where node `slow` asks to defer its update
+ * every round (every other ask is taken: never two in a row) and every
+ * other node on about one round in 3 (gossip_node_defer_update); returns
+ * the bytes node `slow` sent. */
+static uint64_t s_deferred_run(const char *tname, const s_case *c, int slow, int defer)
+{
+    char err[512];
+    topo *t = s_named(tname);
+    nn_arena L;
+    s_layout(&L);
+    size_t d = L.numel;
+    int n = t->n;
+    gossip_sim *sim = s_sim(c, t, &L);
+    float **x = s_vectors(n, d, 4321);
+    double *avg = nn_xcalloc(d, sizeof(double)), amax = 0.0;
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < d; k++)
+            avg[k] += x[i][k] / n;
+    for (size_t k = 0; k < d; k++)
+        amax = fmax(amax, fabs(avg[k]));
+    nn_rng r;
+    nn_rng_seed(&r, 17);
+    int asked = 0; /* refused: the node's last update was deferred */
+    for (int it = 0; it < c->rounds; it++) {
+        for (int i = 0; i < n && defer; i++)
+            if (i == slow || nn_rng_uniform(&r) < 0.33)
+                asked += gossip_node_defer_update(gossip_sim_node(sim, i)) == 0 ? 0 : 1;
+        if (gossip_sim_step(sim, x, (uint64_t)it, err, sizeof err) < 0)
+            fail_msg("%s: %s", tname, err);
+    }
+    double maxerr = 0.0;
+    float *z = nn_xcalloc(d, sizeof(float));
+    for (int i = 0; i < n; i++) {
+        gossip_node_debias(gossip_sim_node(sim, i), x[i], z);
+        for (size_t k = 0; k < d; k++)
+            maxerr = fmax(maxerr, fabs(z[k] - avg[k]));
+    }
+    gossip_stats st;
+    gossip_node_stats(gossip_sim_node(sim, slow), &st);
+    printf("  %-10s choco/%-12s deferred %d: max |z-avg|/max|avg| = %.2e, node %d sent %llu B\n",
+           tname, c->comp, defer, maxerr / amax, slow, (unsigned long long)st.bytes_sent);
+    if (defer && asked < c->rounds / 3) /* half the slow node's asks */
+        fail_msg("%s: %d deferrals refused, expected the second of every two in a row", tname, asked);
+    if (!(maxerr / amax <= c->tol))
+        fail_msg("%s %s deferred %d: relative error %g > %g", tname, c->comp, defer, maxerr / amax,
+                 c->tol);
+    free(z);
+    free(avg);
+    s_vectors_free(x, n);
+    gossip_sim_destroy(&sim);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+    return st.bytes_sent;
+}
+
+/* Deferred updates (choco): the copies stay equal, so the exact average
+ * and consensus hold with messages up to S rounds late; a node that
+ * defers every other round sends half its full updates. */
+static void test_choco_deferred(void **state)
+{
+    (void)state;
+    const char *topos[] = { "ring8", "complete4" };
+    for (size_t ti = 0; ti < 2; ti++) {
+        s_case k = { GOSSIP_CHOCO, "topk:0.1+q8", 0.1, 2, "random:2", 4000, 1e-5, 0 };
+        uint64_t full = s_deferred_run(topos[ti], &k, 2, 0);
+        uint64_t deferred = s_deferred_run(topos[ti], &k, 2, 1);
+        /* half its full updates, plus the deferred ones' headers (this
+         * layout's full update is ~100 bytes, a deferred one ~55) */
+        assert_true(deferred * 100 < full * 85);
+        s_case id = { GOSSIP_CHOCO, "identity", 0.3, 2, "random:2", 2000, 2e-6, 0 };
+        s_deferred_run(topos[ti], &id, 2, 1);
+    }
+}
+
+/* A deferred update is choco's only, with empty blocks; others refused. */
+static void test_deferred_refusals(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = s_named("ring8");
+    nn_arena L;
+    s_layout(&L);
+    gossip_config cfg = s_cfg(GOSSIP_CHOCO, "topk:0.1+q8", 0.1, 2);
+    gossip_node *a = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
+    gossip_node *b = gossip_node_new(&cfg, &L, t, 1, err, sizeof err);
+    assert_non_null(a);
+    assert_non_null(b);
+    float **x = s_vectors(2, L.numel, 9);
+    assert_int_equal(gossip_node_defer_update(a), 0);
+    assert_int_equal(gossip_node_prepare(a, x[0], 0, err, sizeof err), 0);
+    assert_int_equal(gossip_node_defer_update(a), -1); /* already prepared */
+    const uint8_t *m;
+    int to;
+    size_t len = gossip_node_outbox(a, 0, &to, &m);
+    assert_true(len > 0 && len < 80);
+    assert_int_equal(gossip_node_receive(b, m, len, err, sizeof err), 0);
+    for (size_t k = 0; k < L.numel; k++) /* nothing moved, on either side */
+        assert_true(gossip_node_xhat_self(a)[k] == 0.0f && gossip_node_xhat_of(b, 0)[k] == 0.0f);
+    /* the flag on a message with a value */
+    float v = 1.0f;
+    uint32_t idx = 0;
+    gossip_cblock blk[3];
+    for (size_t i = 0; i < 3; i++)
+        blk[i] = (gossip_cblock){ GOSSIP_BLK_SPARSE_F32, (uint32_t)L.views[i].numel, i == 1, &idx,
+                                  &v, NULL, NULL };
+    gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP,
+                        GOSSIP_FLAG_PUSH_SUM | GOSSIP_FLAG_DEFERRED, 0, 1, 1.0,
+                        gossip_layout_fingerprint(&L), 0, 0 };
+    gossip_buf out = { 0 };
+    size_t n = gossip_msg_encode(&h, blk, 3, &out);
+    assert_int_equal(gossip_node_receive(b, out.data, n, err, sizeof err), -1);
+    assert_non_null(strstr(err, "must be empty"));
+    /* ... on another kind */
+    h.kind = GOSSIP_MSG_RESYNC;
+    blk[1].k = 0;
+    n = gossip_msg_encode(&h, blk, 3, &out);
+    gossip_header hd;
+    assert_int_equal(gossip_msg_decode_header(out.data, n, &L, &hd, err, sizeof err), -1);
+    assert_non_null(strstr(err, "deferred flag"));
+    /* ... to dpsgd, which has no copies to leave alone */
+    gossip_config sc = s_cfg(GOSSIP_DPSGD, "q8", 1.0, 2);
+    gossip_node *c = gossip_node_new(&sc, &L, t, 1, err, sizeof err);
+    assert_non_null(c);
+    assert_int_equal(gossip_node_defer_update(c), -1);
+    h.kind = GOSSIP_MSG_GOSSIP;
+    h.iter = 0;
+    n = gossip_msg_encode(&h, blk, 3, &out);
+    assert_int_equal(gossip_node_receive(c, out.data, n, err, sizeof err), -1);
+    assert_non_null(strstr(err, "does not have"));
+    gossip_buf_free(&out);
+    gossip_node_destroy(&c);
+    gossip_node_destroy(&a);
+    gossip_node_destroy(&b);
+    s_vectors_free(x, 2);
+    nn_arena_free(&L);
+    topo_destroy(&t);
 }
 
 static void test_deepsqueeze_bound(void **state)
@@ -1011,6 +1150,8 @@ int main(void)
         cmocka_unit_test(test_sgp_exact_average),
         cmocka_unit_test(test_choco_exact_average),
         cmocka_unit_test(test_deepsqueeze_bound),
+        cmocka_unit_test(test_choco_deferred),
+        cmocka_unit_test(test_deferred_refusals),
         cmocka_unit_test(test_sgp_step_scale),
         cmocka_unit_test(test_sgp_alone),
         cmocka_unit_test(test_sgp_kept_shares),
