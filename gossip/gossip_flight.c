@@ -37,7 +37,7 @@
  * Choco (S > 0) is acknowledged too, for another use: deferred updates
  * (docs/gossip.md).  Choco's message is one update for every out-neighbour,
  * so a slow link cannot get less than the others; instead, while one
- * out-neighbour has not acknowledged our oldest full update for 1.5 of our
+ * out-neighbour has not acknowledged our oldest full update for S + 2 of our
  * rounds although it sent us a GOSSIP since (the path to it is backed up:
  * a slow link; a stopped neighbour sends nothing and is not counted), the
  * round sends a deferred update (gossip_node_defer_update: no values, a
@@ -135,7 +135,7 @@ int gossip_flight_backed_up(gossip_link *l)
 {
     if (!l->choco || !gossip_flight_on(l))
         return -1;
-    const double now = nn_now(), after = fmax(1.5 * gossip_round_period(l), S_AGE_MIN);
+    const double now = nn_now(), after = s_slow_after(l);
     for (int a = 0; a < l->nnb; a++) {
         const int j = l->nb[a];
         const gossip_peer *p = &l->p[j];
