@@ -200,6 +200,33 @@ static void test_choco_exact_average(void **state)
     }
 }
 
+/* avg = the mean of the n vectors x (d each); returns max_k |avg_k|. */
+static double s_mean_of(float **x, int n, size_t d, double *avg)
+{
+    double amax = 0.0;
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < d; k++)
+            avg[k] += x[i][k] / n;
+    for (size_t k = 0; k < d; k++)
+        amax = fmax(amax, fabs(avg[k]));
+    return amax;
+}
+
+/* max over nodes and coordinates of |z_i - avg| (z_i: node i's de-biased
+ * x_i; inf when one is not finite). */
+static double s_z_err(gossip_sim *sim, float **x, int n, size_t d, const double *avg)
+{
+    double e = 0.0;
+    float *z = nn_xcalloc(d, sizeof(float));
+    for (int i = 0; i < n; i++) {
+        gossip_node_debias(gossip_sim_node(sim, i), x[i], z);
+        for (size_t k = 0; k < d; k++)
+            e = isfinite(z[k]) ? fmax(e, fabs(z[k] - avg[k])) : INFINITY;
+    }
+    free(z);
+    return e;
+}
+
 /* Consensus of case c on tname where node `slow` asks to defer its update
  * every round (every other ask is taken: never two in a row) and every
  * other node on about one round in 3 (gossip_node_defer_update); returns
@@ -214,12 +241,7 @@ static uint64_t s_deferred_run(const char *tname, const s_case *c, int slow, int
     int n = t->n;
     gossip_sim *sim = s_sim(c, t, &L);
     float **x = s_vectors(n, d, 4321);
-    double *avg = nn_xcalloc(d, sizeof(double)), amax = 0.0;
-    for (int i = 0; i < n; i++)
-        for (size_t k = 0; k < d; k++)
-            avg[k] += x[i][k] / n;
-    for (size_t k = 0; k < d; k++)
-        amax = fmax(amax, fabs(avg[k]));
+    double *avg = nn_xcalloc(d, sizeof(double)), amax = s_mean_of(x, n, d, avg);
     nn_rng r;
     nn_rng_seed(&r, 17);
     int asked = 0; /* refused: the node's last update was deferred */
@@ -230,13 +252,7 @@ static uint64_t s_deferred_run(const char *tname, const s_case *c, int slow, int
         if (gossip_sim_step(sim, x, (uint64_t)it, err, sizeof err) < 0)
             fail_msg("%s: %s", tname, err);
     }
-    double maxerr = 0.0;
-    float *z = nn_xcalloc(d, sizeof(float));
-    for (int i = 0; i < n; i++) {
-        gossip_node_debias(gossip_sim_node(sim, i), x[i], z);
-        for (size_t k = 0; k < d; k++)
-            maxerr = fmax(maxerr, fabs(z[k] - avg[k]));
-    }
+    double maxerr = s_z_err(sim, x, n, d, avg);
     gossip_stats st;
     gossip_node_stats(gossip_sim_node(sim, slow), &st);
     printf("  %-10s choco/%-12s deferred %d: max |z-avg|/max|avg| = %.2e, node %d sent %llu B\n",
@@ -246,7 +262,6 @@ static uint64_t s_deferred_run(const char *tname, const s_case *c, int slow, int
     if (!(maxerr / amax <= c->tol))
         fail_msg("%s %s deferred %d: relative error %g > %g", tname, c->comp, defer, maxerr / amax,
                  c->tol);
-    free(z);
     free(avg);
     s_vectors_free(x, n);
     gossip_sim_destroy(&sim);
@@ -612,12 +627,7 @@ static double s_sgp_train(const char *tname, int S, const char *delays, double l
     s_case c = { GOSSIP_DPSGD, "identity", 1.0, S, delays, 0, 0, 0 };
     gossip_sim *sim = s_sim(&c, t, &L);
     float **x = s_vectors(n, d, 99), **b = s_vectors(n, d, 4321), *z = nn_xcalloc(d, sizeof(float));
-    double *bavg = nn_xcalloc(d, sizeof(double)), bmax = 0.0, err_max = 0.0;
-    for (int i = 0; i < n; i++)
-        for (size_t k = 0; k < d; k++)
-            bavg[k] += b[i][k] / n;
-    for (size_t k = 0; k < d; k++)
-        bmax = fmax(bmax, fabs(bavg[k]));
+    double *bavg = nn_xcalloc(d, sizeof(double)), bmax = s_mean_of(b, n, d, bavg);
     for (int r = 0; r < rounds; r++) {
         double step = r < rounds - 100 ? lr * (1.0 - (double)r / (rounds - 100)) : 0.0; /* decays to 0; the last rounds only mix */
         for (int i = 0; i < n && step > 0.0; i++) {
@@ -630,11 +640,7 @@ static double s_sgp_train(const char *tname, int S, const char *delays, double l
         if (gossip_sim_step(sim, x, (uint64_t)r, err, sizeof err) < 0)
             fail_msg("%s: %s", tname, err);
     }
-    for (int i = 0; i < n; i++) {
-        gossip_node_debias(gossip_sim_node(sim, i), x[i], z);
-        for (size_t k = 0; k < d; k++)
-            err_max = isfinite(z[k]) ? fmax(err_max, fabs(z[k] - bavg[k])) : INFINITY;
-    }
+    double err_max = s_z_err(sim, x, n, d, bavg);
     free(z);
     free(bavg);
     s_vectors_free(x, n);
