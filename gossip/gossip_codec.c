@@ -922,10 +922,11 @@ void gossip_payload_copy(gossip_payload *dst, const gossip_payload *src)
         const gossip_block *s = &src->blocks[b];
         gossip_block *d = &dst->blocks[b];
         *d = *s;
-        d->val = dst->val + at;
-        memcpy(d->val, s->val, s->k * sizeof *d->val);
+        d->val = dst->val + at; /* NULL + 0 when the message carries nothing (deferred) */
+        if (s->k)
+            memcpy(d->val, s->val, s->k * sizeof *d->val);
         d->idx = s->idx ? dst->idx + at : NULL;
-        if (s->idx)
+        if (s->idx && s->k)
             memcpy(d->idx, s->idx, s->k * sizeof *d->idx);
         at += s->k;
     }
