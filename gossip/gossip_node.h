@@ -323,8 +323,8 @@ int gossip_node_keep(gossip_node *g, int rank, int keep);
  * later, ordinary message (Choco's error feedback); every receiver applies
  * the same nothing, so the copies stay equal and sum x is conserved.  The
  * message is a header and empty blocks (GOSSIP_FLAG_DEFERRED), a few dozen
- * bytes: a link that is backed up (a slow link, a stopped receiver) stops
- * carrying a full update every iteration.  Called between the local step
+ * bytes: a backed-up path to a neighbour (a slow link) stops carrying a
+ * full update every iteration.  Called between the local step
  * and gossip_node_prepare; 0, or -1 when this node cannot defer (not choco,
  * staleness 0, already prepared, or its last message was deferred: Choco's
  * consensus step eta is stable for a compressor only so much worse than
