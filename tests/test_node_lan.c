@@ -391,7 +391,11 @@ static void s_lan_spoofed(int curve)
     snprintf(subset, sizeof subset, "%d", S_N * 8 * iters);
     for (int k = 0; k < S_N; k++)
         snprintf(logs[k], sizeof logs[k], "%s/node%d.txt", s_dir, k);
-    char *more[] = {"--peer-timeout", "3", NULL};
+    /* every node waits for both its neighbours before its first step: on a
+     * loaded machine n0 otherwise started with n3 alone after its 5 s
+     * start window, and n1, started later, found the run going and (rightly)
+     * refused to join from models that did not yet agree */
+    char *more[] = {"--peer-timeout", "3", "--min-nodes", "3", NULL};
     double t0 = nn_now();
     pid_t pid[S_N];
     pid[0] = s_start(topo, 0, 0, "1", "60", out, logs[0], subset, curve ? cert[0] : NULL, more);
