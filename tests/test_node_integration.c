@@ -450,8 +450,11 @@ static void s_stale_run(const char *name, int stop, double m[4][2], double *acks
     printf("%s: steps skipped %g %g %g %g; shares kept for want of an ACK %g %g %g %g; "
            "ACKs %g; sum psi %.15g\n", name, m[0][0], m[1][0], m[2][0], m[3][0], m[0][1],
            m[1][1], m[2][1], m[3][1], *acks, psum);
-    if (fabs(psum - 4.0) > 1e-9)
+    if (fabs(psum - 4.0) > 1e-9) {
+        for (int i = 0; i < 4; i++)
+            tk_dump(logs[i]);
         fail_msg("%s: sum psi at the end = %.15g, expected 4", name, psum);
+    }
 }
 
 /* Bounded staleness over the network, rank 1 computing at a third of its

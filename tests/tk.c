@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,22 +84,55 @@ const char *tk_bin_cmd(void)
     return cmd;
 }
 
-int tk_free_port(void)
+/* The low end of the kernel's ephemeral range (32768 when unreadable). */
+static int s_ephemeral_low(void)
+{
+    int lo = 32768, hi = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768;
+        fclose(f);
+    }
+    return lo;
+}
+
+static int s_port_free(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
-        return -1;
+        return 0;
     struct sockaddr_in a;
     memset(&a, 0, sizeof a);
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
+    a.sin_port = htons((uint16_t)port);
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
     close(fd);
-    return port;
+    return ok;
+}
+
+/* Ports come from below the ephemeral range, in turn from a start that
+ * differs per process: a port the kernel picked (bind to port 0) is
+ * ephemeral, and the kernel may hand it out again as the local end of some
+ * process's outgoing connection (a node connecting to its neighbours)
+ * before the node it was meant for binds it. */
+int tk_free_port(void)
+{
+    static int next;
+    int hi = s_ephemeral_low(), lo = hi > 12000 ? hi - 10000 : 1024;
+    if (hi - lo < 100)
+        return -1;
+    if (!next)
+        next = lo + (int)(((unsigned)getpid() * 2654435761u ^ (unsigned)time(NULL)) %
+                          (unsigned)(hi - lo));
+    for (int tries = 0; tries < hi - lo; tries++) {
+        int p = next;
+        next = next + 1 < hi ? next + 1 : lo;
+        if (s_port_free(p))
+            return p;
+    }
+    return -1;
 }
 
 int tk_mkdtemp(char *dir, size_t len, const char *prefix)

@@ -48,8 +48,9 @@ const char *tk_bin(void);
  * (for system()); NULL as tk_bin(). */
 const char *tk_bin_cmd(void);
 
-/* A TCP port on 127.0.0.1 that was free a moment ago (the kernel picked
- * it); -1 on failure. */
+/* A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's
+ * ephemeral range (no outgoing connection takes it meanwhile); a process
+ * never gets the same one twice in a row; -1 on failure. */
 int tk_free_port(void);
 
 /* Creates a fresh directory /tmp/lpgossip-PREFIX-XXXXXX into dir[len];
