@@ -131,6 +131,7 @@ static size_t s_shift_thread_bytes(int N, int nch, int M, int H, int W, int K, i
     s += LP_ALIGN64(cs * 4);
     s += LP_ALIGN64((size_t)M * vlen * 4);
     s += LP_ALIGN64((size_t)H * W * sizeof(double));
+    s += LP_ALIGN64((size_t)H * W * sizeof(float)); /* a plane, when adding */
     return s;
 }
 
@@ -549,14 +550,23 @@ static void s_shift_grid(uint32_t *grid, int32_t *chs, const uint8_t *b, int nch
     }
 }
 
+/* y[i] += x[i], i < n (a plane in L1: the compiler's vectors). */
+static void s_add_plane(float *restrict y, const float *restrict x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
+}
+
 /* out rows of sample j of a chunk from its sums Sm (M, vlen): the affine
  * correction with SB = the channel sums chs over the taps inside the image
  * (ctoff), restoring the quads' 128 shift first.  sb: scratch of H*W
- * doubles.  Overwrites out (M, H, W). */
+ * doubles.  Overwrites out (M, H, W); with `plane` (scratch of H*W floats)
+ * adds to it instead: each channel's values made there, then out += them,
+ * one rounding each, the floats of overwriting a temporary and adding it. */
 static void s_shift_dequant(float *out, const int32_t *Sm, const int32_t *chs, const int *ctoff,
                             double cS, double cSB, const double *bases, const int *hcls, int nh,
                             int M, int j, const s_shift_geo *g, const s_conv_rows *rows,
-                            double *sb)
+                            double *sb, float *plane)
 {
     const int H = g->H, W = g->W, pad = g->pad, Wp = W + 2 * pad, T = g->T;
     const size_t P = (size_t)H * W;
@@ -570,7 +580,7 @@ static void s_shift_dequant(float *out, const int32_t *Sm, const int32_t *chs, c
     }
     for (int m = 0; m < M; m++) {
         const int32_t *Sr = Sm + (size_t)m * g->vlen + g->J0 + (size_t)j * (H + pad) * W;
-        float *o = out + (size_t)m * P;
+        float *o = plane ? plane : out + (size_t)m * P;
         for (int h = 0; h < H;) {
             const double *base = bases + ((size_t)m * nh + hcls[h]) * W;
             const size_t off = (size_t)h * W;
@@ -586,6 +596,8 @@ static void s_shift_dequant(float *out, const int32_t *Sm, const int32_t *chs, c
             }
             h = h1;
         }
+        if (plane)
+            s_add_plane(out + (size_t)m * P, plane, P);
     }
 }
 
@@ -665,6 +677,7 @@ typedef struct {
     s_shift_geo g;
     s_conv_rows rows;
     int N, nch, M, nh;
+    int add; /* out += the conv, not out = */
     int toff[LP_SHIFT_TMAX], ctoff[LP_SHIFT_TMAX];
     double cS, cSB;
 } s_shift_job;
@@ -681,6 +694,7 @@ static void s_shift_worker(void *arg, int t, int nt)
     int32_t *chs = lp_take(&sp, (size_t)g->nb * g->plane * 4);
     int32_t *Sm = lp_take(&sp, (size_t)M * g->vlen * 4);
     double *tx = lp_take(&sp, (size_t)H * W * sizeof(double));
+    float *plane = j->add ? lp_take(&sp, (size_t)H * W * sizeof(float)) : NULL;
     size_t c0, c1;
     nn_pool_share((size_t)(j->N + g->nb - 1) / g->nb, t, nt, 1, &c0, &c1);
     for (int n0 = (int)c0 * g->nb; n0 < (int)c1 * g->nb && n0 < j->N; n0 += g->nb) {
@@ -698,7 +712,7 @@ static void s_shift_worker(void *arg, int t, int nt)
                          g->T, n);
         for (int s = 0; s < cnt; s++)
             s_shift_dequant(j->out + (size_t)(n0 + s) * M * H * W, Sm, chs, j->ctoff, j->cS,
-                            j->cSB, j->bases, j->hcls, j->nh, M, s, g, &j->rows, tx);
+                            j->cSB, j->bases, j->hcls, j->nh, M, s, g, &j->rows, tx, plane);
     }
 }
 
@@ -709,12 +723,13 @@ static void s_shift_worker(void *arg, int t, int nt)
  * s_shift_conv_bytes(N, nch, M, H, W, K, pad).  Pairs and vpmaddwd at the
  * portable and AVX2 levels, quads and vpdpbusd at AVX-512 VNNI: the same
  * floats either way.  Chunks of samples split over the threads of
- * nn_pool.h: the same floats for any thread count. */
+ * nn_pool.h: the same floats for any thread count.  add: out += the conv
+ * (s_shift_dequant). */
 static void s_shift_conv(float *out, const uint8_t *b, lp_qparams bqp, const uint8_t *a,
                          lp_qparams aqp, const float *bias, int N, int nch, int M, int H, int W,
-                         int K, int pad, void *scratch)
+                         int K, int pad, int add, void *scratch)
 {
-    s_shift_job j = {.out = out, .b = b, .N = N, .nch = nch, .M = M};
+    s_shift_job j = {.out = out, .b = b, .N = N, .nch = nch, .M = M, .add = add};
     j.rows = s_rows();
     const int nt = s_shift_threads(N, H, W, pad);
     j.g = s_geo(&j.rows, N, nch, H, W, K, pad, nt);
@@ -839,7 +854,7 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
     const lp_operands ops = {in, N, xper, w, (size_t)OC * CK, b, (size_t)OC};
     (void)lp_layer_quantize(sv, NULL, NULL, bq, bcodes, run_range, &ops, mode);
     if (s_use_shift(d)) {
-        s_shift_conv(out, sv->xq, sv->xp, sv->wq, sv->wp, bq, N, C, OC, d->H, d->W, KH, d->pad,
+        s_shift_conv(out, sv->xq, sv->xp, sv->wq, sv->wp, bq, N, C, OC, d->H, d->W, KH, d->pad, 0,
                      sp);
         return;
     }
@@ -986,9 +1001,9 @@ static void s_flip_kernel(uint8_t *wf, const uint8_t *wq, int OC, int C, int T)
     nn_pool_run(nt < 1 ? 1 : nt, s_flip_worker, &j);
 }
 
-void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
-                        const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
-                        void *scratch)
+/* lp_conv2d_backward; add: din += the input gradient (the shift path only). */
+static void s_backward(float *din, float *dw, float *db, const float *dout, const lp_qsaved *sv,
+                       const nn_conv_dims *d, uint64_t seed, int add, void *scratch)
 {
     const int N = d->N, C = d->C, H = d->H, W = d->W, OC = d->OC, KH = d->KH, KW = d->KW;
     const int CK = C * KH * KW, P = d->OH * d->OW;
@@ -1008,10 +1023,31 @@ void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
          * flipped and the channels swapped: wf[c][oc][t] = wq[oc][c][T-1-t] */
         uint8_t *wf = lp_take(&sp, (size_t)OC * CK);
         s_flip_kernel(wf, sv->wq, OC, C, KH * KW);
-        s_shift_conv(din, gq, gp, wf, sv->wp, NULL, N, OC, C, H, W, KH, d->pad, sp);
+        s_shift_conv(din, gq, gp, wf, sv->wp, NULL, N, OC, C, H, W, KH, d->pad, add, sp);
         return;
     }
+    assert(!add);
     s_dgrad_im2col(din, gq, gp, sv, d, sp);
+}
+
+void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
+                        const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
+                        void *scratch)
+{
+    s_backward(din, dw, db, dout, sv, d, seed, 0, scratch);
+}
+
+int lp_conv2d_din_adds(const nn_conv_dims *d)
+{
+    return s_use_shift(d);
+}
+
+void lp_conv2d_backward_add(float *din, float *dw, float *db, const float *dout,
+                            const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
+                            void *scratch)
+{
+    assert(din && s_use_shift(d));
+    s_backward(din, dw, db, dout, sv, d, seed, 1, scratch);
 }
 
 /* ---- conv2d, fake-quant twin -------------------------------------------- */

@@ -82,6 +82,16 @@ void lp_conv2d_forward(float *out, lp_qsaved *sv, float *run_range, const float 
 void lp_conv2d_backward(float *din, float *dw, float *db, const float *dout,
                         const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
                         void *scratch);
+/* Whether lp_conv2d_backward_add takes these dimensions (the stride-1
+ * "same" convs of the shift path). */
+int lp_conv2d_din_adds(const nn_conv_dims *d);
+/* lp_conv2d_backward with din (not NULL) += the input gradient instead of
+ * din = it: the floats of computing it into a temporary and adding that
+ * (one rounding per element), without the temporary's trip through memory
+ * (a residual block's input gets the gradients of both its paths). */
+void lp_conv2d_backward_add(float *din, float *dw, float *db, const float *dout,
+                            const lp_qsaved *sv, const nn_conv_dims *d, uint64_t seed,
+                            void *scratch);
 
 /* Tests only: on != 0 makes the stride-1 "same" convs take the im2col +
  * lp_gemm path (the one every other conv takes) instead of the shift path.

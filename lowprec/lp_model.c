@@ -172,7 +172,32 @@ static void s_conv_bwd(nn_op *op, nn_model *m, int N, float *din)
     lp_conv2d_backward(din, nn_model_grad(m, op->p[0]), s_opt_grad(m, op->p[1]),
                        nn_model_dout(m, op->out), &sv, &d, h->bseed, nn_model_scratch(m));
 }
-LP_OP_WRAPPERS(s_conv)
+
+static void s_conv_forward(nn_op *op, nn_model *m, int N, int train)
+{
+    s_seeds(op->state, op, m, train);
+    s_conv_fwd(op, m, N);
+}
+
+/* A second gradient of the input slot (a residual block's first conv) is
+ * added in place where the conv's path can (lp_conv2d_backward_add). */
+static void s_conv_backward(nn_op *op, nn_model *m, int N)
+{
+    nn_conv_dims d = s_cdims(op, N);
+    int add = 0;
+    if (nn_model_needs_din(m, op->in) && lp_conv2d_din_adds(&d))
+        (void)nn_model_din_add(m, op->in, &add);
+    if (!add) {
+        s_backward(op, m, N, s_conv_bwd);
+        return;
+    }
+    lp_hdr *h = op->state;
+    lp_qsaved sv = s_conv_sv(op);
+    float *din = nn_model_din_add(m, op->in, &add);
+    lp_conv2d_backward_add(din, nn_model_grad(m, op->p[0]), s_opt_grad(m, op->p[1]),
+                           nn_model_dout(m, op->out), &sv, &d, h->bseed, nn_model_scratch(m));
+    nn_model_din_done(m, op->in, din);
+}
 
 
 static const nn_op_class s_conv_int8 = {

@@ -130,6 +130,13 @@ float *nn_model_din(nn_model *m, int slot)
     return m->written[slot] ? m->gtmp : m->dact[slot];
 }
 
+float *nn_model_din_add(nn_model *m, int slot, int *add)
+{
+    assert(m->needs[slot]);
+    *add = m->written[slot];
+    return m->dact[slot];
+}
+
 typedef struct {
     float *d;
     const float *s;

@@ -18,7 +18,8 @@
  * receives the sum of their input gradients.  An op's backward asks
  * nn_model_din() for where to write a slot's gradient and calls
  * nn_model_din_done() afterwards; the first writer writes in place, later
- * ones go through a temporary that is then added.
+ * ones go through a temporary that is then added.  An op that can add its
+ * gradient in place asks nn_model_din_add() instead (no temporary).
  */
 #ifndef NN_MODEL_H
 #define NN_MODEL_H
@@ -190,6 +191,11 @@ nn_rng  *nn_model_rng(nn_model *m);
 float   *nn_model_dout(nn_model *m, int slot);
 float   *nn_model_din(nn_model *m, int slot);
 void     nn_model_din_done(nn_model *m, int slot, float *din);
+/* The slot's gradient itself, for an op that adds in place: *add = 1 when
+ * an op wrote it already (the caller adds its gradient to it: the floats
+ * of nn_model_din's temporary and its addition), 0 when the caller is the
+ * first writer (it overwrites).  nn_model_din_done after, as above. */
+float   *nn_model_din_add(nn_model *m, int slot, int *add);
 /* Does anything upstream of this slot need a gradient (else skip din)? */
 int      nn_model_needs_din(const nn_model *m, int slot);
 int      nn_model_input_slot(const nn_model *m);

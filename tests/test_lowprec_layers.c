@@ -88,6 +88,18 @@ static void s_conv_case(int N, int C, int H, int W, int OC, int K, int stride, i
     s_close(dw1, dw2, wn, "conv dw");
     if (bias)
         s_close(db1, db2, (size_t)OC, "conv db");
+    /* adding in place: the bits of the gradient added to what din held */
+    if (lp_conv2d_din_adds(&d)) {
+        float *base = nn_xmalloc(xn * 4);
+        s_fill(&r, base, xn, -0.05f, 0.05f);
+        memcpy(dx2, base, xn * 4);
+        lp_conv2d_backward_add(dx2, NULL, NULL, g, &sv, &d, 4242, scratch);
+        for (size_t i = 0; i < xn; i++)
+            if (memcmp(&dx2[i], &(float){base[i] + dx1[i]}, 4) != 0)
+                fail_msg("conv din added at %zu: %.9g, not %.9g + %.9g", i, dx2[i], base[i],
+                         dx1[i]);
+        free(base);
+    }
     /* a different gradient seed changes din (the quantizer is really used) */
     lp_conv2d_backward(dx2, NULL, NULL, g, &sv, &d, 4243, scratch);
     assert_true(memcmp(dx1, dx2, xn * 4) != 0);
