@@ -141,7 +141,11 @@ int gossip_flight_backed_up(gossip_link *l)
         const gossip_peer *p = &l->p[j];
         if (!p->is_out || p->down || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
             continue;
-        if (p->upd_iter && now - p->upd_t > after && p->last_gossip > p->upd_t)
+        /* behind a slow path, not stopped: its GOSSIPs still come (one
+         * that stopped sends nothing new; what it sent before stopping may
+         * arrive after our update went out) */
+        if (p->upd_iter && now - p->upd_t > after && p->last_gossip > p->upd_t &&
+            now - p->last_gossip <= after)
             return j;
     }
     return -1;

@@ -197,7 +197,8 @@ int gossip_flight_full(gossip_link *l, int to, double limit);
 void gossip_flight_sent(gossip_link *l, int to, uint64_t iter, int full);
 /* Choco: a live out-neighbour that has not acknowledged our oldest full
  * update to it for longer than S + 2 of our rounds although it sent us a
- * GOSSIP since (the path to it is backed up, it is not stopped), or -1. */
+ * GOSSIP since, the latest within those S + 2 rounds (the path to it is
+ * backed up, it is not stopped), or -1. */
 int gossip_flight_backed_up(gossip_link *l);
 /* Out-neighbour `from` acknowledged our GOSSIPs up to iteration iter. */
 void gossip_flight_on_ack(gossip_link *l, int from, uint64_t iter);
