@@ -54,6 +54,7 @@ static void s_write_node(FILE *f, const node_metrics *m)
     const node_count c[] = {
         {"gossip_bytes_recv", gs->bytes_recv}, {"gossip_msgs_sent", gs->msgs_sent},
         {"resyncs_sent", gs->resyncs_sent},    {"resyncs_recv", gs->resyncs_recv},
+        {"psi_resets", gs->psi_resets},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
     s_counts(f, m->link, m->nlink);

@@ -451,9 +451,16 @@ static void s_stale_run(const char *name, int stop, double m[4][2], double *acks
            "ACKs %g; sum psi %.15g\n", name, m[0][0], m[1][0], m[2][0], m[3][0], m[0][1],
            m[1][1], m[2][1], m[3][1], *acks, psum);
     if (fabs(psum - 4.0) > 1e-9) {
-        for (int i = 0; i < 4; i++)
+        char resets[128] = "";
+        for (int i = 0; i < 4; i++) {
+            char met[700];
+            snprintf(met, sizeof met, "%s/metrics-%d.jsonl", out, i);
+            snprintf(resets + strlen(resets), sizeof resets - strlen(resets), " %g",
+                     s_last_num(met, "psi_resets"));
             tk_dump(logs[i]);
-        fail_msg("%s: sum psi at the end = %.15g, expected 4", name, psum);
+        }
+        fail_msg("%s: sum psi at the end = %.15g, expected 4 (psi resets per node:%s)", name,
+                 psum, resets);
     }
 }
 
