@@ -294,7 +294,10 @@ void gossip_live_check_peers(gossip_link *l, int64_t iter, double wait_start)
         if (s_all_down(l, j))
             continue;
         int in_live = p->is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN);
-        double silent = now - p->heard, lim = gossip_live_limit(l, j);
+        /* silent while we listened: after a pause of ours, what the peer
+         * sent meanwhile may not have reached our queues yet (the
+         * transport's thread was stopped with us) */
+        double silent = now - fmax(p->heard, l->live.resumed), lim = gossip_live_limit(l, j);
         if (silent > lim) {
             gossip_live_down(l, j, "silent for %.1f s (limit %.1f s)", silent, lim);
         } else if (iter >= 0 && in_live && p->bye_in && p->bye_iter <= (uint64_t)iter &&
@@ -309,9 +312,13 @@ void gossip_live_check_peers(gossip_link *l, int64_t iter, double wait_start)
 }
 
 /* A pause of `gap` seconds in which this process did not run its pumps
- * (frozen?): the longest one and when it ended, for the re-join's log. */
+ * (frozen?): the longest one and when it ended, for the re-join's log;
+ * the end of one longer than half the peer floor, from which
+ * gossip_live_check_peers counts silences. */
 void gossip_live_note_stall(gossip_link *l, double gap)
 {
+    if (gap > 0.5 * l->cfg.peer_floor)
+        l->live.resumed = nn_now();
     if (gap > l->live.stall_s) {
         l->live.stall_s = gap;
         l->live.woke = nn_now();
