@@ -21,6 +21,7 @@
  * Every wait is bounded; children are killed and temp files removed in the
  * teardown.
  */
+#include <ctype.h>
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -136,7 +137,13 @@ static void s_frozen_rejoins(const char *name, char *const *algo_flags, int iter
                      "for its own freeze", name, frozen_s, silent);
         }
     }
-    long behind = strtol(strstr(lf, "fell ") + 5, NULL, 10);
+    /* "fell N iterations behind" (a neighbour's down line may say "this
+     * node fell behind" before it) */
+    const char *fell = strstr(lf, "fell ");
+    while (fell && !isdigit((unsigned char)fell[5]))
+        fell = strstr(fell + 1, "fell ");
+    assert_non_null(fell);
+    long behind = strtol(fell + 5, NULL, 10);
     const char *at = strstr(with, " at iteration ");
     assert_non_null(at);
     long T = strtol(at + strlen(" at iteration "), NULL, 10);
