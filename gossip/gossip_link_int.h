@@ -86,7 +86,7 @@ struct gossip_link {
         double stall_s;            /* longest pause between two pumps ... */
         double woke;               /* ... and the clock at its end */
         double resumed;            /* the end of the last pause longer than
-                                      half the peer floor (0: none) */
+                                      the peer floor (0: none) */
     } live;
     /* ---- gossip_join (state transfer, docs/gossip.md "Joining"; re-join) */
     struct {

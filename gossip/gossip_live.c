@@ -313,11 +313,14 @@ void gossip_live_check_peers(gossip_link *l, int64_t iter, double wait_start)
 
 /* A pause of `gap` seconds in which this process did not run its pumps
  * (frozen?): the longest one and when it ended, for the re-join's log;
- * the end of one longer than half the peer floor, from which
- * gossip_live_check_peers counts silences. */
+ * the end of one longer than the peer floor, from which
+ * gossip_live_check_peers counts silences.  A local step that long counts
+ * too, though the transport kept reading then: a node whose steps take
+ * longer than the floor counts silences within its receive passes and
+ * waits only. */
 void gossip_live_note_stall(gossip_link *l, double gap)
 {
-    if (gap > 0.5 * l->cfg.peer_floor)
+    if (gap > l->cfg.peer_floor)
         l->live.resumed = nn_now();
     if (gap > l->live.stall_s) {
         l->live.stall_s = gap;
