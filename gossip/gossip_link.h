@@ -259,6 +259,9 @@ typedef struct {
     uint64_t state_refused;    /* STATE messages refused (of `refused`) */
     uint64_t unproven;         /* messages over our ROUTER dropped for want of the
                                   proof of the sender's id ("Ids on a plaintext port") */
+    uint64_t proofs_unsent;    /* LINK_REQs and LINK_PROOFs our DEALER took not
+                                  (queue full or no connection: asked again on
+                                  the peer's next unproven message) */
     uint64_t states_sent;      /* whole states sent to joining neighbours */
     uint64_t state_bytes;      /* bytes of those */
     int      joined;           /* this node joined a run in progress (state transfer) */

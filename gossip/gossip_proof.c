@@ -17,6 +17,7 @@
 #define S_LINK_EVERY   0.3   /* s between two LINK_REQ to the same peer */
 #define S_LINK_ANSWER  0.05  /* s between two LINK_PROOF to the same peer */
 #define S_LINK_LOG     20    /* unproven messages of a peer before it is logged */
+#define S_LINK_UNSENT_LOG 5  /* unsent LINK_REQ/LINK_PROOF logged */
 
 /* ---- ids on a plaintext port (gossip_link.h) ------------------------------ */
 
@@ -26,6 +27,22 @@
 int gossip_proof_provable(const gossip_link *l, int j)
 {
     return l->proof.prove && l->p[j].is_in && l->p[j].is_out;
+}
+
+/* l->ctl (a LINK_REQ or LINK_PROOF) to j over our DEALER; one the DEALER
+ * does not take is counted, the first few logged. */
+static void s_proof_send(gossip_link *l, int j, const char *what, double now)
+{
+    char err[512];
+    int rc = gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err);
+    if (rc > 0) {
+        l->p[j].sent_dealer = now;
+        return;
+    }
+    if (l->st.proofs_unsent++ < S_LINK_UNSENT_LOG)
+        gossip_link_log(l, "%s to %s (rank %d) not sent: %s", what, gossip_link_id(l, j), j,
+                        rc < 0 ? err : "our connection to it takes nothing now (queue full or "
+                                       "not connected)");
 }
 
 /* LINK_REQ with our token of the link to j over our DEALER (rate-limited):
@@ -38,11 +55,9 @@ void gossip_proof_ask(gossip_link *l, int j)
     if (!l->net || now - p->link_asked < S_LINK_EVERY)
         return;
     p->link_asked = now;
-    char err[512];
     gossip_msg_encode_link(GOSSIP_MSG_LINK_REQ, (uint32_t)l->rank, gossip_node_iter(l->g), l->fp,
                            p->token, &l->ctl);
-    if (gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err) > 0)
-        p->sent_dealer = now;
+    s_proof_send(l, j, "LINK_REQ", now);
 }
 
 /* LINK_REQ from j (over our ROUTER): its token back over our DEALER, which
@@ -55,11 +70,9 @@ void gossip_proof_answer(gossip_link *l, int j, uint64_t token)
     if (!l->net || !p->is_out || !token || now - p->link_answered < S_LINK_ANSWER)
         return;
     p->link_answered = now;
-    char err[512];
     gossip_msg_encode_link(GOSSIP_MSG_LINK_PROOF, (uint32_t)l->rank, gossip_node_iter(l->g),
                            l->fp, token, &l->ctl);
-    if (gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err) > 0)
-        p->sent_dealer = now;
+    s_proof_send(l, j, "LINK_PROOF", now);
 }
 
 /* The connection under j's id on our ROUTER, now: gossip_net's count. */

@@ -40,7 +40,7 @@
 /* Exit status of a node that finished cut off from all its neighbours
  * (scripts/run-local: ISOLATED). */
 #define NODE_EXIT_CUT_OFF 3
-#define NODE_LINK_COUNTS 32 /* room for s_link_counts */
+#define NODE_LINK_COUNTS 40 /* room for s_link_counts */
 
 static volatile sig_atomic_t s_signals = 0;
 static double s_t_start; /* clock at the command's start ("joined ... in X s") */
@@ -558,6 +558,7 @@ static size_t s_link_counts(node_count *c, const gossip_net_stats *ns,
         {"fresh_waits", ls->fresh_waits},      {"fresh_missed", ls->fresh_missed},
         {"late_marks", ls->late_marks},
         {"rejoins", ls->rejoins},              {"unproven", ls->unproven},
+        {"proofs_unsent", ls->proofs_unsent},
         {"dropped_full", ls->dropped_full},    {"kept_full", ls->kept_full},
         {"kept_flight", ls->kept_flight},      {"acks_recv", ls->acks_recv},
         {"acks_expired", ls->acks_expired},    {"updates_deferred", ls->updates_deferred},
