@@ -80,6 +80,7 @@ struct gossip_link {
     /* ---- gossip_proof */
     struct {
         int prove;                 /* ids on a plaintext port must be proved */
+        int unsent_logged;         /* unsent LINK_REQ/LINK_PROOF logged so far */
     } proof;
     /* ---- gossip_live */
     struct {

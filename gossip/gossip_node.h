@@ -63,7 +63,10 @@
  *     and one whose out-neighbours are all down keeps no shares, so psi
  *     neither fades nor piles up and everybody follows the head of the
  *     path.  Should psi still leave [1e-4, 1e4] (the step on z is lr/psi),
- *     the node rescales x and psi to psi = 1, keeping z (stats.psi_resets).
+ *     the node rescales x and psi to psi = 1, keeping z (stats.psi_resets);
+ *     with staleness, whose step is scaled (gossip_node_step_scale), the
+ *     lower bound is 1e-24 (a psi near 0 is then a normal state: its
+ *     in-neighbours kept their shares for it; rescaling would create mass).
  *   - An in-neighbour comes back by itself when it delivers usable state:
  *     choco a RESYNC (its whole public copy xhat_j and psi, holding its
  *     updates of all iterations below the RESYNC's), dpsgd/deepsqueeze a

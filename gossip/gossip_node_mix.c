@@ -76,11 +76,19 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
     return wii;
 }
 
-/* Push-sum safety net.  The gradient step moves z = x/psi by lr*g/psi, so
- * a psi far from 1 means a wrong step size; only mass draining out of, or
- * piling up in, a part of the graph cut off by failures gets it there. */
-#define S_PSI_MIN 1e-4
-#define S_PSI_MAX 1e4
+/* Push-sum safety net.  Without staleness the gradient step moves z = x/psi
+ * by lr*g/psi, so a psi far from 1 means a wrong step size; only mass
+ * draining out of, or piling up in, a part of the graph cut off by failures
+ * gets it there.  With staleness the step is scaled (gossip_node_step_scale:
+ * z moves by at most lr*g/S_STEP_MEAN_MIN whatever psi), and a psi near 0 is
+ * a normal state: a node whose in-neighbours kept their shares for it
+ * (unacknowledged messages, a slow link) gives its own away every round
+ * and holds (1/3)^k of its mass after k such rounds of a 3-way mix.
+ * Rescaling it there would create mass (sum psi n + 1 - psi), so the floor
+ * is only where x = psi * z would leave float's normal range. */
+#define S_PSI_MIN       1e-4
+#define S_PSI_MIN_STALE 1e-24
+#define S_PSI_MAX       1e4
 
 /* Folds psi into x: x /= psi, psi = 1 (z = x/psi kept); counted.  Returns
  * the factor 1/psi. */
@@ -97,7 +105,8 @@ static double s_psi_fold(gossip_node *g, float *x)
 
 static void s_psi_floor(gossip_node *g, float *x)
 {
-    if (!g->cfg.push_sum || (g->psi >= S_PSI_MIN && g->psi <= S_PSI_MAX))
+    double lo = g->cfg.staleness > 0 ? S_PSI_MIN_STALE : S_PSI_MIN;
+    if (!g->cfg.push_sum || (g->psi >= lo && g->psi <= S_PSI_MAX))
         return;
     g->psi_mean *= s_psi_fold(g, x);
 }

@@ -30,7 +30,8 @@ int gossip_proof_provable(const gossip_link *l, int j)
 }
 
 /* l->ctl (a LINK_REQ or LINK_PROOF) to j over our DEALER; one the DEALER
- * does not take is counted, the first few logged. */
+ * does not take is counted, the first few after the start logged (before
+ * it, a DEALER not connected yet is the rule). */
 static void s_proof_send(gossip_link *l, int j, const char *what, double now)
 {
     char err[512];
@@ -39,7 +40,8 @@ static void s_proof_send(gossip_link *l, int j, const char *what, double now)
         l->p[j].sent_dealer = now;
         return;
     }
-    if (l->st.proofs_unsent++ < S_LINK_UNSENT_LOG)
+    l->st.proofs_unsent++;
+    if (l->running && l->proof.unsent_logged++ < S_LINK_UNSENT_LOG)
         gossip_link_log(l, "%s to %s (rank %d) not sent: %s", what, gossip_link_id(l, j), j,
                         rc < 0 ? err : "our connection to it takes nothing now (queue full or "
                                        "not connected)");

@@ -793,8 +793,9 @@ typedef struct {
 
 /* Node r's (g's) prepared messages into the queue; with push-sum, as the
  * transport does (gossip_flight.c), one to a destination that has
- * S + 2 of r's messages undelivered is kept instead. */
-static void s_post(gossip_node *g, int r, s_msg *q, size_t *nq)
+ * S + 2 of r's messages undelivered is kept instead, and so is the one to
+ * rank `keep` (-1: none). */
+static void s_post_keeping(gossip_node *g, int r, s_msg *q, size_t *nq, int keep)
 {
     for (int o = 0; o < gossip_node_ndest(g); o++) {
         const uint8_t *m;
@@ -802,12 +803,17 @@ static void s_post(gossip_node *g, int r, s_msg *q, size_t *nq)
         size_t len = gossip_node_outbox(g, o, &to, &m), queued = 0;
         for (size_t a = 0; a < *nq; a++)
             queued += q[a].from == r && q[a].to == to;
-        if (queued >= (size_t)gossip_node_config(g)->staleness + 2 &&
+        if ((to == keep || queued >= (size_t)gossip_node_config(g)->staleness + 2) &&
             gossip_node_keep(g, to, 1) == 0)
             continue;
         q[*nq] = (s_msg){r, to, gossip_node_iter(g), nn_xmalloc(len), len};
         memcpy(q[(*nq)++].bytes, m, len);
     }
+}
+
+static void s_post(gossip_node *g, int r, s_msg *q, size_t *nq)
+{
+    s_post_keeping(g, r, q, nq, -1);
 }
 
 /* Delivers to node r what is queued for it up to iteration lim and fits
@@ -1046,6 +1052,74 @@ static void test_late_neighbour(void **state)
     topo_destroy(&t);
 }
 
+/* A node whose in-neighbours keep their shares for it (its link slow, its
+ * ACKs late) and which mixes on gives its own psi away every round:
+ * (1/4)^k after k rounds of complete4.  With staleness the step is scaled
+ * (gossip_node_step_scale), so such a psi is a normal state, and
+ * rescaling it to 1 (the safety net without staleness) would create mass:
+ * sum psi 4 + 1 - psi.  Node 3 marks the others late and runs 12 rounds in
+ * step with them, receiving nothing while they keep their shares to it;
+ * then everything is delivered and mixed: no reset, sum psi = 4 and sum x
+ * its start (lr 0). */
+static void test_starved_psi_kept(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = s_named("complete4");
+    nn_arena L;
+    s_layout(&L);
+    const size_t d = L.numel;
+    gossip_config cfg = s_cfg(GOSSIP_DPSGD, "identity", 1.0, 2);
+    gossip_node *g[4];
+    for (int r = 0; r < 4; r++)
+        assert_non_null(g[r] = gossip_node_new(&cfg, &L, t, r, err, sizeof err));
+    float **x = s_vectors(4, d, 29);
+    double *x0 = nn_xcalloc(d, sizeof *x0);
+    for (int r = 0; r < 4; r++)
+        for (size_t k = 0; k < d; k++)
+            x0[k] += x[r][k];
+    s_msg *q = nn_xcalloc(4096, sizeof *q);
+    size_t nq = 0;
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(gossip_node_peer_late(g[3], r), 1);
+    double psimin = 1.0;
+    for (int step = 0; step < 12; step++) {
+        for (int r = 0; r < 4; r++) {
+            assert_int_equal(gossip_node_prepare(g[r], x[r], gossip_node_iter(g[r]), err, sizeof err), 0);
+            s_post_keeping(g[r], r, q, &nq, r < 3 ? 3 : -1);
+        }
+        for (int r = 0; r < 4; r++) {
+            uint64_t it = gossip_node_iter(g[r]);
+            s_deliver_to(g[r], r, it, q, &nq);
+            assert_true(gossip_node_ready(g[r], it));
+            assert_int_equal(gossip_node_mix(g[r], x[r], it, err, sizeof err), 0);
+        }
+        psimin = fmin(psimin, gossip_node_psi(g[3]));
+    }
+    s_late_settle(g, x, q, &nq);
+    double dev;
+    s_late_check(g, x, x0, d, &dev);
+    uint64_t resets = 0;
+    for (int r = 0; r < 4; r++) {
+        gossip_stats st;
+        gossip_node_stats(g[r], &st);
+        resets += st.psi_resets;
+    }
+    printf("starved node: smallest psi %.3g, psi resets %llu, mass off by %.2e\n", psimin,
+           (unsigned long long)resets, dev);
+    assert_true(psimin < 1e-6); /* far below the floor without staleness */
+    if (resets || !(dev <= 1e-6))
+        fail_msg("a starved node's psi was rescaled (%llu resets): mass off by %g",
+                 (unsigned long long)resets, dev);
+    free(q);
+    free(x0);
+    s_vectors_free(x, 4);
+    for (int r = 0; r < 4; r++)
+        gossip_node_destroy(&g[r]);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
 /* SGP over a jammed link: rounds of `topo` with messages to and from rank
  * 2 not sent half the time (at most S in a row).  Returns the largest
  * |sum psi - n| over the rounds (sum x likewise into *xdev, identity only)
@@ -1161,6 +1235,7 @@ int main(void)
         cmocka_unit_test(test_sgp_step_scale),
         cmocka_unit_test(test_sgp_alone),
         cmocka_unit_test(test_sgp_kept_shares),
+        cmocka_unit_test(test_starved_psi_kept),
         cmocka_unit_test(test_down_mixes_held),
         cmocka_unit_test(test_late_neighbour),
         cmocka_unit_test(test_ahead_is_least),

@@ -465,16 +465,19 @@ static void s_stale_run(const char *name, int stop, double m[4][2], double *acks
 }
 
 /* Bounded staleness over the network, rank 1 computing at a third of its
- * speed: the slow node skips local steps to catch up (more than any fast
- * node), the receivers acknowledge, mass is conserved (s_stale_run). */
+ * speed: the slow node skips local steps to catch up (at least as many as
+ * the fast nodes on average), the receivers acknowledge, mass is conserved (s_stale_run). */
 static void test_slow_node_stale(void **state)
 {
     (void)state;
     double m[4][2], acks;
     s_stale_run("slow", 0, m, &acks);
-    for (int i = 0; i < 4; i++)
-        if (i != 1 && !(m[1][0] > m[i][0]))
-            fail_msg("the slow node skipped %g steps, node %d %g", m[1][0], i, m[i][0]);
+    /* on a loaded machine a fast node is held up too and can skip as many
+     * (0 5 6 0 in one run of 48 iterations): the slow node must skip, and
+     * at least as many as the others on average */
+    double others = (m[0][0] + m[2][0] + m[3][0]) / 3;
+    if (!(m[1][0] > 0 && m[1][0] >= others))
+        fail_msg("the slow node skipped %g steps, the others %g on average", m[1][0], others);
     assert_true(acks > 0);
 }
 
