@@ -892,6 +892,62 @@ static void s_late_settle(gossip_node **g, float **x, s_msg *q, size_t *nq)
     assert_int_equal(*nq, 0);
 }
 
+/* Four nodes of complete4 with S = 2 driven by hand (the late-neighbour
+ * and starved-node tests): nodes, vectors, their start sum, the queue of
+ * messages in flight. */
+typedef struct {
+    topo        *t;
+    nn_arena     L;
+    size_t       d;
+    gossip_node *g[4];
+    float      **x;
+    double      *x0;
+    s_msg       *q;
+    size_t       nq;
+} s_c4;
+
+static void s_c4_open(s_c4 *f, gossip_algo algo, const char *comp, double eta, uint64_t seed)
+{
+    char err[512];
+    f->t = s_named("complete4");
+    s_layout(&f->L);
+    f->d = f->L.numel;
+    gossip_config cfg = s_cfg(algo, comp, eta, 2);
+    for (int r = 0; r < 4; r++)
+        assert_non_null(f->g[r] = gossip_node_new(&cfg, &f->L, f->t, r, err, sizeof err));
+    f->x = s_vectors(4, f->d, seed);
+    f->x0 = nn_xcalloc(f->d, sizeof *f->x0);
+    for (int r = 0; r < 4; r++)
+        for (size_t k = 0; k < f->d; k++)
+            f->x0[k] += f->x[r][k];
+    f->q = nn_xcalloc(4096, sizeof *f->q);
+    f->nq = 0;
+}
+
+/* Settles every message (s_late_settle), then the mass check (s_late_check)
+ * and the sums of the nodes' late marks and psi resets; frees everything.
+ * Returns the deviation of the mass. */
+static double s_c4_close(s_c4 *f, uint64_t *marks, uint64_t *resets)
+{
+    s_late_settle(f->g, f->x, f->q, &f->nq);
+    double dev;
+    s_late_check(f->g, f->x, f->x0, f->d, &dev);
+    *marks = *resets = 0;
+    for (int r = 0; r < 4; r++) {
+        gossip_stats st;
+        gossip_node_stats(f->g[r], &st);
+        *marks += st.late_marks;
+        *resets += st.psi_resets;
+        gossip_node_destroy(&f->g[r]);
+    }
+    free(f->q);
+    free(f->x0);
+    s_vectors_free(f->x, 4);
+    nn_arena_free(&f->L);
+    topo_destroy(&f->t);
+    return dev;
+}
+
 /* complete4 with S = 2; node 3 runs nothing while the others run `lag`
  * iterations.  The others mark it late the first time it holds them up and
  * do not wait for it again while it catches up.
@@ -912,27 +968,16 @@ static void s_late_settle(gossip_node **g, float **x, s_msg *q, size_t *nq)
 static double s_late_run(gossip_algo algo, const char *comp, double eta, int lag,
                          uint64_t *marks, double *psimin)
 {
-    char err[512];
-    topo *t = s_named("complete4");
-    nn_arena L;
-    s_layout(&L);
-    const size_t d = L.numel;
-    gossip_config cfg = s_cfg(algo, comp, eta, 2);
-    gossip_node *g[4];
-    for (int r = 0; r < 4; r++)
-        assert_non_null(g[r] = gossip_node_new(&cfg, &L, t, r, err, sizeof err));
-    float **x = s_vectors(4, d, 23);
-    double *x0 = nn_xcalloc(d, sizeof *x0);
-    for (int r = 0; r < 4; r++)
-        for (size_t k = 0; k < d; k++)
-            x0[k] += x[r][k];
-    s_msg *q = nn_xcalloc(4096, sizeof *q);
-    size_t nq = 0;
+    s_c4 f;
+    s_c4_open(&f, algo, comp, eta, 23);
+    gossip_node **g = f.g;
+    float **x = f.x;
+    s_msg *q = f.q;
     int waits = 0, sgp = algo == GOSSIP_DPSGD;
     *psimin = 1.0;
     for (int step = 0; step < lag; step++)
         for (int r = 0; r < 3; r++) {
-            s_late_iter(g[r], r, x[r], q, &nq, &waits);
+            s_late_iter(g[r], r, x[r], q, &f.nq, &waits);
             *psimin = fmin(*psimin, gossip_node_psi(g[r]));
         }
     assert_int_equal(waits, 3); /* each of the three once */
@@ -941,38 +986,24 @@ static double s_late_run(gossip_algo algo, const char *comp, double eta, int lag
     if (sgp) {
         while (gossip_node_iter(g[3]) < gossip_node_iter(g[0])) {
             for (int k = 0; k < 2; k++)
-                s_late_iter(g[3], 3, x[3], q, &nq, &waits);
+                s_late_iter(g[3], 3, x[3], q, &f.nq, &waits);
             for (int r = 0; r < 3; r++) {
-                s_late_iter(g[r], r, x[r], q, &nq, &waits);
+                s_late_iter(g[r], r, x[r], q, &f.nq, &waits);
                 *psimin = fmin(*psimin, gossip_node_psi(g[r]));
             }
         }
     } else {
         for (int k = 0; k < lag + 2; k++) /* a burst: more messages than a receiver's slots */
-            s_late_iter(g[3], 3, x[3], q, &nq, &waits);
+            s_late_iter(g[3], 3, x[3], q, &f.nq, &waits);
     }
     while (gossip_node_iter(g[0]) < gossip_node_iter(g[3]))
         for (int r = 0; r < 3; r++)
-            s_late_iter(g[r], r, x[r], q, &nq, &waits);
+            s_late_iter(g[r], r, x[r], q, &f.nq, &waits);
     assert_int_equal(waits, 3); /* never waited for it again */
-    s_late_settle(g, x, q, &nq);
-    double dev;
-    s_late_check(g, x, x0, d, &dev);
-    *marks = 0;
-    for (int r = 0; r < 4; r++) {
-        gossip_stats st;
-        gossip_node_stats(g[r], &st);
-        *marks += st.late_marks;
-        if (st.psi_resets) /* the safety net: psi left [1e-4, 1e4] */
-            *psimin = 0.0;
-    }
-    free(q);
-    free(x0);
-    s_vectors_free(x, 4);
-    for (int r = 0; r < 4; r++)
-        gossip_node_destroy(&g[r]);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    uint64_t resets;
+    double dev = s_c4_close(&f, marks, &resets);
+    if (resets) /* the safety net: psi left its bounds */
+        *psimin = 0.0;
     return dev;
 }
 
@@ -1065,59 +1096,33 @@ static void test_starved_psi_kept(void **state)
 {
     (void)state;
     char err[512];
-    topo *t = s_named("complete4");
-    nn_arena L;
-    s_layout(&L);
-    const size_t d = L.numel;
-    gossip_config cfg = s_cfg(GOSSIP_DPSGD, "identity", 1.0, 2);
-    gossip_node *g[4];
-    for (int r = 0; r < 4; r++)
-        assert_non_null(g[r] = gossip_node_new(&cfg, &L, t, r, err, sizeof err));
-    float **x = s_vectors(4, d, 29);
-    double *x0 = nn_xcalloc(d, sizeof *x0);
-    for (int r = 0; r < 4; r++)
-        for (size_t k = 0; k < d; k++)
-            x0[k] += x[r][k];
-    s_msg *q = nn_xcalloc(4096, sizeof *q);
-    size_t nq = 0;
+    s_c4 f;
+    s_c4_open(&f, GOSSIP_DPSGD, "identity", 1.0, 29);
+    gossip_node **g = f.g;
     for (int r = 0; r < 3; r++)
         assert_int_equal(gossip_node_peer_late(g[3], r), 1);
     double psimin = 1.0;
     for (int step = 0; step < 12; step++) {
         for (int r = 0; r < 4; r++) {
-            assert_int_equal(gossip_node_prepare(g[r], x[r], gossip_node_iter(g[r]), err, sizeof err), 0);
-            s_post_keeping(g[r], r, q, &nq, r < 3 ? 3 : -1);
+            assert_int_equal(gossip_node_prepare(g[r], f.x[r], gossip_node_iter(g[r]), err, sizeof err), 0);
+            s_post_keeping(g[r], r, f.q, &f.nq, r < 3 ? 3 : -1);
         }
         for (int r = 0; r < 4; r++) {
             uint64_t it = gossip_node_iter(g[r]);
-            s_deliver_to(g[r], r, it, q, &nq);
+            s_deliver_to(g[r], r, it, f.q, &f.nq);
             assert_true(gossip_node_ready(g[r], it));
-            assert_int_equal(gossip_node_mix(g[r], x[r], it, err, sizeof err), 0);
+            assert_int_equal(gossip_node_mix(g[r], f.x[r], it, err, sizeof err), 0);
         }
         psimin = fmin(psimin, gossip_node_psi(g[3]));
     }
-    s_late_settle(g, x, q, &nq);
-    double dev;
-    s_late_check(g, x, x0, d, &dev);
-    uint64_t resets = 0;
-    for (int r = 0; r < 4; r++) {
-        gossip_stats st;
-        gossip_node_stats(g[r], &st);
-        resets += st.psi_resets;
-    }
+    uint64_t marks, resets;
+    double dev = s_c4_close(&f, &marks, &resets);
     printf("starved node: smallest psi %.3g, psi resets %llu, mass off by %.2e\n", psimin,
            (unsigned long long)resets, dev);
     assert_true(psimin < 1e-6); /* far below the floor without staleness */
     if (resets || !(dev <= 1e-6))
         fail_msg("a starved node's psi was rescaled (%llu resets): mass off by %g",
                  (unsigned long long)resets, dev);
-    free(q);
-    free(x0);
-    s_vectors_free(x, 4);
-    for (int r = 0; r < 4; r++)
-        gossip_node_destroy(&g[r]);
-    nn_arena_free(&L);
-    topo_destroy(&t);
 }
 
 /* SGP over a jammed link: rounds of `topo` with messages to and from rank
