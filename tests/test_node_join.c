@@ -220,8 +220,10 @@ static void test_leaver_says_bye_and_joins_again(void **state)
     if (rc != 0 || status[0] || status[1] || status[2] || status[4]) {
         for (int i = 0; i < 5; i++)
             tk_dump(logs[i]);
-        fail_msg("not every node finished (rc %d: %d %d %d, leaver again %d)", rc, status[0],
-                 status[1], status[2], status[4]);
+        char last[400];
+        tk_last_line(logs[4], last, sizeof last);
+        fail_msg("not every node finished (rc %d: %d %d %d, leaver again %d; its last line: %s)",
+                 rc, status[0], status[1], status[2], status[4], last);
     }
     /* once out for its BYE, it stays out until its new instance says HELLO:
      * nothing of the old one (a late PING, a BYE_ACK) brings it back */

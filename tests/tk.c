@@ -181,6 +181,26 @@ char *tk_slurp(const char *path)
     return s;
 }
 
+void tk_last_line(const char *path, char *buf, size_t size)
+{
+    char *s = tk_slurp(path);
+    size_t end = strlen(s);
+    buf[0] = '\0';
+    while (end > 0) {
+        while (end > 0 && s[end - 1] == '\n')
+            end--;
+        size_t start = end;
+        while (start > 0 && s[start - 1] != '\n')
+            start--;
+        if (end > start && strncmp(s + start, "kernels:", 8) != 0) {
+            snprintf(buf, size, "%.*s", (int)(end - start), s + start);
+            break;
+        }
+        end = start;
+    }
+    free(s);
+}
+
 void tk_dump(const char *path)
 {
     char *s = tk_slurp(path);

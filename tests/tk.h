@@ -66,6 +66,9 @@ int tk_rmtree(const char *dir);
 char *tk_slurp(const char *path);
 /* Prints "---- path" and the file to stderr (for failing tests). */
 void tk_dump(const char *path);
+/* The last line of the file that is not the `kernels:` line a node ends
+ * with (its failure, usually) into buf; "" when there is none. */
+void tk_last_line(const char *path, char *buf, size_t size);
 
 /* Starts tk_bin() (or bin when not NULL) with args (argv[0] included,
  * NULL-terminated) in a child whose stdout and stderr go to logpath (NULL:
