@@ -44,7 +44,7 @@
  * few dozen bytes), and what x_i - xhat_i holds goes out in the next full
  * one.  The full updates on a slow link are thus clocked by its ACKs.
  *
- * Owns:    per neighbour (gossip_peer) flight[], flight_t[], nflight,
+ * Owns:    per neighbour (gossip_link_peer) flight[], flight_t[], nflight,
  *          flight_slow, upd_iter, upd_t, upd_next, upd_next_t.
  * Exposes: gossip_flight_on, _full, _sent, _on_ack, _reset, _backed_up.
  * Callers: gossip_round (sending), gossip_recv (ACKs), gossip_live (down),
@@ -89,7 +89,7 @@ void gossip_flight_reset(gossip_link *l, int j)
 
 int gossip_flight_full(gossip_link *l, int to, double limit)
 {
-    gossip_peer *p = &l->p[to];
+    gossip_link_peer *p = &l->p[to];
     if (!s_keeps(l) || p->nflight == 0)
         return 0;
     const unsigned max = p->flight_slow ? 1 : (unsigned)l->stale + 2;
@@ -105,7 +105,7 @@ int gossip_flight_full(gossip_link *l, int to, double limit)
 }
 
 /* Choco: a full update of iteration iter went out to p. */
-static void s_upd_sent(gossip_peer *p, uint64_t iter)
+static void s_upd_sent(gossip_link_peer *p, uint64_t iter)
 {
     if (!p->upd_iter) {
         p->upd_iter = iter + 1;
@@ -117,7 +117,7 @@ static void s_upd_sent(gossip_peer *p, uint64_t iter)
 }
 
 /* Choco: p acknowledged our GOSSIPs through iteration iter. */
-static void s_upd_acked(gossip_peer *p, uint64_t iter)
+static void s_upd_acked(gossip_link_peer *p, uint64_t iter)
 {
     if (!p->upd_iter || p->upd_iter > iter + 1)
         return;
@@ -138,7 +138,7 @@ int gossip_flight_backed_up(gossip_link *l)
     const double now = nn_now(), after = s_slow_after(l);
     for (int a = 0; a < l->nnb; a++) {
         const int j = l->nb[a];
-        const gossip_peer *p = &l->p[j];
+        const gossip_link_peer *p = &l->p[j];
         if (!p->is_out || p->down || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
             continue;
         /* behind a slow path, not stopped: its GOSSIPs still come (one
@@ -153,7 +153,7 @@ int gossip_flight_backed_up(gossip_link *l)
 
 void gossip_flight_sent(gossip_link *l, int to, uint64_t iter, int full)
 {
-    gossip_peer *p = &l->p[to];
+    gossip_link_peer *p = &l->p[to];
     if (l->choco && gossip_flight_on(l) && full)
         s_upd_sent(p, iter);
     if (!s_keeps(l) || p->nflight >= GOSSIP_FLIGHT_CAP)
@@ -164,7 +164,7 @@ void gossip_flight_sent(gossip_link *l, int to, uint64_t iter, int full)
 
 void gossip_flight_on_ack(gossip_link *l, int from, uint64_t iter)
 {
-    gossip_peer *p = &l->p[from];
+    gossip_link_peer *p = &l->p[from];
     if (l->choco) {
         s_upd_acked(p, iter);
         l->st.acks_recv++;

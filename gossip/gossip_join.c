@@ -59,7 +59,7 @@ void gossip_join_begin(gossip_link *l)
  * Only while running, with a model, at most once per S_STATE_EVERY. */
 void gossip_join_answer_state(gossip_link *l, int j, int in)
 {
-    gossip_peer *p = &l->p[j];
+    gossip_link_peer *p = &l->p[j];
     double now = nn_now();
     if (!l->running || !l->join.x || !l->net || now - p->state_sent < S_STATE_EVERY ||
         (in && !gossip_proof_router_trusted(l, j)))
@@ -129,7 +129,7 @@ static int s_next_holder(const gossip_link *l, int after)
     for (int pass = 0; pass < 2; pass++)
         for (int a = 0; a < l->nnb; a++) {
             int j = l->nb[a];
-            const gossip_peer *p = &l->p[j];
+            const gossip_link_peer *p = &l->p[j];
             if (p->down || !(p->hello || p->ack) || (pass == 0) != (p->is_out != 0))
                 continue;
             if (c[0] < 0)
@@ -322,7 +322,7 @@ static int s_holders(const gossip_link *l, uint64_t cur, int rejoin)
     double now = nn_now();
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        const gossip_peer *p = &l->p[j];
+        const gossip_link_peer *p = &l->p[j];
         c += rejoin ? gossip_live_heard_in(l, j, now) && gossip_live_far_ahead(l, j, cur)
                     : !p->down && (p->hello || p->ack);
     }

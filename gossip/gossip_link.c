@@ -137,8 +137,13 @@ gossip_link *gossip_link_new(gossip_net *net, gossip_node *g, const topo *t, int
     l->choco = gossip_node_config(g)->algo == GOSSIP_CHOCO;
     l->stale = (uint64_t)gossip_node_config(g)->staleness;
     l->fp = gossip_node_fingerprint(g);
-    l->p = gossip_node_peers(g); /* roles filled by gossip_node; our section is zero */
+    l->p = nn_xcalloc((size_t)l->n, sizeof *l->p);
     l->nb = nn_xcalloc((size_t)l->n, sizeof *l->nb);
+    const gossip_peer *roles = gossip_node_peers(g);
+    for (int j = 0; j < l->n; j++) {
+        l->p[j].is_in = roles[j].is_in;
+        l->p[j].is_out = roles[j].is_out;
+    }
     for (int j = 0; j < l->n; j++)
         if (j != rank && (l->p[j].is_in || l->p[j].is_out)) {
             l->nb[l->nnb++] = j;
@@ -165,6 +170,7 @@ void gossip_link_destroy(gossip_link **self_p)
     gossip_round_free(l);
     gossip_join_free(l);
     free(l->nb);
+    free(l->p);
     gossip_buf_free(&l->ctl);
     free(l);
     *self_p = NULL;
@@ -183,6 +189,16 @@ void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out)
         down += l->p[l->nb[a]].down;
     out->peers_down = down;
     out->neighbours = (uint64_t)l->nnb;
+}
+
+gossip_link_peer_view gossip_link_peer_get(const gossip_link *l, int j)
+{
+    gossip_link_peer_view v = {0, 0.0};
+    if (l && j >= 0 && j < l->n) {
+        v.down = l->p[j].down;
+        v.wait_s = l->p[j].wait_s;
+    }
+    return v;
 }
 
 int gossip_link_cut_off(const gossip_link_stats *st)

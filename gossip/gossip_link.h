@@ -3,9 +3,10 @@
  * surviving dead, slow and restarted peers and hostile bytes.
  *
  * Owns:    the link object (struct gossip_link, gossip_link_int.h), cut
- *          into one section per module below; the per-neighbour protocol
- *          state lives in the protocol section of gossip_node's peer table
- *          (gossip_peer.h), next to the peer's roles and algorithm state.
+ *          into one section per module below, and its own record of every
+ *          neighbour (gossip_link_peer.h); the algorithm keeps its record
+ *          of the same peer (gossip_peer.h), which the link reads only
+ *          through gossip_node's calls.
  * Exposes: gossip_link_start (start barrier, or rejoin of a run in
  *          progress), gossip_link_round (one gossip round), gossip_link_pump
  *          (stay responsive during long local work), gossip_link_catch_up,
@@ -42,7 +43,7 @@
  *     gossip_node (never sees a socket)     gossip_net (ZeroMQ)
  *
  * Each module writes only its own section of the link and its own fields
- * of a gossip_peer; what another module needs of it goes through a call
+ * of a gossip_link_peer; what another module needs of it goes through a call
  * declared in gossip_link_int.h.
  *
  * The path of one received GOSSIP message, socket to mix, each module once
@@ -107,7 +108,7 @@
  * BYE early.  A slow neighbour that still PINGs is never silent.  With
  * S > 0 late GOSSIP messages are passed to gossip_node (mixed at the next
  * mix), and each round's wait is blamed on the in-neighbours it waited for
- * (gossip_peer.wait_s).  A down neighbour is logged once
+ * (gossip_link_peer.wait_s).  A down neighbour is logged once
  * with the reason and dropped from mixing (gossip_node_peer_down: weights
  * and push-sum mass as documented there); the run goes on.  It comes back
  * by itself: as out-neighbour when it speaks again (any valid message), as
@@ -182,6 +183,10 @@
 #include "gossip/gossip_net.h"
 #include "gossip/gossip_node.h"
 #include "topology/topo.h"
+
+/* Arrival gaps kept per neighbour for its adaptive deadline
+ * (gossip_link_gap_deadline). */
+#define GOSSIP_PEER_GAPS 32
 
 typedef struct gossip_link gossip_link;
 
@@ -325,6 +330,13 @@ int gossip_link_behind(const gossip_link *l, uint64_t *far);
 void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s);
 
 void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out);
+/* What the link knows of rank j (l may be NULL: a node without neighbours,
+ * reported as up and never waited for). */
+typedef struct {
+    int    down;   /* declared down and not back yet */
+    double wait_s; /* seconds our rounds waited for its messages */
+} gossip_link_peer_view;
+gossip_link_peer_view gossip_link_peer_get(const gossip_link *l, int j);
 
 /* The node's model, for the state transfer (borrowed; NULL: this node
  * neither answers STATE_REQ nor joins): x the gossip variable (layout

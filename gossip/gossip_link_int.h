@@ -13,13 +13,14 @@
  *            live     the longest stall of this process (freeze detector)
  *            join     the model handed over, the state transfer, re-join clocks
  *            round    the round's clock and period, fresh-wait list, drop RNG
- *          Per-neighbour protocol state lives in the protocol section of
- *          the gossip_peer table (gossip_peer.h), one field group per module.
+ *          Per-neighbour protocol state lives in the link's own table of
+ *          gossip_link_peer records (gossip_link_peer.h), one field group
+ *          per module.
  * Exposes: the struct, and per module the few calls the others need.
  * Uses:    below the layer, gossip_net (sockets: gossip_link, gossip_recv,
  *          gossip_proof, gossip_live, gossip_join, gossip_round send) and
  *          the algorithm, always downward (gossip_node never calls back):
- *            gossip_link   config, layout, fingerprint, peers (at creation)
+ *            gossip_link   config, layout, fingerprint, roles (at creation)
  *            gossip_recv   admit, hold, receive_decoded, window, iter, sent_thru
  *            gossip_live   peer_state/_down/_up/_sent, resync_msg, iter, sent_thru
  *            gossip_member peer_state/_restart, set_iter, sent_thru
@@ -35,6 +36,7 @@
 
 #include "gossip/gossip_codec.h"
 #include "gossip/gossip_link.h"
+#include "gossip/gossip_link_peer.h"
 #include "gossip/gossip_state.h"
 
 #define GOSSIP_LINK_SLICE 0.2    /* s: longest single wait (signals, checks) */
@@ -58,7 +60,7 @@ struct gossip_link {
     int                rank, n, choco;
     uint32_t           fp;
     uint64_t           nonce;      /* this process's instance nonce (HELLO, HELLO_ACK) */
-    gossip_peer       *p;          /* n: gossip_node's table (gossip_peer.h), borrowed */
+    gossip_link_peer  *p;          /* n: our record of every rank (gossip_link_peer.h) */
     int               *nb, nnb;    /* neighbour ranks */
     uint64_t           lag;        /* flow control: n + 2 x GOSSIP_WINDOW */
     uint64_t           stale;      /* gossip_node's staleness S */
@@ -155,7 +157,7 @@ void gossip_proof_on_proof(gossip_link *l, int j, uint64_t token);
 
 /* ---- gossip_live.c: liveness, failure detector, RESYNC */
 /* One arrival gap of a neighbour's GOSSIP: its adaptive deadline anew. */
-void gossip_live_note_gap(gossip_peer *p, double gap);
+void gossip_live_note_gap(gossip_link_peer *p, double gap);
 /* Seconds of silence after which j is declared down (adaptive). */
 double gossip_live_limit(const gossip_link *l, int j);
 /* In-neighbour j was heard within its silence limit and did not say BYE. */

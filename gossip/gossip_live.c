@@ -2,7 +2,7 @@
  * (choco), PINGs, and the rule of falling behind (gossip_link.h
  * "Liveness", "Re-join").
  *
- * Owns:    per neighbour (gossip_peer) the clocks heard/sent, arrival gaps
+ * Owns:    per neighbour (gossip_link_peer) the clocks heard/sent, arrival gaps
  *          and deadline, RESYNC bookkeeping, down; the longest stall of
  *          this process (a freeze).
  * Exposes: gossip_live_check_peers, _down, _revive, _ping, _ask_resyncs,
@@ -60,7 +60,7 @@ double gossip_link_gap_deadline(const double *gaps, uint32_t n)
 }
 
 /* Records one arrival gap of j's GOSSIP and recomputes its deadline. */
-void gossip_live_note_gap(gossip_peer *p, double gap)
+void gossip_live_note_gap(gossip_link_peer *p, double gap)
 {
     p->gaps[p->gap_pos] = gap;
     p->gap_pos = (p->gap_pos + 1) % GOSSIP_PEER_GAPS;
@@ -90,7 +90,7 @@ double gossip_live_limit(const gossip_link *l, int j)
 static int s_all_down(const gossip_link *l, int j)
 {
     int st = gossip_node_peer_state(l->g, j);
-    const gossip_peer *p = &l->p[j];
+    const gossip_link_peer *p = &l->p[j];
     return (!p->is_in || (st & GOSSIP_PEER_IN_DOWN)) && (!p->is_out || (st & GOSSIP_PEER_OUT_DOWN));
 }
 
@@ -99,7 +99,7 @@ static int s_all_down(const gossip_link *l, int j)
 /* In-neighbour j was heard within its silence limit and did not say BYE. */
 int gossip_live_heard_in(const gossip_link *l, int j, double now)
 {
-    const gossip_peer *p = &l->p[j];
+    const gossip_link_peer *p = &l->p[j];
     return p->is_in && !p->bye_in && now - p->heard <= gossip_live_limit(l, j);
 }
 
@@ -181,7 +181,7 @@ void gossip_live_down(gossip_link *l, int j, const char *fmt, ...)
  * neighbour that is up again in some role is logged. */
 void gossip_live_revive(gossip_link *l, int j, gossip_net_dir dir)
 {
-    gossip_peer *p = &l->p[j];
+    gossip_link_peer *p = &l->p[j];
     if (p->bye_in)
         return; /* it left: only a new instance (HELLO) brings it back */
     /* one far behind us gets our messages once it re-joined ("Re-join"):
@@ -207,7 +207,7 @@ void gossip_live_ask_resyncs(gossip_link *l)
     double now = nn_now();
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        gossip_peer *p = &l->p[j];
+        gossip_link_peer *p = &l->p[j];
         if (!p->is_in || !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_WANTS_RESYNC))
             continue;
         if (now - p->resync_asked < S_RESYNC_RETRY || now - p->heard > gossip_live_limit(l, j))
@@ -225,7 +225,7 @@ void gossip_live_answer_resync(gossip_link *l, int o)
         return; /* asked during our start: the asker retries */
     uint64_t at = gossip_node_sent_thru(l->g);
     double now = nn_now();
-    gossip_peer *p = &l->p[o];
+    gossip_link_peer *p = &l->p[o];
     if (p->resync_iter == at + 1 && now - p->resync_at < S_RESYNC_REPEAT)
         return; /* it already has this one (it crossed the request) */
     if (p->resync_iter == at + 1 && l->st.resyncs_repeated++ < 5)
@@ -264,7 +264,7 @@ void gossip_live_ping(gossip_link *l, int progress)
     uint64_t at = gossip_node_sent_thru(l->g);
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        gossip_peer *p = &l->p[j];
+        gossip_link_peer *p = &l->p[j];
         if (p->is_out && now - p->sent_dealer >= l->cfg.ping_every) /* kept ones: not lost */
             gossip_link_ctl(l, GOSSIP_MSG_PING, j, 0, gossip_node_sent_thru_to(l->g, j));
         if (p->is_in && (progress || now - p->sent_router >= l->cfg.ping_every))
@@ -290,10 +290,11 @@ void gossip_live_check_peers(gossip_link *l, int64_t iter, double wait_start)
     const double now = s_listened(l, nn_now());
     for (int a = 0; a < l->nnb && !l->fatal; a++) {
         int j = l->nb[a];
-        gossip_peer *p = &l->p[j];
+        gossip_link_peer *p = &l->p[j];
         if (s_all_down(l, j))
             continue;
         int in_live = p->is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN);
+        uint64_t got = gossip_node_peer_got(l->g, j);
         /* silent while we listened: after a pause of ours, what the peer
          * sent meanwhile may not have reached our queues yet (the
          * transport's thread was stopped with us) */
@@ -301,9 +302,9 @@ void gossip_live_check_peers(gossip_link *l, int64_t iter, double wait_start)
         if (silent > lim) {
             gossip_live_down(l, j, "silent for %.1f s (limit %.1f s)", silent, lim);
         } else if (iter >= 0 && in_live && p->bye_in && p->bye_iter <= (uint64_t)iter &&
-                   p->got <= (uint64_t)iter) {
+                   got <= (uint64_t)iter) {
             gossip_live_down(l, j, "it left after %llu iterations (BYE)", (unsigned long long)p->bye_iter);
-        } else if (iter >= 0 && in_live && wait_start >= 0 && p->got + l->stale <= (uint64_t)iter &&
+        } else if (iter >= 0 && in_live && wait_start >= 0 && got + l->stale <= (uint64_t)iter &&
                    now - wait_start > l->cfg.timeout) {
             gossip_live_down(l, j, "its message for iteration %lld is %.0f s late (--timeout)",
                    (long long)iter, now - wait_start);
@@ -331,7 +332,7 @@ void gossip_live_note_stall(gossip_link *l, double gap)
 /* RESYNC from in-neighbour `from`, taken by the algorithm. */
 void gossip_live_on_resync(gossip_link *l, int from)
 {
-    gossip_peer *p = &l->p[from];
+    gossip_link_peer *p = &l->p[from];
     p->resync_asked = 0; /* answered: the next gap may ask at once */
 }
 

@@ -2,7 +2,7 @@
  * HELLO_ACK, restarts of neighbours, BYE and the goodbye (gossip_link.h
  * "Start").
  *
- * Owns:    per neighbour (gossip_peer) hello/ack, nonce, hello_iter,
+ * Owns:    per neighbour (gossip_link_peer) hello/ack, nonce, hello_iter,
  *          reported (by HELLO*), join_told, bye_in/bye_ack/bye_iter; the
  *          link's phase (running).
  * Exposes: gossip_link_start, gossip_link_goodbye; the handlers of HELLO,
@@ -27,7 +27,7 @@
  * start. */
 static int s_hello_restart(gossip_link *l, int from, uint64_t iter, uint64_t nonce)
 {
-    gossip_peer *p = &l->p[from];
+    gossip_link_peer *p = &l->p[from];
     if (nonce && p->nonce && nonce == p->nonce) {
         if (p->hello_seen && p->hello_iter != iter && !p->down) {
             gossip_recv_refuse(l, "HELLO from %s (rank %d) for iteration %llu repeats the instance nonce "
@@ -40,7 +40,8 @@ static int s_hello_restart(gossip_link *l, int from, uint64_t iter, uint64_t non
     }
     if (nonce && p->nonce)
         return l->running; /* a new instance: the old one's connection is gone */
-    return l->running && (p->down || p->got > 0 || !p->hello_seen || p->hello_iter != iter);
+    return l->running && (p->down || gossip_node_peer_got(l->g, from) > 0 || !p->hello_seen ||
+                          p->hello_iter != iter);
 }
 
 /* HELLO_ACK to j (over our ROUTER with `router`); status GOSSIP_HELLO_JOIN
@@ -64,7 +65,7 @@ static void s_hello_ack(gossip_link *l, int j, int router, uint64_t status)
 
 /* A HELLO or HELLO_ACK from p (an in-neighbour: in = 1) at iteration
  * iter: its instance nonce (0: none said), where it is, that it answered. */
-static void s_heard(gossip_peer *p, int in, uint64_t iter, uint64_t nonce)
+static void s_heard(gossip_link_peer *p, int in, uint64_t iter, uint64_t nonce)
 {
     if (nonce)
         p->nonce = nonce;
@@ -78,7 +79,7 @@ static void s_heard(gossip_peer *p, int in, uint64_t iter, uint64_t nonce)
 /* HELLO from `from`: noted, answered; a restart voids what we hold of it. */
 void gossip_member_on_hello(gossip_link *l, int from, int in, uint64_t iter, uint64_t nonce)
 {
-    gossip_peer *p = &l->p[from];
+    gossip_link_peer *p = &l->p[from];
     int restart = s_hello_restart(l, from, iter, nonce);
     if (restart < 0)
         return;
@@ -110,7 +111,7 @@ static void s_missing(const gossip_link *l, int role, int which, char *buf, size
     buf[0] = '\0';
     for (int a = 0; a < l->nnb && o < len; a++) {
         int j = l->nb[a];
-        const gossip_peer *p = &l->p[j];
+        const gossip_link_peer *p = &l->p[j];
         int has = ((role & 1) && p->is_in) || ((role & 2) && p->is_out);
         int flag = which == 0 ? p->hello : which == 1 ? p->ack : (p->hello || p->ack);
         if (!has || flag)
@@ -134,7 +135,7 @@ static int s_report_ok(const gossip_link *l, int j)
     spread = (uint64_t)(l->n > 1 ? l->n - 1 : 1) * (l->lag + GOSSIP_WINDOW);
     int others = 0;
     for (int a = 0; a < l->nnb; a++) {
-        const gossip_peer *q = &l->p[l->nb[a]];
+        const gossip_link_peer *q = &l->p[l->nb[a]];
         if (l->nb[a] == j || !(q->hello || q->ack) ||
             (l->cfg.iters && q->reported > l->cfg.iters))
             continue;
@@ -151,7 +152,7 @@ static uint64_t s_far(const gossip_link *l, uint64_t start)
 {
     uint64_t far = start;
     for (int a = 0; a < l->nnb; a++) {
-        const gossip_peer *p = &l->p[l->nb[a]];
+        const gossip_link_peer *p = &l->p[l->nb[a]];
         if ((p->hello || p->ack) && p->reported > far && s_report_ok(l, l->nb[a]))
             far = p->reported;
     }
@@ -164,7 +165,7 @@ static int s_barrier_done(const gossip_link *l, int rejoin)
 {
     int done = 1;
     for (int a = 0; a < l->nnb; a++) {
-        const gossip_peer *p = &l->p[l->nb[a]];
+        const gossip_link_peer *p = &l->p[l->nb[a]];
         if (rejoin)
             done &= p->hello || p->ack;
         else
@@ -231,7 +232,7 @@ static void s_hellos(gossip_link *l, int rejoin, uint64_t start)
 {
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        const gossip_peer *p = &l->p[j];
+        const gossip_link_peer *p = &l->p[j];
         if (p->is_out && !p->ack)
             gossip_link_ctl(l, GOSSIP_MSG_HELLO, j, 0, start);
         if (gossip_proof_provable(l, j) && !p->proved)
@@ -357,7 +358,7 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s)
         int left = 0;
         for (int a = 0; a < l->nnb; a++) {
             int j = l->nb[a];
-            const gossip_peer *p = &l->p[j];
+            const gossip_link_peer *p = &l->p[j];
             int st = gossip_node_peer_state(l->g, j);
             left += p->is_out && !(st & GOSSIP_PEER_OUT_DOWN) && !p->bye_ack;
             left += p->is_in && !(st & GOSSIP_PEER_IN_DOWN) && !p->bye_in;
@@ -369,7 +370,7 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s)
             size_t oa = 0, ob = 0;
             for (int k = 0; k < l->nnb; k++) {
                 int j = l->nb[k];
-                const gossip_peer *p = &l->p[j];
+                const gossip_link_peer *p = &l->p[j];
                 int st = gossip_node_peer_state(l->g, j);
                 if (p->is_out && !(st & GOSSIP_PEER_OUT_DOWN) && !p->bye_ack && oa < sizeof a)
                     oa += (size_t)snprintf(a + oa, sizeof a - oa, "%s%s", oa ? ", " : "", gossip_link_id(l, j));
@@ -392,7 +393,7 @@ void gossip_link_goodbye(gossip_link *l, uint64_t done, double wait_s)
 void gossip_member_on_hello_ack(gossip_link *l, int from, int in, uint64_t iter,
                                 const uint8_t *msg, size_t len)
 {
-    gossip_peer *p = &l->p[from];
+    gossip_link_peer *p = &l->p[from];
     uint64_t nonce = gossip_msg_hello_nonce(msg, len);
     if (gossip_msg_hello_status(msg, len) & GOSSIP_HELLO_JOIN)
         p->join_told = 1;

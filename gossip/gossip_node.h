@@ -369,10 +369,12 @@ enum {
 };
 /* GOSSIP_PEER_* flags of rank (0: a live neighbour, or not a neighbour). */
 int gossip_node_peer_state(const gossip_node *g, int rank);
-/* The table of what this node knows about every rank (n records,
- * gossip_peer.h), owned by g: gossip_node writes the identity, roles and
- * algorithm sections, the transport's link its protocol section. */
-gossip_peer *gossip_node_peers(gossip_node *g);
+/* The table of what the algorithm knows about every rank (n records,
+ * gossip_peer.h), owned and written by g; borrowed read-only. */
+const gossip_peer *gossip_node_peers(const gossip_node *g);
+/* Admission's sequence of rank: 1 + the last GOSSIP iteration it
+ * delivered (gossip_node_admit), 0 when none since its (re)start. */
+uint64_t gossip_node_peer_got(const gossip_node *g, int rank);
 /* Encodes a RESYNC message (choco only; 0 otherwise): our own public copy
  * xhat_i, holding our updates of every iteration below its iteration field
  * (iter, or iter + 1 once prepared), and psi.  *msg is borrowed until the

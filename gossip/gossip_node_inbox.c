@@ -452,9 +452,15 @@ void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru)
     s_check_gap(g, k);
 }
 
-gossip_peer *gossip_node_peers(gossip_node *g)
+const gossip_peer *gossip_node_peers(const gossip_node *g)
 {
     return g->peer;
+}
+
+uint64_t gossip_node_peer_got(const gossip_node *g, int rank)
+{
+    assert(rank >= 0 && rank < g->n);
+    return g->peer[rank].got;
 }
 
 int gossip_node_peer_state(const gossip_node *g, int rank)

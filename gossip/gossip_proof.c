@@ -2,7 +2,7 @@
  * ways is heard over our ROUTER only once the connection under its id
  * proved it with our per-link token.
  *
- * Owns:    whether proofs are required; per neighbour (gossip_peer) the
+ * Owns:    whether proofs are required; per neighbour (gossip_link_peer) the
  *          token, the proved connection, the held HELLO, rate-limit clocks.
  * Exposes: gossip_proof_unproven (the gate on our ROUTER), _router_trusted
  *          (may we answer over our ROUTER), _ask, _answer, _on_proof,
@@ -52,7 +52,7 @@ static void s_proof_send(gossip_link *l, int j, const char *what, double now)
  * over j's own connection. */
 void gossip_proof_ask(gossip_link *l, int j)
 {
-    gossip_peer *p = &l->p[j];
+    gossip_link_peer *p = &l->p[j];
     double now = nn_now();
     if (!l->net || now - p->link_asked < S_LINK_EVERY)
         return;
@@ -67,7 +67,7 @@ void gossip_proof_ask(gossip_link *l, int j)
  * under j's id goes to the real j, who refuses it). */
 void gossip_proof_answer(gossip_link *l, int j, uint64_t token)
 {
-    gossip_peer *p = &l->p[j];
+    gossip_link_peer *p = &l->p[j];
     double now = nn_now();
     if (!l->net || !p->is_out || !token || now - p->link_answered < S_LINK_ANSWER)
         return;
@@ -98,7 +98,7 @@ int gossip_proof_router_trusted(const gossip_link *l, int j)
 int gossip_proof_unproven(gossip_link *l, int j, unsigned kind, uint64_t iter, const uint8_t *msg,
                       size_t len)
 {
-    gossip_peer *p = &l->p[j];
+    gossip_link_peer *p = &l->p[j];
     if (!gossip_proof_provable(l, j) || kind == GOSSIP_MSG_LINK_REQ || kind == GOSSIP_MSG_LINK_PROOF)
         return 0;
     if (p->proved && p->proved_gen == s_conn(l, j))
@@ -126,7 +126,7 @@ int gossip_proof_unproven(gossip_link *l, int j, unsigned kind, uint64_t iter, c
  * j's id on our port is j's (the token went only to where j is listed). */
 void gossip_proof_on_proof(gossip_link *l, int j, uint64_t token)
 {
-    gossip_peer *p = &l->p[j];
+    gossip_link_peer *p = &l->p[j];
     if (!gossip_proof_provable(l, j))
         return;
     if (token != p->token) {

@@ -108,7 +108,7 @@ static void s_hold(gossip_link *l, int from, const gossip_header *h, const uint8
                    size_t len)
 {
     uint64_t iter = h->iter, cur = gossip_node_iter(l->g);
-    gossip_peer *p = &l->p[from];
+    gossip_link_peer *p = &l->p[from];
     if (gossip_join_joining(l) && !l->running)
         return; /* joining: we are not at the run's iteration yet */
     if (iter > cur + l->lag + GOSSIP_WINDOW && gossip_live_far_ahead(l, from, cur) &&
@@ -144,12 +144,13 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
                      size_t len)
 {
     char err[1024];
-    gossip_peer *p = &l->p[from];
+    gossip_link_peer *p = &l->p[from];
     gossip_recv_code c = gossip_node_admit(l->g, h, err, sizeof err);
+    uint64_t got = gossip_node_peer_got(l->g, from);
     if (c == GOSSIP_RECV_DUPLICATE) {
         gossip_recv_refuse(l, "replayed or duplicate message from %s (rank %d) for iteration %llu "
                  "(it already sent %llu)", gossip_link_id(l, from), from,
-                 (unsigned long long)h->iter, (unsigned long long)p->got - 1);
+                 (unsigned long long)h->iter, (unsigned long long)got - 1);
         return;
     }
     /* push-sum: its mass in flight to us is bounded by our ACKs; choco:
@@ -282,7 +283,7 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         return;
     unsigned kind = h.kind;
     uint64_t iter = h.iter;
-    gossip_peer *p = &l->p[from];
+    gossip_link_peer *p = &l->p[from];
     uint64_t refused_before = l->st.refused;
     if (in && gossip_proof_unproven(l, from, kind, iter, msg, len))
         return;

@@ -3,7 +3,7 @@
  * wait), the mix (gossip_link.h "Flow control", "Liveness").
  *
  * Owns:    the round's clock and period, the fresh-wait list, the RNG of
- *          drop_gossip; per neighbour (gossip_peer) wait_s, fresh_score.
+ *          drop_gossip; per neighbour (gossip_link_peer) wait_s, fresh_score.
  * Exposes: gossip_link_round, gossip_link_pump; gossip_round_period (the
  *          silence limit of a neighbour without gaps yet).
  * Callers: node/node_cmd_node.c, tests; gossip_live (period).
@@ -61,9 +61,10 @@ static int s_mixed_alone(const gossip_link *l, uint64_t iter)
 static void s_blame_wait(gossip_link *l, uint64_t iter, double dt)
 {
     for (int a = 0; a < l->nnb; a++) {
-        gossip_peer *p = &l->p[l->nb[a]];
-        if (p->is_in && !(gossip_node_peer_state(l->g, l->nb[a]) & GOSSIP_PEER_IN_DOWN) &&
-            p->got + l->stale <= iter)
+        int j = l->nb[a];
+        gossip_link_peer *p = &l->p[j];
+        if (p->is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN) &&
+            gossip_node_peer_got(l->g, j) + l->stale <= iter)
             p->wait_s += dt;
     }
 }
@@ -197,7 +198,7 @@ static int s_flow_blocked(const gossip_link *l, uint64_t iter)
 {
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        const gossip_peer *p = &l->p[j];
+        const gossip_link_peer *p = &l->p[j];
         if (p->is_out && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN) &&
             iter >= p->reported + l->lag)
             return 1;
@@ -216,14 +217,15 @@ static void s_mark_late(gossip_link *l, uint64_t iter, double wait_start)
         return;
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        gossip_peer *p = &l->p[j];
+        gossip_link_peer *p = &l->p[j];
         if (!p->is_in || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN) ||
-            p->got + l->stale > iter || !gossip_node_peer_late(l->g, j))
+            gossip_node_peer_got(l->g, j) + l->stale > iter || !gossip_node_peer_late(l->g, j))
             continue;
         if (l->st.late_marks++ < 3)
             gossip_link_log(l, "neighbour %s (rank %d) is %llu iterations behind: its messages are "
                             "mixed as they come, not waited for, until it catches up%s",
-                            gossip_link_id(l, j), j, (unsigned long long)(iter - p->got),
+                            gossip_link_id(l, j), j,
+                            (unsigned long long)(iter - gossip_node_peer_got(l->g, j)),
                             l->st.late_marks == 3 ? " (further such notes only counted)" : "");
     }
 }
@@ -294,7 +296,7 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
             return -1;
     }
     for (int a = 0; a < m; a++) {
-        gossip_peer *p = &l->p[l->round.fresh[a]];
+        gossip_link_peer *p = &l->p[l->round.fresh[a]];
         if (gossip_node_fresh_from(l->g, l->round.fresh[a], iter)) {
             p->fresh_score = fmin(1.0, p->fresh_score + 0.25);
         } else {

@@ -390,14 +390,14 @@ static void s_live_link(s_node *s, node_live_snap *p)
     f[NODE_LIVE_REF_NONFINITE] = ls.refused_nonfinite;
     f[NODE_LIVE_REF_STATE] = ls.state_refused;
     f[NODE_LIVE_REF_OTHER] = ls.refused - ls.refused_nonfinite - ls.state_refused;
-    const gossip_peer *peers = gossip_node_peers(s->g);
     for (int k = 0; k < p->nnb; k++) {
         node_live_nb *nb = &p->nb[k];
         uint64_t lag = 0, nofresh;
         gossip_node_peer_lag(s->g, nb->rank, &lag, &nofresh);
+        gossip_link_peer_view v = gossip_link_peer_get(s->link, nb->rank);
         nb->staleness = lag;
-        nb->up = !peers[nb->rank].down;
-        nb->wait_s = peers[nb->rank].wait_s;
+        nb->up = !v.down;
+        nb->wait_s = v.wait_s;
         snprintf(nb->endpoint, sizeof nb->endpoint, "%s",
                  gossip_net_peer_endpoint(s->net, nb->rank));
     }
@@ -573,13 +573,12 @@ static size_t s_link_counts(node_count *c, const gossip_net_stats *ns,
  * gossip node g. */
 static void s_report_nb(s_node *s, gossip_node *g, node_metrics *m)
 {
-    const gossip_peer *peers = gossip_node_peers(g);
     int k = 0;
     for (int j = 0; j < s->t->n && k < TOPO_MAX_NODES; j++) {
         uint64_t lag, nofresh;
         if (gossip_node_peer_lag(g, j, &lag, &nofresh) != 0)
             continue;
-        s->nb[k++] = (node_nb_metrics){j, lag, nofresh, peers[j].wait_s};
+        s->nb[k++] = (node_nb_metrics){j, lag, nofresh, gossip_link_peer_get(s->link, j).wait_s};
     }
     m->nnb = k;
     m->nb = s->nb;
