@@ -178,7 +178,15 @@ static void s_recorded_norm(const node_data_info *in, node_data *d)
     memcpy(d->std, in->std, (size_t)in->c * sizeof *d->std);
 }
 
-int node_cmd_eval(int argc, char **argv)
+/* The command line of eval. */
+typedef struct {
+    const char *data;
+    long        batch, threads, subset;
+    int         average, json;
+} s_eval_args;
+
+/* Parses argv into *a; -1: go on (files from optind), else the exit code. */
+static int s_eval_parse(int argc, char **argv, s_eval_args *a)
 {
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'}, {"batch", required_argument, 0, 'b'},
@@ -186,54 +194,55 @@ int node_cmd_eval(int argc, char **argv)
         {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"subset", required_argument, 0, 's'}, {0, 0, 0, 0},
     };
-    const char *data = NULL;
-    long batch = 32, threads = 1, subset = 0; /* the training commands' defaults */
-    int average = 0, json = 0, c;
+    /* the training commands' defaults */
+    *a = (s_eval_args){.data = NULL, .batch = 32, .threads = 1, .subset = 0};
     char err[1024];
+    int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
         switch (c) {
-        case 'd': data = optarg; break;
-        case 'b':
-            if (node_parse_int("--batch", optarg, 1, 65536, &batch, err, sizeof err)) {
-                fprintf(stderr, "lpgossip eval: %s\n", err);
-                return 2;
-            }
-            break;
-        case 't':
-            if (node_parse_int("--threads", optarg, 1, 256, &threads, err, sizeof err)) {
-                fprintf(stderr, "lpgossip eval: %s\n", err);
-                return 2;
-            }
-            break;
-        case 's':
-            if (node_parse_int("--subset", optarg, 1, 1L << 40, &subset, err, sizeof err)) {
-                fprintf(stderr, "lpgossip eval: %s\n", err);
-                return 2;
-            }
-            break;
-        case 'a': average = 1; break;
-        case 'j': json = 1; break;
+        case 'd': a->data = optarg; break;
+        case 'b': bad = node_parse_int("--batch", optarg, 1, 65536, &a->batch, err, sizeof err); break;
+        case 't': bad = node_parse_int("--threads", optarg, 1, 256, &a->threads, err, sizeof err); break;
+        case 's': bad = node_parse_int("--subset", optarg, 1, 1L << 40, &a->subset, err, sizeof err); break;
+        case 'a': a->average = 1; break;
+        case 'j': a->json = 1; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
+        if (bad) {
+            fprintf(stderr, "lpgossip eval: %s\n", err);
+            return 2;
+        }
     }
     int nfiles = argc - optind;
-    if (nfiles < 1 || (!average && nfiles != 1)) {
+    if (nfiles < 1 || (!a->average && nfiles != 1)) {
         fprintf(stderr, "lpgossip eval: %s\n",
                 nfiles < 1 ? "no model file given" : "several model files need --average");
         s_usage(stderr);
         return 2;
     }
+    return -1;
+}
+
+int node_cmd_eval(int argc, char **argv)
+{
+    s_eval_args a;
+    int rc = s_eval_parse(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    char err[1024];
+    int nfiles = argc - optind;
     char **files = argv + optind;
-    node_set_threads((int)threads);
+    node_set_threads((int)a.threads);
     node_model_opts mo;
     if (s_models_opts(files, nfiles, &mo, err, sizeof err) != 0) {
         fprintf(stderr, "lpgossip eval: %s\n", err);
         return 2;
     }
-    if (data)
-        snprintf(mo.data, sizeof mo.data, "%s", data);
+    if (a.data)
+        snprintf(mo.data, sizeof mo.data, "%s", a.data);
     node_data d;
     node_data_info info;
     if (node_data_info_read(files[0], &info, err, sizeof err) != 0) {
@@ -247,7 +256,7 @@ int node_cmd_eval(int argc, char **argv)
     }
     s_recorded_norm(&info, &d);
     size_t *conf = NULL;
-    int rc = 1;
+    rc = 1;
     nn_model *m = node_model_build(&mo, d.in_c, d.in_h, d.in_w, d.test.classes, err, sizeof err);
     if (!m) {
         fprintf(stderr, "lpgossip eval: %s\n", err);
@@ -258,22 +267,22 @@ int node_cmd_eval(int argc, char **argv)
         rc = 2; /* a bad model file */
         goto done;
     }
-    nn_model_prepare(m, (int)batch);
+    nn_model_prepare(m, (int)a.batch);
     int K = nn_model_cfg(m)->classes;
     conf = nn_xcalloc((size_t)K * (size_t)K, sizeof *conf);
     size_t n = d.test.n;
-    uint32_t *sub = node_eval_subset(n, (size_t)subset);
-    n = sub ? (size_t)subset : n;
-    double loss, acc = s_eval(m, &d, (int)batch, sub, n, &loss, conf);
+    uint32_t *sub = node_eval_subset(n, (size_t)a.subset);
+    n = sub ? (size_t)a.subset : n;
+    double loss, acc = s_eval(m, &d, (int)a.batch, sub, n, &loss, conf);
     free(sub);
-    if (json)
+    if (a.json)
         printf("{\"models\":%d,\"test_acc\":%.6f,\"test_loss\":%.6f,\"samples\":%zu", nfiles,
                acc, loss, n);
     else
         printf("%s%s: test accuracy %.2f%% (loss %.4f) on %zu %s test samples\n",
                nfiles > 1 ? "average of " : "", nfiles > 1 ? "models" : files[0], 100 * acc, loss,
                n, d.test.name);
-    s_print_classes(&info, K, conf, json);
+    s_print_classes(&info, K, conf, a.json);
     rc = 0;
 done:
     free(conf);
