@@ -29,8 +29,8 @@ typedef struct {
     gossip_payload pl;     /* grow-only */
 } s_slot;
 
-/* Bounded staleness, per in-neighbour (private: the peer table's algorithm
- * section is shared with other work). */
+/* Bounded staleness, per in-neighbour (by in-position, like the slots;
+ * private to gossip_node, unlike the peer table that node/ reads). */
 typedef struct {
     uint64_t acc_thru; /* dpsgd/deepsqueeze: its messages below this are mixed
                           or accounted as lost (choco: copy_thru) */
