@@ -230,9 +230,12 @@ fuzz: check-deps
 	@scripts/fuzz.sh $(FUZZ_SECONDS)
 
 # House style: a function fits on a screen, none over 100 lines in the
-# library's modules (scripts/fnlen lists the ones that are).
+# library's modules (scripts/fnlen lists the ones that are), and a source
+# file holds one job, none over 1,000 lines (tests and benches included).
 lint:
 	@scripts/fnlen $(MODULES)
+	@awk 'FNR == 1000 + 1 { print FILENAME ": over 1000 lines"; bad = 1 } END { exit bad }' \
+		$(foreach d,$(MODULES) tests bench,$(wildcard $(d)/*.c))
 
 # Every test program under valgrind memcheck (slow: tens of minutes).
 valgrind: all
