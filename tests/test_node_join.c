@@ -180,10 +180,15 @@ static void test_leaver_says_bye_and_joins_again(void **state)
     char *common[] = {"--algo", "choco", "--compress", "topk:0.1+q8", "--eta", "0.1",
                       "--model", "cnn", "--train-subset", subset, "--batch", bs, "--epochs", "1",
                       "--lr", "0.05", "--seed", "5", "--no-eval", "--start-window", "2",
-                      "--timeout", "120", "--peer-timeout", "100", "--out", out, NULL};
+                      "--timeout", "120", "--peer-timeout", "100", "--debug-slow", "0.25",
+                      "--out", out, NULL};
     for (int i = 0; i < 5; i++)
         snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
-    /* eta 0.1: with the default --staleness 2, choco topk:0.1 at eta 0.3 runs
+    /* --debug-slow 0.25: every node serves its neighbours for three times
+     * its step after each step, so the run lasts four times its CPU time
+     * (300 steps of 6 ms alone ended before a restarted leaver could join on
+     * a loaded machine, which then waited out --timeout for nobody).
+     * eta 0.1: with the default --staleness 2, choco topk:0.1 at eta 0.3 runs
      * near its stability edge (spreads of 0.3-0.9 between models), which
      * would drown what this test compares (measured: 0.0014 / 0.0016) */
     pid_t pid[4];
