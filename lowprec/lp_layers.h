@@ -16,6 +16,7 @@
  * Callers: the int8 op classes of the model graph (lp_model.c), tests,
  *          bench.
  * Files:   lp_conv.c (conv forward, input gradient, fake-quant conv),
+ *          lp_conv_shift.c (their shift path: stride-1 "same" convs),
  *          lp_conv_wgrad.c (conv weight and bias gradients), lp_linear.c,
  *          lp_norm.c (Range EvoNorm), lp_add.c; lp_layer_common.h holds
  *          what they share (the quantization prologue, scratch carving).
