@@ -9,7 +9,8 @@
  *          uint8 codes + lp_qparams, so activation memory really shrinks.
  *          Every integer kernel has a fake-quant twin (*_fq: quantize,
  *          dequantize to float, plain FP32 loops, as the reference simulates
- *          it); both agree to float rounding (tests/test_lowprec_layers.c).
+ *          it); both agree to float rounding (tests/test_lowprec_layers.c,
+ *          tests/test_lowprec_ren.c).
  * Exposes: the functions below.  Free functions on raw pointers with
  *          explicit dimensions (llm.c style); they never allocate: callers
  *          pass scratch of the size the *_scratch_bytes functions give.
