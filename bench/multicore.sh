@@ -48,8 +48,9 @@ fi
 if part 2; then
     say "int8 unit tests at the top level (the others run on any 2-core machine)"
     for lv in ${levels##* }; do
-        for t in test_lowprec_tile test_lowprec_gemm test_lowprec_layers test_lowprec_bf16 \
-                 test_lowprec_quant test_lowprec_kern test_lowprec_model test_nn_pool; do
+        for t in test_lowprec_tile test_lowprec_gemm test_lowprec_layers test_lowprec_ren \
+                 test_lowprec_bf16 test_lowprec_quant test_lowprec_kern test_lowprec_model \
+                 test_nn_pool; do
             [ -x $b/tests/$t ] || continue
             LPGOSSIP_CPU=$lv timeout 90 $b/tests/$t > "$out/$t.$lv.log" 2>&1
             printf '%-11s %-22s rc=%s %s\n' "$lv" "$t" "$?" \

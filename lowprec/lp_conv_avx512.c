@@ -1,5 +1,5 @@
 /* lp_conv_avx512 — AVX-512 VNNI kernels of the integer shift-path
- * convolution on byte quads (lp_conv.c; contracts in lp_gemm.h and
+ * convolution on byte quads (lp_conv_shift.c; contracts in lp_gemm.h and
  * lp_simd.h).  Built with the AVX-512 flags and called only through the
  * kernel tables of the AVX-512 VNNI levels (lp_kern_x86.c); each has a scalar twin (_ref) that
  * gives the same integers and the same floats.

@@ -5,7 +5,8 @@
  *          give bit-identical int32 results because the arithmetic is exact.
  * Exposes: packing, the GEMM, its plain _ref twin, and the affine
  *          correction that turns the int32 sums into real products.
- * Callers: lp_conv.c, lp_linear.c (conv / linear forward and input gradient), bench.
+ * Callers: lp_conv.c, lp_conv_shift.c, lp_linear.c (conv / linear forward and input
+ *          gradient), bench.
  *
  * Dimension legend: M rows of A and C, N columns of B and C, K the reduction.
  *
@@ -114,7 +115,7 @@ static inline float lp_gemm_dequant(int32_t S, int32_t SA, int32_t SB, int K, lp
 
 /* ---- shifted-row GEMM on int16 pairs --------------------------------------
  * The im2col-free integer product behind the stride-1 "same" convolutions
- * (lp_conv.c), the integer twin of nn's shifted GEMM (nn_layers_simd.h).
+ * (lp_conv_shift.c), the integer twin of nn's shifted GEMM (nn_layers_simd.h).
  * A pair grid holds np rows of ldb int32 lanes; lane j of row p holds two
  * codes as int16: b(2p, j) in the low half, b(2p+1, j) in the high half.
  * Row p shifted by toff[t] is row k = p*T + t (K2 = np*T rows) of a virtual

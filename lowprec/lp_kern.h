@@ -11,7 +11,7 @@
  *          level.
  * Exposes: lp_kern_t, lp_kern(), lp_kern_fill_arch (for the builders).
  * Callers: the dispatching functions of lp_quant.c, lp_gemm.c, lp_bf16.c,
- *          lp_tile.c, the conv shift path (lp_conv.c) and Range EvoNorm
+ *          lp_tile.c, the conv shift path (lp_conv_shift.c) and Range EvoNorm
  *          (lp_norm.c).  Generic code reads capabilities from the table
  *          (quads, bf16, tilegemm) and never names a level.
  */

@@ -5,7 +5,8 @@
  *          the activation quantizer of a mode, and the scratch carving.
  * Exposes: LP_ALIGN64, lp_take, lp_quant_act, lp_param_fq, lp_operands,
  *          lp_layer_quantize.
- * Callers: lp_conv.c, lp_conv_wgrad.c, lp_linear.c, lp_norm.c, lp_add.c.
+ * Callers: lp_conv.c, lp_conv_shift.c, lp_conv_wgrad.c, lp_linear.c, lp_norm.c,
+ *          lp_add.c.
  */
 #ifndef LP_LAYER_COMMON_H
 #define LP_LAYER_COMMON_H

@@ -9,13 +9,15 @@
  *          uint8 codes + lp_qparams, so activation memory really shrinks.
  *          Every integer kernel has a fake-quant twin (*_fq: quantize,
  *          dequantize to float, plain FP32 loops, as the reference simulates
- *          it); both agree to float rounding (tests/test_lowprec_layers.c).
+ *          it); both agree to float rounding (tests/test_lowprec_layers.c,
+ *          tests/test_lowprec_ren.c).
  * Exposes: the functions below.  Free functions on raw pointers with
  *          explicit dimensions (llm.c style); they never allocate: callers
  *          pass scratch of the size the *_scratch_bytes functions give.
  * Callers: the int8 op classes of the model graph (lp_model.c), tests,
  *          bench.
  * Files:   lp_conv.c (conv forward, input gradient, fake-quant conv),
+ *          lp_conv_shift.c (their shift path: stride-1 "same" convs),
  *          lp_conv_wgrad.c (conv weight and bias gradients), lp_linear.c,
  *          lp_norm.c (Range EvoNorm), lp_add.c; lp_layer_common.h holds
  *          what they share (the quantization prologue, scratch carving).

@@ -103,7 +103,7 @@ void lp_ren_row_fwd_avx2(float *o, const float *x, size_t n, float v, float sc, 
 void lp_ren_row_bwd_avx2(float *dx, double sums[3], const float *x, const float *g, size_t n,
                          float v, float sc, float gamma);
 
-/* Pair-grid helpers of the conv shift path (lp_conv.c), scalar twins
+/* Pair-grid helpers of the conv shift path (lp_conv_shift.c), scalar twins
  * and AVX2 versions (same results: integer sums, and the double product
  * c * sum rounded once):
  *   lp_pair_plane: the pair rows of an image plane in all V = 2 pad + 1
@@ -159,7 +159,7 @@ void lp_dequant_lin_avx512(float *out, const int32_t *S, const double *tw, doubl
                            double t4, const float *bias, size_t n);
 
 /* Quad-grid helpers of the conv shift path at the AVX-512 VNNI level
- * (lp_conv.c), scalar twins and AVX-512 versions (exact integers, and the
+ * (lp_conv_shift.c), scalar twins and AVX-512 versions (exact integers, and the
  * dequantization's double arithmetic in the twin's order):
  *   lp_quad_row: dst[w] = lp_quad(r0[w], r1[w], r2[w], r3[w]) (overwritten;
  *                r1..r3 may be NULL: code 0), chs[w] += the four codes

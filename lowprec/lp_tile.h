@@ -11,14 +11,14 @@
  * Exposes: lp_tilegemm (dispatch: AMX where lp_tile_ready(), else the
  *          twin), its _ref twin, the _emu run of the kernel, the layout
  *          helpers, the start-up checks; lp_tiledot_bf16 (below).
- * Callers: lp_conv.c (stride-1 "same" convs, forward and input gradient),
+ * Callers: lp_conv_shift.c (stride-1 "same" convs, forward and input gradient),
  *          lp_gemm.c (lp_gemm_u8u8), lp_bf16.c (lp_shiftdot_bf16), the
  *          CLI's kernels: line, tests, bench.
  * Threads: every call configures the tiles of the thread it runs on
  *          (LDTILECFG) and releases them (TILERELEASE) before it returns;
  *          the permission for the tile state (nn_cpu.c, ARCH_REQ_XCOMP_PERM)
  *          is the process's, so pool workers run the kernels on their own
- *          tiles, each on its own rows or columns of the output (lp_conv.c,
+ *          tiles, each on its own rows or columns of the output (lp_conv_shift.c,
  *          lp_gemm.c's callers, lp_bf16.c); lp_tile_ready() and
  *          lp_tile_bf16_ready() are first asked on the calling thread,
  *          before the pool runs.
@@ -32,7 +32,7 @@
  * and the caller restores the shift exactly as on the VNNI level.
  * Why groups of strided rows: a tile load reads rows at one stride.  The
  * shift conv puts its K column-shift variants of a quad row at a stride of
- * vlen + 1 lanes and the quad rows at K (vlen + 1) (lp_conv.c), so the
+ * vlen + 1 lanes and the quad rows at K (vlen + 1) (lp_conv_shift.c), so the
  * taps (kh, kw) of all quad rows p for one kernel row kh are rows
  * r = p*K + kw of one group: K groups of nq*K rows, and a 16-channel layer
  * fills 48 of a tile's 64 bytes of depth (12 of 64 with one group a tap).

@@ -12,7 +12,7 @@
  * Exposes: nn_conv_dims_make, nn_conv_scratch_floats, nn_conv2d_forward/
  *          backward (+ _ref), and the *_nb variants that take the chunk size
  *          explicitly (benchmarks and tests).
- * Callers: nn_model.c (conv op), lowprec/ (weight-gradient path), tests,
+ * Callers: nn_model_ops.c (conv op), lowprec/ (weight-gradient path), tests,
  *          bench/bench_layers.c.
  *
  * Dimension legend: N batch, C in channels, OC out channels, H W input,

@@ -4,7 +4,8 @@
  * Owns:    linear (sgemm), EvoNorm-S0, BatchNorm2d, ReLU, add, max/avg
  *          pooling, global average pooling, softmax cross-entropy.
  * Exposes: the functions declared in nn_layers.h.
- * Callers: nn_model.c, lowprec/, tests/test_nn_conv.c, tests/test_nn_layers.c, bench.
+ * Callers: nn_model_ops.c (the FP32 op classes), nn_model.c (the loss), lowprec/,
+ *          tests/test_nn_conv.c, tests/test_nn_layers.c, bench.
  *
  * Dimension legend: N batch, C channels, HW = H*W pixels per plane, G groups
  * (C/G consecutive channels each), F/OF features, K classes or pool window,

@@ -12,8 +12,9 @@
  * gradient arena once per step; "din" (gradient w.r.t. the input) is
  * OVERWRITTEN and may be NULL when not needed (first layer).
  * Every tuned kernel has a plain *_ref twin that tests compare against.
- * Callers: nn_model.c (the op graph), lowprec/ (reuses the FP32 weight-
- * gradient path), tests/test_nn_conv.c, tests/test_nn_layers.c.
+ * Callers: nn_model_ops.c (the FP32 op classes), nn_model.c (the loss),
+ * lowprec/ (reuses the FP32 weight-gradient path), tests/test_nn_conv.c,
+ * tests/test_nn_layers.c.
  */
 #ifndef NN_LAYERS_H
 #define NN_LAYERS_H
