@@ -31,6 +31,7 @@
 #include <cmocka.h>
 
 #include "tests/tk.h"
+#include "tests/tk_gossip.h"
 
 #include "gossip/gossip_codec.h"
 #include "gossip/gossip_node.h"
@@ -39,58 +40,9 @@
 #include "nn/nn_optim.h"
 #include "topology/topo.h"
 
-/* The shipped file topologies/NAME.yaml (tests run from the repository root). */
-static topo *s_named(const char *name)
-{
-    char path[256], err[512];
-    snprintf(path, sizeof path, "topologies/%s.yaml", name);
-    topo *t = topo_load(path, err, sizeof err);
-    if (!t)
-        fail_msg("shipped topology %s does not load: %s", path, err);
-    return t;
-}
-
 static const char *s_topos[] = { "ring8", "ring16", "torus4x4", "ring8-undirected",
                                  "exp8", "complete4", "onepeer-exp8", "star8" };
 #define S_NTOPOS (sizeof s_topos / sizeof s_topos[0])
-
-/* A small layout with uneven tensors (a bias of 3 values included); with
- * `big` also a 300-value tensor, larger than DGC's 256-value sample. */
-static void s_layout_of(nn_arena *L, int big)
-{
-    nn_arena_init(L);
-    nn_arena_add(L, "conv.weight", 2, (int[]){ 8, 12 });
-    nn_arena_add(L, "conv.bias", 1, (int[]){ 3 });
-    nn_arena_add(L, "fc.weight", 2, (int[]){ 5, 20 });
-    if (big)
-        nn_arena_add(L, "big.weight", 2, (int[]){ 15, 20 });
-    nn_arena_alloc(L);
-}
-
-static void s_layout(nn_arena *L)
-{
-    s_layout_of(L, 0);
-}
-
-static float **s_vectors(int n, size_t d, uint64_t seed)
-{
-    nn_rng r;
-    nn_rng_seed(&r, seed);
-    float **x = nn_xcalloc((size_t)n, sizeof *x);
-    for (int i = 0; i < n; i++) {
-        x[i] = nn_xcalloc(d, sizeof(float));
-        for (size_t k = 0; k < d; k++)
-            x[i][k] = nn_rng_normal(&r);
-    }
-    return x;
-}
-
-static void s_vectors_free(float **x, int n)
-{
-    for (int i = 0; i < n; i++)
-        free(x[i]);
-    free(x);
-}
 
 /* ---- consensus ---------------------------------------------------------- */
 
@@ -100,7 +52,7 @@ typedef struct {
     double      eta;
     int         rounds;
     double      tol;       /* max |z_i - avg| at the end */
-    int         big;       /* s_layout_of(big) */
+    int         big;       /* tk_gossip_layout_of(big) */
     uint64_t    ipe;       /* iterations per epoch (dgc warm-up) */
 } s_case;
 
@@ -108,9 +60,9 @@ typedef struct {
 static double s_consensus(const char *tname, const s_case *c)
 {
     char err[512];
-    topo *t = s_named(tname);
+    topo *t = tk_gossip_topo(tname);
     nn_arena L;
-    s_layout_of(&L, c->big);
+    tk_gossip_layout_of(&L, c->big);
     size_t d = L.numel;
     int n = t->n;
     gossip_config cfg;
@@ -123,7 +75,7 @@ static double s_consensus(const char *tname, const s_case *c)
     gossip_sim *sim = gossip_sim_new(&cfg, &L, t, err, sizeof err);
     if (!sim)
         fail_msg("%s", err);
-    float **x = s_vectors(n, d, 1234);
+    float **x = tk_gossip_vectors(n, d, 1234);
     double *mass = nn_xcalloc(d, sizeof(double)), *avg = nn_xcalloc(d, sizeof(double));
     for (int i = 0; i < n; i++)
         for (size_t k = 0; k < d; k++)
@@ -163,7 +115,7 @@ static double s_consensus(const char *tname, const s_case *c)
     free(z);
     free(mass);
     free(avg);
-    s_vectors_free(x, n);
+    tk_gossip_vectors_free(x, n);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
     topo_destroy(&t);
@@ -309,7 +261,7 @@ static void test_least_squares_choco(void **state)
     enum { N = 8, M = 40, P = 24 };
 
     char err[512];
-    topo *t = s_named("ring8");
+    topo *t = tk_gossip_topo("ring8");
     nn_arena L;
     nn_arena_init(&L);
     nn_arena_add(&L, "w", 1, (int[]){ 20 });
@@ -393,9 +345,9 @@ static void test_least_squares_choco(void **state)
 static void s_bit_identity(const char *tname, const char *comp)
 {
     char err[512];
-    topo *t = s_named(tname);
+    topo *t = tk_gossip_topo(tname);
     nn_arena L;
-    s_layout_of(&L, 1);
+    tk_gossip_layout_of(&L, 1);
     gossip_config cfg;
     gossip_config_default(&cfg);
     cfg.algo = GOSSIP_CHOCO;
@@ -404,7 +356,7 @@ static void s_bit_identity(const char *tname, const char *comp)
     gossip_sim *sim = gossip_sim_new(&cfg, &L, t, err, sizeof err);
     if (!sim)
         fail_msg("%s", err);
-    float **x = s_vectors(t->n, L.numel, 5);
+    float **x = tk_gossip_vectors(t->n, L.numel, 5);
     nn_rng r;
     nn_rng_seed(&r, 6);
     for (int it = 0; it < 300; it++) {
@@ -425,7 +377,7 @@ static void s_bit_identity(const char *tname, const char *comp)
             pairs++;
         }
     assert_true(pairs > 0);
-    s_vectors_free(x, t->n);
+    tk_gossip_vectors_free(x, t->n);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
     topo_destroy(&t);
@@ -460,9 +412,9 @@ static void test_messages_and_counters(void **state)
 {
     (void)state;
     char err[512];
-    topo *t = s_named("ring8");
+    topo *t = tk_gossip_topo("ring8");
     nn_arena L;
-    s_layout(&L);
+    tk_gossip_layout(&L);
     gossip_config cfg;
     gossip_config_default(&cfg);
     cfg.algo = GOSSIP_CHOCO;
@@ -473,7 +425,7 @@ static void test_messages_and_counters(void **state)
         g[i] = gossip_node_new(&cfg, &L, t, i, err, sizeof err);
         assert_non_null(g[i]);
     }
-    float **x = s_vectors(8, L.numel, 3);
+    float **x = tk_gossip_vectors(8, L.numel, 3);
     /* node 0 prepares t = 0; node 1 receives it */
     assert_int_equal(gossip_node_prepare(g[0], x[0], 0, err, sizeof err), 0);
     assert_int_equal(gossip_node_ndest(g[0]), 1);
@@ -565,7 +517,7 @@ static void test_messages_and_counters(void **state)
         gossip_node_destroy(&g[i]);
     assert_null(g[0]);
     gossip_node_destroy(&g[0]); /* safe on NULL */
-    s_vectors_free(x, 8);
+    tk_gossip_vectors_free(x, 8);
     nn_arena_free(&L);
     topo_destroy(&t);
 }
@@ -576,16 +528,16 @@ static void test_messages_and_counters(void **state)
 static void s_byte_counters(const char *comp)
 {
     char err[512];
-    topo *t = s_named("torus4x4");
+    topo *t = tk_gossip_topo("torus4x4");
     nn_arena L;
-    s_layout_of(&L, 1);
+    tk_gossip_layout_of(&L, 1);
     gossip_config cfg;
     gossip_config_default(&cfg);
     cfg.algo = GOSSIP_CHOCO;
     snprintf(cfg.compressor, sizeof cfg.compressor, "%s", comp);
     cfg.eta = 0.1;
     gossip_sim *sim = gossip_sim_new(&cfg, &L, t, err, sizeof err);
-    float **x = s_vectors(16, L.numel, 8);
+    float **x = tk_gossip_vectors(16, L.numel, 8);
     for (int i = 0; i < 16; i++) /* multiples of 1/4: q8 codes with few values, deflate gains */
         for (size_t k = 0; k < L.numel; k++)
             x[i][k] = roundf(4.0f * x[i][k]) / 4.0f;
@@ -634,7 +586,7 @@ static void s_byte_counters(const char *comp)
         assert_true(plain > sent);
     else
         assert_int_equal(plain, sent);
-    s_vectors_free(x, 16);
+    tk_gossip_vectors_free(x, 16);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
     topo_destroy(&t);
@@ -652,9 +604,9 @@ static void test_push_sum_needed_on_star(void **state)
 {
     (void)state;
     char err[512];
-    topo *t = s_named("star8");
+    topo *t = tk_gossip_topo("star8");
     nn_arena L;
-    s_layout(&L);
+    tk_gossip_layout(&L);
     gossip_config cfg;
     gossip_config_default(&cfg);
     cfg.push_sum = 0;
@@ -662,12 +614,12 @@ static void test_push_sum_needed_on_star(void **state)
     assert_non_null(strstr(err, "doubly stochastic"));
     cfg.push_sum = 1;
     gossip_sim *sim = gossip_sim_new(&cfg, &L, t, err, sizeof err);
-    float **x = s_vectors(8, L.numel, 9);
+    float **x = tk_gossip_vectors(8, L.numel, 9);
     for (int it = 0; it < 50; it++)
         assert_int_equal(gossip_sim_step(sim, x, (uint64_t)it, err, sizeof err), 0);
     double psi0 = gossip_node_psi(gossip_sim_node(sim, 0));
     assert_true(fabs(psi0 - 1.0) > 0.5); /* hub: psi -> 32/11 */
-    s_vectors_free(x, 8);
+    tk_gossip_vectors_free(x, 8);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
     topo_destroy(&t);
@@ -676,7 +628,7 @@ static void test_push_sum_needed_on_star(void **state)
 /* ---- eSGD residual decay, DGC momentum masking ---------------------------- */
 
 /* Two nodes g[0..2) of the complete graph on 2 (W = 1/2 everywhere) with
- * algorithm a, compressor comp and eta, over s_layout_of(L, big); cfg gets
+ * algorithm a, compressor comp and eta, over tk_gossip_layout_of(L, big); cfg gets
  * their config.  Returns the topology (owned). */
 static topo *s_pair_new(gossip_algo a, const char *comp, double eta, int big, gossip_config *cfg,
                         nn_arena *L, gossip_node **g)
@@ -685,7 +637,7 @@ static topo *s_pair_new(gossip_algo a, const char *comp, double eta, int big, go
     topo *t = topo_generate("complete", 2, 0, 0, err, sizeof err);
     if (!t)
         fail_msg("%s", err);
-    s_layout_of(L, big);
+    tk_gossip_layout_of(L, big);
     gossip_config_default(cfg);
     cfg->algo = a;
     cfg->eta = eta;
@@ -726,7 +678,7 @@ static void s_pair_finish(gossip_node **g, float **x, uint64_t it)
 /* Frees the pair, its two vectors, the layout and the topology. */
 static void s_pair_free(gossip_node **g, float **x, nn_arena *L, topo **t)
 {
-    s_vectors_free(x, 2);
+    tk_gossip_vectors_free(x, 2);
     for (int i = 0; i < 2; i++)
         gossip_node_destroy(&g[i]);
     nn_arena_free(L);
@@ -760,7 +712,7 @@ static void test_rdecay_recurrence(void **state)
     gossip_node *g[2];
     topo *t = s_pair_new(GOSSIP_DEEPSQUEEZE, "topk:0.25,rdecay=0.5+q8", 0.3, 0, &cfg, &L, g);
     size_t d = L.numel;
-    float **x = s_vectors(2, d, 31);
+    float **x = tk_gossip_vectors(2, d, 31);
     float *v = nn_xcalloc(d, sizeof *v), *e = nn_xcalloc(d, sizeof *e);
     gossip_payload p;
     gossip_payload_init(&p, &L);
@@ -807,7 +759,7 @@ static void test_dgc_momentum_mask(void **state)
     nn_sgd_config sc = nn_sgd_defaults();
     nn_sgd sgd;
     nn_sgd_init(&sgd, &L, &sc);
-    float **x = s_vectors(2, d, 41), **grad = s_vectors(1, d, 42);
+    float **x = tk_gossip_vectors(2, d, 41), **grad = tk_gossip_vectors(1, d, 42);
     nn_sgd_step(&sgd, x[0], grad[0], 0.1f);
     float *before = nn_xmalloc(d * sizeof *before);
     for (size_t k = 0; k < d; k++)
@@ -902,7 +854,7 @@ static void test_dgc_momentum_mask(void **state)
     free(before);
     gossip_payload_free(&p);
     nn_sgd_free(&sgd);
-    s_vectors_free(grad, 1);
+    tk_gossip_vectors_free(grad, 1);
     s_pair_free(g, x, &L, &t);
 }
 
@@ -910,9 +862,9 @@ static void test_config_errors(void **state)
 {
     (void)state;
     char err[512];
-    topo *t = s_named("ring8");
+    topo *t = tk_gossip_topo("ring8");
     nn_arena L;
-    s_layout(&L);
+    tk_gossip_layout(&L);
     gossip_config cfg;
     gossip_config_default(&cfg);
     snprintf(cfg.compressor, sizeof cfg.compressor, "topk:0.01");

@@ -21,13 +21,20 @@ topo *tk_gossip_topo(const char *name)
     return t;
 }
 
-void tk_gossip_layout(nn_arena *L)
+void tk_gossip_layout_of(nn_arena *L, int big)
 {
     nn_arena_init(L);
     nn_arena_add(L, "conv.weight", 2, (int[]){ 8, 12 });
     nn_arena_add(L, "conv.bias", 1, (int[]){ 3 });
     nn_arena_add(L, "fc.weight", 2, (int[]){ 5, 20 });
+    if (big)
+        nn_arena_add(L, "big.weight", 2, (int[]){ 15, 20 });
     nn_arena_alloc(L);
+}
+
+void tk_gossip_layout(nn_arena *L)
+{
+    tk_gossip_layout_of(L, 0);
 }
 
 float **tk_gossip_vectors(int n, size_t d, uint64_t seed)
