@@ -146,11 +146,11 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
     char err[1024];
     gossip_link_peer *p = &l->p[from];
     gossip_recv_code c = gossip_node_admit(l->g, h, err, sizeof err);
-    uint64_t got = gossip_node_peer_got(l->g, from);
     if (c == GOSSIP_RECV_DUPLICATE) {
         gossip_recv_refuse(l, "replayed or duplicate message from %s (rank %d) for iteration %llu "
                  "(it already sent %llu)", gossip_link_id(l, from), from,
-                 (unsigned long long)h->iter, (unsigned long long)got - 1);
+                 (unsigned long long)h->iter,
+                 (unsigned long long)gossip_node_peer_got(l->g, from) - 1);
         return;
     }
     /* push-sum: its mass in flight to us is bounded by our ACKs; choco:
