@@ -189,6 +189,13 @@ void gossip_link_stats_get(const gossip_link *l, gossip_link_stats *out)
         down += l->p[l->nb[a]].down;
     out->peers_down = down;
     out->neighbours = (uint64_t)l->nnb;
+    const double *w = l->round.waited;
+    out->wait_flow_ms = (uint64_t)(1e3 * l->round.waited_flow);
+    out->wait_missing_ms = (uint64_t)(1e3 * w[GOSSIP_UNREADY_MISSING]);
+    out->wait_held_ms = (uint64_t)(1e3 * w[GOSSIP_UNREADY_HELD]);
+    out->wait_gap_ms = (uint64_t)(1e3 * w[GOSSIP_UNREADY_GAP]);
+    out->wait_final_ms = (uint64_t)(1e3 * w[GOSSIP_UNREADY_FINAL]);
+    out->wait_fresh_ms = (uint64_t)(1e3 * l->round.waited_fresh);
 }
 
 gossip_link_peer_view gossip_link_peer_get(const gossip_link *l, int j)

@@ -258,6 +258,13 @@ typedef struct {
     uint64_t fresh_waits;      /* rounds that waited (fresh_wait) for a level neighbour */
     uint64_t fresh_missed;     /* neighbours the grace ran out on (mixed stale) */
     uint64_t late_marks;       /* times a neighbour far behind was marked late */
+    /* ms the rounds waited, by why (docs/node.md "Where the wait goes") */
+    uint64_t wait_flow_ms;     /* a live out-neighbour too far behind */
+    uint64_t wait_missing_ms;  /* an in-neighbour's needed messages not arrived */
+    uint64_t wait_held_ms;     /* a needed one arrived, held until it fits */
+    uint64_t wait_gap_ms;      /* choco: a copy missed an update (RESYNC) */
+    uint64_t wait_final_ms;    /* the synchronous mixes at the run's end */
+    uint64_t wait_fresh_ms;    /* fresh waits (ready, waiting for level ones) */
     uint64_t neighbours;       /* neighbours in the topology (in or out) */
     uint64_t isolated_rounds;  /* the last rounds in a row that mixed nothing of any
                                   in-neighbour (all of them left out) */

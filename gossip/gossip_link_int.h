@@ -112,12 +112,17 @@ struct gossip_link {
         double   period;           /* EWMA of our own round time */
         double   start;            /* clock the current round began */
         int     *fresh;            /* n: the neighbours a fresh wait waits for */
+        int     *blamed;           /* n: those a slice of the wait is blamed on */
         uint64_t progress_every;   /* PING in-neighbours every this many rounds */
         uint8_t *unsent;           /* n: the round's message to it is kept,
                                       retried while the round waits */
         int      nunsent;
         int      deferred;         /* the round's message carries no update
                                       (choco, gossip_flight_backed_up) */
+        double   waited[GOSSIP_UNREADY_FINAL + 1]; /* s waited for mixing, by
+                                      gossip_node_unready's reason */
+        double   waited_flow;      /* s waited for a slow out-neighbour */
+        double   waited_fresh;     /* s of fresh waits */
     } round;
 };
 

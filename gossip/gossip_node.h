@@ -280,6 +280,20 @@ int gossip_node_peer_late(gossip_node *g, int rank);
 /* 1 when every message needed to mix iteration iter has arrived. */
 int gossip_node_ready(const gossip_node *g, uint64_t iter);
 
+/* Why iteration iter may not mix yet (NONE: it may), and the first
+ * in-neighbour that holds it up in *rank (-1 for NONE and WINDOW; rank
+ * may be NULL).  The transport sorts its wait by it. */
+typedef enum {
+    GOSSIP_UNREADY_NONE,    /* ready */
+    GOSSIP_UNREADY_WINDOW,  /* iter is not this node's next iterations */
+    GOSSIP_UNREADY_MISSING, /* nothing of the neighbour's needed iterations arrived */
+    GOSSIP_UNREADY_HELD,    /* a needed message arrived, but the transport holds
+                               it (gossip_node_hold) until it fits */
+    GOSSIP_UNREADY_GAP,     /* choco: the copy missed an update (RESYNC asked) */
+    GOSSIP_UNREADY_FINAL,   /* bounded staleness: a synchronous mix at the run's end */
+} gossip_unready;
+gossip_unready gossip_node_unready(const gossip_node *g, uint64_t iter, int *rank);
+
 /* Mixing step of iteration iter (== current, after prepare, ready):
  * overwrites x (same x as given to prepare) and psi, then advances the
  * iteration.  -1 with message when called out of order or not ready. */

@@ -323,14 +323,23 @@ static uint64_t s_stale_thru(const gossip_node *g, int k, uint64_t iter)
     return c;
 }
 
-static int s_ready_stale(const gossip_node *g, uint64_t iter)
+/* Why in-neighbour k's message holds up iteration iter: nothing needed
+ * arrived (missing), or it did but the transport holds it until it fits
+ * (gossip_node_hold counted it in got). */
+static gossip_unready s_blocked_by(const gossip_node *g, int k, uint64_t iter, uint64_t S)
+{
+    return g->peer[g->in_ranks[k]].got + S <= iter ? GOSSIP_UNREADY_MISSING : GOSSIP_UNREADY_HELD;
+}
+
+static gossip_unready s_unready_stale(const gossip_node *g, uint64_t iter, int *rank)
 {
     uint64_t S = iter >= g->sync_from ? 0 : (uint64_t)g->cfg.staleness;
     for (int k = 0; k < g->nin; k++) {
+        *rank = g->in_ranks[k];
         if (s_absent(g, k, iter) == S_ABSENT_DOWN)
             continue;
         if (g->cfg.algo == GOSSIP_CHOCO && s_in(g, k)->copy_gap)
-            return 0;
+            return GOSSIP_UNREADY_GAP;
         /* far behind: mixed as its messages come (push-sum: folded in as
          * they arrive, so however far behind), else while its backlog fits
          * the slots (the mixes that free them wait for nothing of it) */
@@ -338,9 +347,10 @@ static int s_ready_stale(const gossip_node *g, uint64_t iter)
             (g->cfg.algo == GOSSIP_DPSGD || s_stale_thru(g, k, iter) + GOSSIP_SLOTS - 1 > iter))
             continue;
         if (s_stale_thru(g, k, iter) + S <= iter)
-            return 0;
+            return S == 0 && g->cfg.staleness ? GOSSIP_UNREADY_FINAL : s_blocked_by(g, k, iter, S);
     }
-    return 1;
+    *rank = -1;
+    return GOSSIP_UNREADY_NONE;
 }
 
 int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter)
@@ -372,27 +382,38 @@ int gossip_node_peer_late(gossip_node *g, int rank)
     return 1;
 }
 
-int gossip_node_ready(const gossip_node *g, uint64_t iter)
+gossip_unready gossip_node_unready(const gossip_node *g, uint64_t iter, int *rank)
 {
+    int dummy;
+    if (!rank)
+        rank = &dummy;
+    *rank = -1;
     if (iter < g->iter || iter - g->iter >= GOSSIP_WINDOW)
-        return 0;
+        return GOSSIP_UNREADY_WINDOW;
     if (g->cfg.staleness)
-        return s_ready_stale(g, iter);
+        return s_unready_stale(g, iter, rank);
     for (int k = 0; k < g->nin; k++) {
         int j = g->in_ranks[k];
         if (!s_needs(g, j, iter) || s_absent(g, k, iter))
             continue;
+        *rank = j;
         if (g->cfg.algo == GOSSIP_CHOCO) {
             if (s_in(g, k)->copy_gap)
-                return 0;
+                return GOSSIP_UNREADY_GAP;
             if (s_in(g, k)->copy_thru > iter || (s_in(g, k)->copy_thru == iter && s_present(g, k, iter)))
                 continue;
-            return 0;
+            return s_blocked_by(g, k, iter, 0);
         }
         if (!s_present(g, k, iter))
-            return 0;
+            return s_blocked_by(g, k, iter, 0);
     }
-    return 1;
+    *rank = -1;
+    return GOSSIP_UNREADY_NONE;
+}
+
+int gossip_node_ready(const gossip_node *g, uint64_t iter)
+{
+    return gossip_node_unready(g, iter, NULL) == GOSSIP_UNREADY_NONE;
 }
 
 /* ---- membership (see the header) ----------------------------------------- */

@@ -3,7 +3,9 @@
  * wait), the mix (gossip_link.h "Flow control", "Liveness").
  *
  * Owns:    the round's clock and period, the fresh-wait list, the RNG of
- *          drop_gossip; per neighbour (gossip_link_peer) wait_s, fresh_score.
+ *          drop_gossip, the wait split by why (gossip_node_unready, flow
+ *          control, fresh waits); per neighbour (gossip_link_peer) wait_s,
+ *          fresh_score.
  * Exposes: gossip_link_round, gossip_link_pump; gossip_round_period (the
  *          silence limit of a neighbour without gaps yet).
  * Callers: node/node_cmd_node.c, tests; gossip_live (period).
@@ -18,6 +20,7 @@
 void gossip_round_init(gossip_link *l)
 {
     l->round.fresh = nn_xcalloc((size_t)l->n, sizeof *l->round.fresh);
+    l->round.blamed = nn_xcalloc((size_t)l->n, sizeof *l->round.blamed);
     l->round.unsent = nn_xcalloc((size_t)l->n, 1);
     l->round.nunsent = 0;
     l->round.progress_every = l->lag / 4 ? l->lag / 4 : 1;
@@ -30,6 +33,8 @@ void gossip_round_free(gossip_link *l)
 {
     free(l->round.fresh);
     l->round.fresh = NULL;
+    free(l->round.blamed);
+    l->round.blamed = NULL;
     free(l->round.unsent);
     l->round.unsent = NULL;
 }
@@ -56,17 +61,29 @@ static int s_mixed_alone(const gossip_link *l, uint64_t iter)
     return nin > 0 && gs.iter_absent >= (uint64_t)nin;
 }
 
-/* Adds a slice of waiting for iteration iter to every live in-neighbour
- * whose message that the wait needs (of iter - S or before) is missing. */
-static void s_blame_wait(gossip_link *l, uint64_t iter, double dt)
+/* The live in-neighbours whose message the wait for iteration iter needs
+ * (of iter - S or before) is missing, listed in l->round.blamed; count. */
+static int s_missing(gossip_link *l, uint64_t iter)
 {
+    int m = 0;
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
-        gossip_link_peer *p = &l->p[j];
-        if (p->is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN) &&
+        if (l->p[j].is_in && !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN) &&
             gossip_node_peer_got(l->g, j) + l->stale <= iter)
-            p->wait_s += dt;
+            l->round.blamed[m++] = j;
     }
+    return m;
+}
+
+/* Adds a slice dt of waiting to the reason the round was not ready at its
+ * start (why, gossip_node_unready) and to each of the m in-neighbours
+ * missing then (s_missing): the slice that ends with a message's arrival
+ * counts for its sender. */
+static void s_blame_wait(gossip_link *l, gossip_unready why, int m, double dt)
+{
+    l->round.waited[why] += dt;
+    for (int a = 0; a < m; a++)
+        l->p[l->round.blamed[a]].wait_s += dt;
 }
 
 /* The wait of round iter is for messages that will not come when this node
@@ -230,6 +247,17 @@ static void s_mark_late(gossip_link *l, uint64_t iter, double wait_start)
     }
 }
 
+/* How long the wait's next pump may block: a slice, cut short at the time
+ * s_mark_late would mark a neighbour late (when everyone waits for the
+ * same stopped node nothing else arrives to wake the pump). */
+static double s_slice(const gossip_link *l, double wait_start)
+{
+    if (l->cfg.late_after <= 0 || l->round.period <= 0)
+        return GOSSIP_LINK_SLICE;
+    double left = wait_start + l->cfg.late_after * l->round.period - nn_now();
+    return left > 0 && left < GOSSIP_LINK_SLICE ? left : GOSSIP_LINK_SLICE;
+}
+
 /* Pumps until iteration iter may mix.  -1 on a fatal error. */
 static int s_wait_ready(gossip_link *l, uint64_t iter, double wait_start)
 {
@@ -243,14 +271,16 @@ static int s_wait_ready(gossip_link *l, uint64_t iter, double wait_start)
         gossip_live_check_peers(l, (int64_t)iter, wait_start);
         s_stop_waiting_if_behind(l, iter);
         double w0 = nn_now();
-        if (l->fatal || gossip_recv_pump(l, GOSSIP_LINK_SLICE) != 0)
+        gossip_unready why = gossip_node_unready(l->g, iter, NULL);
+        int m = s_missing(l, iter);
+        if (l->fatal || gossip_recv_pump(l, s_slice(l, wait_start)) != 0)
             return -1;
         char err[256];
         if (s_retry_unsent(l, err, sizeof err) != 0) {
             gossip_link_fatal(l, "%s", err);
             return -1;
         }
-        s_blame_wait(l, iter, nn_now() - w0);
+        s_blame_wait(l, why, m, nn_now() - w0);
     }
     return 0;
 }
@@ -282,7 +312,7 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
     int m = l->cfg.fresh_wait > 0 && l->round.period > 0 ? s_fresh_wanted(l, iter) : 0;
     if (m == 0)
         return 0;
-    double until = nn_now() + l->cfg.fresh_wait * l->round.period;
+    double t0 = nn_now(), until = t0 + l->cfg.fresh_wait * l->round.period;
     l->st.fresh_waits++;
     for (;;) {
         int left_n = 0;
@@ -295,6 +325,7 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
         if (l->fatal || gossip_recv_pump(l, left < GOSSIP_LINK_SLICE ? left : GOSSIP_LINK_SLICE) != 0)
             return -1;
     }
+    l->round.waited_fresh += nn_now() - t0;
     for (int a = 0; a < m; a++) {
         gossip_link_peer *p = &l->p[l->round.fresh[a]];
         if (gossip_node_fresh_from(l->g, l->round.fresh[a], iter)) {
@@ -326,6 +357,7 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
     }
     l->st.flow_waits += (uint64_t)waited;
     double t1 = nn_now();
+    l->round.waited_flow += t1 - t0;
     s_defer(l, iter);
     if (gossip_node_prepare(l->g, x, iter, err, errlen) != 0)
         return -1;

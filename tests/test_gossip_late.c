@@ -108,6 +108,115 @@ static void test_late_messages(void **state)
     topo_destroy(&t);
 }
 
+/* Why a round may not mix (gossip_node_unready): node 1 of ring8 hears
+ * from node 0 only; node 0's messages 0..3 are made and handed over as the
+ * case says.  Rounds before S mix without them. */
+typedef struct {
+    gossip_algo algo;
+    int         S;
+    uint8_t    *msg[4];
+    size_t      len[4];
+    gossip_node *a, *b;
+    float     **x;
+    nn_arena    L;
+    topo       *t;
+} s_unr;
+
+static void s_unr_new(s_unr *u, gossip_algo algo, int S)
+{
+    char err[512];
+    u->algo = algo;
+    u->S = S;
+    u->t = tk_gossip_topo("ring8");
+    tk_gossip_layout(&u->L);
+    gossip_config cfg = tk_gossip_cfg(algo, "identity", algo == GOSSIP_CHOCO ? 0.25 : 1.0, S);
+    u->a = gossip_node_new(&cfg, &u->L, u->t, 0, err, sizeof err);
+    u->b = gossip_node_new(&cfg, &u->L, u->t, 1, err, sizeof err);
+    assert_non_null(u->a);
+    assert_non_null(u->b);
+    u->x = tk_gossip_vectors(2, u->L.numel, 6);
+    gossip_node_peer_down(u->a, 7); /* node 0 hears from 7, which we do not run */
+    for (uint64_t it = 0; it < 4; it++) {
+        const uint8_t *m;
+        int to;
+        assert_int_equal(gossip_node_prepare(u->a, u->x[0], it, err, sizeof err), 0);
+        u->len[it] = gossip_node_outbox(u->a, 0, &to, &m);
+        u->msg[it] = nn_xmalloc(u->len[it]);
+        memcpy(u->msg[it], m, u->len[it]);
+        assert_int_equal(gossip_node_mix(u->a, u->x[0], it, err, sizeof err), 0);
+    }
+    for (uint64_t k = 0; k < (uint64_t)S; k++) {
+        assert_int_equal(gossip_node_prepare(u->b, u->x[1], k, err, sizeof err), 0);
+        assert_int_equal(gossip_node_mix(u->b, u->x[1], k, err, sizeof err), 0);
+    }
+    int r = 7; /* the round S needs 0's message 0 */
+    assert_int_equal(gossip_node_unready(u->b, (uint64_t)S + GOSSIP_WINDOW, &r), GOSSIP_UNREADY_WINDOW);
+    assert_int_equal(r, -1);
+    assert_int_equal(gossip_node_prepare(u->b, u->x[1], (uint64_t)S, err, sizeof err), 0);
+    assert_int_equal(gossip_node_unready(u->b, (uint64_t)S, &r), GOSSIP_UNREADY_MISSING);
+    assert_int_equal(r, 0);
+}
+
+static void s_unr_give(s_unr *u, int m)
+{
+    char err[512];
+    gossip_recv_code c = gossip_node_receive(u->b, u->msg[m], u->len[m], err, sizeof err);
+    if (c != GOSSIP_RECV_OK)
+        fail_msg("message %d: %s", m, err);
+}
+
+static void s_unr_free(s_unr *u)
+{
+    for (int k = 0; k < 4; k++)
+        free(u->msg[k]);
+    tk_gossip_vectors_free(u->x, 2);
+    gossip_node_destroy(&u->a);
+    gossip_node_destroy(&u->b);
+    nn_arena_free(&u->L);
+    topo_destroy(&u->t);
+}
+
+static void test_unready_reasons(void **state)
+{
+    (void)state;
+    s_unr u;
+    int r;
+    /* D-PSGD: message 0 arrived but the transport holds it */
+    s_unr_new(&u, GOSSIP_DPSGD, 0);
+    gossip_node_hold(u.b, 0, 0);
+    assert_int_equal(gossip_node_unready(u.b, 0, &r), GOSSIP_UNREADY_HELD);
+    assert_int_equal(r, 0);
+    gossip_header h;
+    char err[512];
+    assert_int_equal(gossip_msg_decode_header(u.msg[0], u.len[0], &u.L, &h, err, sizeof err), 0);
+    assert_int_equal(gossip_node_receive_decoded(u.b, &h, u.msg[0], u.len[0], err, sizeof err),
+                     GOSSIP_RECV_OK);
+    assert_int_equal(gossip_node_unready(u.b, 0, &r), GOSSIP_UNREADY_NONE);
+    assert_int_equal(r, -1);
+    s_unr_free(&u);
+    /* choco: a copy that skipped message 0 has a gap (RESYNC), with and
+     * without staleness */
+    for (int S = 0; S <= 2; S += 2) {
+        s_unr_new(&u, GOSSIP_CHOCO, S);
+        s_unr_give(&u, 1);
+        assert_int_equal(gossip_node_unready(u.b, (uint64_t)S, &r), GOSSIP_UNREADY_GAP);
+        assert_int_equal(r, 0);
+        s_unr_free(&u);
+    }
+    /* choco, S = 2: ready with message 0; the run's last synchronous mixes
+     * wait for message 2 itself */
+    s_unr_new(&u, GOSSIP_CHOCO, 2);
+    s_unr_give(&u, 0);
+    assert_true(gossip_node_ready(u.b, 2));
+    gossip_node_sync_from(u.b, 2);
+    assert_int_equal(gossip_node_unready(u.b, 2, &r), GOSSIP_UNREADY_FINAL);
+    assert_int_equal(r, 0);
+    s_unr_give(&u, 1);
+    s_unr_give(&u, 2);
+    assert_int_equal(gossip_node_unready(u.b, 2, NULL), GOSSIP_UNREADY_NONE);
+    s_unr_free(&u);
+}
+
 /* An SGP node whose in-neighbours fell silent (messages in flight, within
  * S) loses psi round by round; once all of them are declared down, its next
  * mix keeps z = x/psi and sets psi (and the step scale) back to 1, so it
@@ -565,6 +674,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_late_messages),
+        cmocka_unit_test(test_unready_reasons),
         cmocka_unit_test(test_sgp_alone),
         cmocka_unit_test(test_starved_psi_kept),
         cmocka_unit_test(test_down_mixes_held),
