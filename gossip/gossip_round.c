@@ -226,7 +226,10 @@ static int s_flow_blocked(const gossip_link *l, uint64_t iter)
 /* Bounded staleness: once the round has waited late_after x our round
  * period, every live in-neighbour it waits for (far behind: its messages
  * through iter - S missing) is mixed late from now on (gossip_node_peer_late)
- * instead of setting our pace; it is waited for again once it caught up. */
+ * instead of setting our pace; it is waited for again once it caught up.
+ * Not one that sent nothing yet: it is still at its start barrier (waiting
+ * for a slow starter of its own), and we must not run ahead of it, or it
+ * takes the run for one in progress and joins it by state transfer. */
 static void s_mark_late(gossip_link *l, uint64_t iter, double wait_start)
 {
     if (l->cfg.late_after <= 0 || l->round.period <= 0 ||
@@ -235,8 +238,9 @@ static void s_mark_late(gossip_link *l, uint64_t iter, double wait_start)
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
         gossip_link_peer *p = &l->p[j];
-        if (!p->is_in || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN) ||
-            gossip_node_peer_got(l->g, j) + l->stale > iter || !gossip_node_peer_late(l->g, j))
+        uint64_t got = gossip_node_peer_got(l->g, j);
+        if (!p->is_in || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_IN_DOWN) || got == 0 ||
+            got + l->stale > iter || !gossip_node_peer_late(l->g, j))
             continue;
         if (l->st.late_marks++ < 3)
             gossip_link_log(l, "neighbour %s (rank %d) is %llu iterations behind: its messages are "
@@ -247,14 +251,15 @@ static void s_mark_late(gossip_link *l, uint64_t iter, double wait_start)
     }
 }
 
-/* How long the wait's next pump may block: a slice, cut short at the time
- * s_mark_late would mark a neighbour late (when everyone waits for the
- * same stopped node nothing else arrives to wake the pump). */
+/* How long the wait's next pump may block: a slice, cut short just past
+ * the time s_mark_late would mark a neighbour late (when everyone waits
+ * for the same stopped node nothing else arrives to wake the pump; the
+ * pump's clock counts whole milliseconds). */
 static double s_slice(const gossip_link *l, double wait_start)
 {
     if (l->cfg.late_after <= 0 || l->round.period <= 0)
         return GOSSIP_LINK_SLICE;
-    double left = wait_start + l->cfg.late_after * l->round.period - nn_now();
+    double left = wait_start + l->cfg.late_after * l->round.period - nn_now() + 1e-3;
     return left > 0 && left < GOSSIP_LINK_SLICE ? left : GOSSIP_LINK_SLICE;
 }
 

@@ -21,7 +21,11 @@
  *     --resume) it joins the run in progress, and every node finishes;
  *   no quorum: with --min-nodes 4 and one node missing, the others wait
  *     past their start window and fail at --timeout naming it and the
- *     quorum; so does a lone node with the default quorum of 2.
+ *     quorum; so does a lone node with the default quorum of 2;
+ *   a slow starter is waited for: on a directed ring the node that waits
+ *     at its start barrier for a neighbour that starts 3 s late is not
+ *     marked late by its own out-neighbour, so nobody runs ahead and
+ *     nobody has to join the run by state transfer.
  * Every wait is bounded; children are killed and temp files removed in the
  * teardown.
  */
@@ -430,6 +434,56 @@ static void test_no_quorum(void **state)
     free(l);
 }
 
+/* ---- a slow starter is not left behind ----------------------------------------- */
+
+/* A directed ring of 6: node 0 starts 3 s after the others (as a node held
+ * to a third of a CPU loads its data slowly).  Node 1 waits for it at its
+ * start barrier; node 2, whose only in-neighbour is node 1, must wait for
+ * node 1's messages instead of marking it late and running ahead: else
+ * nodes 2..5 ran dozens of iterations ahead, and node 1 (and then node 0)
+ * took the run for one in progress and joined it by state transfer (20-30
+ * s on ring8 with node 2 stopped 2/3 of the time). */
+static void test_slow_starter_waited_for(void **state)
+{
+    (void)state;
+    const int n = 6, batch = 8, iters = 150;
+    char topo[512], out[512], subset[32], bs[16], logs[6][600];
+    snprintf(topo, sizeof topo, "%s/dring6.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/run", s_dir);
+    assert_int_equal(tk_topo_loopback(topo, n, "graph:\n  generator: directed_ring\n", NULL), 0);
+    snprintf(subset, sizeof subset, "%d", n * batch * iters);
+    snprintf(bs, sizeof bs, "%d", batch);
+    char *common[] = {"--algo", "sgp", "--compress", "q8", "--model", "cnn", "--train-subset",
+                      subset, "--batch", bs, "--epochs", "1", "--seed", "5", "--no-eval",
+                      "--start-window", "20", "--timeout", "60", "--out", out, NULL};
+    for (int i = 0; i < n; i++)
+        snprintf(logs[i], sizeof logs[i], "%s/node%d.txt", s_dir, i);
+    for (int i = 1; i < n; i++)
+        assert_true(tk_node(topo, i, common, NULL, logs[i]) > 0);
+    if (!tk_wait_log(logs[2], "start barrier passed", 60)) {
+        tk_dump(logs[2]);
+        fail_msg("node 2 never started");
+    }
+    usleep((useconds_t)(3e6 * tk_time_scale()));
+    assert_true(tk_node(topo, 0, common, NULL, logs[0]) > 0);
+    int status[TK_MAXPROC];
+    int rc = tk_wait_all(tk_quick() ? 400 : 240, status);
+    int bad = rc != 0;
+    for (int i = 0; i < n; i++) {
+        char *l = tk_slurp(logs[i]);
+        if (status[i] != 0 || !strstr(l, "start barrier passed") ||
+            strstr(l, "the run is in progress"))
+            bad = 1;
+        free(l);
+    }
+    if (bad) {
+        for (int i = 0; i < n; i++)
+            tk_dump(logs[i]);
+        fail_msg("a node that waited at its start barrier for a slow starter was left behind "
+                 "(it joined by state transfer, or not every node finished: rc %d)", rc);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -438,6 +492,7 @@ int main(void)
                                         s_teardown),
         cmocka_unit_test_setup_teardown(test_joiner_refuses_bad_state, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_no_quorum, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_starter_waited_for, s_setup, s_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
