@@ -258,7 +258,7 @@ typedef struct {
     uint64_t fresh_waits;      /* rounds that waited (fresh_wait) for a level neighbour */
     uint64_t fresh_missed;     /* neighbours the grace ran out on (mixed stale) */
     uint64_t late_marks;       /* times a neighbour far behind was marked late */
-    /* ms the rounds waited, by why (docs/node.md "Where the wait goes") */
+    /* ms the rounds waited, by why (docs/node.md, the metrics table) */
     uint64_t wait_flow_ms;     /* a live out-neighbour too far behind */
     uint64_t wait_missing_ms;  /* an in-neighbour's needed messages not arrived */
     uint64_t wait_held_ms;     /* a needed one arrived, held until it fits */
