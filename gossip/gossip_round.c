@@ -352,6 +352,13 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
     double t0 = nn_now();
     double wait_start = t0;
     int waited = 0;
+    /* every round reads what is queued and judges silences, waiting or
+     * not: a late neighbour is not waited for, and a round that waits for
+     * nobody must still declare a killed one down within its limit (and
+     * keep the gaps between our pumps short: gossip_live_note_stall) */
+    if (l->fatal || gossip_recv_pump(l, 0) != 0)
+        return nn_errf(err, errlen, "%s", l->fatal_msg);
+    gossip_live_check_peers(l, -1, -1);
     while (s_flow_blocked(l, iter)) {
         waited = 1;
         if (gossip_link_signals(l) > 1)
