@@ -184,6 +184,7 @@ void gossip_live_answer_resync(gossip_link *l, int o);
 void gossip_live_on_resync(gossip_link *l, int from);
 /* A PING of `from` at iter; proved: what it sent before is out (in only). */
 void gossip_live_on_ping(gossip_link *l, int from, int in, uint64_t iter, uint64_t proved);
+void gossip_live_report(gossip_link_peer *p, int in, uint64_t iter, int fresh);
 /* PINGs as due (ping_every), and to every in-neighbour with `progress`. */
 void gossip_live_ping(gossip_link *l, int progress);
 /* Declares down the silent, the late for iter (iter >= 0, waiting since

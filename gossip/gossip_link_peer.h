@@ -36,7 +36,9 @@ typedef struct {
     uint64_t hello_iter;       /* the iteration of its first HELLO */
     uint64_t nonce;            /* instance nonce of its HELLO/HELLO_ACK (0: none seen) */
     uint64_t bye_iter;         /* iterations announced in its BYE */
-    uint64_t reported;         /* iteration it last reported (HELLO*, PING) */
+    uint64_t reported;         /* iteration it reports: the higher of said[] */
+    uint64_t said[2];          /* the last iteration it reported over our
+                                  DEALER [0] and our ROUTER [1] (gossip_live_report) */
     double   heard;            /* clock of its last valid message */
     double   sent_dealer;      /* clock of our last message to it, DEALER */
     double   sent_router;      /* ... ROUTER */

@@ -343,7 +343,20 @@ void gossip_live_on_ping(gossip_link *l, int from, int in, uint64_t iter, uint64
 {
     if (in)
         gossip_node_peer_sent(l->g, from, proved);
-    l->p[from].reported = iter;
+    gossip_live_report(&l->p[from], in, iter, 0);
+}
+
+/* p reports iter over our ROUTER (in = 1) or our DEALER; fresh: it is a
+ * new instance (a restart), whose iteration may be lower.  Each connection
+ * is in order, but the two are not in order with each other: after a
+ * freeze, a PING queued long ago on one may be read after a recent one on
+ * the other.  So what it reports is the higher of the last on each. */
+void gossip_live_report(gossip_link_peer *p, int in, uint64_t iter, int fresh)
+{
+    if (fresh)
+        p->said[0] = p->said[1] = iter;
+    p->said[in != 0] = iter;
+    p->reported = p->said[0] > p->said[1] ? p->said[0] : p->said[1];
 }
 
 double gossip_live_stall(const gossip_link *l, double *woke)

@@ -64,12 +64,13 @@ static void s_hello_ack(gossip_link *l, int j, int router, uint64_t status)
 }
 
 /* A HELLO or HELLO_ACK from p (an in-neighbour: in = 1) at iteration
- * iter: its instance nonce (0: none said), where it is, that it answered. */
-static void s_heard(gossip_link_peer *p, int in, uint64_t iter, uint64_t nonce)
+ * iter: its instance nonce (0: none said), where it is (restart: a new
+ * instance, whose iteration may be lower), that it answered. */
+static void s_heard(gossip_link_peer *p, int in, uint64_t iter, uint64_t nonce, int restart)
 {
+    gossip_live_report(p, in, iter, restart || (nonce && nonce != p->nonce));
     if (nonce)
         p->nonce = nonce;
-    p->reported = iter;
     if (in)
         p->hello = 1;
     else
@@ -87,7 +88,7 @@ void gossip_member_on_hello(gossip_link *l, int from, int in, uint64_t iter, uin
         p->hello_seen = 1;
         p->hello_iter = iter;
     }
-    s_heard(p, in, iter, nonce); /* a (re)starting out-neighbour announces itself */
+    s_heard(p, in, iter, nonce, restart); /* a (re)starting out-neighbour announces itself */
     s_hello_ack(l, from, in, restart ? GOSSIP_HELLO_JOIN : 0);
     if (!restart)
         return;
@@ -397,7 +398,7 @@ void gossip_member_on_hello_ack(gossip_link *l, int from, int in, uint64_t iter,
     uint64_t nonce = gossip_msg_hello_nonce(msg, len);
     if (gossip_msg_hello_status(msg, len) & GOSSIP_HELLO_JOIN)
         p->join_told = 1;
-    s_heard(p, in, iter, nonce);
+    s_heard(p, in, iter, nonce, 0);
 }
 
 void gossip_member_on_bye(gossip_link *l, int from, uint64_t iter)
