@@ -120,6 +120,9 @@ typedef enum { GOSSIP_DPSGD = 0, GOSSIP_CHOCO, GOSSIP_DEEPSQUEEZE } gossip_algo;
  * t holds messages of t-S .. t+WINDOW-1, so GOSSIP_SLOTS per in-neighbour. */
 #define GOSSIP_STALE_MAX 4
 #define GOSSIP_SLOTS (GOSSIP_WINDOW + GOSSIP_STALE_MAX)
+/* Most iterations a late choco neighbour's copy may be behind the mix
+ * (fewer where eta makes that unstable: gossip_node_late_reach). */
+#define GOSSIP_LATE_MAX 31
 
 typedef struct {
     gossip_algo algo;

@@ -281,6 +281,8 @@ static gossip_recv_code s_receive(gossip_node *g, const gossip_header *hp, const
     s_check_gap(g, k);
     if (g->cfg.algo == GOSSIP_DPSGD && S > 0)
         gossip_node_fold(g, k); /* push-sum: slots never fill, mass never waits */
+    else if (choco && p->late)
+        gossip_node_absorb(g, k); /* a late backlog never fills the slots */
     return GOSSIP_RECV_OK;
 }
 
@@ -331,20 +333,35 @@ static gossip_unready s_blocked_by(const gossip_node *g, int k, uint64_t iter, u
     return g->peer[g->in_ranks[k]].got + S <= iter ? GOSSIP_UNREADY_MISSING : GOSSIP_UNREADY_HELD;
 }
 
+/* Push-sum folds a late neighbour's messages in as they arrive, so it may
+ * be however far behind.  Choco absorbs them into the copy as they arrive
+ * (gossip_node_absorb); stepping eta towards copies D iterations old is
+ * stable only with eta (D + 1) <= 1 (docs/gossip.md), so D <= 1/eta - 1,
+ * up to GOSSIP_LATE_MAX.  Deepsqueeze mixes them from the slots: while its
+ * backlog fits them (the mixes that free them wait for nothing of it). */
+uint64_t gossip_node_late_reach(const gossip_node *g)
+{
+    if (g->cfg.algo == GOSSIP_DPSGD)
+        return UINT64_MAX;
+    if (g->cfg.algo == GOSSIP_DEEPSQUEEZE)
+        return g->cfg.eta * GOSSIP_SLOTS > 1.0 ? 0 : GOSSIP_SLOTS - 1;
+    double d = g->cfg.eta > 0 ? floor(1.0 / g->cfg.eta + 1e-9) - 1.0 : GOSSIP_LATE_MAX;
+    return d >= GOSSIP_LATE_MAX ? GOSSIP_LATE_MAX : d >= GOSSIP_SLOTS - 1 ? (uint64_t)d : 0;
+}
+
 static gossip_unready s_unready_stale(const gossip_node *g, uint64_t iter, int *rank)
 {
     uint64_t S = iter >= g->sync_from ? 0 : (uint64_t)g->cfg.staleness;
+    const uint64_t reach = gossip_node_late_reach(g);
     for (int k = 0; k < g->nin; k++) {
         *rank = g->in_ranks[k];
         if (s_absent(g, k, iter) == S_ABSENT_DOWN)
             continue;
         if (g->cfg.algo == GOSSIP_CHOCO && s_in(g, k)->copy_gap)
             return GOSSIP_UNREADY_GAP;
-        /* far behind: mixed as its messages come (push-sum: folded in as
-         * they arrive, so however far behind), else while its backlog fits
-         * the slots (the mixes that free them wait for nothing of it) */
+        /* far behind: mixed as its messages come, within its reach */
         if (s_in(g, k)->late && iter < g->sync_from &&
-            (g->cfg.algo == GOSSIP_DPSGD || s_stale_thru(g, k, iter) + GOSSIP_SLOTS - 1 > iter))
+            (reach == UINT64_MAX || s_stale_thru(g, k, iter) + reach > iter))
             continue;
         if (s_stale_thru(g, k, iter) + S <= iter)
             return S == 0 && g->cfg.staleness ? GOSSIP_UNREADY_FINAL : s_blocked_by(g, k, iter, S);
@@ -369,10 +386,9 @@ int gossip_node_peer_late(gossip_node *g, int rank)
     if (!g->cfg.staleness || rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
         return 0;
     /* choco and deepsqueeze step eta towards delayed copies: stable for
-     * delays up to D only with eta <= 1/(D + 1) (docs/gossip.md), and a
-     * late neighbour's delay reaches GOSSIP_SLOTS - 1 (push-sum: any delay,
-     * its mass is conserved whenever it is mixed) */
-    if (g->cfg.algo != GOSSIP_DPSGD && g->cfg.eta * GOSSIP_SLOTS > 1.0)
+     * delays up to D only with eta <= 1/(D + 1) (docs/gossip.md); not
+     * late where that leaves no reach beyond the staleness window */
+    if (gossip_node_late_reach(g) == 0)
         return 0;
     gossip_peer *p = s_in(g, g->peer[rank].in_pos);
     if (p->in_down || p->late)

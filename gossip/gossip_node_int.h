@@ -77,8 +77,10 @@ struct gossip_node {
                                          that float weights (1/3, 1/5) do not
                                          bias the total mass */
     double *fold_acc;                 /* d, push-sum with staleness: messages
-                                         folded in as they came (W_c c_j),
-                                         added by the next mix; NULL: none yet */
+                                         folded in as they came (W_c c_j);
+                                         choco: a late neighbour's catch-up
+                                         credits (gossip_node_absorb); added
+                                         by the next mix; NULL: none yet */
     double   fold_psi;                /* their psi shares */
     uint64_t fold_recv;               /* their bytes */
     nn_rng  rng;
@@ -165,6 +167,18 @@ static inline int s_absent(const gossip_node *g, int k, uint64_t iter)
  * iteration, freeing their slots: mass never waits in a slow receiver's
  * slots, nor for a late sender's backlog to fit them. */
 void gossip_node_fold(gossip_node *g, int k);
+
+/* gossip_node_mix.c: choco with bounded staleness: the updates of late
+ * in-neighbour index k held in order from its copy's next one, for
+ * iterations already mixed without them, applied to the copy now, their
+ * catch-up credit into fold_acc (s_mix_stale_choco's rule, the same sums):
+ * a late neighbour's backlog never fills its slots, so how far behind it
+ * may be mixed is bounded by stability only (gossip_node_late_reach). */
+void gossip_node_absorb(gossip_node *g, int k);
+
+/* gossip_node_inbox.c: how many iterations behind a late in-neighbour may
+ * be mixed (its copy's or its messages' delay; UINT64_MAX: any). */
+uint64_t gossip_node_late_reach(const gossip_node *g);
 
 /* W_r[i][j] of iteration r. */
 static inline double s_wij(const gossip_node *g, uint64_t r, int j)

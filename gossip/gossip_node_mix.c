@@ -4,7 +4,8 @@
  * and the push-sum safety net.
  *
  * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
- * Exposes: gossip_node_mix.
+ * Exposes: gossip_node_mix; to the inbox gossip_node_fold, _absorb
+ *          (gossip_node_int.h).
  * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
  *
  * Dimension legend: d = layout->numel (parameters), n nodes, nin union
@@ -277,6 +278,41 @@ static void s_mix_stale_ps(gossip_node *g, uint64_t iter, double *acc, double *p
     }
 }
 
+/* Choco, late update q_j(c) of in-neighbour index k: applied to the copy,
+ * with the catch-up credit eta * (sum_{r=c}^{iter-1} W_r[i][j]) * q_j(c)
+ * (the acc term; likewise psi) for the rounds iter that mixed the copy
+ * without it: sum x and sum psi are conserved exactly. */
+static void s_copy_take(gossip_node *g, int k, uint64_t c, uint64_t iter, double *acc,
+                        double *psi_acc, uint64_t *recv)
+{
+    gossip_peer *p = s_in(g, k);
+    int j = g->in_ranks[k];
+    double psi_j;
+    size_t len;
+    const gossip_payload *pl = s_slot_take(g, k, c, &psi_j, &len);
+    gossip_payload_add(pl, g->layout, g->xhat_in[k]);
+    double cw = 0.0;
+    for (uint64_t r = c > g->stale[k].used_from ? c : g->stale[k].used_from; r < iter; r++)
+        cw += s_wij(g, r, j);
+    if (cw > 0.0) {
+        gossip_payload_axpy(pl, g->layout, cw, acc);
+        *psi_acc += cw * (psi_j - p->psi_last);
+    }
+    p->psi_last = psi_j;
+    *recv += len;
+}
+
+void gossip_node_absorb(gossip_node *g, int k)
+{
+    gossip_peer *p = s_in(g, k);
+    if (!g->fold_acc)
+        g->fold_acc = nn_xcalloc(g->layout->numel, sizeof(double));
+    uint64_t c = p->copy_thru;
+    for (; c < g->iter && s_present(g, k, c); c++)
+        s_copy_take(g, k, c, g->iter, g->fold_acc, &g->fold_psi, &g->fold_recv);
+    p->copy_thru = c;
+}
+
 /* Choco with bounded staleness: the stored updates q_j(s), s <= iter, are
  * applied to the copy in order; one applied late (s < iter) also gets the
  * catch-up credit eta * (sum_{r=s}^{iter-1} W_r[i][j]) * q_j(s) (and
@@ -297,21 +333,8 @@ static void s_mix_stale_choco(gossip_node *g, uint64_t iter, double *acc, double
             continue;
         }
         uint64_t c = p->copy_thru;
-        for (; c <= iter && s_present(g, k, c); c++) {
-            double psi_j;
-            size_t len;
-            const gossip_payload *pl = s_slot_take(g, k, c, &psi_j, &len);
-            gossip_payload_add(pl, L, g->xhat_in[k]);
-            double cw = 0.0; /* the rounds that mixed the copy without q_j(c) */
-            for (uint64_t r = c > g->stale[k].used_from ? c : g->stale[k].used_from; r < iter; r++)
-                cw += s_wij(g, r, j);
-            if (cw > 0.0) {
-                gossip_payload_axpy(pl, L, cw, acc);
-                *psi_acc += cw * (psi_j - p->psi_last);
-            }
-            p->psi_last = psi_j;
-            *recv += len;
-        }
+        for (; c <= iter && s_present(g, k, c); c++)
+            s_copy_take(g, k, c, iter, acc, psi_acc, recv);
         p->copy_thru = c;
         s_stale_note(g, k, iter, c);
         if (wt > 0.0) {
@@ -331,10 +354,10 @@ static void s_mix_stale(gossip_node *g, float *x, uint64_t iter, int *absent, ui
     double wii = s_self_weight(g, iter), eta = g->cfg.eta, psi_acc = wii * g->psi;
     double *acc = s_mix_start(g, &psi_acc, recv);
     int dpsgd = g->cfg.algo == GOSSIP_DPSGD;
-    if (g->cfg.algo == GOSSIP_CHOCO) {
+    if (g->cfg.algo == GOSSIP_CHOCO) { /* acc: the late credits absorbed, or zeros */
         const float *xs = g->xhat_self;
         for (size_t k = 0; k < d; k++)
-            acc[k] = (wii - 1.0) * xs[k];
+            acc[k] += (wii - 1.0) * xs[k];
         s_mix_stale_choco(g, iter, acc, &psi_acc, absent, recv);
     } else {
         gossip_payload_axpy(&g->self_pl, L, dpsgd ? wii : wii - 1.0, acc);

@@ -496,9 +496,11 @@ static double s_c4_close(s_c4 *f, uint64_t *marks, uint64_t *resets)
 /* complete4 with S = 2; node 3 runs nothing while the others run `lag`
  * iterations.  The others mark it late the first time it holds them up and
  * do not wait for it again while it catches up.
- * Choco (lag 7): its backlog must fit the slots (at the 8th iteration they
- * would wait); it then runs lag + 2 in a row (more messages than a
- * receiver has slots: the rest wait for room), and the others follow.
+ * Choco (lag: its reach, 1/eta - 1 up to GOSSIP_LATE_MAX; at the next
+ * iteration they would wait): its updates are applied to their copies as
+ * they come, so its backlog need not fit the slots; it then runs lag + 2
+ * in a row (more messages than a receiver has slots), and the others
+ * follow.
  * SGP (lag 12, as far as the link's flow control lets them run ahead of
  * it on complete4: n + 2 windows; beyond its 8 slots): the others keep
  * their shares to it while S + 2 of their messages to it are
@@ -526,7 +528,7 @@ static double s_late_run(gossip_algo algo, const char *comp, double eta, int lag
             *psimin = fmin(*psimin, gossip_node_psi(g[r]));
         }
     assert_int_equal(waits, 3); /* each of the three once */
-    for (int r = 0; r < 3; r++) /* choco: the backlog would no longer fit the slots */
+    for (int r = 0; r < 3; r++) /* choco: beyond its reach */
         assert_int_equal(gossip_node_ready(g[r], (uint64_t)lag), sgp);
     if (sgp) {
         while (gossip_node_iter(g[3]) < gossip_node_iter(g[0])) {
@@ -606,10 +608,18 @@ static void test_late_neighbour(void **state)
     if (!(dev <= 1e-5) || marks != 3 || !(psimin >= 0.2))
         fail_msg("sgp: late neighbour: mass off by %g, smallest psi %g (%llu marks)", dev,
                  psimin, (unsigned long long)marks);
-    dev = s_late_run(GOSSIP_CHOCO, "identity", 0.1, GOSSIP_SLOTS - 1, &marks, &psimin);
-    if (!(dev <= 1e-5) || marks != 3)
-        fail_msg("choco: late neighbour: mass off by %g (%llu marks)", dev, (unsigned long long)marks);
-    /* choco at eta 1/3 would not be stable with delays up to 7: nobody late */
+    /* choco at eta 0.1 reaches 9 iterations back, at 0.01 GOSSIP_LATE_MAX:
+     * beyond the slots (GOSSIP_SLOTS - 1 = 7 before copies took updates as
+     * they came) */
+    const struct { double eta; int lag; } ch[] = {{0.1, 9}, {0.01, GOSSIP_LATE_MAX}};
+    for (int c = 0; c < 2; c++) {
+        dev = s_late_run(GOSSIP_CHOCO, "identity", ch[c].eta, ch[c].lag, &marks, &psimin);
+        if (!(dev <= 1e-5) || marks != 3)
+            fail_msg("choco, eta %g: late neighbour %d behind: mass off by %g (%llu marks)",
+                     ch[c].eta, ch[c].lag, dev, (unsigned long long)marks);
+    }
+    /* choco at eta 1/3 would not be stable with delays beyond the slots' 7:
+     * nobody late */
     char err[512];
     topo *t = tk_gossip_topo("complete4");
     nn_arena L;
