@@ -211,8 +211,11 @@ double gossip_node_psi(const gossip_node *g)
 /* The smallest mean psi the step on z = x/psi is scaled by: a node behind a
  * slow link pushes most of its mass into messages that take seconds to
  * come back (psi 0.04 for a while), and lr/mean(psi) would then be 25 x
- * the schedule's step (it diverged); at most 1/S_STEP_MEAN_MIN x. */
-#define S_STEP_MEAN_MIN 0.5
+ * the schedule's step (it diverged); at most 1/S_STEP_MEAN_MIN x.  At 0.5
+ * (2 x) int8 SGP on the directed ring8 with one node stopped 2/3 of the
+ * time diverged in 3 of 6 runs, just after the warm-up: the nodes
+ * downstream of it get little mass and run at twice the peak lr. */
+#define S_STEP_MEAN_MIN 0.75
 
 double gossip_node_step_scale(const gossip_node *g)
 {

@@ -484,10 +484,11 @@ static void test_gap_deadline(void **state)
  * gossip_node_step_scale (1 when !scaled), lr_r decaying linearly to 0 at
  * 100 rounds before the end (then mixing only).  With messages up to S rounds late psi swings
  * (0.05..1.5 on ring8 with random:4), so a step of lr on x moves z by up to
- * 20 lr; the scale makes it lr / mean(psi).  Returns the final max_i
- * |z_i - mean b| / max |mean b| (inf when some z is not finite). */
+ * 20 lr; the scale makes it lr / mean(psi), mean(psi) taken as at least
+ * 0.75.  Returns the final max_i |z_i - mean b| / max |mean b| (inf when
+ * some z is not finite); the largest step on any z over lr into *gain. */
 static double s_sgp_train(const char *tname, int S, const char *delays, double lr, int scaled,
-                          int rounds)
+                          int rounds, double *gain)
 {
     char err[512];
     topo *t = tk_gossip_topo(tname);
@@ -504,6 +505,7 @@ static double s_sgp_train(const char *tname, int S, const char *delays, double l
         for (int i = 0; i < n && step > 0.0; i++) {
             gossip_node *g = gossip_sim_node(sim, i);
             double a = step * (scaled ? gossip_node_step_scale(g) : 1.0);
+            *gain = fmax(*gain, a / step / gossip_node_psi(g));
             gossip_node_debias(g, x[i], z);
             for (size_t k = 0; k < d; k++)
                 x[i][k] -= (float)(a * (z[k] - b[i][k]));
@@ -526,20 +528,27 @@ static void test_sgp_step_scale(void **state)
 {
     (void)state;
     /* with S = 0 the scale is exactly 1 */
-    assert_true(s_sgp_train("ring8", 0, "none", 1.0, 1, 150) == s_sgp_train("ring8", 0, "none", 1.0, 0, 150));
+    double gain = 0.0, gain0 = 0.0;
+    assert_true(s_sgp_train("ring8", 0, "none", 1.0, 1, 150, &gain) ==
+                s_sgp_train("ring8", 0, "none", 1.0, 0, 150, &gain0));
     /* lr 1 with curvature 1: stable while the step on z stays below 2; on ring8 with random:4
      * the unscaled steps diverge (4e6 when this test was written), the scaled ones settle */
     const char *cases[][2] = { { "ring8", "random:4" }, { "complete4", "random:4" },
                                { "ring8", "slow:1:0.3333" }, { "onepeer-exp8", "random:2" } };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         int S = cases[c][1][0] == 'r' ? cases[c][1][7] - '0' : 2;
-        double e = s_sgp_train(cases[c][0], S, cases[c][1], 1.0, 1, 400);
-        double e0 = s_sgp_train(cases[c][0], S, cases[c][1], 1.0, 0, 400);
+        gain = gain0 = 0.0;
+        double e = s_sgp_train(cases[c][0], S, cases[c][1], 1.0, 1, 400, &gain);
+        double e0 = s_sgp_train(cases[c][0], S, cases[c][1], 1.0, 0, 400, &gain0);
         printf("  SGP %-13s %-14s S=%d lr 1: max |z - mean b| / max|mean b| = %.2e (unscaled "
-               "steps: %.2e)\n", cases[c][0], cases[c][1], S, e, e0);
+               "steps: %.2e); largest step on z %.2f lr (unscaled %.2f lr)\n", cases[c][0],
+               cases[c][1], S, e, e0, gain, gain0);
         if (!(e < 0.3))
             fail_msg("%s %s: SGP with scaled steps ended %g (relative) from the optimum", cases[c][0],
                      cases[c][1], e);
+        if (!(gain <= 1.0 / 0.75 + 1e-9)) /* the nodes that get little mass */
+            fail_msg("%s %s: a step on z of %g lr (at most 1/0.75)", cases[c][0], cases[c][1],
+                     gain);
     }
 }
 
