@@ -330,6 +330,13 @@ int gossip_link_catch_up(gossip_link *l, uint64_t *iter, char *err, size_t errle
 /* The rule of "Re-join": 1 when this node fell behind; *far (may be NULL):
  * the lowest iteration the in-neighbours ahead report.  Harnesses, tests. */
 int gossip_link_behind(const gossip_link *l, uint64_t *far);
+/* Catch-up (bounded staleness): the least lead over iteration iter of the
+ * live out-neighbours that are not in-neighbours, by the iterations they
+ * reported (0: one is level or behind); UINT64_MAX when there is none.
+ * An in-neighbour ahead says a node is slow only if those it sends to are
+ * ahead too: on a directed ring a node behind its in-neighbour holds up
+ * nobody while its out-neighbour is behind it (node_cmd_node.c s_skip). */
+uint64_t gossip_link_out_lead(const gossip_link *l, uint64_t iter);
 
 /* Says BYE after `done` iterations and waits at most wait_s until every
  * live out-neighbour acknowledged and every live in-neighbour said BYE.

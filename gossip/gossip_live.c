@@ -142,6 +142,21 @@ int gossip_link_behind(const gossip_link *l, uint64_t *far)
     return gossip_live_behind(l, gossip_node_iter(l->g), far);
 }
 
+uint64_t gossip_link_out_lead(const gossip_link *l, uint64_t iter)
+{
+    uint64_t lead = UINT64_MAX;
+    for (int a = 0; l && a < l->nnb; a++) {
+        int j = l->nb[a];
+        const gossip_link_peer *p = &l->p[j];
+        if (!p->is_out || p->is_in || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
+            continue;
+        uint64_t r = p->reported > iter ? p->reported - iter : 0;
+        if (r < lead)
+            lead = r;
+    }
+    return lead;
+}
+
 /* Neighbour j reports an iteration beyond our reach behind us: it fell
  * behind and may re-join ("Re-join"); until it is within reach again we do
  * not take it back as out-neighbour on its PINGs (a choco RESYNC_REQ still

@@ -502,7 +502,9 @@ static void s_after_iter(void *ctx, uint64_t done)
  * live in-neighbour has already sent a later iteration than ours, so that
  * a slow node takes its (long) steps only when level with its neighbours,
  * which then have the whole S iterations of room and do not wait for it
- * (docs/gossip.md "Bounded staleness" has the argument). */
+ * (docs/gossip.md "Bounded staleness" has the argument); and while every
+ * out-neighbour that is not an in-neighbour is ahead too (one behind us
+ * waits for nothing of ours: gossip_link_out_lead). */
 static int s_skip(void *ctx, const node_run *r, int i)
 {
     s_node *s = ctx;
@@ -511,7 +513,8 @@ static int s_skip(void *ctx, const node_run *r, int i)
         return 0;
     s->skip.stale = gossip_node_config(g)->staleness;
     s->skip.pace = s->o->n.yield_pace;
-    return node_skip_decide(&s->skip, &r->tm, gossip_node_ahead(g), nn_now());
+    uint64_t ahead = gossip_node_ahead(g), out = gossip_link_out_lead(s->link, gossip_node_iter(g));
+    return node_skip_decide(&s->skip, &r->tm, out < ahead ? out : ahead, nn_now());
 }
 
 /* A re-join after falling behind (gossip_link.h "Re-join"): the link took a

@@ -506,6 +506,56 @@ static void test_link_reports_out_of_order(void **state)
     topo_destroy(&t);
 }
 
+/* gossip_link_out_lead: on a directed ring (node 0: in-neighbour 3,
+ * out-neighbour 1) the lead of out-neighbour 1 by its reports, whatever
+ * in-neighbour 3 reports; none on an undirected ring (every out-neighbour
+ * is an in-neighbour); none once it is down. */
+static void test_link_out_lead(void **state)
+{
+    (void)state;
+    char err[512];
+    const char *kinds[] = {"directed_ring", "undirected_ring"};
+    for (int c = 0; c < 2; c++) {
+        topo *t = topo_generate(kinds[c], 4, 0, 0, err, sizeof err);
+        assert_non_null(t);
+        nn_arena L;
+        nn_arena_init(&L);
+        nn_arena_add(&L, "a", 1, (int[]){30});
+        nn_arena_alloc(&L);
+        gossip_config cfg;
+        gossip_config_default(&cfg);
+        cfg.algo = GOSSIP_DPSGD;
+        cfg.staleness = 2;
+        gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
+        assert_non_null(g);
+        gossip_link_config lc;
+        gossip_link_config_default(&lc);
+        gossip_link *l = gossip_link_new(NULL, g, t, 0, &lc);
+        gossip_link_set_running(l, 1);
+        uint32_t fp = gossip_node_fingerprint(g);
+        if (c == 1) {
+            s_ping_over(l, fp, 1, 0, 7);
+            assert_true(gossip_link_out_lead(l, 0) == UINT64_MAX);
+        } else {
+            assert_int_equal(gossip_link_out_lead(l, 0), 0); /* nothing reported yet */
+            s_ping_over(l, fp, 1, 0, 5);                  /* over our DEALER */
+            s_ping_over(l, fp, 3, 1, 9);                  /* the in-neighbour: not counted */
+            assert_int_equal(gossip_link_out_lead(l, 0), 5);
+            assert_int_equal(gossip_link_out_lead(l, 3), 2);
+            assert_int_equal(gossip_link_out_lead(l, 6), 0); /* behind us */
+            gossip_node_peer_down(g, 1); /* declared down: not counted */
+            assert_true(gossip_link_out_lead(l, 0) == UINT64_MAX);
+        }
+        gossip_link_stats st;
+        gossip_link_stats_get(l, &st);
+        assert_int_equal(st.refused, 0);
+        gossip_link_destroy(&l);
+        gossip_node_destroy(&g);
+        nn_arena_free(&L);
+        topo_destroy(&t);
+    }
+}
+
 /* ---- the connection a state and an id come on ------------------------------ */
 
 /* A link of rank 0 of t (300 floats, choco) for the harness tests. */
@@ -664,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_link_state_refused),
         cmocka_unit_test(test_link_behind_rule),
         cmocka_unit_test(test_link_reports_out_of_order),
+        cmocka_unit_test(test_link_out_lead),
         cmocka_unit_test(test_link_state_channel),
         cmocka_unit_test(test_link_ids_proved),
         cmocka_unit_test(test_state_distance),
