@@ -400,6 +400,60 @@ static void s_ping_from(gossip_link *l, uint32_t fp, int from, uint64_t iter)
     s_ping_over(l, fp, from, 1, iter);
 }
 
+/* gossip_link_behind says this node fell behind, the nearest far-ahead
+ * neighbour at iteration want. */
+static void s_behind_at(const gossip_link *l, uint64_t want)
+{
+    uint64_t far = 0;
+    assert_true(gossip_link_behind(l, &far));
+    assert_int_equal(far, want);
+}
+
+/* Node 0 of a generated graph of 4 (30 floats), its link running without
+ * a transport, for the tests of what neighbours report. */
+typedef struct {
+    topo        *t;
+    nn_arena     L;
+    gossip_node *g;
+    gossip_link *l;
+    uint32_t     fp;
+} s_rep;
+
+static void s_rep_open(s_rep *f, const char *kind, gossip_algo algo, int staleness,
+                       uint64_t iters)
+{
+    char err[512];
+    f->t = topo_generate(kind, 4, 0, 0, err, sizeof err);
+    assert_non_null(f->t);
+    nn_arena_init(&f->L);
+    nn_arena_add(&f->L, "a", 1, (int[]){30});
+    nn_arena_alloc(&f->L);
+    gossip_config cfg;
+    gossip_config_default(&cfg);
+    cfg.algo = algo;
+    cfg.staleness = staleness;
+    f->g = gossip_node_new(&cfg, &f->L, f->t, 0, err, sizeof err);
+    assert_non_null(f->g);
+    gossip_link_config lc;
+    gossip_link_config_default(&lc);
+    lc.iters = iters;
+    f->l = gossip_link_new(NULL, f->g, f->t, 0, &lc);
+    gossip_link_set_running(f->l, 1);
+    f->fp = gossip_node_fingerprint(f->g);
+}
+
+/* Nothing was refused; frees everything. */
+static void s_rep_close(s_rep *f)
+{
+    gossip_link_stats st;
+    gossip_link_stats_get(f->l, &st);
+    assert_int_equal(st.refused, 0);
+    gossip_link_destroy(&f->l);
+    gossip_node_destroy(&f->g);
+    nn_arena_free(&f->L);
+    topo_destroy(&f->t);
+}
+
 /* The re-join rule (gossip_link.h "Re-join") on node 0 of a complete graph
  * of 4 at iteration 0, in a run of 1000 rounds: "fell behind" needs two
  * live in-neighbours far ahead (beyond lag + window = 12 + 4) and a strict
@@ -408,23 +462,10 @@ static void s_ping_from(gossip_link *l, uint32_t fp, int from, uint64_t iter)
 static void test_link_behind_rule(void **state)
 {
     (void)state;
-    char err[512];
-    topo *t = topo_generate("complete", 4, 0, 0, err, sizeof err);
-    nn_arena L;
-    nn_arena_init(&L);
-    nn_arena_add(&L, "a", 1, (int[]){30});
-    nn_arena_alloc(&L);
-    gossip_config cfg;
-    gossip_config_default(&cfg);
-    cfg.algo = GOSSIP_CHOCO;
-    gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
-    assert_non_null(g);
-    gossip_link_config lc;
-    gossip_link_config_default(&lc);
-    lc.iters = 1000;
-    gossip_link *l = gossip_link_new(NULL, g, t, 0, &lc);
-    gossip_link_set_running(l, 1);
-    uint32_t fp = gossip_node_fingerprint(g);
+    s_rep f;
+    s_rep_open(&f, "complete", GOSSIP_CHOCO, 0, 1000);
+    gossip_link *l = f.l;
+    uint32_t fp = f.fp;
     uint64_t far = 0;
     s_ping_from(l, fp, 1, 500); /* one neighbour alone, however far: never */
     assert_false(gossip_link_behind(l, &far));
@@ -433,20 +474,12 @@ static void test_link_behind_rule(void **state)
     s_ping_from(l, fp, 3, 16); /* within reach of flow control: not far */
     assert_false(gossip_link_behind(l, NULL));
     s_ping_from(l, fp, 3, 480); /* 2 of 3 live far ahead */
-    assert_true(gossip_link_behind(l, &far));
-    assert_int_equal(far, 480);
+    s_behind_at(l, 480);
     s_ping_from(l, fp, 1, 5000); /* beyond the run: a lie, not counted */
     assert_false(gossip_link_behind(l, NULL));
     s_ping_from(l, fp, 1, 1000); /* the run's end is still inside it */
-    assert_true(gossip_link_behind(l, &far));
-    assert_int_equal(far, 480);
-    gossip_link_stats st;
-    gossip_link_stats_get(l, &st);
-    assert_int_equal(st.refused, 0);
-    gossip_link_destroy(&l);
-    gossip_node_destroy(&g);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    s_behind_at(l, 480);
+    s_rep_close(&f);
 }
 
 /* After a freeze, PINGs queued long ago on one connection are read after
@@ -459,51 +492,27 @@ static void test_link_behind_rule(void **state)
 static void test_link_reports_out_of_order(void **state)
 {
     (void)state;
-    char err[512];
-    topo *t = topo_generate("complete", 4, 0, 0, err, sizeof err);
-    nn_arena L;
-    nn_arena_init(&L);
-    nn_arena_add(&L, "a", 1, (int[]){30});
-    nn_arena_alloc(&L);
-    gossip_config cfg;
-    gossip_config_default(&cfg);
-    cfg.algo = GOSSIP_DPSGD;
-    gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
-    assert_non_null(g);
-    gossip_link_config lc;
-    gossip_link_config_default(&lc);
-    lc.iters = 1000;
-    gossip_link *l = gossip_link_new(NULL, g, t, 0, &lc);
-    gossip_link_set_running(l, 1);
-    uint32_t fp = gossip_node_fingerprint(g);
-    uint64_t far = 0;
+    s_rep f;
+    s_rep_open(&f, "complete", GOSSIP_DPSGD, 0, 1000);
+    gossip_link *l = f.l;
+    uint32_t fp = f.fp;
     for (int j = 1; j <= 3; j++)
         s_ping_over(l, fp, j, 1, 590); /* the recent ones, over our ROUTER */
     for (int j = 1; j <= 3; j++)
         s_ping_over(l, fp, j, 0, 204); /* queued before the freeze, over our DEALER */
-    assert_true(gossip_link_behind(l, &far));
-    assert_int_equal(far, 590);
+    s_behind_at(l, 590);
     s_ping_over(l, fp, 1, 0, 600); /* newer on the other connection: taken */
     s_ping_over(l, fp, 2, 1, 5000); /* beyond the run, then taken back */
     s_ping_over(l, fp, 2, 1, 595);
-    assert_true(gossip_link_behind(l, &far));
-    assert_int_equal(far, 590);
+    s_behind_at(l, 590);
     gossip_buf msg = {0}; /* rank 3 restarts: its lower iteration counts */
     gossip_msg_encode_hello(GOSSIP_MSG_HELLO, 3, 7, fp, 0x1234u, &msg);
     gossip_link_handle(l, 3, GOSSIP_NET_FROM_IN, msg.data, msg.len);
     gossip_buf_free(&msg);
-    assert_true(gossip_link_behind(l, &far)); /* 1 and 2 of 3 are still far ahead */
-    assert_int_equal(far, 595);
+    s_behind_at(l, 595); /* 1 and 2 of 3 are still far ahead */
     s_ping_over(l, fp, 2, 0, 10); /* ... not rank 2 over the DEALER: an old one */
-    assert_true(gossip_link_behind(l, &far));
-    assert_int_equal(far, 595);
-    gossip_link_stats st;
-    gossip_link_stats_get(l, &st);
-    assert_int_equal(st.refused, 0);
-    gossip_link_destroy(&l);
-    gossip_node_destroy(&g);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    s_behind_at(l, 595);
+    s_rep_close(&f);
 }
 
 /* gossip_link_out_lead: on a directed ring (node 0: in-neighbour 3,
@@ -513,47 +522,21 @@ static void test_link_reports_out_of_order(void **state)
 static void test_link_out_lead(void **state)
 {
     (void)state;
-    char err[512];
-    const char *kinds[] = {"directed_ring", "undirected_ring"};
-    for (int c = 0; c < 2; c++) {
-        topo *t = topo_generate(kinds[c], 4, 0, 0, err, sizeof err);
-        assert_non_null(t);
-        nn_arena L;
-        nn_arena_init(&L);
-        nn_arena_add(&L, "a", 1, (int[]){30});
-        nn_arena_alloc(&L);
-        gossip_config cfg;
-        gossip_config_default(&cfg);
-        cfg.algo = GOSSIP_DPSGD;
-        cfg.staleness = 2;
-        gossip_node *g = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
-        assert_non_null(g);
-        gossip_link_config lc;
-        gossip_link_config_default(&lc);
-        gossip_link *l = gossip_link_new(NULL, g, t, 0, &lc);
-        gossip_link_set_running(l, 1);
-        uint32_t fp = gossip_node_fingerprint(g);
-        if (c == 1) {
-            s_ping_over(l, fp, 1, 0, 7);
-            assert_true(gossip_link_out_lead(l, 0) == UINT64_MAX);
-        } else {
-            assert_int_equal(gossip_link_out_lead(l, 0), 0); /* nothing reported yet */
-            s_ping_over(l, fp, 1, 0, 5);                  /* over our DEALER */
-            s_ping_over(l, fp, 3, 1, 9);                  /* the in-neighbour: not counted */
-            assert_int_equal(gossip_link_out_lead(l, 0), 5);
-            assert_int_equal(gossip_link_out_lead(l, 3), 2);
-            assert_int_equal(gossip_link_out_lead(l, 6), 0); /* behind us */
-            gossip_node_peer_down(g, 1); /* declared down: not counted */
-            assert_true(gossip_link_out_lead(l, 0) == UINT64_MAX);
-        }
-        gossip_link_stats st;
-        gossip_link_stats_get(l, &st);
-        assert_int_equal(st.refused, 0);
-        gossip_link_destroy(&l);
-        gossip_node_destroy(&g);
-        nn_arena_free(&L);
-        topo_destroy(&t);
-    }
+    s_rep f;
+    s_rep_open(&f, "undirected_ring", GOSSIP_DPSGD, 2, 0);
+    s_ping_over(f.l, f.fp, 1, 0, 7);
+    assert_true(gossip_link_out_lead(f.l, 0) == UINT64_MAX);
+    s_rep_close(&f);
+    s_rep_open(&f, "directed_ring", GOSSIP_DPSGD, 2, 0);
+    assert_int_equal(gossip_link_out_lead(f.l, 0), 0); /* nothing reported yet */
+    s_ping_over(f.l, f.fp, 1, 0, 5);                    /* over our DEALER */
+    s_ping_over(f.l, f.fp, 3, 1, 9);                    /* the in-neighbour: not counted */
+    assert_int_equal(gossip_link_out_lead(f.l, 0), 5);
+    assert_int_equal(gossip_link_out_lead(f.l, 3), 2);
+    assert_int_equal(gossip_link_out_lead(f.l, 6), 0); /* behind us */
+    gossip_node_peer_down(f.g, 1);                      /* declared down: not counted */
+    assert_true(gossip_link_out_lead(f.l, 0) == UINT64_MAX);
+    s_rep_close(&f);
 }
 
 /* ---- the connection a state and an id come on ------------------------------ */
