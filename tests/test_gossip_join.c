@@ -516,7 +516,7 @@ static void test_link_reports_out_of_order(void **state)
 }
 
 /* gossip_link_out_lead: on a directed ring (node 0: in-neighbour 3,
- * out-neighbour 1) the lead of out-neighbour 1 by its reports, whatever
+ * out-neighbour 1) how far out-neighbour 1 is ahead by its reports, whatever
  * in-neighbour 3 reports; none on an undirected ring (every out-neighbour
  * is an in-neighbour); none once it is down. */
 static void test_link_out_lead(void **state)
