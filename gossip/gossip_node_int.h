@@ -177,7 +177,7 @@ void gossip_node_fold(gossip_node *g, int k);
 void gossip_node_absorb(gossip_node *g, int k);
 
 /* gossip_node_inbox.c: how many iterations behind a late in-neighbour may
- * be mixed (its copy's or its messages' delay; UINT64_MAX: any). */
+ * be mixed (its copy's or its messages' delay) before it is waited for. */
 uint64_t gossip_node_late_reach(const gossip_node *g);
 
 /* W_r[i][j] of iteration r. */
