@@ -232,9 +232,13 @@ void gossip_node_debias(const gossip_node *g, const float *x, float *z)
             memcpy(z, x, d * sizeof *z);
         return;
     }
-    double psi = g->psi;
+    /* times the reciprocal: with a division per value this loop took 3x
+     * as long (ring8 int8 SGP, S = 2: 1872 against 603 perf samples of
+     * 114-129k); the product differs from the quotient by at most one
+     * rounding of the double, far below float's */
+    const double inv = 1.0 / g->psi;
     for (size_t k = 0; k < d; k++)
-        z[k] = (float)((double)x[k] / psi);
+        z[k] = (float)((double)x[k] * inv);
 }
 
 uint64_t gossip_node_iter(const gossip_node *g)
