@@ -342,8 +342,9 @@ static gossip_unready s_blocked_by(const gossip_node *g, int k, uint64_t iter, u
  * 2/3 of the time the node after it ran 50 and more iterations ahead, and
  * the averaged model lost 4-9 points instead of about 2
  * (results/slow-node.md, "The late mark on a directed ring").
- * Choco absorbs them into the copy as they arrive (gossip_node_absorb); stepping eta towards copies D iterations old is
- * stable only with eta (D + 1) <= 1 (docs/gossip.md), so D <= 1/eta - 1,
+ * Choco absorbs them into the copy as they arrive (gossip_node_absorb);
+ * stepping eta towards copies D iterations old is stable only with
+ * eta (D + 1) <= 1 (docs/gossip.md), so D <= 1/eta - 1,
  * up to GOSSIP_LATE_MAX.  Deepsqueeze mixes them from the slots: while its
  * backlog fits them (the mixes that free them wait for nothing of it). */
 uint64_t gossip_node_late_reach(const gossip_node *g)
