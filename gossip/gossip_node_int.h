@@ -81,6 +81,8 @@ struct gossip_node {
                                          choco: a late neighbour's catch-up
                                          credits (gossip_node_absorb); added
                                          by the next mix; NULL: none yet */
+    int      catch_up;                /* the next mix is a catch-up mix
+                                         (gossip_node_catch_up) */
     double   fold_psi;                /* their psi shares */
     uint64_t fold_recv;               /* their bytes */
     nn_rng  rng;

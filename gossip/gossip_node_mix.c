@@ -346,6 +346,23 @@ static void s_mix_stale_choco(gossip_node *g, uint64_t iter, double *acc, double
     }
 }
 
+void gossip_node_catch_up(gossip_node *g)
+{
+    g->catch_up = g->cfg.algo == GOSSIP_CHOCO && g->cfg.staleness > 0;
+}
+
+/* The factor on eta of this mix (gossip_node_catch_up); consumes the flag. */
+static double s_catch_up_gain(gossip_node *g)
+{
+    if (!g->catch_up)
+        return 1.0;
+    g->catch_up = 0;
+    for (int k = 0; k < g->nin; k++)
+        if (s_in(g, k)->late)
+            return 1.0;
+    return GOSSIP_CATCHUP_GAIN;
+}
+
 /* The mix of iteration iter with bounded staleness (S > 0). */
 static void s_mix_stale(gossip_node *g, float *x, uint64_t iter, int *absent, uint64_t *recv)
 {
@@ -369,6 +386,7 @@ static void s_mix_stale(gossip_node *g, float *x, uint64_t iter, int *absent, ui
         g->psi = psi_acc; /* push-sum is on (gossip_node_new) */
         return;
     }
+    eta *= s_catch_up_gain(g);
     for (size_t k = 0; k < d; k++)
         x[k] = (float)(x[k] + eta * acc[k]);
     if (g->cfg.push_sum)

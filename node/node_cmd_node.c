@@ -514,7 +514,10 @@ static int s_skip(void *ctx, const node_run *r, int i)
     s->skip.stale = gossip_node_config(g)->staleness;
     s->skip.pace = s->o->n.yield_pace;
     uint64_t ahead = gossip_node_ahead(g), out = gossip_link_out_lead(s->link, gossip_node_iter(g));
-    return node_skip_decide(&s->skip, &r->tm, out < ahead ? out : ahead, nn_now());
+    int skip = node_skip_decide(&s->skip, &r->tm, out < ahead ? out : ahead, nn_now());
+    if (skip && !s->skip.yielding) /* behind, not yielding the CPU */
+        gossip_node_catch_up(r->g[i]);
+    return skip;
 }
 
 /* A re-join after falling behind (gossip_link.h "Re-join"): the link took a

@@ -681,6 +681,67 @@ static void test_starved_psi_kept(void **state)
                  (unsigned long long)resets, dev);
 }
 
+/* Choco's catch-up mix (gossip_node_catch_up): complete4, S = 2, eta 0.1,
+ * two runs alike but for node 0's third mix, taken as a catch-up mix in the
+ * second: its move is GOSSIP_CATCHUP_GAIN times the first run's, the
+ * others' models are the same.  With node 3 running nothing (the others
+ * mark it late) the gain is not applied: its stale copy keeps eta within
+ * its own bound. */
+static double s_catch_up_move(int late, int gain, float *moved)
+{
+    s_c4 f;
+    s_c4_open(&f, GOSSIP_CHOCO, "identity", 0.1, 31);
+    int waits = 0;
+    for (int step = 0; step < 3; step++)
+        for (int r = 0; r < (late ? 3 : 4); r++) { /* late: node 3 runs nothing */
+            if (r == 0 && step == 2) {
+                memcpy(moved, f.x[0], f.d * sizeof *moved);
+                if (gain)
+                    gossip_node_catch_up(f.g[0]);
+            }
+            s_late_iter(f.g[r], r, f.x[r], f.q, &f.nq, &waits);
+            if (r == 0 && step == 2)
+                for (size_t k = 0; k < f.d; k++)
+                    moved[k] = f.x[0][k] - moved[k];
+        }
+    for (int k = 0; late && k < 3; k++) /* node 3 catches up: settled as usual */
+        s_late_iter(f.g[3], 3, f.x[3], f.q, &f.nq, &waits);
+    double other = 0.0;
+    for (size_t k = 0; k < f.d; k++)
+        other += f.x[1][k];
+    uint64_t marks, resets;
+    s_c4_close(&f, &marks, &resets);
+    return other;
+}
+
+static void test_catch_up_gain(void **state)
+{
+    (void)state;
+    nn_arena L;
+    tk_gossip_layout(&L);
+    size_t d = L.numel;
+    nn_arena_free(&L);
+    float *m0 = nn_xcalloc(d, sizeof *m0), *m1 = nn_xcalloc(d, sizeof *m1);
+    double o0 = s_catch_up_move(0, 0, m0), o1 = s_catch_up_move(0, 1, m1);
+    double worst = 0.0, size = 0.0;
+    for (size_t k = 0; k < d; k++) {
+        worst = fmax(worst, fabs(m1[k] - GOSSIP_CATCHUP_GAIN * m0[k]));
+        size = fmax(size, fabs(m0[k]));
+    }
+    printf("catch-up mix: move %g, off the gain by %g\n", size, worst);
+    assert_true(size > 1e-3);
+    if (!(worst <= 1e-5 * GOSSIP_CATCHUP_GAIN * size) || o0 != o1)
+        fail_msg("catch-up mix: off by %g of a move of %g; node 1 %g against %g", worst, size, o1, o0);
+    s_catch_up_move(1, 0, m0);
+    s_catch_up_move(1, 1, m1);
+    for (size_t k = 0; k < d; k++)
+        if (m1[k] != m0[k])
+            fail_msg("catch-up mix with a late neighbour: value %zu moved %g, not %g", k,
+                     (double)m1[k], (double)m0[k]);
+    free(m0);
+    free(m1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -691,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_down_mixes_held),
         cmocka_unit_test(test_late_neighbour),
         cmocka_unit_test(test_ahead_is_least),
+        cmocka_unit_test(test_catch_up_gain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
