@@ -424,10 +424,10 @@ uint64_t gossip_node_ahead(const gossip_node *g);
 
 /* The node skipped its local step to catch up (node_cmd_node.c s_skip):
  * choco with S > 0 makes the next mix's consensus step GOSSIP_CATCHUP_GAIN
- * x eta, pulling the slowed node's model towards its neighbours' copies
- * as far as a local step would have moved it on; not while an in-neighbour
- * is late (its stale copy keeps eta within its own stability bound, docs/
- * gossip.md).  Other algorithms: nothing. */
+ * x eta, so that a node that trains few of its steps still keeps near its
+ * neighbours' copies; not while an in-neighbour is late (its stale copy
+ * keeps eta within its own stability bound, docs/gossip.md).  Other
+ * algorithms: nothing. */
 void gossip_node_catch_up(gossip_node *g);
 /* On complete4 with node 2 stopped 2/3 of the time, seeds 4-8, 2, 4 and
  * 8 x eta (0.01) raised node 2's own model by 2.2, 2.9 and 2.7 points on
