@@ -130,7 +130,7 @@ static int s_next_holder(const gossip_link *l, int after)
         for (int a = 0; a < l->nnb; a++) {
             int j = l->nb[a];
             const gossip_link_peer *p = &l->p[j];
-            if (p->down || !(p->hello || p->ack) || (pass == 0) != (p->is_out != 0))
+            if (p->down || p->bye_in || !(p->hello || p->ack) || (pass == 0) != (p->is_out != 0))
                 continue;
             if (c[0] < 0)
                 c[0] = j;
@@ -192,7 +192,7 @@ static int s_fetch_state(gossip_link *l, int j, uint64_t T, double deadline, cha
     gossip_link_log(l, "asking %s (rank %d) for its model", gossip_link_id(l, j), j);
     double until = nn_now() + S_STATE_WAIT;
     uint64_t got = 0;
-    while (!l->join.state_ready && l->join.rx.from == j && nn_now() < until) {
+    while (!l->join.state_ready && l->join.rx.from == j && !l->p[j].bye_in && nn_now() < until) {
         if (nn_now() >= deadline || gossip_link_signals(l))
             return nn_errf(err, errlen, "join: no neighbour delivered its state within "
                            "%.0f s%s", l->cfg.timeout, gossip_link_signals(l) ? " (signal)" : "");
@@ -279,6 +279,30 @@ static int s_agreed(gossip_link *l, const s_states *c)
     return -1;
 }
 
+/* No holder left to ask: -1 with a message that says whether the run
+ * ended under us (every neighbour said BYE: it finished before it could
+ * hand its model over) or the neighbours are down. */
+static int s_no_holder(const gossip_link *l, int rejoin, char *err, size_t errlen)
+{
+    int left = 0;
+    uint64_t last = 0;
+    for (int a = 0; a < l->nnb; a++) {
+        const gossip_link_peer *p = &l->p[l->nb[a]];
+        if (p->bye_in) {
+            left++;
+            last = p->bye_iter > last ? p->bye_iter : last;
+        }
+    }
+    if (left == l->nnb)
+        return nn_errf(err, errlen, "%s: the run ended before this node could %s: every "
+                       "neighbour left (BYE, after %llu iterations) without handing its model "
+                       "over", rejoin ? "re-join" : "join", rejoin ? "catch up" : "join",
+                       (unsigned long long)last);
+    return nn_errf(err, errlen, "%s: no neighbour left to ask for its state (%d of %d left the "
+                   "run, the others are down or silent)", rejoin ? "re-join" : "join", left,
+                   l->nnb);
+}
+
 /* Asks the next holder after *j (joining: answering neighbours, our
  * out-neighbours first; re-joining: live in-neighbours far ahead of cur)
  * for its state and adds it to c when it delivers a plausible one.
@@ -289,8 +313,7 @@ static int s_collect(gossip_link *l, s_states *c, int *j, uint64_t cur, int rejo
 {
     *j = rejoin ? s_next_far_holder(l, *j, cur) : s_next_holder(l, *j);
     if (*j < 0)
-        return nn_errf(err, errlen, "%s: no neighbour left to ask for its state",
-                       rejoin ? "re-join" : "join");
+        return s_no_holder(l, rejoin, err, errlen);
     for (int k = 0; k < c->n; k++)
         if (c->from[k] == *j)
             return 0; /* have it: the holders went round */
@@ -324,7 +347,7 @@ static int s_holders(const gossip_link *l, uint64_t cur, int rejoin)
         int j = l->nb[a];
         const gossip_link_peer *p = &l->p[j];
         c += rejoin ? gossip_live_heard_in(l, j, now) && gossip_live_far_ahead(l, j, cur)
-                    : !p->down && (p->hello || p->ack);
+                    : !p->down && !p->bye_in && (p->hello || p->ack);
     }
     return c;
 }

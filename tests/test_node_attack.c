@@ -574,6 +574,9 @@ static void s_drill_files(const char *dir, int curve, char *topo, size_t topolen
     fclose(f);
 }
 
+/* One drill node: 800 iterations (about 15 s here), longer than the join
+ * poisoner's 12 s hold on the latecomer's port, which keeps n0's id from
+ * it meanwhile (plaintext): the latecomer must still find a holder. */
 static void s_drill_node(const char *topo, int i, const char *eta, const char *out,
                          const char *sec, const char *log)
 {
@@ -582,7 +585,7 @@ static void s_drill_node(const char *topo, int i, const char *eta, const char *o
     snprintf(rk, sizeof rk, "%d", i);
     char *base[] = {"lpgossip", "node", "--topology", (char *)topo, "--rank", rk, "--algo",
                     "choco", "--compress", "topk:0.1+q8", "--eta", (char *)eta, "--model", "cnn",
-                    "--train-subset", "25600", "--batch", "16", "--epochs", "1", "--lr", "0.05",
+                    "--train-subset", "51200", "--batch", "16", "--epochs", "1", "--lr", "0.05",
                     "--seed", "1", "--no-eval", "--peer-timeout", "3", "--timeout", "60",
                     "--staleness", "0", "--out", (char *)out, NULL};
     for (int k = 0; base[k]; k++)

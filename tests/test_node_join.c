@@ -293,6 +293,42 @@ static void s_send_state(void *router, const uint8_t *id, int idlen, size_t n, u
     free(v);
 }
 
+/* A fake rank 1 of a two-node graph for a joiner at rank 0: a ROUTER on
+ * its port, a DEALER "n1" and a stranger's DEALER "mallory" on the
+ * joiner's. */
+typedef struct {
+    void *ctx, *router, *dealer, *stranger;
+} s_fake;
+
+static void s_fake_open(s_fake *f, const int ports[2])
+{
+    char ep[64];
+    int zero = 0, tmo = 200;
+    f->ctx = zmq_ctx_new();
+    f->router = zmq_socket(f->ctx, ZMQ_ROUTER);
+    f->dealer = zmq_socket(f->ctx, ZMQ_DEALER);
+    f->stranger = zmq_socket(f->ctx, ZMQ_DEALER);
+    zmq_setsockopt(f->router, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(f->dealer, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(f->stranger, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(f->router, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[1]);
+    assert_int_equal(zmq_bind(f->router, ep), 0);
+    zmq_setsockopt(f->dealer, ZMQ_ROUTING_ID, "n1", 2);
+    zmq_setsockopt(f->stranger, ZMQ_ROUTING_ID, "mallory", 7);
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[0]);
+    assert_int_equal(zmq_connect(f->dealer, ep), 0);
+    assert_int_equal(zmq_connect(f->stranger, ep), 0);
+}
+
+static void s_fake_close(s_fake *f)
+{
+    zmq_close(f->router);
+    zmq_close(f->dealer);
+    zmq_close(f->stranger);
+    zmq_ctx_term(f->ctx);
+}
+
 static void test_joiner_refuses_bad_state(void **state)
 {
     (void)state;
@@ -302,22 +338,9 @@ static void test_joiner_refuses_bad_state(void **state)
     snprintf(out, sizeof out, "%s/bad", s_dir);
     snprintf(log, sizeof log, "%s/joiner.txt", s_dir);
     assert_int_equal(tk_topo_loopback(topo, 2, "graph:\n  generator: complete\n", ports), 0);
-    void *ctx = zmq_ctx_new();
-    void *router = zmq_socket(ctx, ZMQ_ROUTER), *dealer = zmq_socket(ctx, ZMQ_DEALER);
-    void *stranger = zmq_socket(ctx, ZMQ_DEALER);
-    char ep[64];
-    int zero = 0, tmo = 200;
-    zmq_setsockopt(router, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(stranger, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(router, ZMQ_RCVTIMEO, &tmo, sizeof tmo);
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[1]);
-    assert_int_equal(zmq_bind(router, ep), 0);
-    zmq_setsockopt(dealer, ZMQ_ROUTING_ID, "n1", 2);
-    zmq_setsockopt(stranger, ZMQ_ROUTING_ID, "mallory", 7);
-    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", ports[0]);
-    assert_int_equal(zmq_connect(dealer, ep), 0);
-    assert_int_equal(zmq_connect(stranger, ep), 0);
+    s_fake f;
+    s_fake_open(&f, ports);
+    void *router = f.router, *stranger = f.stranger;
     /* the joiner's state: the cnn's parameters (fp32: no extra floats) */
     node_model_opts mo;
     node_model_opts_defaults(&mo);
@@ -369,10 +392,7 @@ static void test_joiner_refuses_bad_state(void **state)
     gossip_buf_free(&small);
     if (ended < 0)
         ended = tk_wait(pid, 10);
-    zmq_close(router);
-    zmq_close(dealer);
-    zmq_close(stranger);
-    zmq_ctx_term(ctx);
+    s_fake_close(&f);
     char *l = tk_slurp(log);
     if (ended != 1 || acks < 1 || reqs < 3 || !strstr(l, "the run is in progress") ||
         !strstr(l, "CRC-32 of the whole state") || !strstr(l, "of the state is NaN") ||
@@ -390,6 +410,73 @@ static void test_joiner_refuses_bad_state(void **state)
     printf("the joiner refused %ld messages (%ld by the transport)\n", refused, transport);
     assert_true(refused >= 3);
     assert_true(transport >= 1);
+    free(l);
+}
+
+/* ---- the run ends under a joiner ----------------------------------------------- */
+
+/* Its only neighbour lets it in ("the run is at 40") and, asked for its
+ * model, says BYE instead (it finished): the joiner stops asking at once
+ * and exits 1 saying the run ended, well within --timeout. */
+static void test_joiner_sees_the_run_end(void **state)
+{
+    (void)state;
+    int ports[2];
+    char topo[512], out[512], log[600];
+    snprintf(topo, sizeof topo, "%s/end.yaml", s_dir);
+    snprintf(out, sizeof out, "%s/end", s_dir);
+    snprintf(log, sizeof log, "%s/ended.txt", s_dir);
+    assert_int_equal(tk_topo_loopback(topo, 2, "graph:\n  generator: complete\n", ports), 0);
+    s_fake f;
+    s_fake_open(&f, ports);
+    char *common[] = {"--model", "cnn", "--train-subset", "320", "--batch", "8", "--epochs",
+                      "1", "--no-eval", "--start-window", "1", "--timeout", "40", "--out", out,
+                      NULL};
+    pid_t pid = tk_node(topo, 0, common, NULL, log);
+    assert_true(pid > 0);
+    uint8_t id[16], msg[512];
+    int reqs = 0, proofs = 0, ended = -1;
+    uint32_t fp = 0;
+    gossip_buf b = {0};
+    double t0 = nn_now(), t_end = 0;
+    while (nn_now() - t0 < 60 * tk_time_scale() && (ended = tk_wait(pid, 0)) < 0) {
+        if (reqs) { /* gone: BYE, again until the joiner has our proof */
+            gossip_msg_encode_control(GOSSIP_MSG_BYE, 1, 40, fp, &b);
+            s_send(f.dealer, b.data, b.len, 0);
+        }
+        int idlen = zmq_recv(f.router, id, sizeof id, 0);
+        int len = idlen < 0 ? -1 : zmq_recv(f.router, msg, sizeof msg, 0);
+        if (len < GOSSIP_HEADER_BYTES)
+            continue;
+        fp = (uint32_t)msg[28] | (uint32_t)msg[29] << 8 | (uint32_t)msg[30] << 16 |
+             (uint32_t)msg[31] << 24;
+        if (msg[5] == GOSSIP_MSG_HELLO) {
+            gossip_msg_encode_hello_ack(1, 40, fp, 0x5eedULL, GOSSIP_HELLO_JOIN, &b);
+            s_send(f.router, id, (size_t)idlen, 1);
+            s_send(f.router, b.data, b.len, 0);
+        } else if (msg[5] == GOSSIP_MSG_LINK_REQ) { /* prove n1 is ours */
+            gossip_msg_encode_link(GOSSIP_MSG_LINK_PROOF, 1, 40, fp,
+                                   gossip_msg_link_token(msg, (size_t)len), &b);
+            s_send(f.dealer, b.data, b.len, 0);
+            proofs++;
+        } else if (msg[5] == GOSSIP_MSG_STATE_REQ && !reqs++) {
+            t_end = nn_now();
+        }
+    }
+    if (ended < 0)
+        ended = tk_wait(pid, 10);
+    double took = nn_now() - t_end;
+    gossip_buf_free(&b);
+    s_fake_close(&f);
+    char *l = tk_slurp(log);
+    printf("the joiner left %.1f s after its first STATE_REQ (%d asked, %d proofs)\n", took,
+           reqs, proofs);
+    if (ended != 1 || reqs < 1 || strstr(l, "joined at") || took > 20 * tk_time_scale() ||
+        !strstr(l, "join: the run ended before this node could join: every neighbour left "
+                   "(BYE, after 40 iterations)")) {
+        tk_dump(log);
+        fail_msg("status %d, %d STATE_REQs, left %.1f s after the first", ended, reqs, took);
+    }
     free(l);
 }
 
@@ -491,6 +578,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_leaver_says_bye_and_joins_again, s_setup,
                                         s_teardown),
         cmocka_unit_test_setup_teardown(test_joiner_refuses_bad_state, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown(test_joiner_sees_the_run_end, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_no_quorum, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown(test_slow_starter_waited_for, s_setup, s_teardown),
     };
