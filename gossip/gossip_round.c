@@ -319,12 +319,12 @@ static int s_fresh_wanted(gossip_link *l, uint64_t iter)
 }
 
 /* The grace of a fresh wait for in-neighbour j, in rounds: fresh_wait, or
- * GOSSIP_FRESH_WAIT_IN_ONLY x that for one we do not send to.  Flow
- * control keeps a neighbour both ways within S + 2 windows of us; over a
- * directed edge only this wait keeps sender and receiver level (on a
- * directed ring the skew adds up around the ring: with S = 2 and the
- * short grace, ring8 SGP ended about a point lower than with S = 0 at
- * equal speeds; results/slow-node.md "Fresh waits on a directed edge"). */
+ * GOSSIP_FRESH_WAIT_IN_ONLY x that for one we do not send to.  Two
+ * neighbours both ways wait for each other's messages (within S); over a
+ * directed edge only the receiver waits, and only this wait keeps the two
+ * ends level (on a directed ring the skews add up around the ring: with
+ * S = 2 and the short grace, ring8 SGP ended about a point lower than
+ * with S = 0 at equal speeds; docs/gossip.md "Fresh-wait grace"). */
 static double s_fresh_grace(const gossip_link *l, int j)
 {
     return l->cfg.fresh_wait * (l->p[j].is_out ? 1.0 : GOSSIP_FRESH_WAIT_IN_ONLY);
