@@ -212,9 +212,7 @@ typedef struct {
      * our round period for the current messages of neighbours that are level
      * with us (gossip_node_fresh_from), so that equally fast nodes mix
      * fresh messages; a neighbour already behind, or one the grace ran out
-     * on twice lately, is not waited for (gossip_round.c s_wait_fresh);
-     * GOSSIP_FRESH_WAIT_IN_ONLY x this for an in-neighbour that is not an
-     * out-neighbour (a directed edge: no flow control keeps it level) [0.25] */
+     * on twice lately, is not waited for (gossip_round.c s_wait_fresh) [0.25] */
     double   fresh_wait;
     /* bounded staleness: an in-neighbour far behind (its messages through
      * t - S missing) that has held a round up for this fraction of our

@@ -262,12 +262,12 @@ gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header
 typedef enum { GOSSIP_WIN_IN = 0, GOSSIP_WIN_LATE, GOSSIP_WIN_AHEAD } gossip_window_pos;
 gossip_window_pos gossip_node_window(const gossip_node *g, int sender, uint64_t iter);
 
-/* Bounded staleness: 0 when in-neighbour `rank` is live, at most `behind`
- * iterations behind this node (everything of it below iter - behind
- * accounted; 0: level) and its message of iter has not arrived; 1
- * otherwise (and always with S = 0).  The link waits a grace for such
- * fresh messages before mixing stale ones (gossip_link "fresh_wait"). */
-int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter, uint64_t behind);
+/* Bounded staleness: 0 when in-neighbour `rank` is live, level with this
+ * node (everything of it below iter accounted) and its message of iter has
+ * not arrived; 1 otherwise (and always with S = 0).  The link waits a short
+ * grace for such fresh messages before mixing stale ones (gossip_link
+ * "fresh_wait"). */
+int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter);
 /* Bounded staleness: in-neighbour `rank`, far behind (its messages through
  * iter - S missing), is mixed late instead of waited for: readiness leaves
  * it out, and its messages are taken whatever their age and mixed at the

@@ -377,7 +377,7 @@ static gossip_unready s_unready_stale(const gossip_node *g, uint64_t iter, int *
     return GOSSIP_UNREADY_NONE;
 }
 
-int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter, uint64_t behind)
+int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter)
 {
     if (!g->cfg.staleness || iter >= g->sync_from || rank < 0 || rank >= g->n ||
         g->peer[rank].in_pos < 0)
@@ -385,8 +385,7 @@ int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter, uint64
     int k = g->peer[rank].in_pos;
     if (s_absent(g, k, iter) == S_ABSENT_DOWN || s_in(g, k)->late)
         return 1;
-    uint64_t thru = s_stale_thru(g, k, iter); /* level and missing only iter: iter */
-    return thru > iter || thru + behind < iter;
+    return s_stale_thru(g, k, iter) != iter; /* level and missing only iter: 0 */
 }
 
 int gossip_node_peer_late(gossip_node *g, int rank)

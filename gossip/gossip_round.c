@@ -11,7 +11,6 @@
  * Callers: node/node_cmd_node.c, tests; gossip_live (period).
  */
 #include "gossip/gossip_link_int.h"
-#include "gossip/gossip_defaults.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -291,47 +290,21 @@ static int s_wait_ready(gossip_link *l, uint64_t iter, double wait_start)
     return 0;
 }
 
-/* How far behind us in-neighbour j may be and still be waited for: level
- * (0) for a neighbour both ways; up to S - 1 for one we do not send to. */
-static uint64_t s_fresh_behind(const gossip_link *l, int j)
-{
-    return l->p[j].is_out || l->stale < 1 ? 0 : l->stale - 1;
-}
-
-/* In-neighbour j's message of iter is still awaited by a fresh wait. */
-static int s_fresh_awaited(const gossip_link *l, int j, uint64_t iter)
-{
-    return !gossip_node_fresh_from(l->g, j, iter, s_fresh_behind(l, j));
-}
-
-/* The in-neighbours a fresh wait for iter would wait for: level with us
- * (or within s_fresh_behind), current message missing, score >= 1/2.
- * Lists them in l->round.fresh; count. */
+/* The in-neighbours a fresh wait for iter would wait for: level with us,
+ * current message missing, score >= 1/2.  Lists them in l->round.fresh; count. */
 static int s_fresh_wanted(gossip_link *l, uint64_t iter)
 {
     int m = 0;
     for (int b = 0; b < l->nnb; b++) {
         int j = l->nb[b];
-        if (l->p[j].is_in && l->p[j].fresh_score >= 0.5 && s_fresh_awaited(l, j, iter))
+        if (l->p[j].is_in && l->p[j].fresh_score >= 0.5 && !gossip_node_fresh_from(l->g, j, iter))
             l->round.fresh[m++] = j;
     }
     return m;
 }
 
-/* The grace of a fresh wait for in-neighbour j, in rounds: fresh_wait, or
- * GOSSIP_FRESH_WAIT_IN_ONLY x that for one we do not send to.  Two
- * neighbours both ways wait for each other's messages (within S); over a
- * directed edge only the receiver waits, and only this wait keeps the two
- * ends level (on a directed ring the skews add up around the ring: with
- * S = 2 and the short grace, ring8 SGP ended about a point lower than
- * with S = 0 at equal speeds; docs/gossip.md "Fresh-wait grace"). */
-static double s_fresh_grace(const gossip_link *l, int j)
-{
-    return l->cfg.fresh_wait * (l->p[j].is_out ? 1.0 : GOSSIP_FRESH_WAIT_IN_ONLY);
-}
-
-/* Bounded staleness, once iteration iter may mix: up to s_fresh_grace x
- * our round period for the messages of iter from level neighbours
+/* Bounded staleness, once iteration iter may mix: up to fresh_wait x our
+ * round period for the messages of iter from level neighbours
  * (gossip_node_fresh_from) that usually make it.  A neighbour's score
  * halves when the grace runs out on it, grows by 1/4 when it makes it, and
  * by 1/50 per round it is not waited for (so a slow one is tried again
@@ -344,17 +317,14 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
     int m = l->cfg.fresh_wait > 0 && l->round.period > 0 ? s_fresh_wanted(l, iter) : 0;
     if (m == 0)
         return 0;
-    double t0 = nn_now();
+    double t0 = nn_now(), until = t0 + l->cfg.fresh_wait * l->round.period;
     l->st.fresh_waits++;
     for (;;) {
-        double left = 0;
-        for (int a = 0; a < m; a++) {
-            int j = l->round.fresh[a];
-            double until = t0 + s_fresh_grace(l, j) * l->round.period;
-            if (s_fresh_awaited(l, j, iter) && until - nn_now() > left)
-                left = until - nn_now();
-        }
-        if (left <= 0 || !gossip_node_ready(l->g, iter))
+        int left_n = 0;
+        for (int a = 0; a < m; a++)
+            left_n += !gossip_node_fresh_from(l->g, l->round.fresh[a], iter);
+        double left = until - nn_now();
+        if (left_n == 0 || left <= 0 || !gossip_node_ready(l->g, iter))
             break;
         gossip_live_check_peers(l, (int64_t)iter, wait_start);
         if (l->fatal || gossip_recv_pump(l, left < GOSSIP_LINK_SLICE ? left : GOSSIP_LINK_SLICE) != 0)
@@ -363,7 +333,7 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
     l->round.waited_fresh += nn_now() - t0;
     for (int a = 0; a < m; a++) {
         gossip_link_peer *p = &l->p[l->round.fresh[a]];
-        if (!s_fresh_awaited(l, l->round.fresh[a], iter)) {
+        if (gossip_node_fresh_from(l->g, l->round.fresh[a], iter)) {
             p->fresh_score = fmin(1.0, p->fresh_score + 0.25);
         } else {
             p->fresh_score *= 0.5;

@@ -298,12 +298,19 @@ static void s_send_state(void *router, const uint8_t *id, int idlen, size_t n, u
  * joiner's. */
 typedef struct {
     void *ctx, *router, *dealer, *stranger;
+    char  topo[512], out[512], log[600]; /* the joiner's files */
 } s_fake;
 
-static void s_fake_open(s_fake *f, const int ports[2])
+/* The fake and a two-node complete graph NAME.yaml for it and the
+ * joiner, whose output goes to NAME/ and log to NAME.txt. */
+static void s_fake_open(s_fake *f, const char *name)
 {
     char ep[64];
-    int zero = 0, tmo = 200;
+    int zero = 0, tmo = 200, ports[2];
+    snprintf(f->topo, sizeof f->topo, "%s/%s.yaml", s_dir, name);
+    snprintf(f->out, sizeof f->out, "%s/%s", s_dir, name);
+    snprintf(f->log, sizeof f->log, "%s/%s.txt", s_dir, name);
+    assert_int_equal(tk_topo_loopback(f->topo, 2, "graph:\n  generator: complete\n", ports), 0);
     f->ctx = zmq_ctx_new();
     f->router = zmq_socket(f->ctx, ZMQ_ROUTER);
     f->dealer = zmq_socket(f->ctx, ZMQ_DEALER);
@@ -329,17 +336,46 @@ static void s_fake_close(s_fake *f)
     zmq_ctx_term(f->ctx);
 }
 
+/* The joiner, rank 0 of f's graph: a 320-sample cnn run, waiting
+ * `timeout` s. */
+static pid_t s_joiner(s_fake *f, const char *timeout)
+{
+    char *common[] = {"--model", "cnn", "--train-subset", "320", "--batch", "8", "--epochs",
+                      "1", "--no-eval", "--start-window", "1", "--timeout", (char *)timeout,
+                      "--out", f->out, NULL};
+    pid_t pid = tk_node(f->topo, 0, common, NULL, f->log);
+    assert_true(pid > 0);
+    return pid;
+}
+
+/* The joiner's next message to the fake's ROUTER (200 ms at most): its
+ * length (-1: none, or shorter than a header), its sender id into id
+ * (*idlen), its fingerprint into *fp; a HELLO is answered "the run is at
+ * 40 without you: join" (GOSSIP_HELLO_JOIN) and counted in *acks. */
+static int s_fake_recv(s_fake *f, uint8_t id[16], int *idlen, uint8_t *msg, size_t cap,
+                       uint32_t *fp, gossip_buf *b, int *acks)
+{
+    *idlen = zmq_recv(f->router, id, 16, 0);
+    int len = *idlen < 0 ? -1 : zmq_recv(f->router, msg, cap, 0);
+    if (len < GOSSIP_HEADER_BYTES)
+        return -1;
+    *fp = (uint32_t)msg[28] | (uint32_t)msg[29] << 8 | (uint32_t)msg[30] << 16 |
+          (uint32_t)msg[31] << 24;
+    if (msg[5] == GOSSIP_MSG_HELLO) {
+        gossip_msg_encode_hello_ack(1, 40, *fp, 0x5eedULL, GOSSIP_HELLO_JOIN, b);
+        s_send(f->router, id, (size_t)*idlen, 1);
+        s_send(f->router, b->data, b->len, 0);
+        ++*acks;
+    }
+    return len;
+}
+
 static void test_joiner_refuses_bad_state(void **state)
 {
     (void)state;
-    int ports[2];
-    char topo[512], out[512], log[600], err[512];
-    snprintf(topo, sizeof topo, "%s/two.yaml", s_dir);
-    snprintf(out, sizeof out, "%s/bad", s_dir);
-    snprintf(log, sizeof log, "%s/joiner.txt", s_dir);
-    assert_int_equal(tk_topo_loopback(topo, 2, "graph:\n  generator: complete\n", ports), 0);
+    char err[512];
     s_fake f;
-    s_fake_open(&f, ports);
+    s_fake_open(&f, "bad");
     void *router = f.router, *stranger = f.stranger;
     /* the joiner's state: the cnn's parameters (fp32: no extra floats) */
     node_model_opts mo;
@@ -351,33 +387,18 @@ static void test_joiner_refuses_bad_state(void **state)
     nn_arena *buf = nn_model_buffers(m);
     size_t nstate = nn_model_params(m)->numel + (buf && buf->nviews ? buf->numel : 0);
     nn_model_destroy(&m);
-    char *common[] = {"--model", "cnn", "--train-subset", "320", "--batch", "8", "--epochs",
-                      "1", "--no-eval", "--start-window", "1", "--timeout", "6", "--out", out,
-                      NULL};
-    pid_t pid = tk_node(topo, 0, common, NULL, log);
-    assert_true(pid > 0);
+    pid_t pid = s_joiner(&f, "6");
     uint8_t id[16], msg[512];
-    int reqs = 0, acks = 0, ended = -1;
+    int reqs = 0, acks = 0, ended = -1, idlen;
     uint32_t fp = 0;
     gossip_buf b = {0}, small = {0};
     float two[2] = {1, 2};
     uint32_t crc2 = gossip_state_pack(two, 2, &small);
     double t0 = nn_now();
     while (nn_now() - t0 < 30 * tk_time_scale() && (ended = tk_wait(pid, 0)) < 0) {
-        int idlen = zmq_recv(router, id, sizeof id, 0);
-        if (idlen < 0)
+        if (s_fake_recv(&f, id, &idlen, msg, sizeof msg, &fp, &b, &acks) < 0)
             continue;
-        int len = zmq_recv(router, msg, sizeof msg, 0);
-        if (len < GOSSIP_HEADER_BYTES)
-            continue;
-        fp = (uint32_t)msg[28] | (uint32_t)msg[29] << 8 | (uint32_t)msg[30] << 16 |
-             (uint32_t)msg[31] << 24;
-        if (msg[5] == GOSSIP_MSG_HELLO) { /* "the run is at 40 without you: join" */
-            gossip_msg_encode_hello_ack(1, 40, fp, 0x5eedULL, GOSSIP_HELLO_JOIN, &b);
-            s_send(router, id, (size_t)idlen, 1);
-            s_send(router, b.data, b.len, 0);
-            acks++;
-        } else if (msg[5] == GOSSIP_MSG_STATE_REQ) {
+        if (msg[5] == GOSSIP_MSG_STATE_REQ) {
             reqs++;
             if (reqs == 1) { /* a STATE from a stranger's connection first */
                 gossip_state_chunk_msg(1, 40, fp, &small, crc2, 8, 0, &b);
@@ -393,13 +414,13 @@ static void test_joiner_refuses_bad_state(void **state)
     if (ended < 0)
         ended = tk_wait(pid, 10);
     s_fake_close(&f);
-    char *l = tk_slurp(log);
+    char *l = tk_slurp(f.log);
     if (ended != 1 || acks < 1 || reqs < 3 || !strstr(l, "the run is in progress") ||
         !strstr(l, "CRC-32 of the whole state") || !strstr(l, "of the state is NaN") ||
         !strstr(l, "for iteration 1000000000000: beyond the run's 20 iterations") ||
         strstr(l, "joined at") ||
         !strstr(l, "join: no neighbour delivered its state within 6 s")) {
-        tk_dump(log);
+        tk_dump(f.log);
         fail_msg("status %d, %d HELLO_ACKs, %d STATE_REQs", ended, acks, reqs);
     }
     /* both refusals counted by the link, the stranger by the transport */
@@ -421,21 +442,11 @@ static void test_joiner_refuses_bad_state(void **state)
 static void test_joiner_sees_the_run_end(void **state)
 {
     (void)state;
-    int ports[2];
-    char topo[512], out[512], log[600];
-    snprintf(topo, sizeof topo, "%s/end.yaml", s_dir);
-    snprintf(out, sizeof out, "%s/end", s_dir);
-    snprintf(log, sizeof log, "%s/ended.txt", s_dir);
-    assert_int_equal(tk_topo_loopback(topo, 2, "graph:\n  generator: complete\n", ports), 0);
     s_fake f;
-    s_fake_open(&f, ports);
-    char *common[] = {"--model", "cnn", "--train-subset", "320", "--batch", "8", "--epochs",
-                      "1", "--no-eval", "--start-window", "1", "--timeout", "40", "--out", out,
-                      NULL};
-    pid_t pid = tk_node(topo, 0, common, NULL, log);
-    assert_true(pid > 0);
+    s_fake_open(&f, "end");
+    pid_t pid = s_joiner(&f, "40");
     uint8_t id[16], msg[512];
-    int reqs = 0, proofs = 0, ended = -1;
+    int reqs = 0, proofs = 0, acks = 0, ended = -1, idlen;
     uint32_t fp = 0;
     gossip_buf b = {0};
     double t0 = nn_now(), t_end = 0;
@@ -444,17 +455,10 @@ static void test_joiner_sees_the_run_end(void **state)
             gossip_msg_encode_control(GOSSIP_MSG_BYE, 1, 40, fp, &b);
             s_send(f.dealer, b.data, b.len, 0);
         }
-        int idlen = zmq_recv(f.router, id, sizeof id, 0);
-        int len = idlen < 0 ? -1 : zmq_recv(f.router, msg, sizeof msg, 0);
-        if (len < GOSSIP_HEADER_BYTES)
+        int len = s_fake_recv(&f, id, &idlen, msg, sizeof msg, &fp, &b, &acks);
+        if (len < 0)
             continue;
-        fp = (uint32_t)msg[28] | (uint32_t)msg[29] << 8 | (uint32_t)msg[30] << 16 |
-             (uint32_t)msg[31] << 24;
-        if (msg[5] == GOSSIP_MSG_HELLO) {
-            gossip_msg_encode_hello_ack(1, 40, fp, 0x5eedULL, GOSSIP_HELLO_JOIN, &b);
-            s_send(f.router, id, (size_t)idlen, 1);
-            s_send(f.router, b.data, b.len, 0);
-        } else if (msg[5] == GOSSIP_MSG_LINK_REQ) { /* prove n1 is ours */
+        if (msg[5] == GOSSIP_MSG_LINK_REQ) { /* prove n1 is ours */
             gossip_msg_encode_link(GOSSIP_MSG_LINK_PROOF, 1, 40, fp,
                                    gossip_msg_link_token(msg, (size_t)len), &b);
             s_send(f.dealer, b.data, b.len, 0);
@@ -468,13 +472,13 @@ static void test_joiner_sees_the_run_end(void **state)
     double took = nn_now() - t_end;
     gossip_buf_free(&b);
     s_fake_close(&f);
-    char *l = tk_slurp(log);
+    char *l = tk_slurp(f.log);
     printf("the joiner left %.1f s after its first STATE_REQ (%d asked, %d proofs)\n", took,
            reqs, proofs);
     if (ended != 1 || reqs < 1 || strstr(l, "joined at") || took > 20 * tk_time_scale() ||
         !strstr(l, "join: the run ended before this node could join: every neighbour left "
                    "(BYE, after 40 iterations)")) {
-        tk_dump(log);
+        tk_dump(f.log);
         fail_msg("status %d, %d STATE_REQs, left %.1f s after the first", ended, reqs, took);
     }
     free(l);
