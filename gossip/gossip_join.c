@@ -179,9 +179,10 @@ static int s_rejoin_state_ok(const gossip_link *l, int j, uint64_t cur, uint64_t
 /* Asks holder j for its state (STATE_REQ on the connection of our choice:
  * our DEALER, which we connected to the endpoint j is listed at, when j is
  * an out-neighbour, else our ROUTER; only a STATE on that connection is
- * taken, gossip_join_on_state) and pumps until it is assembled and checked (0), j
- * stopped delivering for S_STATE_WAIT (1: ask another), or the deadline
- * passed, a signal came or the transport failed (-1 with a message). */
+ * taken, gossip_join_on_state) and pumps until it is assembled and checked
+ * (0), j stopped delivering for S_STATE_WAIT or left (BYE) (1: ask
+ * another), or the deadline passed, a signal came or the transport failed
+ * (-1 with a message). */
 static int s_fetch_state(gossip_link *l, int j, uint64_t T, double deadline, char *err,
                          size_t errlen)
 {
@@ -203,6 +204,10 @@ static int s_fetch_state(gossip_link *l, int j, uint64_t T, double deadline, cha
             until = nn_now() + S_STATE_WAIT;
         }
     }
+    /* its BYE came over another connection than its STATE: what it sent
+     * before leaving may still be queued */
+    if (!l->join.state_ready && l->p[j].bye_in && gossip_recv_pump(l, 0) != 0)
+        return nn_errf(err, errlen, "%s", l->fatal_msg);
     return l->join.state_ready ? 0 : 1;
 }
 
