@@ -180,6 +180,7 @@ static void s_put_header(gossip_buf *out, const gossip_header *h, uint32_t nbloc
     s_put_le(out, h->fingerprint, 4);
     s_put_le(out, nblocks, 4);
     s_put_le(out, 0, 4); /* payload length, patched */
+    s_put_le(out, h->kind == GOSSIP_MSG_GOSSIP ? h->step_us : 0, 4);
 }
 
 size_t gossip_msg_encode(const gossip_header *h, const gossip_cblock *blocks, size_t nblocks,
@@ -235,7 +236,7 @@ size_t gossip_msg_encode(const gossip_header *h, const gossip_cblock *blocks, si
 size_t gossip_msg_encode_control(uint8_t kind, uint32_t sender, uint64_t iter,
                                  uint32_t fingerprint, gossip_buf *out)
 {
-    gossip_header h = { GOSSIP_VERSION, kind, 0, sender, iter, 1.0, fingerprint, 0, 0 };
+    gossip_header h = { GOSSIP_VERSION, kind, 0, sender, iter, 1.0, fingerprint, 0, 0, 0 };
     return gossip_msg_encode(&h, NULL, 0, out);
 }
 
@@ -769,6 +770,10 @@ int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *lay
                      h->fingerprint, h->sender, fp);
     h->nblocks = (uint32_t)s_le(&r, 4);
     h->payload_len = (uint32_t)s_le(&r, 4);
+    h->step_us = (uint32_t)s_le(&r, 4);
+    if (h->step_us && h->kind != GOSSIP_MSG_GOSSIP)
+        return S_BAD("%s message carries a step time (%u us; only GOSSIP messages do)",
+                     s_kind_name(h->kind), h->step_us);
     size_t want = has_blocks ? (layout ? layout->nviews : h->nblocks) : 0;
     if (h->nblocks != want)
         return S_BAD("%s message has %u blocks, expected %zu (one per tensor of the layout)",

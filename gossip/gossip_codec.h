@@ -10,12 +10,12 @@
  * Callers: gossip_node (every message), gossip_link (headers, control
  *          messages), tests, fuzz target.
  *
- * Message (version 4), all integers little-endian:
+ * Message (version 6), all integers little-endian:
  *   off size
  *    0   4  magic "LPGS"
- *    4   1  version = 4 (2 added LINK_REQ and LINK_PROOF, 3 the KEPT flag,
- *           4 ACK; a node refuses another version, so both ends must run
- *           the same one)
+ *    4   1  version = 6 (2 added LINK_REQ and LINK_PROOF, 3 the KEPT flag,
+ *           4 ACK, 5 the DEFERRED flag, 6 the step time; a node refuses another
+ *           version, so both ends must run the same one)
  *    5   1  kind: 1 HELLO, 2 GOSSIP, 3 RESYNC_REQ, 4 RESYNC, 5 BYE,
  *           6 HELLO_ACK, 7 BYE_ACK, 8 PING, 9 STATE_REQ, 10 STATE,
  *           11 LINK_REQ, 12 LINK_PROOF, 13 ACK (meanings: gossip_link.h;
@@ -32,7 +32,12 @@
  *           (RESYNC: dense f32, the sender's whole public copy), 0 for the
  *           control kinds
  *   36   4  payload length in bytes (everything after the header, as sent)
- *   40  ..  HELLO, HELLO_ACK: optionally the sender's instance nonce (u64,
+ *   40   4  step time (u32, microseconds): GOSSIP only, the sender's recent
+ *           local step time (its rounds less their waits, smoothed), 0
+ *           when not known yet; 0 in every other kind.  Bounded
+ *           staleness tells a neighbour that is slow from one merely a
+ *           round behind by it (gossip_round.c)
+ *   44  ..  HELLO, HELLO_ACK: optionally the sender's instance nonce (u64,
  *           payload length 8); HELLO_ACK may add a status word (u64,
  *           payload length 16): bit 0 GOSSIP_HELLO_JOIN "this run is in
  *           progress without you: join it" (other bits must be 0);
@@ -70,8 +75,8 @@
 #include "nn/nn_core.h"
 
 #define GOSSIP_MAGIC        0x5347504cu /* "LPGS" little-endian */
-#define GOSSIP_VERSION      5
-#define GOSSIP_HEADER_BYTES 40
+#define GOSSIP_VERSION      6
+#define GOSSIP_HEADER_BYTES 44
 
 enum {
     GOSSIP_MSG_HELLO      = 1,
@@ -114,6 +119,7 @@ typedef struct {
     uint32_t fingerprint;
     uint32_t nblocks;
     uint32_t payload_len;
+    uint32_t step_us;      /* GOSSIP: the sender's step time (us), 0 unknown */
 } gossip_header;
 
 /* Grow-only byte buffer (capacity is kept between messages). */
@@ -245,7 +251,7 @@ size_t gossip_msg_deflate(gossip_buf *msg, gossip_deflater *d, int level);
  * never reads outside buf, never asserts on the bytes. */
 int gossip_msg_decode(const uint8_t *buf, size_t len, const nn_arena *layout, gossip_header *h,
                       gossip_payload *out, char *err, size_t errlen);
-/* Decodes and validates the 40-byte header only (magic, version, kind,
+/* Decodes and validates the 44-byte header only (magic, version, kind,
  * flags, psi, block count of the control kinds, payload length); with a
  * layout also the fingerprint and the block count of GOSSIP and RESYNC
  * (NULL: the caller compares h->fingerprint).  What gossip_msg_decode

@@ -50,6 +50,8 @@
 #define GOSSIP_DEF_MIN_NODES      2    /* start quorum: this node + answering neighbours */
 #define GOSSIP_DEF_START_WINDOW_S 5    /* start after this when the quorum holds */
 #define GOSSIP_DEF_FRESH_WAIT     0.25 /* staleness: wait this x the round time for fresh messages */
+#define GOSSIP_FRESH_WAIT_IN_ONLY 12   /* ... this x that for an in-neighbour we do not send to */
+#define GOSSIP_FRESH_STEP_LIKE    2.0  /* ... whose step time is at most this x ours */
 #define GOSSIP_DEF_LATE_AFTER     1.0  /* staleness: a neighbour far behind that held a round up
                                           this x the round time is mixed late; 0: never */
 #define GOSSIP_DEF_DEFER_UPDATES  1    /* staleness, choco: defer updates on a backed-up path */

@@ -49,7 +49,7 @@
  * The path of one received GOSSIP message, socket to mix, each module once
  * and in one direction:
  *   gossip_net_recv (frames, sender id, size) -> gossip_recv_pump ->
- *   gossip_recv s_check_header (decode the 40-byte header, once: sender =
+ *   gossip_recv s_check_header (decode the 44-byte header, once: sender =
  *   the connection's peer, layout, kind valid on its channel) ->
  *   gossip_proof_unproven (over our ROUTER: the id proved) -> gossip_recv
  *   s_gossip -> gossip_node_admit (admission, its one owner: replay
@@ -65,7 +65,7 @@
  *   instead of gossip_node; a STATE chunk's header, decoded once in
  *   s_check_header, goes with its bytes to gossip_join and gossip_state.
  *
- * Messages (gossip_codec.h; all but GOSSIP and RESYNC are 40-byte headers):
+ * Messages (gossip_codec.h; all but GOSSIP and RESYNC are 44-byte headers):
  *   HELLO      "I start, or restart, at iteration iter".  Sent to
  *              out-neighbours over our DEALERs and, when rejoining, to
  *              in-neighbours over our ROUTER; answered with HELLO_ACK.
@@ -258,6 +258,8 @@ typedef struct {
     uint64_t fresh_waits;      /* rounds that waited (fresh_wait) for a level neighbour */
     uint64_t fresh_missed;     /* neighbours the grace ran out on (mixed stale) */
     uint64_t late_marks;       /* times a neighbour far behind was marked late */
+    uint64_t late_lifts;       /* ... and waited for again, as fast as us over a
+                                  directed edge (gossip_node_peer_wait_again) */
     /* ms the rounds waited, by why (docs/node.md, the metrics table) */
     uint64_t wait_flow_ms;     /* a live out-neighbour too far behind */
     uint64_t wait_missing_ms;  /* an in-neighbour's needed messages not arrived */

@@ -110,6 +110,8 @@ struct gossip_link {
     struct {
         nn_rng   rng;              /* drop_gossip */
         double   period;           /* EWMA of our own round time */
+        double   busy;             /* EWMA of our rounds less their waits: our
+                                      step time (gossip_node_set_step) */
         double   start;            /* clock the current round began */
         int     *fresh;            /* n: the neighbours a fresh wait waits for */
         int     *blamed;           /* n: those a slice of the wait is blamed on */

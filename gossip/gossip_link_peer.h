@@ -65,6 +65,8 @@ typedef struct {
     double   wait_s;           /* seconds our rounds waited for its message */
     double   fresh_score;      /* 0..1: its current message tends to come within
                                   the fresh-wait grace (waited for at >= 0.5) */
+    double   step_s;           /* s: its step time, from its GOSSIP headers (0:
+                                  not known) */
     /* push-sum mass in flight to it (gossip_flight) */
     uint64_t flight[GOSSIP_FLIGHT_CAP]; /* iterations of our GOSSIPs it has not
                                            acknowledged, oldest first */

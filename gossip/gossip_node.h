@@ -262,12 +262,12 @@ gossip_recv_code gossip_node_receive_decoded(gossip_node *g, const gossip_header
 typedef enum { GOSSIP_WIN_IN = 0, GOSSIP_WIN_LATE, GOSSIP_WIN_AHEAD } gossip_window_pos;
 gossip_window_pos gossip_node_window(const gossip_node *g, int sender, uint64_t iter);
 
-/* Bounded staleness: 0 when in-neighbour `rank` is live, level with this
- * node (everything of it below iter accounted) and its message of iter has
- * not arrived; 1 otherwise (and always with S = 0).  The link waits a short
- * grace for such fresh messages before mixing stale ones (gossip_link
- * "fresh_wait"). */
-int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter);
+/* Bounded staleness: 0 when in-neighbour `rank` is live, at most `behind`
+ * iterations behind this node (everything of it below iter - behind
+ * accounted; 0: level) and its message of iter has not arrived; 1
+ * otherwise (and always with S = 0).  The link waits a grace for such
+ * fresh messages before mixing stale ones (gossip_link "fresh_wait"). */
+int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter, uint64_t behind);
 /* Bounded staleness: in-neighbour `rank`, far behind (its messages through
  * iter - S missing), is mixed late instead of waited for: readiness leaves
  * it out, and its messages are taken whatever their age and mixed at the
@@ -277,8 +277,20 @@ int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter);
  * of this node's iteration arrives.  No effect with S = 0, on a rank that
  * is not an in-neighbour, or on one that is down, nor with choco or
  * deepsqueeze at an eta above 1/GOSSIP_SLOTS (a delayed copy is stable only
- * for eta <= 1/(delay + 1)).  Returns 1 when it was not late before. */
+ * for eta <= 1/(delay + 1)).  Returns 1 when it was not late before, or
+ * was waited for again (gossip_node_peer_wait_again). */
 int gossip_node_peer_late(gossip_node *g, int rank);
+/* Bounded staleness: in-neighbour `rank`, marked late, is waited for
+ * again: readiness waits for its messages through iter - S as for any
+ * neighbour, while the older ones it still sends are taken as a late
+ * neighbour's (whatever their age: nothing is refused, push-sum mass
+ * stays exact) until one within S ends the mark.  gossip_node_peer_late
+ * marks it plainly late again (the link, when it held a round up).  The
+ * link does this for a neighbour over a directed edge that is as fast as
+ * this node: nothing else ends such a mark (it cannot see that it is
+ * behind, and this node no longer waits for it).  Returns 1 when it was
+ * late and not waited for. */
+int gossip_node_peer_wait_again(gossip_node *g, int rank);
 
 /* 1 when every message needed to mix iteration iter has arrived. */
 int gossip_node_ready(const gossip_node *g, uint64_t iter);
@@ -352,6 +364,10 @@ int gossip_node_keep(gossip_node *g, int rank, int keep);
  * at eta 0.1, 2 updates in 3 deferred made 4 nodes of a complete graph
  * diverge, 1 in 2 did not; tests/test_gossip_stale.c). */
 int gossip_node_defer_update(gossip_node *g);
+/* The step time the next GOSSIP messages carry (gossip_codec.h): this node's
+ * recent local step time in seconds (clamped to the field; <= 0: not
+ * known).  Set by the link after each round. */
+void gossip_node_set_step(gossip_node *g, double seconds);
 const nn_arena      *gossip_node_layout(const gossip_node *g);
 const gossip_config *gossip_node_config(const gossip_node *g);
 void     gossip_node_stats(const gossip_node *g, gossip_stats *out);

@@ -232,7 +232,7 @@ static gossip_recv_code s_receive(gossip_node *g, const gossip_header *hp, const
     uint64_t S = (uint64_t)g->cfg.staleness;
     /* bounded staleness: a late message not yet mixed waits for the next mix */
     if (p->late && h.iter + S >= g->iter)
-        p->late = 0; /* caught up: waited for again */
+        p->late = p->rewait = 0; /* caught up: waited for again */
     int late_ok = S > 0 && (h.iter + S >= g->iter || p->late) &&
                   h.iter >= (choco ? p->copy_thru : st->acc_thru);
     if (h.iter < g->iter && !late_ok) {
@@ -368,7 +368,8 @@ static gossip_unready s_unready_stale(const gossip_node *g, uint64_t iter, int *
         if (g->cfg.algo == GOSSIP_CHOCO && s_in(g, k)->copy_gap)
             return GOSSIP_UNREADY_GAP;
         /* far behind: mixed as its messages come, within its reach */
-        if (s_in(g, k)->late && iter < g->sync_from && s_stale_thru(g, k, iter) + reach > iter)
+        if (s_in(g, k)->late && !s_in(g, k)->rewait && iter < g->sync_from &&
+            s_stale_thru(g, k, iter) + reach > iter)
             continue;
         if (s_stale_thru(g, k, iter) + S <= iter)
             return S == 0 && g->cfg.staleness ? GOSSIP_UNREADY_FINAL : s_blocked_by(g, k, iter, S);
@@ -377,7 +378,7 @@ static gossip_unready s_unready_stale(const gossip_node *g, uint64_t iter, int *
     return GOSSIP_UNREADY_NONE;
 }
 
-int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter)
+int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter, uint64_t behind)
 {
     if (!g->cfg.staleness || iter >= g->sync_from || rank < 0 || rank >= g->n ||
         g->peer[rank].in_pos < 0)
@@ -385,7 +386,8 @@ int gossip_node_fresh_from(const gossip_node *g, int rank, uint64_t iter)
     int k = g->peer[rank].in_pos;
     if (s_absent(g, k, iter) == S_ABSENT_DOWN || s_in(g, k)->late)
         return 1;
-    return s_stale_thru(g, k, iter) != iter; /* level and missing only iter: 0 */
+    uint64_t thru = s_stale_thru(g, k, iter); /* level and missing only iter: iter */
+    return thru > iter || thru + behind < iter;
 }
 
 int gossip_node_peer_late(gossip_node *g, int rank)
@@ -398,10 +400,22 @@ int gossip_node_peer_late(gossip_node *g, int rank)
     if (gossip_node_late_reach(g) == 0)
         return 0;
     gossip_peer *p = s_in(g, g->peer[rank].in_pos);
-    if (p->in_down || p->late)
+    if (p->in_down || (p->late && !p->rewait))
         return 0;
     p->late = 1;
+    p->rewait = 0;
     g->stats.late_marks++;
+    return 1;
+}
+
+int gossip_node_peer_wait_again(gossip_node *g, int rank)
+{
+    if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
+        return 0;
+    gossip_peer *p = s_in(g, g->peer[rank].in_pos);
+    if (!p->late || p->rewait || p->in_down)
+        return 0;
+    p->rewait = 1;
     return 1;
 }
 
@@ -473,7 +487,7 @@ void gossip_node_peer_reset(gossip_node *g, int rank)
         p->copy_gap = 0;
     }
     p->sent_thru = 0;
-    p->late = 0;
+    p->late = p->rewait = 0;
     s_clear_slots(g, k);
 }
 

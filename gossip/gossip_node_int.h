@@ -92,6 +92,7 @@ struct gossip_node {
     int      defer;                   /* the next prepare sends no update
                                          (gossip_node_defer_update) */
     int      deferred_last;           /* the last prepared message was deferred */
+    uint32_t step_us;                 /* our step time, in our headers */
     /* buffers */
     gossip_compressed comp_out;
     gossip_payload    self_pl, scratch_pl;

@@ -39,6 +39,12 @@ static void s_mark_sent(const gossip_payload *p, const nn_arena *layout, float *
     }
 }
 
+void gossip_node_set_step(gossip_node *g, double seconds)
+{
+    double us = seconds * 1e6;
+    g->step_us = !(us > 0) ? 0 : us >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)(us + 0.5);
+}
+
 int gossip_node_defer_update(gossip_node *g)
 {
     if (g->cfg.algo != GOSSIP_CHOCO || g->cfg.staleness <= 0 || g->prepared || g->deferred_last)
@@ -98,7 +104,7 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
     if (rc < 0)
         return -1;
     gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, flags, (uint32_t)g->rank, iter,
-                        g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0 };
+                        g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0, g->step_us };
     size_t plain_len = gossip_msg_encode(&h, g->comp_out.blocks, g->comp_out.nblocks, &g->out);
     if (g->comp.deflate)
         gossip_msg_deflate(&g->out, &g->zbuf, S_DEFLATE_LEVEL);
@@ -172,7 +178,7 @@ size_t gossip_node_resync_msg(gossip_node *g, const uint8_t **msg)
                                      g->xhat_self + L->views[v].offset, NULL, NULL };
     gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_RESYNC,
                         (uint16_t)(g->cfg.push_sum ? GOSSIP_FLAG_PUSH_SUM : 0), (uint32_t)g->rank,
-                        g->iter + (uint64_t)g->prepared, g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0 };
+                        g->iter + (uint64_t)g->prepared, g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0, 0 };
     gossip_msg_encode(&h, blocks, L->nviews, &g->resync);
     free(blocks);
     g->stats.resyncs_sent++;

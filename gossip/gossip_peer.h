@@ -26,6 +26,9 @@ typedef struct {
     uint8_t  copy_gap;     /* choco: an update was lost: wait for RESYNC */
     uint8_t  late;         /* far behind: mixed as its messages come, not waited
                               for (gossip_node_peer_late), until it catches up */
+    uint8_t  rewait;       /* late, but waited for again within the window
+                              (gossip_node_peer_wait_again); its older
+                              messages are still taken as late ones */
     uint64_t in_from;      /* takes part in mixing from this iteration on */
     uint64_t sent_thru;    /* proved to have sent every message below this */
     uint64_t copy_thru;    /* choco: our copy holds its updates of iterations below this */

@@ -165,6 +165,7 @@ static void s_gossip(gossip_link *l, int from, const gossip_header *h, const uin
         gossip_live_note_gap(p, gap);
     }
     p->last_gossip = now;
+    p->step_s = h->step_us * 1e-6;
     if (c == GOSSIP_RECV_STALE)
         return; /* late: that iteration was mixed without it */
     /* behind a held one of the same sender (a late burst waiting for its

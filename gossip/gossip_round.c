@@ -11,6 +11,7 @@
  * Callers: node/node_cmd_node.c, tests; gossip_live (period).
  */
 #include "gossip/gossip_link_int.h"
+#include "gossip/gossip_defaults.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -290,25 +291,91 @@ static int s_wait_ready(gossip_link *l, uint64_t iter, double wait_start)
     return 0;
 }
 
-/* The in-neighbours a fresh wait for iter would wait for: level with us,
- * current message missing, score >= 1/2.  Lists them in l->round.fresh; count. */
+/* In-neighbour j is one we do not send to (a directed edge) and its step
+ * time, from its messages, is at most GOSSIP_FRESH_STEP_LIKE x ours: when
+ * it is behind us it is displaced, not slow.  Two neighbours both ways
+ * wait for each other's messages (within S); over a directed edge only the
+ * receiver waits, and only the fresh wait keeps the two ends level (on a
+ * directed ring the skews add up around the ring: with S = 2 and a level
+ * neighbour's short grace, ring8 SGP ended about a point lower than with
+ * S = 0 at equal speeds; docs/gossip.md "Fresh-wait grace").  A slow one
+ * (a larger step time) is not waited for longer: it would set our pace. */
+static int s_directed_like_us(const gossip_link *l, int j)
+{
+    const gossip_link_peer *p = &l->p[j];
+    return !p->is_out && l->stale >= 1 && p->step_s > 0 && l->round.busy > 0 &&
+           p->step_s <= GOSSIP_FRESH_STEP_LIKE * l->round.busy;
+}
+
+/* How far behind us in-neighbour j may be and still be waited for: up to
+ * S - 1 for s_directed_like_us, level (0) otherwise. */
+static uint64_t s_fresh_behind(const gossip_link *l, int j)
+{
+    return s_directed_like_us(l, j) ? l->stale - 1 : 0;
+}
+
+/* In-neighbour j's message of iter is still awaited by a fresh wait. */
+static int s_fresh_awaited(const gossip_link *l, int j, uint64_t iter)
+{
+    return !gossip_node_fresh_from(l->g, j, iter, s_fresh_behind(l, j));
+}
+
+/* The in-neighbours a fresh wait for iter would wait for: level with us
+ * (or within s_fresh_behind), current message missing, score >= 1/2.
+ * Lists them in l->round.fresh; count. */
 static int s_fresh_wanted(gossip_link *l, uint64_t iter)
 {
     int m = 0;
     for (int b = 0; b < l->nnb; b++) {
         int j = l->nb[b];
-        if (l->p[j].is_in && l->p[j].fresh_score >= 0.5 && !gossip_node_fresh_from(l->g, j, iter))
+        if (l->p[j].is_in && l->p[j].fresh_score >= 0.5 && s_fresh_awaited(l, j, iter))
             l->round.fresh[m++] = j;
     }
     return m;
 }
 
-/* Bounded staleness, once iteration iter may mix: up to fresh_wait x our
- * round period for the messages of iter from level neighbours
- * (gossip_node_fresh_from) that usually make it.  A neighbour's score
- * halves when the grace runs out on it, grows by 1/4 when it makes it, and
- * by 1/50 per round it is not waited for (so a slow one is tried again
- * now and then).  -1 on a fatal error. */
+/* The clock a fresh wait that began at t0 gives up on in-neighbour j:
+ * fresh_wait x our round period, or for s_directed_like_us
+ * GOSSIP_FRESH_WAIT_IN_ONLY x fresh_wait x the larger step time (not the
+ * round period, which the waits themselves stretch). */
+static double s_fresh_until(const gossip_link *l, int j, double t0)
+{
+    if (!s_directed_like_us(l, j))
+        return t0 + l->cfg.fresh_wait * l->round.period;
+    return t0 + GOSSIP_FRESH_WAIT_IN_ONLY * l->cfg.fresh_wait * fmax(l->round.busy, l->p[j].step_s);
+}
+
+/* Bounded staleness: a late neighbour over a directed edge that is as
+ * fast as us and still sending (a message within 2 of its steps or our
+ * rounds) is waited for again (gossip_node_peer_wait_again; s_mark_late
+ * ends that when it holds a round up).  Nothing else ends such a mark at
+ * equal speeds: the neighbour cannot see that it is behind, and we no
+ * longer wait for it, so on a directed ring we run ahead of the others up
+ * to what flow control allows (ring8 SGP: a node marked its in-neighbour
+ * late on a scheduling hiccup early on, ran 10-15 iterations ahead and
+ * mixed its stale messages in 187 of 189 rounds).  A slow or stopped one
+ * stays late: waiting would set our pace. */
+static void s_lift_late(gossip_link *l)
+{
+    double now = nn_now();
+    for (int a = 0; a < l->nnb; a++) {
+        int j = l->nb[a];
+        const gossip_link_peer *p = &l->p[j];
+        if (!p->is_in || !(gossip_node_peer_state(l->g, j) & GOSSIP_PEER_LATE) ||
+            !s_directed_like_us(l, j) ||
+            now - p->last_gossip > 2 * fmax(p->step_s, l->round.period))
+            continue;
+        if (gossip_node_peer_wait_again(l->g, j))
+            l->st.late_lifts++;
+    }
+}
+
+/* Bounded staleness, once iteration iter may mix: up to s_fresh_until for
+ * the messages of iter from level neighbours (gossip_node_fresh_from; a
+ * directed one like us up to S - 1 behind) that usually make it.  A
+ * neighbour's score halves when the grace runs out on it, grows by 1/4
+ * when it makes it, and by 1/50 per round it is not waited for (so a slow
+ * one is tried again now and then).  -1 on a fatal error. */
 static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
 {
     for (int b = 0; b < l->nnb; b++)
@@ -317,14 +384,17 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
     int m = l->cfg.fresh_wait > 0 && l->round.period > 0 ? s_fresh_wanted(l, iter) : 0;
     if (m == 0)
         return 0;
-    double t0 = nn_now(), until = t0 + l->cfg.fresh_wait * l->round.period;
+    double t0 = nn_now();
     l->st.fresh_waits++;
     for (;;) {
-        int left_n = 0;
-        for (int a = 0; a < m; a++)
-            left_n += !gossip_node_fresh_from(l->g, l->round.fresh[a], iter);
-        double left = until - nn_now();
-        if (left_n == 0 || left <= 0 || !gossip_node_ready(l->g, iter))
+        double left = 0;
+        for (int a = 0; a < m; a++) {
+            int j = l->round.fresh[a];
+            double until = s_fresh_until(l, j, t0);
+            if (s_fresh_awaited(l, j, iter) && until - nn_now() > left)
+                left = until - nn_now();
+        }
+        if (left <= 0 || !gossip_node_ready(l->g, iter))
             break;
         gossip_live_check_peers(l, (int64_t)iter, wait_start);
         if (l->fatal || gossip_recv_pump(l, left < GOSSIP_LINK_SLICE ? left : GOSSIP_LINK_SLICE) != 0)
@@ -333,7 +403,7 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
     l->round.waited_fresh += nn_now() - t0;
     for (int a = 0; a < m; a++) {
         gossip_link_peer *p = &l->p[l->round.fresh[a]];
-        if (gossip_node_fresh_from(l->g, l->round.fresh[a], iter)) {
+        if (!s_fresh_awaited(l, l->round.fresh[a], iter)) {
             p->fresh_score = fmin(1.0, p->fresh_score + 0.25);
         } else {
             p->fresh_score *= 0.5;
@@ -341,6 +411,20 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
         }
     }
     return 0;
+}
+
+/* Our step time (a round less its waits: the local step, compression,
+ * the mix), smoothed, into round.busy and the headers of our next
+ * messages.  One long round (an evaluation, a checkpoint) moves it by at
+ * most 4 x what it was, so a neighbour does not take us for slow after
+ * it; a node that did slow down shows within a few rounds. */
+static void s_note_busy(gossip_link *l, double busy)
+{
+    if (busy <= 0)
+        return;
+    double b = l->round.busy;
+    l->round.busy = b > 0 ? 0.9 * b + 0.1 * fmin(busy, 4 * b) : busy;
+    gossip_node_set_step(l->g, l->round.busy);
 }
 
 int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times *tm, char *err,
@@ -387,6 +471,7 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
             return -1;
     }
     wait_start = nn_now();
+    s_lift_late(l);
     /* a message handled during the fresh wait can make the round unready
      * again (choco: a later update proves one lost): wait for it again */
     for (int fresh_done = 0; !fresh_done || !gossip_node_ready(l->g, iter); fresh_done = 1)
@@ -413,6 +498,7 @@ int gossip_link_round(gossip_link *l, float *x, uint64_t iter, gossip_link_times
     double round = t4 - l->round.start;
     l->round.start = t4;
     l->round.period = l->round.period > 0 ? 0.9 * l->round.period + 0.1 * round : round;
+    s_note_busy(l, round - (t1 - t0) - (t3 - t2));
     return 0;
 }
 

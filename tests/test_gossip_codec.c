@@ -80,7 +80,7 @@ static void s_fill(s_msgdata *m)
 static gossip_header s_hdr(const nn_arena *L)
 {
     gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, GOSSIP_FLAG_PUSH_SUM, 3, 123456789012ULL,
-                        0.75, gossip_layout_fingerprint(L), 0, 0 };
+                        0.75, gossip_layout_fingerprint(L), 0, 0, 0x89abcdefu };
     return h;
 }
 
@@ -107,6 +107,7 @@ static void test_roundtrip_all_blocks(void **state)
     assert_true(g.psi == 0.75);
     assert_int_equal(g.flags, GOSSIP_FLAG_PUSH_SUM);
     assert_int_equal(g.payload_len, len - GOSSIP_HEADER_BYTES);
+    assert_int_equal(g.step_us, 0x89abcdefu);
     assert_int_equal(p.nblocks, 4);
     assert_memory_equal(p.blocks[0].val, m.f0, sizeof m.f0);
     assert_null(p.blocks[0].idx);
@@ -288,6 +289,7 @@ static void test_malformed(void **state)
     MUTATE("too few blocks", "blocks", b[32] = 3);
     MUTATE("HELLO with blocks", "HELLO", b[5] = GOSSIP_MSG_HELLO);
     MUTATE("payload length", "payload length", b[36] ^= 1);
+    MUTATE("step time on a RESYNC", "step time", b[5] = GOSSIP_MSG_RESYNC);
     MUTATE("trailing byte", "trailing", { b[len] = 0; blen = len + 1; s_put32(b + 36, (uint32_t)(blen - GOSSIP_HEADER_BYTES)); });
     MUTATE("block type", "unknown block type", b[GOSSIP_HEADER_BYTES] = 7);
     MUTATE("tensor size", "tensor size", b[GOSSIP_HEADER_BYTES + 1] = 36);
@@ -719,7 +721,7 @@ static void test_deflate_malformed(void **state)
     tmp[GOSSIP_HEADER_BYTES] = 9;
     bl = s_raw_deflate(tmp + GOSSIP_HEADER_BYTES, R, bomb, sizeof bomb);
     blen = s_wrap(b, z.data, R, bomb, bl);
-    s_reject(b, blen, &L, "unknown block type 9 at byte 40", "bad block type inside");
+    s_reject(b, blen, &L, "unknown block type 9 at byte 44", "bad block type inside");
     memcpy(tmp, plain.data, plain.len);
     tmp[plain.len] = 0; /* a trailing byte inside */
     bl = s_raw_deflate(tmp + GOSSIP_HEADER_BYTES, R + 1, bomb, sizeof bomb);

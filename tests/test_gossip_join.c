@@ -105,10 +105,10 @@ static void s_refused(void (*mutate)(gossip_buf *), const char *what)
 
 static void m_short(gossip_buf *b) { b->len = GOSSIP_HEADER_BYTES + 10; s_put32(b->data + 36, 10); }
 static void m_empty(gossip_buf *b) { b->len = GOSSIP_HEADER_BYTES + 24; s_put32(b->data + 36, 24); }
-static void m_offset(gossip_buf *b) { b->data[40] = 2; }
-static void m_range(gossip_buf *b) { b->data[40] = 20; }
-static void m_total(gossip_buf *b) { b->data[48] = 8; }
-static void m_reserved(gossip_buf *b) { b->data[60] = 1; }
+static void m_offset(gossip_buf *b) { b->data[GOSSIP_HEADER_BYTES] = 2; }
+static void m_range(gossip_buf *b) { b->data[GOSSIP_HEADER_BYTES] = 20; }
+static void m_total(gossip_buf *b) { b->data[GOSSIP_HEADER_BYTES + 8] = 8; }
+static void m_reserved(gossip_buf *b) { b->data[GOSSIP_HEADER_BYTES + 20] = 1; }
 static void m_flags(gossip_buf *b) { b->data[6] = 1; }
 static void m_trunc(gossip_buf *b) { b->len -= 3; }
 

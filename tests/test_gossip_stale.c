@@ -274,7 +274,7 @@ static void test_deferred_refusals(void **state)
                                   &v, NULL, NULL };
     gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP,
                         GOSSIP_FLAG_PUSH_SUM | GOSSIP_FLAG_DEFERRED, 0, 1, 1.0,
-                        gossip_layout_fingerprint(&L), 0, 0 };
+                        gossip_layout_fingerprint(&L), 0, 0, 0 };
     gossip_buf out = { 0 };
     size_t n = gossip_msg_encode(&h, blk, 3, &out);
     assert_int_equal(gossip_node_receive(b, out.data, n, err, sizeof err), -1);

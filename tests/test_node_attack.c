@@ -4,7 +4,7 @@
  *
  *   contested id: three real `lpgossip node` processes on an undirected
  *     ring; the test connects DEALERs to n1's ROUTER with the routing id
- *     "n0" (n0 is alive) and sends a valid HELLO followed by 40-byte
+ *     "n0" (n0 is alive) and sends a valid HELLO followed by header-only
  *     malformed control messages, a flood of well-framed GOSSIP messages
  *     with NaN values, spoofed HELLOs, and a silent impostor that only
  *     connects.  Before: n1 aborted inside libzmq (`!_io_error`, exit 134)
@@ -63,7 +63,7 @@ static int s_teardown(void **state)
     return 0;
 }
 
-/* A 40-byte header (gossip_codec.h layout), little-endian hosts. */
+/* A header (gossip_codec.h layout), little-endian hosts. */
 static void s_hdr(uint8_t *b, unsigned kind, uint32_t sender, uint64_t iter, uint32_t fp)
 {
     memset(b, 0, GOSSIP_HEADER_BYTES);
@@ -127,7 +127,7 @@ static uint8_t *s_nan_gossip(uint32_t sender, uint64_t iter, uint32_t *fp, size_
                                  (uint32_t)L->views[v].numel, NULL, vals + L->views[v].offset,
                                  NULL, NULL};
     gossip_header h = {GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, GOSSIP_FLAG_PUSH_SUM, sender, iter,
-                       1.0, *fp, 0, 0};
+                       1.0, *fp, 0, 0, 0};
     gossip_buf gb = {0};
     gossip_msg_encode(&h, blk, L->nviews, &gb);
     uint8_t *out = nn_xmalloc(gb.len);
@@ -163,7 +163,7 @@ static long s_metric(const char *path, const char *key)
 /* The hostile peer: DEALERs under the routing id "n0" (a live neighbour of
  * the target) at the target's port; with k, CURVE clients with a member's
  * own keys.  A silent impostor that only connects; a valid HELLO and 20000
- * malformed 40-byte control messages; 400 well-framed GOSSIP messages full
+ * malformed header-only control messages; 400 well-framed GOSSIP messages full
  * of NaN; 20 spoofed HELLOs for iteration 0 and one for another model;
  * raw junk on the port. */
 static void s_attack(int port, const s_keys *k)

@@ -444,7 +444,7 @@ static void test_hostile_peer(void **state)
                                  (uint32_t)L->views[v].numel, NULL, zeros + L->views[v].offset,
                                  NULL, NULL};
     gossip_header h = {GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, GOSSIP_FLAG_PUSH_SUM, 2, 1000000000ull,
-                       1.0, fp, 0, 0};
+                       1.0, fp, 0, 0, 0};
     gossip_buf gb = {0};
     gossip_msg_encode(&h, blk, L->nviews, &gb);
     if (gossip_layout_fingerprint(L) != fp)

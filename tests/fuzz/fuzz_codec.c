@@ -51,8 +51,8 @@ static uint8_t s_tmp[GOSSIP_HEADER_BYTES + (1u << 20)];
 static void s_wrap(gossip_buf *b, const uint8_t *payload, size_t n, uint16_t flags)
 {
     gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, (uint16_t)(GOSSIP_FLAG_PUSH_SUM | flags), 1, 7,
-                        0.5, gossip_layout_fingerprint(&s_layout), 0, 0 };
-    gossip_msg_encode(&h, NULL, 0, b); /* the 40-byte header */
+                        0.5, gossip_layout_fingerprint(&s_layout), 0, 0, 1000 };
+    gossip_msg_encode(&h, NULL, 0, b); /* the header */
     memcpy(s_tmp, b->data, GOSSIP_HEADER_BYTES);
     s_tmp[32] = (uint8_t)s_layout.nviews;
     for (int i = 0; i < 4; i++)

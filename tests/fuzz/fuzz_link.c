@@ -88,7 +88,7 @@ static void s_recipe(int from, const uint8_t *r, size_t n)
                                   (uint32_t)s_layout.views[v].numel, NULL,
                                   s_vals + s_layout.views[v].offset, NULL, NULL };
     gossip_header h = { GOSSIP_VERSION, kind, GOSSIP_FLAG_PUSH_SUM, (uint32_t)from, iter,
-                        0.5, fp, 0, 0 };
+                        0.5, fp, 0, 0, kind == GOSSIP_MSG_GOSSIP ? 1000u : 0 };
     gossip_msg_encode(&h, blk, s_layout.nviews, &s_msg);
 }
 
