@@ -742,8 +742,11 @@ int gossip_msg_decode_header(const uint8_t *buf, size_t len, const nn_arena *lay
         return S_BAD("unknown message kind %u (known 1..%d)", h->kind, GOSSIP_MSG_LAST);
     h->flags = (uint16_t)s_le(&r, 2);
     if (h->flags & ~(GOSSIP_FLAG_PUSH_SUM | GOSSIP_FLAG_DEFLATE | GOSSIP_FLAG_KEPT |
-                     GOSSIP_FLAG_DEFERRED))
+                     GOSSIP_FLAG_DEFERRED | GOSSIP_FLAG_AHEAD))
         return S_BAD("unknown flags 0x%04x", h->flags);
+    if ((h->flags & GOSSIP_FLAG_AHEAD) && h->kind != GOSSIP_MSG_PING)
+        return S_BAD("%s message has the ahead flag (only PING messages carry it)",
+                     s_kind_name(h->kind));
     if ((h->flags & GOSSIP_FLAG_DEFERRED) && h->kind != GOSSIP_MSG_GOSSIP)
         return S_BAD("%s message has the deferred flag (only GOSSIP messages carry it)",
                      s_kind_name(h->kind));

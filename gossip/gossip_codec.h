@@ -22,7 +22,9 @@
  *           ACK: the receiver of a push-sum GOSSIP acknowledges its
  *           iteration, gossip_flight.c)
  *    6   2  flags: bit 0 push-sum on; bit 1 payload deflated (GOSSIP and
- *           RESYNC only, see below); other bits must be 0
+ *           RESYNC only, see below); bit 2 kept and bit 3 deferred
+ *           (GOSSIP only); bit 4 ahead (PING only: GOSSIP_FLAG_AHEAD);
+ *           other bits must be 0
  *    8   4  sender rank (u32)
  *   12   8  iteration (u64)
  *   20   8  psi (f64): the sender's own push-sum weight, finite and > 0
@@ -107,6 +109,11 @@ enum {
  * public copy did not move), every block sparse with no value; sent while
  * a link of the sender is backed up (docs/gossip.md "Deferred updates"). */
 #define GOSSIP_FLAG_DEFERRED 0x0008u
+/* PING only: iter is the sender's own iteration, not a proof of what it
+ * sent (an in-neighbour that holds us down as fallen too far behind to
+ * take back: gossip_live.c; the receiver learns how far ahead it is, and
+ * re-joins).  The receiver takes nothing as lost on it. */
+#define GOSSIP_FLAG_AHEAD    0x0010u
 #define GOSSIP_HDR_FLAGS_AT  6
 
 typedef struct {

@@ -7,7 +7,8 @@
  *          re-join's back-off and log clocks.
  * Exposes: gossip_link_catch_up, gossip_link_set_model, _expect_state,
  *          _state_ready, _state_distance; to gossip_member the join
- *          (gossip_join_take_state) and the RESYNC exchange after it.
+ *          (gossip_join_take_state) and the RESYNC exchange after it; to
+ *          gossip_recv the answer (gossip_join_answer_state, _pump).
  * Callers: node/node_cmd_node.c, tests; gossip_recv (STATE_REQ, STATE),
  *          gossip_member (join at the start), gossip_round (log).
  */
@@ -54,15 +55,74 @@ void gossip_join_begin(gossip_link *l)
     l->join.joining = 1;
 }
 
+/* The next piece of the answer under way: over our DEALER first a PING
+ * with the ahead flag (the asker checks the state's iteration against the
+ * last one we told it, and over our DEALER, to an out-neighbour we may
+ * hold down as fallen behind, that was a PING long ago: this one is
+ * exact), then chunk ans_k.  1 sent, 0 the connection takes nothing now,
+ * 2 nothing left, -1 failed (err). */
+static int s_answer_next(gossip_link *l, char *err, size_t errlen)
+{
+    int j = l->join.ans_to - 1, in = l->join.ans_in;
+    if (l->join.ans_ping) {
+        if (gossip_link_ctl_flags(l, GOSSIP_MSG_PING, j, 0, l->join.ans_iter, GOSSIP_FLAG_AHEAD))
+            return 0;
+        l->join.ans_ping = 0;
+        return 1;
+    }
+    if (gossip_state_chunk_msg((uint32_t)l->rank, l->join.ans_iter, l->fp, &l->join.sbytes,
+                               l->join.ans_crc, l->join.ans_chunk, l->join.ans_k,
+                               &l->join.smsg) == 0)
+        return 2;
+    const uint8_t *m = l->join.smsg.data;
+    size_t len = l->join.smsg.len;
+    int rc = in ? gossip_net_reply(l->net, j, m, len, err, errlen)
+                : gossip_net_try_send(l->net, j, m, len, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (!in && rc == 0)
+        return 0;
+    l->join.ans_k++;
+    return 1;
+}
+
+/* Sends what the connection takes of the answer under way: a reply over
+ * our ROUTER all at once; over our DEALER, whose queue holds one message
+ * with push-sum (GOSSIP_DEF_PS_DEALER_HWM), what fits now, the rest on the
+ * next pumps.  Given up after S_STATE_WAIT without progress (the asker
+ * asks again, or another holder). */
+void gossip_join_pump(gossip_link *l)
+{
+    if (!l->join.ans_to)
+        return;
+    int j = l->join.ans_to - 1, rc;
+    char err[512] = "its connection took nothing for too long";
+    while ((rc = s_answer_next(l, err, sizeof err)) == 1)
+        l->join.ans_t = nn_now();
+    if (rc == 0 && nn_now() - l->join.ans_t <= S_STATE_WAIT)
+        return; /* full: the next pump goes on */
+    l->join.ans_to = 0;
+    if (rc != 2) {
+        gossip_link_log(l, "STATE to %s (rank %d): %s", gossip_link_id(l, j), j, err);
+        return;
+    }
+    l->st.states_sent++;
+    l->st.state_bytes += l->join.sbytes.len;
+    gossip_link_log(l, "sent our model (iteration %llu, %zu bytes) to the joining %s (rank %d)",
+          (unsigned long long)l->join.ans_iter, l->join.sbytes.len, gossip_link_id(l, j), j);
+}
+
 /* STATE_REQ from neighbour j (on our ROUTER with `in`): our current model
- * z = x/psi and the extra floats, in chunks, on the channel it asked on.
- * Only while running, with a model, at most once per S_STATE_EVERY. */
+ * z = x/psi and the extra floats, in chunks, on the channel it asked on
+ * (gossip_join_pump).  Only while running, with a model, at most once per
+ * S_STATE_EVERY, and one answer at a time (another asker retries). */
 void gossip_join_answer_state(gossip_link *l, int j, int in)
 {
     gossip_link_peer *p = &l->p[j];
     double now = nn_now();
     if (!l->running || !l->join.x || !l->net || now - p->state_sent < S_STATE_EVERY ||
-        (in && !gossip_proof_router_trusted(l, j)))
+        (in && !gossip_proof_router_trusted(l, j)) ||
+        (l->join.ans_to && l->join.ans_to != j + 1))
         return; /* the asker retries, or asks another neighbour */
     size_t numel = l->layout->numel, n = numel + l->join.nextra;
     if (!l->join.zbuf)
@@ -70,24 +130,16 @@ void gossip_join_answer_state(gossip_link *l, int j, int in)
     gossip_node_debias(l->g, l->join.x, l->join.zbuf);
     if (l->join.nextra)
         memcpy(l->join.zbuf + numel, l->join.extra, sizeof *l->join.zbuf * l->join.nextra);
-    uint32_t crc = gossip_state_pack(l->join.zbuf, n, &l->join.sbytes);
-    size_t chunk = 4 * numel < GOSSIP_STATE_CHUNK_MAX ? 4 * numel : GOSSIP_STATE_CHUNK_MAX;
-    uint64_t iter = gossip_node_iter(l->g);
-    char err[512];
+    l->join.ans_crc = gossip_state_pack(l->join.zbuf, n, &l->join.sbytes);
+    l->join.ans_chunk = 4 * numel < GOSSIP_STATE_CHUNK_MAX ? 4 * numel : GOSSIP_STATE_CHUNK_MAX;
+    l->join.ans_iter = gossip_node_iter(l->g);
+    l->join.ans_to = j + 1; /* a repeated request starts the answer again */
+    l->join.ans_in = in;
+    l->join.ans_ping = !in;
+    l->join.ans_k = 0;
+    l->join.ans_t = now;
     p->state_sent = now;
-    for (size_t k = 0; gossip_state_chunk_msg((uint32_t)l->rank, iter, l->fp, &l->join.sbytes, crc,
-                                              chunk, k, &l->join.smsg) > 0; k++) {
-        int rc = in ? gossip_net_reply(l->net, j, l->join.smsg.data, l->join.smsg.len, err, sizeof err)
-                    : gossip_net_try_send(l->net, j, l->join.smsg.data, l->join.smsg.len, err, sizeof err);
-        if (rc < 0 || (!in && rc == 0)) {
-            gossip_link_log(l, "STATE to %s (rank %d): %s", gossip_link_id(l, j), j, rc < 0 ? err : "queue full");
-            return;
-        }
-    }
-    l->st.states_sent++;
-    l->st.state_bytes += l->join.sbytes.len;
-    gossip_link_log(l, "sent our model (iteration %llu, %zu bytes) to the joining %s (rank %d)",
-          (unsigned long long)iter, l->join.sbytes.len, gossip_link_id(l, j), j);
+    gossip_join_pump(l);
 }
 
 /* STATE chunk from neighbour j (over our ROUTER with `in`): only the one

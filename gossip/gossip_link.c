@@ -62,14 +62,22 @@ int gossip_link_signals(const gossip_link *l)
  * Never blocks; a peer that is not connected just misses it. */
 void gossip_link_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
 {
+    (void)gossip_link_ctl_flags(l, kind, j, router, iter, 0);
+}
+
+int gossip_link_ctl_flags(gossip_link *l, int kind, int j, int router, uint64_t iter,
+                          uint16_t flags)
+{
     char err[512];
     if (!l->net || (router && !gossip_proof_router_trusted(l, j)))
-        return; /* a harness's link (gossip_link_handle), or not j's connection yet */
+        return -1; /* a harness's link (gossip_link_handle), or not j's connection yet */
     if (kind == GOSSIP_MSG_HELLO || kind == GOSSIP_MSG_HELLO_ACK)
         gossip_msg_encode_hello((uint8_t)kind, (uint32_t)l->rank, iter, l->fp, l->nonce,
                                 &l->ctl);
     else
         gossip_msg_encode_control((uint8_t)kind, (uint32_t)l->rank, iter, l->fp, &l->ctl);
+    l->ctl.data[GOSSIP_HDR_FLAGS_AT] = (uint8_t)flags; /* encoded with flags 0 */
+    l->ctl.data[GOSSIP_HDR_FLAGS_AT + 1] = (uint8_t)(flags >> 8);
     int rc = router ? gossip_net_reply(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err)
                     : gossip_net_try_send(l->net, j, l->ctl.data, l->ctl.len, err, sizeof err);
     int unsent = router ? rc < 0 : rc <= 0; /* a reply: 0 sent; over the DEALER: 1 */
@@ -82,6 +90,7 @@ void gossip_link_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter)
     if (unsent && kind == GOSSIP_MSG_RESYNC_REQ && l->st.ctl_unsent++ < 5)
         gossip_link_log(l, "RESYNC_REQ to %s (rank %d) not sent: %s", gossip_link_id(l, j), j,
               rc < 0 ? err : "our connection to it takes nothing now");
+    return unsent ? -1 : 0;
 }
 
 /* ---- public ------------------------------------------------------------------------- */

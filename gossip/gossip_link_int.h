@@ -97,6 +97,16 @@ struct gossip_link {
         size_t          nextra;
         float          *zbuf;      /* holder: z and extra, packed from here */
         gossip_buf      sbytes, smsg;
+        /* holder: an answer under way, sent as the connection takes it
+         * (a push-sum DEALER queues one message: gossip_join_pump) */
+        int             ans_to;    /* 1 + the asker's rank (0: none) */
+        int             ans_in;    /* ... over our ROUTER */
+        int             ans_ping;  /* over our DEALER: a PING with the ahead
+                                      flag first (how far ahead we are) */
+        size_t          ans_k, ans_chunk; /* next chunk, chunk size */
+        uint32_t        ans_crc;
+        uint64_t        ans_iter;
+        double          ans_t;     /* clock of the last chunk that went */
         gossip_state_rx rx;        /* joiner */
         int             joining, state_ready;
         int             state_in;  /* the STATE asked for comes over our ROUTER */
@@ -139,6 +149,10 @@ int gossip_link_signals(const gossip_link *l);
 /* Control message `kind` carrying `iter` to j: over our DEALER, or (router)
  * as a reply over our ROUTER.  Never blocks. */
 void gossip_link_ctl(gossip_link *l, int kind, int j, int router, uint64_t iter);
+/* gossip_link_ctl with header flags (GOSSIP_FLAG_AHEAD on a PING): 0
+ * sent, -1 not (no connection, or its queue is full). */
+int gossip_link_ctl_flags(gossip_link *l, int kind, int j, int router, uint64_t iter,
+                          uint16_t flags);
 
 /* ---- gossip_recv.c: from the socket to the handlers */
 void gossip_recv_init(gossip_link *l);
@@ -231,6 +245,8 @@ int gossip_join_has_model(const gossip_link *l);
 int gossip_join_joining(const gossip_link *l);
 void gossip_join_begin(gossip_link *l);
 void gossip_join_answer_state(gossip_link *l, int j, int in);
+/* Sends what the connection takes of an answer under way (each pump). */
+void gossip_join_pump(gossip_link *l);
 void gossip_join_on_state(gossip_link *l, int j, int in, const gossip_header *h,
                           const uint8_t *msg, size_t len);
 int gossip_join_take_state(gossip_link *l, uint64_t *T, int rejoin, int *holder, char *err,

@@ -273,6 +273,19 @@ void gossip_live_answer_resync(gossip_link *l, int o)
 
 /* PINGs: to every neighbour we sent nothing for ping_every seconds, and
  * (progress) to every in-neighbour when `progress` is set. */
+/* PING to out-neighbour j: what we sent it through (kept ones are not
+ * lost), or, while we hold it down as fallen behind (s_fell_behind), our
+ * own iteration with GOSSIP_FLAG_AHEAD.  Nothing else would tell it how
+ * far ahead we are when we are its only in-neighbour (a directed ring):
+ * it would train alone, never re-join, and we would never take it back. */
+static void s_ping_out(gossip_link *l, int j)
+{
+    if ((gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN) && s_fell_behind(l, j))
+        gossip_link_ctl_flags(l, GOSSIP_MSG_PING, j, 0, gossip_node_iter(l->g), GOSSIP_FLAG_AHEAD);
+    else
+        gossip_link_ctl(l, GOSSIP_MSG_PING, j, 0, gossip_node_sent_thru_to(l->g, j));
+}
+
 void gossip_live_ping(gossip_link *l, int progress)
 {
     double now = nn_now();
@@ -280,8 +293,8 @@ void gossip_live_ping(gossip_link *l, int progress)
     for (int a = 0; a < l->nnb; a++) {
         int j = l->nb[a];
         gossip_link_peer *p = &l->p[j];
-        if (p->is_out && now - p->sent_dealer >= l->cfg.ping_every) /* kept ones: not lost */
-            gossip_link_ctl(l, GOSSIP_MSG_PING, j, 0, gossip_node_sent_thru_to(l->g, j));
+        if (p->is_out && now - p->sent_dealer >= l->cfg.ping_every)
+            s_ping_out(l, j);
         if (p->is_in && (progress || now - p->sent_router >= l->cfg.ping_every))
             gossip_link_ctl(l, GOSSIP_MSG_PING, j, 1, at);
     }

@@ -131,6 +131,22 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
     return gossip_recv_refused(c) ? -1 : (int)c;
 }
 
+/* In-neighbour index k, declared down, sent a message of iteration iter
+ * from our past but within the late reach: push-sum with S > 0 (folding)
+ * takes it back as a late neighbour rather than ignore it for the rest of
+ * the run.  On a directed ring a node frozen long enough to be declared
+ * down re-joins at its in-neighbour's iteration, which its successor,
+ * having trained alone meanwhile, is ahead of: taking only messages of
+ * its own iteration or later, it never took the node back (both ended cut
+ * off).  As a late neighbour it is mixed as its messages come, and the
+ * link waits for it again once it keeps pace (gossip_node_peer_wait_again). */
+static int s_back_late(const gossip_node *g, int k, uint64_t iter)
+{
+    const uint64_t reach = gossip_node_late_reach(g);
+    return g->cfg.algo == GOSSIP_DPSGD && g->cfg.push_sum && g->cfg.staleness > 0 &&
+           s_in(g, k)->in_down && iter < g->iter && iter + reach > g->iter;
+}
+
 gossip_window_pos gossip_node_window(const gossip_node *g, int sender, uint64_t iter)
 {
     /* push-sum folds a message in as it comes (gossip_node_fold): it
@@ -144,6 +160,8 @@ gossip_window_pos gossip_node_window(const gossip_node *g, int sender, uint64_t 
     const int k = sender >= 0 && sender < g->n ? g->peer[sender].in_pos : -1;
     const int choco = g->cfg.algo == GOSSIP_CHOCO;
     const uint64_t used = k < 0 ? 0 : choco ? s_in(g, k)->copy_thru : g->stale[k].acc_thru;
+    if (k >= 0 && s_back_late(g, k, iter))
+        return GOSSIP_WIN_IN;
     if (k >= 0 && s_in(g, k)->late) {
         if (iter < used) /* a late neighbour's: of use until mixed */
             return GOSSIP_WIN_LATE;
@@ -223,7 +241,17 @@ static gossip_recv_code s_receive(gossip_node *g, const gossip_header *hp, const
     if (s_check_shapes(g, &h, err, errlen) != 0)
         return GOSSIP_RECV_MISMATCH;
     int choco = g->cfg.algo == GOSSIP_CHOCO;
-    /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet */
+    /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet
+     * (push-sum: one from our past but within reach is back, late) */
+    if (p->in_down && h.iter < g->iter && s_back_late(g, k, h.iter)) {
+        p->in_down = 0;
+        p->late = 1;
+        p->rewait = 0;
+        p->in_from = h.iter;
+        if (g->stale[k].acc_thru < h.iter)
+            g->stale[k].acc_thru = h.iter;
+        g->stats.late_marks++;
+    }
     if (p->in_down && (choco || h.iter < g->iter))
         return GOSSIP_RECV_IGNORED;
     if (choco && (p->copy_bad || p->copy_gap))

@@ -308,6 +308,14 @@ static void s_handle(gossip_link *l, int from, gossip_net_dir dir, const uint8_t
         gossip_live_answer_resync(l, from);
         break;
     case GOSSIP_MSG_PING: {
+        if (h.flags & GOSSIP_FLAG_AHEAD) { /* how far ahead it is: nothing lost */
+            if (in)
+                gossip_live_report(p, 1, iter, 0);
+            else
+                gossip_recv_refuse(l, "PING with the ahead flag from out-neighbour %s (rank %d): "
+                                   "only an in-neighbour sends one", gossip_link_id(l, from), from);
+            break;
+        }
         /* behind everything it sent us (stashed ones aside): what is
          * missing below is lost */
         uint64_t first = 0, proved = iter;
@@ -372,6 +380,7 @@ int gossip_recv_pump(gossip_link *l, double seconds)
         return gossip_link_fatal(l, "%s", err);
     if (l->running)
         gossip_live_ask_resyncs(l);
+    gossip_join_pump(l);
     gossip_live_ping(l, 0);
     l->recv.last_pump = nn_now();
     gossip_live_note_stall(l, l->recv.last_pump - now - ms / 1000.0); /* stopped inside the pump */

@@ -290,6 +290,7 @@ static void test_malformed(void **state)
     MUTATE("HELLO with blocks", "HELLO", b[5] = GOSSIP_MSG_HELLO);
     MUTATE("payload length", "payload length", b[36] ^= 1);
     MUTATE("step time on a RESYNC", "step time", b[5] = GOSSIP_MSG_RESYNC);
+    MUTATE("ahead on a GOSSIP", "ahead flag", b[6] |= GOSSIP_FLAG_AHEAD);
     MUTATE("trailing byte", "trailing", { b[len] = 0; blen = len + 1; s_put32(b + 36, (uint32_t)(blen - GOSSIP_HEADER_BYTES)); });
     MUTATE("block type", "unknown block type", b[GOSSIP_HEADER_BYTES] = 7);
     MUTATE("tensor size", "tensor size", b[GOSSIP_HEADER_BYTES + 1] = 36);

@@ -179,6 +179,69 @@ static void test_late_waited_again(void **state)
     topo_destroy(&t);
 }
 
+/* SGP with S = 2: node 1 of ring8 declares node 0 down and mixes alone
+ * to iteration 8; node 0 (re-joined behind it) sends its message of 3,
+ * from node 1's past but within the late reach (n + 2 windows): taken,
+ * and node 0 is back as a late neighbour (not ignored for the rest of the
+ * run); 16 or more behind, it would be of no use (late). */
+static void test_down_back_late(void **state)
+{
+    (void)state;
+    char err[512];
+    topo *t = tk_gossip_topo("ring8");
+    nn_arena L;
+    tk_gossip_layout(&L);
+    gossip_config cfg = tk_gossip_cfg(GOSSIP_DPSGD, "q8", 1.0, 2);
+    gossip_node *a = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
+    gossip_node *b = gossip_node_new(&cfg, &L, t, 1, err, sizeof err);
+    assert_non_null(a);
+    assert_non_null(b);
+    float **x = tk_gossip_vectors(2, L.numel, 4);
+    gossip_node_peer_down(b, 0);
+    for (uint64_t it = 0; it < 8; it++) {
+        assert_int_equal(gossip_node_prepare(b, x[1], it, err, sizeof err), 0);
+        assert_true(gossip_node_ready(b, it));
+        assert_int_equal(gossip_node_mix(b, x[1], it, err, sizeof err), 0);
+    }
+    assert_int_equal(gossip_node_window(b, 0, 3), GOSSIP_WIN_IN);
+    uint8_t *m3 = NULL;
+    size_t l3 = 0;
+    for (uint64_t it = 0; it < 4; it++) {
+        const uint8_t *m;
+        int to;
+        assert_int_equal(gossip_node_prepare(a, x[0], it, err, sizeof err), 0);
+        l3 = gossip_node_outbox(a, 0, &to, &m);
+        free(m3);
+        m3 = nn_xmalloc(l3);
+        memcpy(m3, m, l3);
+        gossip_node_peer_down(a, 7);
+        assert_int_equal(gossip_node_mix(a, x[0], it, err, sizeof err), 0);
+    }
+    assert_true(gossip_node_peer_state(b, 0) & GOSSIP_PEER_IN_DOWN);
+    if (gossip_node_receive(b, m3, l3, err, sizeof err) != GOSSIP_RECV_OK)
+        fail_msg("the message of 3 from the neighbour back was not taken: %s", err);
+    int st = gossip_node_peer_state(b, 0);
+    assert_false(st & GOSSIP_PEER_IN_DOWN);
+    assert_true(st & GOSSIP_PEER_LATE);
+    assert_int_equal(gossip_node_prepare(b, x[1], 8, err, sizeof err), 0);
+    assert_true(gossip_node_ready(b, 8)); /* late: not waited for */
+    assert_int_equal(gossip_node_mix(b, x[1], 8, err, sizeof err), 0);
+    gossip_node_destroy(&b); /* 16 behind: out of reach, of no use */
+    assert_non_null(b = gossip_node_new(&cfg, &L, t, 1, err, sizeof err));
+    gossip_node_peer_down(b, 0);
+    for (uint64_t it = 0; it < 19; it++) {
+        assert_int_equal(gossip_node_prepare(b, x[1], it, err, sizeof err), 0);
+        assert_int_equal(gossip_node_mix(b, x[1], it, err, sizeof err), 0);
+    }
+    assert_int_equal(gossip_node_window(b, 0, 3), GOSSIP_WIN_LATE);
+    free(m3);
+    tk_gossip_vectors_free(x, 2);
+    gossip_node_destroy(&a);
+    gossip_node_destroy(&b);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
 /* Why a round may not mix (gossip_node_unready): node 1 of ring8 hears
  * from node 0 only; node 0's messages 0..3 are made and handed over as the
  * case says.  Rounds before S mix without them. */
@@ -818,6 +881,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_late_messages),
         cmocka_unit_test(test_late_waited_again),
+        cmocka_unit_test(test_down_back_late),
         cmocka_unit_test(test_unready_reasons),
         cmocka_unit_test(test_sgp_alone),
         cmocka_unit_test(test_starved_psi_kept),
