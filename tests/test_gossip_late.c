@@ -111,6 +111,64 @@ static void test_late_messages(void **state)
     topo_destroy(&t);
 }
 
+/* Nodes 0 (a) and 1 (b) of ring8, SGP with S = 2, driven by hand; node
+ * 0's messages to node 1 of its iterations 0..held-1 kept in msg/len
+ * (node 0 mixes as if its own in-neighbour 7 were down). */
+typedef struct {
+    topo        *t;
+    nn_arena     L;
+    gossip_config cfg;
+    gossip_node *a, *b;
+    float      **x;
+    uint8_t     *msg[4];
+    size_t       len[4];
+} s_pair;
+
+static void s_pair_open(s_pair *f, int held, uint64_t seed)
+{
+    char err[512];
+    memset(f, 0, sizeof *f);
+    f->t = tk_gossip_topo("ring8");
+    tk_gossip_layout(&f->L);
+    f->cfg = tk_gossip_cfg(GOSSIP_DPSGD, "q8", 1.0, 2);
+    assert_non_null(f->a = gossip_node_new(&f->cfg, &f->L, f->t, 0, err, sizeof err));
+    assert_non_null(f->b = gossip_node_new(&f->cfg, &f->L, f->t, 1, err, sizeof err));
+    f->x = tk_gossip_vectors(2, f->L.numel, seed);
+    for (int it = 0; it < held && it < 4; it++) {
+        const uint8_t *m;
+        int to;
+        assert_int_equal(gossip_node_prepare(f->a, f->x[0], (uint64_t)it, err, sizeof err), 0);
+        f->len[it] = gossip_node_outbox(f->a, 0, &to, &m);
+        f->msg[it] = nn_xmalloc(f->len[it]);
+        memcpy(f->msg[it], m, f->len[it]);
+        gossip_node_peer_down(f->a, 7);
+        assert_int_equal(gossip_node_mix(f->a, f->x[0], (uint64_t)it, err, sizeof err), 0);
+    }
+}
+
+static void s_pair_close(s_pair *f)
+{
+    for (int k = 0; k < 4; k++)
+        free(f->msg[k]);
+    tk_gossip_vectors_free(f->x, 2);
+    gossip_node_destroy(&f->a);
+    gossip_node_destroy(&f->b);
+    nn_arena_free(&f->L);
+    topo_destroy(&f->t);
+}
+
+/* Node b prepares and mixes iterations from its own up to `to` (not
+ * included), each ready. */
+static void s_pair_run_b(s_pair *f, uint64_t to)
+{
+    char err[512];
+    for (uint64_t it = gossip_node_iter(f->b); it < to; it++) {
+        assert_int_equal(gossip_node_prepare(f->b, f->x[1], it, err, sizeof err), 0);
+        assert_true(gossip_node_ready(f->b, it));
+        assert_int_equal(gossip_node_mix(f->b, f->x[1], it, err, sizeof err), 0);
+    }
+}
+
 /* A late neighbour waited for again (gossip_node_peer_wait_again): node 1
  * of ring8 marks node 0 late at iteration 2 and runs on to 5 without
  * it; waited for again, the mix of 5 waits for its messages through 3,
@@ -121,39 +179,18 @@ static void test_late_waited_again(void **state)
 {
     (void)state;
     char err[512];
-    topo *t = tk_gossip_topo("ring8");
-    nn_arena L;
-    tk_gossip_layout(&L);
-    gossip_config cfg = tk_gossip_cfg(GOSSIP_DPSGD, "q8", 1.0, 2);
-    gossip_node *a = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
-    gossip_node *b = gossip_node_new(&cfg, &L, t, 1, err, sizeof err);
-    assert_non_null(a);
-    assert_non_null(b);
-    float **x = tk_gossip_vectors(2, L.numel, 9);
-    uint8_t *held[4];
-    size_t hl[4];
-    for (uint64_t it = 0; it < 4; it++) {
-        const uint8_t *m;
-        int to;
-        assert_int_equal(gossip_node_prepare(a, x[0], it, err, sizeof err), 0);
-        hl[it] = gossip_node_outbox(a, 0, &to, &m);
-        held[it] = nn_xmalloc(hl[it]);
-        memcpy(held[it], m, hl[it]);
-        gossip_node_peer_down(a, 7);
-        assert_int_equal(gossip_node_mix(a, x[0], it, err, sizeof err), 0);
-    }
+    s_pair f;
+    s_pair_open(&f, 4, 9);
+    gossip_node *b = f.b;
     assert_int_equal(gossip_node_peer_wait_again(b, 0), 0); /* not late */
-    for (uint64_t it = 0; it < 6; it++) {
-        assert_int_equal(gossip_node_prepare(b, x[1], it, err, sizeof err), 0);
-        if (it == 2) {
-            assert_false(gossip_node_ready(b, it));
-            assert_int_equal(gossip_node_peer_late(b, 0), 1);
-        }
-        if (it == 5)
-            break;
-        assert_true(gossip_node_ready(b, it));
-        assert_int_equal(gossip_node_mix(b, x[1], it, err, sizeof err), 0);
-    }
+    s_pair_run_b(&f, 2);
+    assert_int_equal(gossip_node_prepare(b, f.x[1], 2, err, sizeof err), 0);
+    assert_false(gossip_node_ready(b, 2));
+    assert_int_equal(gossip_node_peer_late(b, 0), 1);
+    assert_true(gossip_node_ready(b, 2));
+    assert_int_equal(gossip_node_mix(b, f.x[1], 2, err, sizeof err), 0);
+    s_pair_run_b(&f, 5);
+    assert_int_equal(gossip_node_prepare(b, f.x[1], 5, err, sizeof err), 0);
     assert_true(gossip_node_ready(b, 5)); /* late: not waited for */
     assert_int_equal(gossip_node_peer_wait_again(b, 0), 1);
     assert_int_equal(gossip_node_peer_wait_again(b, 0), 0); /* already */
@@ -164,19 +201,13 @@ static void test_late_waited_again(void **state)
     for (int k = 0; k < 4; k++) {
         assert_false(gossip_node_ready(b, 5));
         assert_true(gossip_node_peer_state(b, 0) & GOSSIP_PEER_LATE);
-        if (gossip_node_receive(b, held[k], hl[k], err, sizeof err) != GOSSIP_RECV_OK)
+        if (gossip_node_receive(b, f.msg[k], f.len[k], err, sizeof err) != GOSSIP_RECV_OK)
             fail_msg("message %d of the neighbour waited for again refused: %s", k, err);
     }
     assert_true(gossip_node_ready(b, 5));
     assert_false(gossip_node_peer_state(b, 0) & GOSSIP_PEER_LATE); /* 3 is within S of 5 */
-    assert_int_equal(gossip_node_mix(b, x[1], 5, err, sizeof err), 0);
-    for (int k = 0; k < 4; k++)
-        free(held[k]);
-    tk_gossip_vectors_free(x, 2);
-    gossip_node_destroy(&a);
-    gossip_node_destroy(&b);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    assert_int_equal(gossip_node_mix(b, f.x[1], 5, err, sizeof err), 0);
+    s_pair_close(&f);
 }
 
 /* SGP with S = 2: node 1 of ring8 declares node 0 down and mixes alone
@@ -188,58 +219,24 @@ static void test_down_back_late(void **state)
 {
     (void)state;
     char err[512];
-    topo *t = tk_gossip_topo("ring8");
-    nn_arena L;
-    tk_gossip_layout(&L);
-    gossip_config cfg = tk_gossip_cfg(GOSSIP_DPSGD, "q8", 1.0, 2);
-    gossip_node *a = gossip_node_new(&cfg, &L, t, 0, err, sizeof err);
-    gossip_node *b = gossip_node_new(&cfg, &L, t, 1, err, sizeof err);
-    assert_non_null(a);
-    assert_non_null(b);
-    float **x = tk_gossip_vectors(2, L.numel, 4);
-    gossip_node_peer_down(b, 0);
-    for (uint64_t it = 0; it < 8; it++) {
-        assert_int_equal(gossip_node_prepare(b, x[1], it, err, sizeof err), 0);
-        assert_true(gossip_node_ready(b, it));
-        assert_int_equal(gossip_node_mix(b, x[1], it, err, sizeof err), 0);
-    }
-    assert_int_equal(gossip_node_window(b, 0, 3), GOSSIP_WIN_IN);
-    uint8_t *m3 = NULL;
-    size_t l3 = 0;
-    for (uint64_t it = 0; it < 4; it++) {
-        const uint8_t *m;
-        int to;
-        assert_int_equal(gossip_node_prepare(a, x[0], it, err, sizeof err), 0);
-        l3 = gossip_node_outbox(a, 0, &to, &m);
-        free(m3);
-        m3 = nn_xmalloc(l3);
-        memcpy(m3, m, l3);
-        gossip_node_peer_down(a, 7);
-        assert_int_equal(gossip_node_mix(a, x[0], it, err, sizeof err), 0);
-    }
-    assert_true(gossip_node_peer_state(b, 0) & GOSSIP_PEER_IN_DOWN);
-    if (gossip_node_receive(b, m3, l3, err, sizeof err) != GOSSIP_RECV_OK)
+    s_pair f;
+    s_pair_open(&f, 4, 4);
+    gossip_node_peer_down(f.b, 0);
+    s_pair_run_b(&f, 8);
+    assert_int_equal(gossip_node_window(f.b, 0, 3), GOSSIP_WIN_IN);
+    assert_true(gossip_node_peer_state(f.b, 0) & GOSSIP_PEER_IN_DOWN);
+    if (gossip_node_receive(f.b, f.msg[3], f.len[3], err, sizeof err) != GOSSIP_RECV_OK)
         fail_msg("the message of 3 from the neighbour back was not taken: %s", err);
-    int st = gossip_node_peer_state(b, 0);
+    int st = gossip_node_peer_state(f.b, 0);
     assert_false(st & GOSSIP_PEER_IN_DOWN);
     assert_true(st & GOSSIP_PEER_LATE);
-    assert_int_equal(gossip_node_prepare(b, x[1], 8, err, sizeof err), 0);
-    assert_true(gossip_node_ready(b, 8)); /* late: not waited for */
-    assert_int_equal(gossip_node_mix(b, x[1], 8, err, sizeof err), 0);
-    gossip_node_destroy(&b); /* 16 behind: out of reach, of no use */
-    assert_non_null(b = gossip_node_new(&cfg, &L, t, 1, err, sizeof err));
-    gossip_node_peer_down(b, 0);
-    for (uint64_t it = 0; it < 19; it++) {
-        assert_int_equal(gossip_node_prepare(b, x[1], it, err, sizeof err), 0);
-        assert_int_equal(gossip_node_mix(b, x[1], it, err, sizeof err), 0);
-    }
-    assert_int_equal(gossip_node_window(b, 0, 3), GOSSIP_WIN_LATE);
-    free(m3);
-    tk_gossip_vectors_free(x, 2);
-    gossip_node_destroy(&a);
-    gossip_node_destroy(&b);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    s_pair_run_b(&f, 9); /* late: not waited for */
+    gossip_node_destroy(&f.b); /* 16 behind: out of reach, of no use */
+    assert_non_null(f.b = gossip_node_new(&f.cfg, &f.L, f.t, 1, err, sizeof err));
+    gossip_node_peer_down(f.b, 0);
+    s_pair_run_b(&f, 19);
+    assert_int_equal(gossip_node_window(f.b, 0, 3), GOSSIP_WIN_LATE);
+    s_pair_close(&f);
 }
 
 /* Why a round may not mix (gossip_node_unready): node 1 of ring8 hears

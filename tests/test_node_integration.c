@@ -409,23 +409,35 @@ static void s_duty_cycle(pid_t pid)
  * conserved through the late mixes, the kept shares and the ACK-bounded
  * mass in flight).  The metrics of every node into m[4][2] (steps_skipped,
  * kept_flight) and the sum of acks_recv into *acks. */
-static void s_stale_run(const char *name, int stop, double m[4][2], double *acks)
+/* Spawns 4 SGP q8 nodes (--staleness 2, 1 epoch, no evaluation) of
+ * `graph` named `name`: their output in out, logs in logs, pids in pid;
+ * node 1 with --debug-slow 0.34 when slow1. */
+static void s_spawn_sgp4(const char *name, const char *graph, const char *subset,
+                         const char *batch, int slow1, char out[512], char logs[4][600],
+                         pid_t pid[4])
 {
-    char topo[512], out[512], logs[4][600];
+    char topo[512];
     snprintf(topo, sizeof topo, "%s/%s.yaml", s_st.dir, name);
-    snprintf(out, sizeof out, "%s/%s", s_st.dir, name);
-    s_write_topo(topo, s_exp_graph);
-    pid_t pid[4];
+    snprintf(out, 512, "%s/%s", s_st.dir, name);
+    s_write_topo(topo, graph);
     for (int i = 0; i < 4; i++) {
         char rk[16];
         snprintf(rk, sizeof rk, "%d", i);
-        snprintf(logs[i], sizeof logs[0], "%s/%s-%d.txt", s_st.dir, name, i);
+        snprintf(logs[i], 600, "%s/%s-%d.txt", s_st.dir, name, i);
         char *args[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--algo", "sgp",
-                        "--compress", "q8", "--train-subset", "1536", "--batch", "8",
-                        "--epochs", "1", "--no-eval", "--timeout", "40", "--staleness", "2",
-                        "--out", out, i == 1 && !stop ? "--debug-slow" : NULL, "0.34", NULL};
+                        "--compress", "q8", "--train-subset", (char *)subset, "--batch",
+                        (char *)batch, "--epochs", "1", "--no-eval", "--timeout", "40",
+                        "--staleness", "2", "--out", out,
+                        i == 1 && slow1 ? "--debug-slow" : NULL, "0.34", NULL};
         assert_true((pid[i] = tk_spawn(NULL, args, logs[i], -1)) > 0);
     }
+}
+
+static void s_stale_run(const char *name, int stop, double m[4][2], double *acks)
+{
+    char out[512], logs[4][600];
+    pid_t pid[4];
+    s_spawn_sgp4(name, s_exp_graph, "1536", "8", !stop, out, logs, pid);
     if (stop && tk_wait_log(logs[1], "start barrier passed", 60))
         s_duty_cycle(pid[1]);
     int status[TK_MAXPROC];
@@ -501,20 +513,9 @@ static void test_stopped_node_stale(void **state)
  * in-neighbour's current message (no_fresh) into stale[4]. */
 static void s_dring_run(const char *name, double stale[4])
 {
-    char topo[512], out[512], logs[4][600];
-    snprintf(topo, sizeof topo, "%s/%s.yaml", s_st.dir, name);
-    snprintf(out, sizeof out, "%s/%s", s_st.dir, name);
-    s_write_topo(topo, s_ring_graph);
-    for (int i = 0; i < 4; i++) {
-        char rk[16];
-        snprintf(rk, sizeof rk, "%d", i);
-        snprintf(logs[i], sizeof logs[0], "%s/%s-%d.txt", s_st.dir, name, i);
-        char *args[] = {"lpgossip", "node", "--topology", topo, "--rank", rk, "--algo", "sgp",
-                        "--compress", "q8", "--train-subset", "12800", "--batch", "16",
-                        "--epochs", "1", "--no-eval", "--timeout", "40", "--staleness", "2",
-                        "--out", out, NULL};
-        assert_true(tk_spawn(NULL, args, logs[i], -1) > 0);
-    }
+    char out[512], logs[4][600];
+    pid_t pid[4];
+    s_spawn_sgp4(name, s_ring_graph, "12800", "16", 0, out, logs, pid);
     int status[TK_MAXPROC];
     assert_int_equal(tk_wait_all(150, status), 0);
     for (int i = 0; i < 4; i++) {
