@@ -271,8 +271,6 @@ void gossip_live_answer_resync(gossip_link *l, int o)
     l->st.resync_bytes += len;
 }
 
-/* PINGs: to every neighbour we sent nothing for ping_every seconds, and
- * (progress) to every in-neighbour when `progress` is set. */
 /* PING to out-neighbour j: what we sent it through (kept ones are not
  * lost), or, while we hold it down as fallen behind (s_fell_behind), our
  * own iteration with GOSSIP_FLAG_AHEAD.  Nothing else would tell it how
@@ -286,6 +284,8 @@ static void s_ping_out(gossip_link *l, int j)
         gossip_link_ctl(l, GOSSIP_MSG_PING, j, 0, gossip_node_sent_thru_to(l->g, j));
 }
 
+/* PINGs: to every neighbour we sent nothing for ping_every seconds, and
+ * (progress) to every in-neighbour when `progress` is set. */
 void gossip_live_ping(gossip_link *l, int progress)
 {
     double now = nn_now();

@@ -298,7 +298,7 @@ static int s_wait_ready(gossip_link *l, uint64_t iter, double wait_start)
  * receiver waits, and only the fresh wait keeps the two ends level (on a
  * directed ring the skews add up around the ring: with S = 2 and a level
  * neighbour's short grace, ring8 SGP ended about a point lower than with
- * S = 0 at equal speeds; docs/gossip.md "Fresh-wait grace").  A slow one
+ * S = 0 at equal speeds; docs/gossip.md "Directed edges").  A slow one
  * (a larger step time) is not waited for longer: it would set our pace. */
 static int s_directed_like_us(const gossip_link *l, int j)
 {
@@ -415,9 +415,10 @@ static int s_wait_fresh(gossip_link *l, uint64_t iter, double wait_start)
 
 /* Our step time (a round less its waits: the local step, compression,
  * the mix), smoothed, into round.busy and the headers of our next
- * messages.  One long round (an evaluation, a checkpoint) moves it by at
- * most 4 x what it was, so a neighbour does not take us for slow after
- * it; a node that did slow down shows within a few rounds. */
+ * messages.  A round counts at most 4 x the average so far, so one long
+ * round (an evaluation, a checkpoint) raises it by 30% at most and a
+ * neighbour does not take us for slow after it; a node that did slow
+ * down shows within a few rounds. */
 static void s_note_busy(gossip_link *l, double busy)
 {
     if (busy <= 0)
