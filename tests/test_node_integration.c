@@ -292,7 +292,7 @@ static void s_run_case(const s_case *c)
                      s_json_num(line, "rejected"));
         }
         if (c->dense) {
-            size_t per = 40;
+            size_t per = GOSSIP_HEADER_BYTES;
             for (size_t v = 0; v < an->nviews; v++)
                 per += 1 + s_varint_len(an->views[v].numel) + 4 * an->views[v].numel;
             assert_true(gsent == (double)per * rounds * c->outdeg);
