@@ -2,8 +2,9 @@
  * cycle (checks, allocation, destruction) and the read-only accessors.  The
  * rest of the object lives in gossip_node_send.c (the outgoing message),
  * gossip_node_inbox.c (receipt, stash, readiness, membership),
- * gossip_node_mix.c (the mixing step) and gossip_node_state.c (checkpoint
- * state, rejoin); its private state is declared in gossip_node_int.h.
+ * gossip_node_mix.c (the mixing step), gossip_node_step.c (the weight of a
+ * local step) and gossip_node_state.c (checkpoint state, rejoin); its
+ * private state is declared in gossip_node_int.h.
  *
  * Dimension legend: d = layout->numel (parameters), n nodes, nin union
  * in-neighbours of this node.
@@ -199,6 +200,7 @@ void gossip_node_destroy(gossip_node **self_p)
     gossip_payload_free(&g->scratch_pl);
     gossip_buf_free(&g->out);
     gossip_deflater_free(&g->zbuf);
+    free(g->owed);
     free(g);
     *self_p = NULL;
 }
@@ -206,22 +208,6 @@ void gossip_node_destroy(gossip_node **self_p)
 double gossip_node_psi(const gossip_node *g)
 {
     return g->psi;
-}
-
-/* The smallest mean psi the step on z = x/psi is scaled by: a node behind a
- * slow link pushes most of its mass into messages that take seconds to
- * come back (psi 0.04 for a while), and lr/mean(psi) would then be 25 x
- * the schedule's step (it diverged); at most 1/S_STEP_MEAN_MIN x.  At 0.5
- * (2 x) int8 SGP on the directed ring8 with one node stopped 2/3 of the
- * time diverged in 3 of 6 runs, just after the warm-up: the nodes
- * downstream of it get little mass and run at twice the peak lr. */
-#define S_STEP_MEAN_MIN 0.75
-
-double gossip_node_step_scale(const gossip_node *g)
-{
-    if (!g->cfg.staleness || !g->cfg.push_sum || g->psi == g->psi_mean)
-        return 1.0;
-    return g->psi / (g->psi_mean > S_STEP_MEAN_MIN ? g->psi_mean : S_STEP_MEAN_MIN);
 }
 
 void gossip_node_debias(const gossip_node *g, const float *x, float *z)

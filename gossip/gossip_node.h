@@ -154,6 +154,9 @@ typedef struct {
                                                   kept by their sender (no stand-in) */
     uint64_t late_marks;                       /* times an in-neighbour far behind was
                                                   marked late (gossip_node_peer_late) */
+    uint64_t steps_owed, steps_repaid;         /* local steps that owed part of their
+                                                  weight, that repaid some
+                                                  (gossip_node_step_apply) */
     double   prepare_s, mix_s;                 /* last iteration, wall clock */
 } gossip_stats;
 
@@ -320,9 +323,19 @@ double   gossip_node_psi(const gossip_node *g);
  * step x -= lr*s*g moves z = x/psi by lr*g/mean(psi) instead of lr*g/psi:
  * late messages make psi swing (several land at once, or none), and
  * without it the step on z swings with 1/psi (docs/gossip.md "Bounded
- * staleness").  The mean counts as at least 1/2 (at most twice the
+ * staleness").  The mean counts as at least 3/4 (at most 4/3 of the
  * schedule's step on z). */
 double   gossip_node_step_scale(const gossip_node *g);
+/* With bounded staleness and push-sum, the local step: x1 is x after the
+ * unscaled step (x - lr * update).  x moves by s * (x1 - x), s the scale
+ * above.  Where s < 1 the node owes the rest, (1 - s) * (x1 - x), and pays
+ * it back with later steps as far as each leaves room (z moving at most
+ * twice the schedule's step), so that every node's gradients count in the
+ * consensus in full, some later (gossip_node_step.c). */
+void     gossip_node_step_apply(gossip_node *g, float *x, const float *x1);
+/* What is owed (d values, or NULL when nothing ever was) and, into
+ * *weight, how many steps' weight. */
+const float *gossip_node_step_owed(const gossip_node *g, double *weight);
 /* z = x / psi (z may equal x). */
 void     gossip_node_debias(const gossip_node *g, const float *x, float *z);
 uint64_t gossip_node_iter(const gossip_node *g);

@@ -67,6 +67,9 @@ struct gossip_node {
     double  psi;
     double  psi_mean;                 /* staleness: moving average of psi after
                                          each mix (gossip_node_step_scale) */
+    float  *owed;                     /* d or NULL: what earlier local steps
+                                         owe x (gossip_node_step.c) */
+    double  owed_w;                   /* ... in steps' weight */
     float  *xhat_self;                /* d, choco */
     float **xhat_in;                  /* nin x d, choco */
     float  *ebuf;                     /* d, deepsqueeze */
@@ -182,6 +185,9 @@ void gossip_node_absorb(gossip_node *g, int k);
 /* gossip_node_inbox.c: how many iterations behind a late in-neighbour may
  * be mixed (its copy's or its messages' delay) before it is waited for. */
 uint64_t gossip_node_late_reach(const gossip_node *g);
+
+/* gossip_node_step.c: what is owed to x, dropped (the model was replaced). */
+void gossip_node_owed_clear(gossip_node *g);
 
 /* W_r[i][j] of iteration r. */
 static inline double s_wij(const gossip_node *g, uint64_t r, int j)

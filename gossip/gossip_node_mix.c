@@ -91,8 +91,10 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
 #define S_PSI_MIN_STALE 1e-24
 #define S_PSI_MAX       1e4
 
-/* Folds psi into x: x /= psi, psi = 1 (z = x/psi kept); counted.  Returns
- * the factor 1/psi. */
+/* Folds psi into x: x /= psi, psi = 1 (z = x/psi kept); counted.  What
+ * earlier steps owe x is not scaled: it is what they add to sum x, and its
+ * repayment is sized by the psi it meets (gossip_node_step.c).  Returns the
+ * factor 1/psi. */
 static double s_psi_fold(gossip_node *g, float *x)
 {
     size_t d = g->layout->numel;

@@ -104,6 +104,7 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
     g->iter = s->iter;
     g->psi = s->psi;
     g->psi_mean = s->psi;
+    gossip_node_owed_clear(g);
     g->rng = s->rng;
     g->prepared = 0;
     return 0;
@@ -142,6 +143,7 @@ int gossip_node_join(gossip_node *g, const float *z, uint64_t iter, char *err, s
         return -1;
     g->psi = 1.0;
     g->psi_mean = 1.0;
+    gossip_node_owed_clear(g);
     if (g->xhat_self)
         memcpy(g->xhat_self, z, d * sizeof *z);
     if (g->ebuf)

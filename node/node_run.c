@@ -55,6 +55,7 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"gossip_bytes_recv", gs->bytes_recv}, {"gossip_msgs_sent", gs->msgs_sent},
         {"resyncs_sent", gs->resyncs_sent},    {"resyncs_recv", gs->resyncs_recv},
         {"psi_resets", gs->psi_resets},
+        {"steps_owed", gs->steps_owed},        {"steps_repaid", gs->steps_repaid},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
     s_counts(f, m->link, m->nlink);
@@ -309,7 +310,7 @@ static int s_local_steps(node_run *r, uint32_t *run, char *err, size_t errlen)
 {
     double a = nn_now();
     for (int i = 0; i < r->n; i++) {
-        const gossip_node *g = r->g ? r->g[i] : NULL;
+        gossip_node *g = r->g ? r->g[i] : NULL;
         if (r->ops->skip && r->ops->skip(r->ctx, r, i)) {
             r->catchup++; /* a mix-only iteration: no batch, no step */
             continue;

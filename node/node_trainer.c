@@ -102,6 +102,7 @@ void node_trainer_free(node_trainer *t)
     nn_sampler_free(&t->sampler);
     free(t->xb);
     free(t->yb);
+    free(t->x1);
     memset(t, 0, sizeof *t);
 }
 
@@ -132,18 +133,27 @@ float node_lr_at_iter(const node_train_opts *o, uint64_t iter, long steps)
     return nn_lr_at(&o->sched, (double)iter / (double)steps);
 }
 
-float node_local_step(node_trainer *t, const node_data *d, const gossip_node *g, float *x,
-                      float lr)
+float node_local_step(node_trainer *t, const node_data *d, gossip_node *g, float *x, float lr)
 {
+    const size_t n = nn_model_params(t->model)->numel;
     float *z = nn_model_params(t->model)->data;
-    if (g) {
-        gossip_node_mask_sent(g, t->sgd.mom.data); /* dgc momentum-factor masking */
-        gossip_node_debias(g, x, z);
-        lr = (float)(lr * gossip_node_step_scale(g));
-    } else if (x != z) {
-        memcpy(z, x, nn_model_params(t->model)->numel * sizeof *z);
+    if (!g) {
+        if (x != z)
+            memcpy(z, x, n * sizeof *z);
+        return node_trainer_step(t, d, x, lr);
     }
-    return node_trainer_step(t, d, x, lr);
+    gossip_node_mask_sent(g, t->sgd.mom.data); /* dgc momentum-factor masking */
+    gossip_node_debias(g, x, z);
+    const gossip_config *c = gossip_node_config(g);
+    if (!c->staleness || !c->push_sum)
+        return node_trainer_step(t, d, x, lr);
+    if (!t->x1)
+        t->x1 = nn_xalloc_aligned(n * sizeof *t->x1);
+    memcpy(t->x1, x, n * sizeof *x);
+    float loss = node_trainer_step(t, d, t->x1, lr);
+    if (isfinite(loss))
+        gossip_node_step_apply(g, x, t->x1);
+    return loss;
 }
 
 int node_ranks_init(node_ranks *r, const node_train_opts *o, int nodes, double skew, int first,

@@ -28,6 +28,8 @@ typedef struct {
     size_t     shard_n;
     long       steps_per_epoch;
     int        poison_next; /* fault injection: the next batch gets a NaN pixel */
+    float     *x1;          /* NULL or the parameter count: x after an unscaled
+                               step (node_local_step, push-sum with staleness) */
     /* gradient-norm guard (node_trainer_step): refuse a step whose gradient
      * L2 norm is above guard x gnorm_ema once NODE_GUARD_WARMUP steps were
      * accepted; gnorm_ema is the running mean of the accepted steps' norms,
@@ -79,10 +81,11 @@ float node_lr_at_iter(const node_train_opts *o, uint64_t iter, long steps);
 /* The local step of every command: applies g's momentum-factor masking to
  * the SGD momentum (dgc: zero where g's last message carried values,
  * gossip_node_mask_sent), de-biases x into the model's parameters
- * (z = x/psi of g) and applies node_trainer_step to x.  g NULL (no gossip
- * node): x is copied into the model's parameters.  Returns the loss. */
-float node_local_step(node_trainer *t, const node_data *d, const gossip_node *g, float *x,
-                      float lr);
+ * (z = x/psi of g) and applies node_trainer_step to x; with push-sum and
+ * bounded staleness to a copy of x, which gossip_node_step_apply weighs
+ * into x.  g NULL (no gossip node): x is copied into the model's
+ * parameters.  Returns the loss. */
+float node_local_step(node_trainer *t, const node_data *d, gossip_node *g, float *x, float lr);
 
 /* The ranks one process trains: the data set, the partition of an n-rank
  * run and the trainers and gossip vectors of ranks first .. first+k-1. */

@@ -552,6 +552,107 @@ static void test_sgp_step_scale(void **state)
     }
 }
 
+/* Owed steps (gossip_node_step_apply): SGP on `tname` with the messages to
+ * and from rank 2 kept half the time (at most S in a row), so psi piles up
+ * before it and drains after it; node i minimises |z - b_i|^2 / 2 with
+ * x1 = x - lr * (z - b_i) weighed in by gossip_node_step_apply.  Every
+ * round, sum x + in flight + sum owed must be the start plus every step in
+ * full (weight max(s, 1), s the step scale): nothing a step could not take
+ * is lost.  Returns the final max |z_i - mean b| / max |mean b|; the
+ * weight owed over the run and the weight still owed at the end into
+ * owed[0..1], the steps that owed and that repaid into steps[0..1]. */
+static double s_owed_run(const char *tname, int rounds, double owed[2], uint64_t steps[2])
+{
+    char err[512];
+    topo *t = tk_gossip_topo(tname);
+    nn_arena L;
+    tk_gossip_layout(&L);
+    size_t d = L.numel;
+    int n = t->n;
+    s_case c = { GOSSIP_DPSGD, "identity", 1.0, 2, "none", rounds, 0, 0 };
+    gossip_sim *sim = s_sim(&c, t, &L);
+    gossip_sim_set_jam(sim, 2, 0.5, 1, 11);
+    float **x = tk_gossip_vectors(n, d, 99), **b = tk_gossip_vectors(n, d, 4321);
+    float *z = nn_xcalloc(d, sizeof(float)), *x1 = nn_xcalloc(d, sizeof(float));
+    double *bavg = nn_xcalloc(d, sizeof(double)), bmax = s_mean_of(b, n, d, bavg);
+    double *want = nn_xcalloc(d, sizeof(double)), *have = nn_xcalloc(d, sizeof(double));
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < d; k++)
+            want[k] += x[i][k];
+    owed[0] = 0.0;
+    for (int r = 0; r < rounds; r++) {
+        double lr = r < rounds - 100 ? 0.5 : 0.0, psum = 0.0; /* the last rounds only mix */
+        for (int i = 0; i < n && lr > 0.0; i++) {
+            gossip_node *g = gossip_sim_node(sim, i);
+            double w = gossip_node_step_scale(g);
+            gossip_node_debias(g, x[i], z);
+            for (size_t k = 0; k < d; k++) {
+                x1[k] = x[i][k] - (float)(lr * (z[k] - b[i][k]));
+                want[k] += (w > 1.0 ? w : 1.0) * ((double)x1[k] - x[i][k]);
+            }
+            owed[0] += w < 1.0 ? 1.0 - w : 0.0;
+            gossip_node_step_apply(g, x[i], x1);
+        }
+        memset(have, 0, d * sizeof *have);
+        gossip_sim_inflight(sim, have, &psum);
+        for (int i = 0; i < n; i++) {
+            const float *o = gossip_node_step_owed(gossip_sim_node(sim, i), &owed[1]);
+            for (size_t k = 0; k < d; k++)
+                have[k] += x[i][k] + (o ? o[k] : 0.0f);
+        }
+        for (size_t k = 0; k < d; k++)
+            if (fabs(have[k] - want[k]) > 1e-3 * (1.0 + fabs(want[k])))
+                fail_msg("%s round %d: sum x + in flight + owed at %zu = %.9g, the steps in full "
+                         "give %.9g", tname, r, k, have[k], want[k]);
+        if (gossip_sim_step(sim, x, (uint64_t)r, err, sizeof err) < 0)
+            fail_msg("%s round %d: %s", tname, r, err);
+    }
+    owed[1] = 0.0;
+    steps[0] = steps[1] = 0;
+    for (int i = 0; i < n; i++) {
+        double left;
+        gossip_node_step_owed(gossip_sim_node(sim, i), &left);
+        owed[1] += left;
+        gossip_stats st;
+        gossip_node_stats(gossip_sim_node(sim, i), &st);
+        steps[0] += st.steps_owed;
+        steps[1] += st.steps_repaid;
+    }
+    double e = s_z_err(sim, x, n, d, bavg) / bmax;
+    free(z);
+    free(x1);
+    free(bavg);
+    free(want);
+    free(have);
+    tk_gossip_vectors_free(x, n);
+    tk_gossip_vectors_free(b, n);
+    gossip_sim_destroy(&sim);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+    return e;
+}
+
+static void test_sgp_owed_steps(void **state)
+{
+    (void)state;
+    const char *topos[] = { "ring8", "complete4" };
+    for (size_t ti = 0; ti < sizeof topos / sizeof *topos; ti++) {
+        double owed[2];
+        uint64_t steps[2];
+        double e = s_owed_run(topos[ti], 600, owed, steps);
+        printf("  %-9s owed %.1f steps' weight in %llu steps, %llu repaid, %.2f left; max |z - "
+               "mean b| / max|mean b| = %.2e\n", topos[ti], owed[0], (unsigned long long)steps[0],
+               (unsigned long long)steps[1], owed[1], e);
+        if (!(steps[0] > 0 && owed[0] > 1.0))
+            fail_msg("%s: the jam made no step owe (%llu)", topos[ti], (unsigned long long)steps[0]);
+        if (!(steps[1] > 0 && owed[1] < 0.5 * owed[0]))
+            fail_msg("%s: %.2f of %.2f owed is left after %llu repayments", topos[ti], owed[1],
+                     owed[0], (unsigned long long)steps[1]);
+        if (!(e < 0.3))
+            fail_msg("%s: ended %g (relative) from the optimum", topos[ti], e);
+    }
+}
+
 /* SGP over a jammed link: rounds of `topo` with messages to and from rank
  * 2 not sent half the time (at most S in a row).  Returns the largest
  * |sum psi - n| over the rounds (sum x likewise into *xdev, identity only)
@@ -664,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_choco_deferred),
         cmocka_unit_test(test_deferred_refusals),
         cmocka_unit_test(test_sgp_step_scale),
+        cmocka_unit_test(test_sgp_owed_steps),
         cmocka_unit_test(test_sgp_kept_shares),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
