@@ -375,6 +375,17 @@ static void test_sgp_alone(void **state)
             fail_msg("mix(%llu): %s", (unsigned long long)it, err);
     }
     assert_true(gossip_node_psi(g) < 0.1); /* 0.25^2 of it is left */
+    /* a step there owes most of its weight (gossip_node_step_apply) */
+    double w = gossip_node_step_scale(g), ow, ow1;
+    assert_true(w < 0.2);
+    float *x1 = nn_xcalloc(d, sizeof(float)), *owed = nn_xcalloc(d, sizeof(float));
+    for (size_t k = 0; k < d; k++)
+        x1[k] = x[0][k] - 0.01f * (float)(k % 7);
+    gossip_node_step_apply(g, x[0], x1);
+    const float *o = gossip_node_step_owed(g, &ow);
+    assert_non_null(o);
+    assert_true(ow > 0.5 && ow <= 1.0 - w + 1e-12); /* less what its own room repaid */
+    memcpy(owed, o, d * sizeof *owed);
     gossip_node_debias(g, x[0], z0);
     for (int j = 1; j < t->n; j++)
         gossip_node_peer_down(g, j);
@@ -387,6 +398,19 @@ static void test_sgp_alone(void **state)
     for (size_t k = 0; k < d; k++)
         if (!(fabsf(z1[k] - z0[k]) <= 1e-6f * fabsf(z0[k]) + 1e-7f))
             fail_msg("z[%zu] moved from %.9g to %.9g when the node became alone", k, z0[k], z1[k]);
+    /* psi folded into x (x /= psi): what is owed is what the step adds to
+     * sum x, untouched, and the next step (room 1/0.5 - 1) repays it all */
+    o = gossip_node_step_owed(g, &ow1);
+    assert_true(ow1 == ow && memcmp(o, owed, d * sizeof *owed) == 0);
+    memcpy(x1, x[0], d * sizeof *x1);
+    gossip_node_step_apply(g, x[0], x1); /* a zero step */
+    for (size_t k = 0; k < d; k++)
+        if (!(fabsf(x[0][k] - (x1[k] + owed[k])) <= 1e-6f * fabsf(x1[k]) + 1e-7f))
+            fail_msg("x[%zu]: %.9g repaid, %.9g owed", k, x[0][k] - x1[k], owed[k]);
+    gossip_node_step_owed(g, &ow1);
+    assert_true(ow1 == 0.0);
+    free(x1);
+    free(owed);
     free(z0);
     free(z1);
     tk_gossip_vectors_free(x, 1);
