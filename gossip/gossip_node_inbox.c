@@ -132,19 +132,28 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
 }
 
 /* In-neighbour index k, declared down, sent a message of iteration iter
- * from our past but within the late reach: push-sum with S > 0 (folding)
- * takes it back as a late neighbour rather than ignore it for the rest of
- * the run.  On a directed ring a node frozen long enough to be declared
- * down re-joins at its in-neighbour's iteration, which its successor,
- * having trained alone meanwhile, is ahead of: taking only messages of
- * its own iteration or later, it never took the node back (both ended cut
- * off).  As a late neighbour it is mixed as its messages come, and the
- * link waits for it again once it keeps pace (gossip_node_peer_wait_again). */
+ * from our past: push-sum with S > 0 (folding) takes it back as a late
+ * neighbour rather than ignore it for the rest of the run, when the
+ * message is within the late reach or jumps past what the neighbour sent
+ * before (it re-joined).  On a directed ring a node frozen long enough to
+ * be declared down re-joins at its in-neighbour's iteration, which its
+ * successor, having trained alone meanwhile, is ahead of: taking only
+ * messages of its own iteration or later, it never took the node back
+ * (both ended cut off), and within the reach only, in one of three ring8
+ * freeze drills (it had run further ahead).  What a frozen node had queued
+ * comes first and continues what it sent before: beyond the reach that is
+ * a stale model, taken back it cost 1.5 points in the drill.  As a late
+ * neighbour it is mixed as its messages come; beyond the reach it is
+ * waited for (gossip_node_unready) until it is within it, and the link
+ * waits for it again once it keeps pace (gossip_node_peer_wait_again). */
 static int s_back_late(const gossip_node *g, int k, uint64_t iter)
 {
-    const uint64_t reach = gossip_node_late_reach(g);
-    return g->cfg.algo == GOSSIP_DPSGD && g->cfg.push_sum && g->cfg.staleness > 0 &&
-           s_in(g, k)->in_down && iter < g->iter && iter + reach > g->iter;
+    const gossip_peer *p = s_in(g, k);
+    if (g->cfg.algo != GOSSIP_DPSGD || !g->cfg.push_sum || !g->cfg.staleness || !p->in_down ||
+        iter >= g->iter)
+        return 0;
+    const uint64_t next = p->down_next > p->got ? p->down_next : p->got;
+    return iter + gossip_node_late_reach(g) > g->iter || iter > next;
 }
 
 gossip_window_pos gossip_node_window(const gossip_node *g, int sender, uint64_t iter)
@@ -244,6 +253,7 @@ static gossip_recv_code s_receive(gossip_node *g, const gossip_header *hp, const
     /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet
      * (push-sum: one from our past but within reach is back, late) */
     if (p->in_down && h.iter < g->iter && s_back_late(g, k, h.iter)) {
+        p->down_next = 0;
         p->in_down = 0;
         p->late = 1;
         p->rewait = 0;
@@ -252,8 +262,11 @@ static gossip_recv_code s_receive(gossip_node *g, const gossip_header *hp, const
             g->stale[k].acc_thru = h.iter;
         g->stats.late_marks++;
     }
-    if (p->in_down && (choco || h.iter < g->iter))
+    if (p->in_down && (choco || h.iter < g->iter)) {
+        if (p->down_next <= h.iter)
+            p->down_next = h.iter + 1;
         return GOSSIP_RECV_IGNORED;
+    }
     if (choco && (p->copy_bad || p->copy_gap))
         return GOSSIP_RECV_IGNORED; /* the coming RESYNC holds it */
     s_stale *st = &g->stale[k];
@@ -490,6 +503,7 @@ void gossip_node_peer_down(gossip_node *g, int rank)
     if (g->peer[rank].in_pos >= 0) {
         int k = g->peer[rank].in_pos;
         s_in(g, k)->in_down = 1;
+        s_in(g, k)->down_next = 0;
         /* push-sum with S > 0 mixes what it holds (their mass left the
          * sender; s_mix_stale_ps); the others drop it */
         if (!g->cfg.push_sum || !g->cfg.staleness || g->cfg.algo == GOSSIP_CHOCO)

@@ -36,6 +36,8 @@ typedef struct {
     uint64_t got;          /* 1 + the last GOSSIP iteration it delivered, that
                               was held or came late: admission's sequence
                               (gossip_node_admit; gossip_node_peer_got) */
+    uint64_t down_next;    /* declared down: 1 + the last iteration it sent
+                              since (ignored), 0 when none */
 } gossip_peer;
 
 #endif
