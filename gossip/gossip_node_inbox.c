@@ -156,6 +156,31 @@ static int s_back_late(const gossip_node *g, int k, uint64_t iter)
     return iter + gossip_node_late_reach(g) > g->iter || iter > next;
 }
 
+/* A message of iteration iter from in-neighbour index k, declared down:
+ * 1 when there is nothing to use in it yet (choco: its RESYNC will bring
+ * it back; dpsgd/deepsqueeze: it is from our past), noted as what it sent
+ * since; with push-sum, one from our past that s_back_late takes brings it
+ * back as a late neighbour first. */
+static int s_down_ignores(gossip_node *g, int k, uint64_t iter)
+{
+    gossip_peer *p = s_in(g, k);
+    if (p->in_down && iter < g->iter && s_back_late(g, k, iter)) {
+        p->down_next = 0;
+        p->in_down = 0;
+        p->late = 1;
+        p->rewait = 0;
+        p->in_from = iter;
+        if (g->stale[k].acc_thru < iter)
+            g->stale[k].acc_thru = iter;
+        g->stats.late_marks++;
+    }
+    if (!p->in_down || (g->cfg.algo != GOSSIP_CHOCO && iter >= g->iter))
+        return 0;
+    if (p->down_next <= iter)
+        p->down_next = iter + 1;
+    return 1;
+}
+
 gossip_window_pos gossip_node_window(const gossip_node *g, int sender, uint64_t iter)
 {
     /* push-sum folds a message in as it comes (gossip_node_fold): it
@@ -250,23 +275,8 @@ static gossip_recv_code s_receive(gossip_node *g, const gossip_header *hp, const
     if (s_check_shapes(g, &h, err, errlen) != 0)
         return GOSSIP_RECV_MISMATCH;
     int choco = g->cfg.algo == GOSSIP_CHOCO;
-    /* a down peer, or a choco copy awaiting its RESYNC: nothing to use yet
-     * (push-sum: one from our past but within reach is back, late) */
-    if (p->in_down && h.iter < g->iter && s_back_late(g, k, h.iter)) {
-        p->down_next = 0;
-        p->in_down = 0;
-        p->late = 1;
-        p->rewait = 0;
-        p->in_from = h.iter;
-        if (g->stale[k].acc_thru < h.iter)
-            g->stale[k].acc_thru = h.iter;
-        g->stats.late_marks++;
-    }
-    if (p->in_down && (choco || h.iter < g->iter)) {
-        if (p->down_next <= h.iter)
-            p->down_next = h.iter + 1;
+    if (s_down_ignores(g, k, h.iter))
         return GOSSIP_RECV_IGNORED;
-    }
     if (choco && (p->copy_bad || p->copy_gap))
         return GOSSIP_RECV_IGNORED; /* the coming RESYNC holds it */
     s_stale *st = &g->stale[k];

@@ -164,6 +164,46 @@ static double s_mean_of(float **x, int n, size_t d, double *avg)
     return amax;
 }
 
+/* The set-up the SGP runs below share: topology tname, its layout, a
+ * simulator of c, node vectors x (seed 99) and, for the training runs,
+ * targets b (seed 4321) with their mean and its largest |value|. */
+typedef struct {
+    topo       *t;
+    nn_arena    L;
+    gossip_sim *sim;
+    size_t      d;
+    int         n;
+    float     **x, **b;
+    double     *bavg, bmax;
+} s_sgp;
+
+static void s_sgp_open(s_sgp *r, const char *tname, const s_case *c, int targets)
+{
+    memset(r, 0, sizeof *r);
+    r->t = tk_gossip_topo(tname);
+    tk_gossip_layout(&r->L);
+    r->d = r->L.numel;
+    r->n = r->t->n;
+    r->sim = s_sim(c, r->t, &r->L);
+    r->x = tk_gossip_vectors(r->n, r->d, 99);
+    if (targets) {
+        r->b = tk_gossip_vectors(r->n, r->d, 4321);
+        r->bavg = nn_xcalloc(r->d, sizeof(double));
+        r->bmax = s_mean_of(r->b, r->n, r->d, r->bavg);
+    }
+}
+
+static void s_sgp_close(s_sgp *r)
+{
+    tk_gossip_vectors_free(r->x, r->n);
+    if (r->b)
+        tk_gossip_vectors_free(r->b, r->n);
+    free(r->bavg);
+    gossip_sim_destroy(&r->sim);
+    nn_arena_free(&r->L);
+    topo_destroy(&r->t);
+}
+
 /* max over nodes and coordinates of |z_i - avg| (z_i: node i's de-biased
  * x_i; inf when one is not finite). */
 static double s_z_err(gossip_sim *sim, float **x, int n, size_t d, const double *avg)
@@ -491,37 +531,27 @@ static double s_sgp_train(const char *tname, int S, const char *delays, double l
                           int rounds, double *gain)
 {
     char err[512];
-    topo *t = tk_gossip_topo(tname);
-    nn_arena L;
-    tk_gossip_layout(&L);
-    size_t d = L.numel;
-    int n = t->n;
     s_case c = { GOSSIP_DPSGD, "identity", 1.0, S, delays, 0, 0, 0 };
-    gossip_sim *sim = s_sim(&c, t, &L);
-    float **x = tk_gossip_vectors(n, d, 99), **b = tk_gossip_vectors(n, d, 4321), *z = nn_xcalloc(d, sizeof(float));
-    double *bavg = nn_xcalloc(d, sizeof(double)), bmax = s_mean_of(b, n, d, bavg);
+    s_sgp R;
+    s_sgp_open(&R, tname, &c, 1);
+    float *z = nn_xcalloc(R.d, sizeof(float));
     for (int r = 0; r < rounds; r++) {
         double step = r < rounds - 100 ? lr * (1.0 - (double)r / (rounds - 100)) : 0.0; /* decays to 0; the last rounds only mix */
-        for (int i = 0; i < n && step > 0.0; i++) {
-            gossip_node *g = gossip_sim_node(sim, i);
+        for (int i = 0; i < R.n && step > 0.0; i++) {
+            gossip_node *g = gossip_sim_node(R.sim, i);
             double a = step * (scaled ? gossip_node_step_scale(g) : 1.0);
             *gain = fmax(*gain, a / step / gossip_node_psi(g));
-            gossip_node_debias(g, x[i], z);
-            for (size_t k = 0; k < d; k++)
-                x[i][k] -= (float)(a * (z[k] - b[i][k]));
+            gossip_node_debias(g, R.x[i], z);
+            for (size_t k = 0; k < R.d; k++)
+                R.x[i][k] -= (float)(a * (z[k] - R.b[i][k]));
         }
-        if (gossip_sim_step(sim, x, (uint64_t)r, err, sizeof err) < 0)
+        if (gossip_sim_step(R.sim, R.x, (uint64_t)r, err, sizeof err) < 0)
             fail_msg("%s: %s", tname, err);
     }
-    double err_max = s_z_err(sim, x, n, d, bavg);
+    double e = s_z_err(R.sim, R.x, R.n, R.d, R.bavg) / R.bmax;
     free(z);
-    free(bavg);
-    tk_gossip_vectors_free(x, n);
-    tk_gossip_vectors_free(b, n);
-    gossip_sim_destroy(&sim);
-    nn_arena_free(&L);
-    topo_destroy(&t);
-    return err_max / bmax;
+    s_sgp_close(&R);
+    return e;
 }
 
 static void test_sgp_step_scale(void **state)
@@ -561,74 +591,70 @@ static void test_sgp_step_scale(void **state)
  * is lost.  Returns the final max |z_i - mean b| / max |mean b|; the
  * weight owed over the run and the weight still owed at the end into
  * owed[0..1], the steps that owed and that repaid into steps[0..1]. */
+/* One round of s_owed_run: every node's step (lr) weighed in, what the
+ * steps give in full added to want, the weight owed to *owed; then the
+ * check of sum x + in flight + sum owed against want. */
+static void s_owed_round(s_sgp *R, double lr, double *want, double *owed, const char *tname,
+                         int r)
+{
+    float *z = nn_xcalloc(R->d, sizeof(float)), *x1 = nn_xcalloc(R->d, sizeof(float));
+    double *have = nn_xcalloc(R->d, sizeof(double)), psum = 0.0, left;
+    for (int i = 0; i < R->n && lr > 0.0; i++) {
+        gossip_node *g = gossip_sim_node(R->sim, i);
+        double w = gossip_node_step_scale(g);
+        gossip_node_debias(g, R->x[i], z);
+        for (size_t k = 0; k < R->d; k++) {
+            x1[k] = R->x[i][k] - (float)(lr * (z[k] - R->b[i][k]));
+            want[k] += (w > 1.0 ? w : 1.0) * ((double)x1[k] - R->x[i][k]);
+        }
+        *owed += w < 1.0 ? 1.0 - w : 0.0;
+        gossip_node_step_apply(g, R->x[i], x1);
+    }
+    gossip_sim_inflight(R->sim, have, &psum);
+    for (int i = 0; i < R->n; i++) {
+        const float *o = gossip_node_step_owed(gossip_sim_node(R->sim, i), &left);
+        for (size_t k = 0; k < R->d; k++)
+            have[k] += R->x[i][k] + (o ? o[k] : 0.0f);
+    }
+    for (size_t k = 0; k < R->d; k++)
+        if (fabs(have[k] - want[k]) > 1e-3 * (1.0 + fabs(want[k])))
+            fail_msg("%s round %d: sum x + in flight + owed at %zu = %.9g, the steps in full "
+                     "give %.9g", tname, r, k, have[k], want[k]);
+    free(z);
+    free(x1);
+    free(have);
+}
+
 static double s_owed_run(const char *tname, int rounds, double owed[2], uint64_t steps[2])
 {
     char err[512];
-    topo *t = tk_gossip_topo(tname);
-    nn_arena L;
-    tk_gossip_layout(&L);
-    size_t d = L.numel;
-    int n = t->n;
     s_case c = { GOSSIP_DPSGD, "identity", 1.0, 2, "none", rounds, 0, 0 };
-    gossip_sim *sim = s_sim(&c, t, &L);
-    gossip_sim_set_jam(sim, 2, 0.5, 1, 11);
-    float **x = tk_gossip_vectors(n, d, 99), **b = tk_gossip_vectors(n, d, 4321);
-    float *z = nn_xcalloc(d, sizeof(float)), *x1 = nn_xcalloc(d, sizeof(float));
-    double *bavg = nn_xcalloc(d, sizeof(double)), bmax = s_mean_of(b, n, d, bavg);
-    double *want = nn_xcalloc(d, sizeof(double)), *have = nn_xcalloc(d, sizeof(double));
-    for (int i = 0; i < n; i++)
-        for (size_t k = 0; k < d; k++)
-            want[k] += x[i][k];
-    owed[0] = 0.0;
+    s_sgp R;
+    s_sgp_open(&R, tname, &c, 1);
+    gossip_sim_set_jam(R.sim, 2, 0.5, 1, 11);
+    double *want = nn_xcalloc(R.d, sizeof(double));
+    for (int i = 0; i < R.n; i++)
+        for (size_t k = 0; k < R.d; k++)
+            want[k] += R.x[i][k];
+    owed[0] = owed[1] = 0.0;
     for (int r = 0; r < rounds; r++) {
-        double lr = r < rounds - 100 ? 0.5 : 0.0, psum = 0.0; /* the last rounds only mix */
-        for (int i = 0; i < n && lr > 0.0; i++) {
-            gossip_node *g = gossip_sim_node(sim, i);
-            double w = gossip_node_step_scale(g);
-            gossip_node_debias(g, x[i], z);
-            for (size_t k = 0; k < d; k++) {
-                x1[k] = x[i][k] - (float)(lr * (z[k] - b[i][k]));
-                want[k] += (w > 1.0 ? w : 1.0) * ((double)x1[k] - x[i][k]);
-            }
-            owed[0] += w < 1.0 ? 1.0 - w : 0.0;
-            gossip_node_step_apply(g, x[i], x1);
-        }
-        memset(have, 0, d * sizeof *have);
-        gossip_sim_inflight(sim, have, &psum);
-        for (int i = 0; i < n; i++) {
-            const float *o = gossip_node_step_owed(gossip_sim_node(sim, i), &owed[1]);
-            for (size_t k = 0; k < d; k++)
-                have[k] += x[i][k] + (o ? o[k] : 0.0f);
-        }
-        for (size_t k = 0; k < d; k++)
-            if (fabs(have[k] - want[k]) > 1e-3 * (1.0 + fabs(want[k])))
-                fail_msg("%s round %d: sum x + in flight + owed at %zu = %.9g, the steps in full "
-                         "give %.9g", tname, r, k, have[k], want[k]);
-        if (gossip_sim_step(sim, x, (uint64_t)r, err, sizeof err) < 0)
+        s_owed_round(&R, r < rounds - 100 ? 0.5 : 0.0, want, &owed[0], tname, r); /* the last rounds only mix */
+        if (gossip_sim_step(R.sim, R.x, (uint64_t)r, err, sizeof err) < 0)
             fail_msg("%s round %d: %s", tname, r, err);
     }
-    owed[1] = 0.0;
     steps[0] = steps[1] = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < R.n; i++) {
         double left;
-        gossip_node_step_owed(gossip_sim_node(sim, i), &left);
+        gossip_node_step_owed(gossip_sim_node(R.sim, i), &left);
         owed[1] += left;
         gossip_stats st;
-        gossip_node_stats(gossip_sim_node(sim, i), &st);
+        gossip_node_stats(gossip_sim_node(R.sim, i), &st);
         steps[0] += st.steps_owed;
         steps[1] += st.steps_repaid;
     }
-    double e = s_z_err(sim, x, n, d, bavg) / bmax;
-    free(z);
-    free(x1);
-    free(bavg);
+    double e = s_z_err(R.sim, R.x, R.n, R.d, R.bavg) / R.bmax;
     free(want);
-    free(have);
-    tk_gossip_vectors_free(x, n);
-    tk_gossip_vectors_free(b, n);
-    gossip_sim_destroy(&sim);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    s_sgp_close(&R);
     return e;
 }
 
@@ -661,59 +687,43 @@ static double s_jam_run(const char *tname, const char *comp, int keep, int round
                         double *rel, uint64_t *jammed)
 {
     char err[512];
-    topo *t = tk_gossip_topo(tname);
-    nn_arena L;
-    tk_gossip_layout(&L);
-    size_t d = L.numel;
-    int n = t->n;
     s_case c = { GOSSIP_DPSGD, comp, 1.0, 2, "none", rounds, 0, 0 };
-    gossip_sim *sim = s_sim(&c, t, &L);
-    gossip_sim_set_jam(sim, 2, 0.5, keep, 11);
-    float **x = tk_gossip_vectors(n, d, 99);
+    s_sgp R;
+    s_sgp_open(&R, tname, &c, 0);
+    gossip_sim_set_jam(R.sim, 2, 0.5, keep, 11);
+    const size_t d = R.d;
     double *mass = nn_xcalloc(d, sizeof(double)), *xs = nn_xcalloc(d, sizeof(double));
-    double amax = 0.0, pdev = 0.0;
-    for (int i = 0; i < n; i++)
-        for (size_t k = 0; k < d; k++)
-            mass[k] += x[i][k];
+    double amax = s_mean_of(R.x, R.n, d, mass), pdev = 0.0; /* mass: the mean for now */
     for (size_t k = 0; k < d; k++)
-        amax = fmax(amax, fabs(mass[k] / n));
+        mass[k] *= R.n;
     *xdev = 0.0;
     for (int r = 0; r < rounds; r++) {
-        if (gossip_sim_step(sim, x, (uint64_t)r, err, sizeof err) < 0)
+        if (gossip_sim_step(R.sim, R.x, (uint64_t)r, err, sizeof err) < 0)
             fail_msg("%s jammed, keep %d, round %d: %s", tname, keep, r, err);
         double psum = 0.0;
         memset(xs, 0, d * sizeof *xs);
-        gossip_sim_inflight(sim, xs, &psum); /* none: no delays */
-        for (int i = 0; i < n; i++) {
-            psum += gossip_node_psi(gossip_sim_node(sim, i));
+        gossip_sim_inflight(R.sim, xs, &psum); /* none: no delays */
+        for (int i = 0; i < R.n; i++) {
+            psum += gossip_node_psi(gossip_sim_node(R.sim, i));
             for (size_t k = 0; k < d; k++)
-                xs[k] += x[i][k];
+                xs[k] += R.x[i][k];
         }
-        pdev = fmax(pdev, fabs(psum - n));
+        pdev = fmax(pdev, fabs(psum - R.n));
         for (size_t k = 0; k < d; k++)
             *xdev = fmax(*xdev, fabs(xs[k] - mass[k]));
     }
-    double maxerr = 0.0;
-    float *z = nn_xcalloc(d, sizeof(float));
-    for (int i = 0; i < n; i++) {
-        gossip_node_debias(gossip_sim_node(sim, i), x[i], z);
-        for (size_t k = 0; k < d; k++)
-            maxerr = fmax(maxerr, fabs(z[k] - mass[k] / n));
-    }
-    *rel = maxerr / amax;
-    *jammed = gossip_sim_jammed(sim);
+    for (size_t k = 0; k < d; k++)
+        mass[k] /= R.n;
+    *rel = s_z_err(R.sim, R.x, R.n, d, mass) / amax;
+    *jammed = gossip_sim_jammed(R.sim);
     gossip_stats st;
-    gossip_node_stats(gossip_sim_node(sim, 2), &st);
+    gossip_node_stats(gossip_sim_node(R.sim, 2), &st);
     printf("  %-17s %-8s keep %d: %llu messages not sent (rank 2 kept %llu); max |sum psi - n| "
            "%.2e, max |sum x - sum x0| %.2e, max |z-avg|/max|avg| %.2e\n", tname, comp, keep,
            (unsigned long long)*jammed, (unsigned long long)st.shares_kept, pdev, *xdev, *rel);
-    free(z);
     free(mass);
     free(xs);
-    tk_gossip_vectors_free(x, n);
-    gossip_sim_destroy(&sim);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    s_sgp_close(&R);
     return pdev;
 }
 
