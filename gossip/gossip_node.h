@@ -58,16 +58,11 @@
  *     row weights W[i][j] of absent in-neighbours j (rows stay stochastic,
  *     so the living still agree; exact averaging then needs a symmetric W).
  *     Where a failure cuts a directed graph into a path, its ends behave
- *     differently once the cut lasts (more than 64 mixes with bounded
- *     staleness, from the start without): a push-sum node that hears from
- *     no in-neighbour (the successor of a dead node on a directed ring)
- *     keeps its row as well, and one whose out-neighbours are all down
- *     keeps no shares, so psi neither fades nor piles up and everybody
- *     follows the head of the path.  While the cut is brief (a node frozen
- *     for seconds) the head gives its share away as usual and the tail
- *     keeps the shares of its down out-neighbours: the mass stays exact,
- *     so a model trained at the head does not count over again when the
- *     ring closes.  Should psi still leave [1e-4, 1e4] (the step on z is lr/psi),
+ *     differently: a push-sum node that hears from no in-neighbour (the
+ *     successor of a dead node on a directed ring) keeps its row as well,
+ *     and one whose out-neighbours are all down keeps no shares, so psi
+ *     neither fades nor piles up and everybody follows the head of the
+ *     path.  Should psi still leave [1e-4, 1e4] (the step on z is lr/psi),
  *     the node rescales x and psi to psi = 1, keeping z (stats.psi_resets);
  *     with staleness, whose step is scaled (gossip_node_step_scale), the
  *     lower bound is 1e-24 (a psi near 0 is then a normal state: its

@@ -70,8 +70,6 @@ struct gossip_node {
     float  *owed;                     /* d or NULL: what earlier local steps
                                          owe x (gossip_node_step.c) */
     double  owed_w;                   /* ... in steps' weight */
-    uint64_t cut_in, cut_out;         /* consecutive mixes with every in-
-                                         (out-) neighbour down (s_cut_note) */
     float  *xhat_self;                /* d, choco */
     float **xhat_in;                  /* nin x d, choco */
     float  *ebuf;                     /* d, deepsqueeze */

@@ -19,50 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A failure that cuts a directed graph into a path (a node of a directed
- * ring frozen or dead) leaves a head that hears from nobody and a tail that
- * can send to nobody.  A brief cut (a node frozen for seconds, killed and
- * resumed) keeps the mass exact: the head gives its share away as usual
- * and the tail keeps the shares for its down out-neighbours, so when the
- * ring closes sum x / sum psi weighs every node's work as before.  A head
- * that kept its row instead (psi = 1 every round while it sends half its
- * mass on) created half its psi per round: after a 6 s freeze on ring8 sum
- * psi was 23-29 instead of 8, the head's model counted three times over in
- * every z, and the averaged model lost 2.9 points against 0.9 when the
- * mass is kept (results/slow-node.md).  A cut of more than S_CUT_BRIEF
- * mixes is taken as lasting (a dead node): the head keeps its row and the
- * tail no shares, and the path, whose psi would otherwise fade everywhere
- * but at the tail, follows its head.  64: the head of a directed ring
- * (self weight 1/2) then still holds 2^-64 of its mass, above the floor
- * of psi (S_PSI_MIN_STALE); the ring8 drill's cut lasted 45 mixes.  S = 0
- * keeps the lasting rule from the start: its step on z is lr/psi,
- * unscaled (gossip_node_step_scale), so a fading head would take huge
- * steps. */
-#define S_CUT_BRIEF 64
-
-/* Whether a cut that has lasted `mixes` mixes is taken as lasting. */
-static int s_cut_lasting(const gossip_node *g, uint64_t mixes)
-{
-    return !g->cfg.staleness || mixes > S_CUT_BRIEF;
-}
-
-/* Counts the mixes for which every in-neighbour (out-neighbour of W_iter)
- * has been down. */
-static void s_cut_note(gossip_node *g, uint64_t iter)
-{
-    int heard = 0, reach = 0, out = 0;
-    for (int k = 0; k < g->nin; k++)
-        heard |= !s_in(g, k)->in_down;
-    const double *w = s_w(g, iter);
-    for (int o = 0; o < g->n; o++)
-        if (o != g->rank && w[(size_t)o * g->n + g->rank] > 0.0) {
-            out = 1;
-            reach |= !g->peer[o].out_down;
-        }
-    g->cut_in = g->nin && !heard ? g->cut_in + 1 : 0;
-    g->cut_out = out && !reach ? g->cut_out + 1 : 0;
-}
-
 /* Self weight of iteration iter after membership changes (row i of W_t in
  * w).  With push-sum the sender keeps the column shares of its out-neighbours
  * that are down (mass stays with the living); without push-sum the receiver
@@ -107,15 +63,16 @@ static double s_self_weight(const gossip_node *g, uint64_t iter)
     wii += kept;
     /* Where the living stay strongly connected, keeping the shares of down
      * out-neighbours keeps sum x and sum psi.  Where a failure cut a directed
-     * graph into a path, the two ends are special (s_cut_lasting): while
-     * the cut is brief the path keeps its mass too (the head gives its
-     * column share away and fades, the tail keeps the shares of its down
-     * out-neighbours and collects it); once it lasts, the head keeps its
-     * row and the tail no shares, a row-stochastic path on which psi stays
-     * put and everybody follows the head. */
-    if (live_out > 0.0 || !s_cut_lasting(g, g->cut_out))
+     * graph into a path, the two ends are special: the node that hears from
+     * nobody (in-neighbours all down) keeps its row, or it would give its
+     * mass away every iteration and fade to psi = 0; the node that can send
+     * to nobody (out-neighbours all down) does not keep their shares, or it
+     * would collect all mass downstream and its psi would grow without
+     * bound.  Both ends then mix like a row-stochastic matrix: psi stays
+     * put and everybody follows the node at the head of the path. */
+    if (live_out > 0.0)
         wii += down_out;
-    if (live_in + lost_in == 0.0 && s_cut_lasting(g, g->cut_in))
+    if (live_in + lost_in == 0.0)
         wii += down_in;
     return wii;
 }
@@ -163,18 +120,16 @@ static void s_psi_floor(gossip_node *g, float *x)
  * down, kept only W_ii of it: 0.35 -> 0.05 in six rounds of complete4),
  * and the local step on z = x/psi is lr/psi, or lr/psi_mean with the step
  * scale: up to 20x the schedule, which diverged in the SGP freeze drill.  A
- * node that is alone (no live out-neighbour either), or the head of a cut
- * that lasts, trains alone: z is kept, psi = 1 (and its mean), so its step
- * is the schedule's, as in `train`.  Neighbours that come back mix with
- * that psi, as after s_psi_floor.  The head of a brief cut is not folded:
- * the mass it gives away is the path's (s_cut_lasting), and the step
- * scale's floor bounds its step on z. */
+ * node that is alone trains alone: z is kept, psi = 1 (and its mean), so
+ * its step is the schedule's, as in `train`.  Neighbours that come back
+ * mix with that psi, as after s_psi_floor. */
 static void s_psi_alone(gossip_node *g, float *x)
 {
-    if (!g->cfg.push_sum || g->psi == 1.0 || !g->cut_in)
+    if (!g->cfg.push_sum || g->psi == 1.0)
         return;
-    if (!g->cut_out && !s_cut_lasting(g, g->cut_in))
-        return; /* the head of a brief cut: its mass is the path's */
+    for (int k = 0; k < g->nin; k++)
+        if (!s_in(g, k)->in_down)
+            return;
     s_psi_fold(g, x);
     g->psi_mean = 1.0;
 }
@@ -573,7 +528,6 @@ int gossip_node_mix(gossip_node *g, float *x, uint64_t iter, char *err, size_t e
     uint64_t recv = 0;
     int absent = 0;
 
-    s_cut_note(g, iter);
     if (g->cfg.staleness)
         s_mix_stale(g, x, iter, &absent, &recv);
     else if (g->cfg.algo == GOSSIP_DPSGD || g->cfg.algo == GOSSIP_DEEPSQUEEZE)
