@@ -145,7 +145,9 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
  * a stale model, taken back it cost 1.5 points in the drill.  As a late
  * neighbour it is mixed as its messages come; beyond the reach it is
  * waited for (gossip_node_unready) until it is within it, and the link
- * waits for it again once it keeps pace (gossip_node_peer_wait_again). */
+ * waits for it again once it keeps pace (gossip_node_peer_wait_again).
+ * A restarted instance counts from what the old one sent
+ * (gossip_node_peer_restart): its checkpoint's messages are no jump. */
 static int s_back_late(const gossip_node *g, int k, uint64_t iter)
 {
     const gossip_peer *p = s_in(g, k);
@@ -548,7 +550,14 @@ void gossip_node_peer_restart(gossip_node *g, int rank)
     if (rank < 0 || rank >= g->n || g->peer[rank].in_pos < 0)
         return;
     gossip_node_peer_reset(g, rank);
-    g->peer[rank].got = 0; /* a new instance: its sequence starts again */
+    /* A new instance: its sequence starts again.  What the old one sent
+     * still tells a re-join from a restart (s_back_late): a node restarted
+     * from its checkpoint first sends from there, behind what it sent
+     * before, and jumps past it only when it re-joins. */
+    gossip_peer *p = s_in(g, g->peer[rank].in_pos);
+    if (p->down_next < g->peer[rank].got)
+        p->down_next = g->peer[rank].got;
+    g->peer[rank].got = 0;
 }
 
 void gossip_node_peer_sent(gossip_node *g, int rank, uint64_t sent_thru)
