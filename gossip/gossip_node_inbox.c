@@ -134,9 +134,10 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
 /* In-neighbour index k, declared down, sent a message of iteration iter
  * from our past: push-sum with S > 0 (folding) takes it back as a late
  * neighbour rather than ignore it for the rest of the run, when the
- * message is within the late reach or jumps past what the neighbour sent
- * before (it re-joined).  On a directed ring a node frozen long enough to
- * be declared down re-joins at its in-neighbour's iteration, which its
+ * message is within the late reach or jumps more than the reach past
+ * what the neighbour sent before (it re-joined).  On a directed ring a
+ * node frozen long enough to be declared down re-joins at its
+ * in-neighbour's iteration, which its
  * successor, having trained alone meanwhile, is ahead of: taking only
  * messages of its own iteration or later, it never took the node back
  * (both ended cut off), and within the reach only, in one of three ring8
@@ -146,8 +147,11 @@ int gossip_node_receive(gossip_node *g, const uint8_t *msg, size_t len, char *er
  * neighbour it is mixed as its messages come; beyond the reach it is
  * waited for (gossip_node_unready) until it is within it, and the link
  * waits for it again once it keeps pace (gossip_node_peer_wait_again).
- * A restarted instance counts from what the old one sent
- * (gossip_node_peer_restart): its checkpoint's messages are no jump. */
+ * A jump is one of more than the reach: a shorter gap is a kept share or
+ * a lost message (a node restarted from its checkpoint skipped one and
+ * was taken back 1000 iterations behind).  A restarted instance counts
+ * from what the old one sent (gossip_node_peer_restart): its
+ * checkpoint's messages are no jump. */
 static int s_back_late(const gossip_node *g, int k, uint64_t iter)
 {
     const gossip_peer *p = s_in(g, k);
@@ -155,7 +159,8 @@ static int s_back_late(const gossip_node *g, int k, uint64_t iter)
         iter >= g->iter)
         return 0;
     const uint64_t next = p->down_next > p->got ? p->down_next : p->got;
-    return iter + gossip_node_late_reach(g) > g->iter || iter > next;
+    const uint64_t reach = gossip_node_late_reach(g);
+    return iter + reach > g->iter || iter > next + reach;
 }
 
 /* A message of iteration iter from in-neighbour index k, declared down:
