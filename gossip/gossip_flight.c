@@ -46,7 +46,8 @@
  *
  * Owns:    per neighbour (gossip_link_peer) flight[], flight_t[], nflight,
  *          flight_slow, upd_iter, upd_t, upd_next, upd_next_t.
- * Exposes: gossip_flight_on, _full, _sent, _on_ack, _reset, _backed_up.
+ * Exposes: gossip_flight_on, _full, _sent, _on_ack, _reset, _backed_to,
+ *          _edge_busy.
  * Callers: gossip_round (sending), gossip_recv (ACKs), gossip_live (down),
  *          gossip_member (restart), gossip_link (start).
  */
@@ -55,6 +56,14 @@
 #include <math.h>
 
 _Static_assert(GOSSIP_STALE_MAX + 2 <= GOSSIP_FLIGHT_CAP, "GOSSIP_FLIGHT_CAP too small");
+
+/* An edge copy's next full update waits for the last one's ACK and for
+ * this many times its round trip since it went out: a path that carries
+ * our update for T of every round trip is then busy with it at most
+ * 1/S_EDGE_SPACING of the time, whoever else shares the link (a round
+ * trip grows with the queue in front of it).  On a fast path the round
+ * trip is below a round and this waits for nothing. */
+#define S_EDGE_SPACING 2.0
 
 /* Seconds an unacknowledged message may age before the link to its
  * receiver counts as backed up, at least. */
@@ -85,6 +94,8 @@ void gossip_flight_reset(gossip_link *l, int j)
     l->p[j].nflight = 0;
     l->p[j].flight_slow = 1; /* until an ACK says otherwise */
     l->p[j].upd_iter = l->p[j].upd_next = 0;
+    l->p[j].upd_rtt = 0.0;
+    l->p[j].backed_rounds = 0;
 }
 
 int gossip_flight_full(gossip_link *l, int to, double limit)
@@ -107,12 +118,14 @@ int gossip_flight_full(gossip_link *l, int to, double limit)
 /* Choco: a full update of iteration iter went out to p. */
 static void s_upd_sent(gossip_link_peer *p, uint64_t iter)
 {
+    const double now = nn_now();
+    p->upd_last_t = now;
     if (!p->upd_iter) {
         p->upd_iter = iter + 1;
-        p->upd_t = nn_now();
+        p->upd_t = now;
     } else {
         p->upd_next = iter + 1;
-        p->upd_next_t = nn_now();
+        p->upd_next_t = now;
     }
 }
 
@@ -121,6 +134,7 @@ static void s_upd_acked(gossip_link_peer *p, uint64_t iter)
 {
     if (!p->upd_iter || p->upd_iter > iter + 1)
         return;
+    p->upd_rtt = nn_now() - p->upd_t;
     /* the newest full update since stands for the ones still in flight */
     if (p->upd_next > iter + 1) {
         p->upd_iter = p->upd_next;
@@ -131,24 +145,26 @@ static void s_upd_acked(gossip_link_peer *p, uint64_t iter)
     p->upd_next = 0;
 }
 
-int gossip_flight_backed_up(gossip_link *l)
+int gossip_flight_backed_to(gossip_link *l, int j)
 {
     if (!l->choco || !gossip_flight_on(l))
-        return -1;
+        return 0;
     const double now = nn_now(), after = s_slow_after(l);
-    for (int a = 0; a < l->nnb; a++) {
-        const int j = l->nb[a];
-        const gossip_link_peer *p = &l->p[j];
-        if (!p->is_out || p->down || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
-            continue;
-        /* behind a slow path, not stopped: its GOSSIPs still come (one
-         * that stopped sends nothing new; what it sent before stopping may
-         * arrive after our update went out) */
-        if (p->upd_iter && now - p->upd_t > after && p->last_gossip > p->upd_t &&
-            now - p->last_gossip <= after)
-            return j;
-    }
-    return -1;
+    const gossip_link_peer *p = &l->p[j];
+    if (!p->is_out || p->down || (gossip_node_peer_state(l->g, j) & GOSSIP_PEER_OUT_DOWN))
+        return 0;
+    /* behind a slow path, not stopped: its messages still come (GOSSIPs,
+     * or on a directed edge its ACKs of our earlier messages and PINGs;
+     * one that stopped sends nothing new, and what it sent before
+     * stopping arrives within a round trip) */
+    return p->upd_iter && now - p->upd_t > after && p->heard > p->upd_t &&
+           now - p->heard <= after;
+}
+
+int gossip_flight_edge_busy(const gossip_link *l, int j)
+{
+    const gossip_link_peer *p = &l->p[j];
+    return l->choco && (p->upd_iter != 0 || nn_now() - p->upd_last_t < S_EDGE_SPACING * p->upd_rtt);
 }
 
 void gossip_flight_sent(gossip_link *l, int to, uint64_t iter, int full)

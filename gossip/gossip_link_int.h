@@ -129,8 +129,6 @@ struct gossip_link {
         uint8_t *unsent;           /* n: the round's message to it is kept,
                                       retried while the round waits */
         int      nunsent;
-        int      deferred;         /* the round's message carries no update
-                                      (choco, gossip_flight_backed_up) */
         double   waited[GOSSIP_UNREADY_FINAL + 1]; /* s waited for mixing, by
                                       gossip_node_unready's reason */
         double   waited_flow;      /* s waited for a slow out-neighbour */
@@ -222,11 +220,15 @@ int gossip_flight_full(gossip_link *l, int to, double limit);
 /* Our GOSSIP of iteration iter went out to `to`; full: it carried an
  * update (not a deferred one). */
 void gossip_flight_sent(gossip_link *l, int to, uint64_t iter, int full);
-/* Choco: a live out-neighbour that has not acknowledged our oldest full
- * update to it for longer than S + 2 of our rounds although it sent us a
- * GOSSIP since, the latest within those S + 2 rounds (the path to it is
- * backed up, it is not stopped), or -1. */
-int gossip_flight_backed_up(gossip_link *l);
+/* Choco: live out-neighbour j has not acknowledged our oldest full update
+ * to it for longer than S + 2 of our rounds although it sent us a GOSSIP
+ * since, the latest within those S + 2 rounds (the path to it is backed
+ * up, it is not stopped): 1, else 0. */
+int gossip_flight_backed_to(gossip_link *l, int j);
+/* Choco, an edge copy of j's own: its next message is to carry no update
+ * (our last full update to j is not acknowledged, or went out less than
+ * S_EDGE_SPACING of its round trips ago). */
+int gossip_flight_edge_busy(const gossip_link *l, int j);
 /* Out-neighbour `from` acknowledged our GOSSIPs up to iteration iter. */
 void gossip_flight_on_ack(gossip_link *l, int from, uint64_t iter);
 /* j was declared down, came back or restarted: nothing in flight. */

@@ -79,6 +79,10 @@ typedef struct {
     double   upd_t;            /* the clock it went out */
     uint64_t upd_next;         /* 1 + the iteration of the newest since (0: none) */
     double   upd_next_t;
+    double   upd_last_t;       /* the clock our newest full update went out */
+    double   upd_rtt;          /* s from a full update to its ACK, the last */
+    unsigned backed_rounds;    /* our rounds in a row the path to it was backed
+                                  up (gossip_round: an edge copy of its own) */
 } gossip_link_peer;
 
 #endif

@@ -249,7 +249,7 @@ void gossip_live_answer_resync(gossip_link *l, int o)
     if (gossip_node_peer_state(l->g, o) & GOSSIP_PEER_OUT_DOWN)
         gossip_node_peer_up(l->g, o);
     const uint8_t *m;
-    size_t len = gossip_node_resync_msg(l->g, &m);
+    size_t len = gossip_node_resync_msg(l->g, o, &m);
     char err[512];
     if (!l->net)
         return;

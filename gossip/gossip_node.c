@@ -185,6 +185,7 @@ void gossip_node_destroy(gossip_node **self_p)
         for (int k = 0; k < g->nin; k++)
             free(g->xhat_in[k]);
     free(g->xhat_in);
+    gossip_node_edge_free(g);
     free(g->xhat_self);
     free(g->ebuf);
     free(g->sent);

@@ -157,6 +157,9 @@ typedef struct {
     uint64_t steps_owed, steps_repaid;         /* local steps that owed part of their
                                                   weight, that repaid some
                                                   (gossip_node_step_apply) */
+    uint64_t edges_own, edge_deferred;         /* choco: out-edges given a copy of
+                                                  their own, their messages sent
+                                                  without an update */
     double   prepare_s, mix_s;                 /* last iteration, wall clock */
 } gossip_stats;
 
@@ -377,6 +380,27 @@ int gossip_node_keep(gossip_node *g, int rank, int keep);
  * at eta 0.1, 2 updates in 3 deferred made 4 nodes of a complete graph
  * diverge, 1 in 2 did not; tests/test_gossip_stale.c). */
 int gossip_node_defer_update(gossip_node *g);
+/* ---- edge copies (choco; docs/gossip.md "Edge copies") ------------------
+ * Out-neighbour j gets a copy of its own: from now on our messages to j
+ * carry C(x_i - xhat_ij) against what j holds of us, not the update of
+ * xhat_i the other out-neighbours get, and the consensus step subtracts
+ * W_ji xhat_ij for that edge (sum x stays exact).  Called between mixes
+ * and gossip_node_prepare; 0, or -1 when j is not an out-neighbour, the
+ * node is not choco or is prepared.  The edge shares xhat_i again after a
+ * RESYNC to j (gossip_node_resync_msg) or a join or restore. */
+int gossip_node_edge_own(gossip_node *g, int j);
+int gossip_node_edge_is_own(const gossip_node *g, int j);
+/* The next message to own edge j carries no update (GOSSIP_FLAG_DEFERRED):
+ * what x_i - xhat_ij holds goes in a later one.  Unlike
+ * gossip_node_defer_update the other out-neighbours still get theirs, so
+ * an edge may skip many in a row: up to 1 / (4 eta W_ji) - 1 (at least 1;
+ * 99 at eta 0.01 and W_ji 1/4), past which the pair's consensus steps on
+ * copies that old overshoot.  0, or -1 when j's edge is not its own, has
+ * skipped that many, or the node is prepared. */
+int gossip_node_edge_defer(gossip_node *g, int j);
+/* Whether the prepared message to rank j carries an update (0 when not
+ * prepared or deferred). */
+int gossip_node_sends_update(const gossip_node *g, int j);
 /* The step time the next GOSSIP messages carry (gossip_codec.h): this node's
  * recent local step time in seconds (clamped to the field; <= 0: not
  * known).  Set by the link after each round. */
@@ -424,8 +448,10 @@ uint64_t gossip_node_peer_got(const gossip_node *g, int rank);
 /* Encodes a RESYNC message (choco only; 0 otherwise): our own public copy
  * xhat_i, holding our updates of every iteration below its iteration field
  * (iter, or iter + 1 once prepared), and psi.  *msg is borrowed until the
- * next call.  Send it to an out-neighbour before any later GOSSIP. */
-size_t gossip_node_resync_msg(gossip_node *g, const uint8_t **msg);
+ * next call.  Send it to out-neighbour `to` before any later GOSSIP: an
+ * edge copy of to's own ends here (gossip_node_edge_own), to's copy of us
+ * becomes xhat_i. */
+size_t gossip_node_resync_msg(gossip_node *g, int to, const uint8_t **msg);
 /* Moves a node that is not prepared forward to iteration iter (a rejoin
  * catching up with its neighbours): stored messages of earlier iterations
  * are dropped and choco copies that miss updates are marked bad.  -1 with a

@@ -72,6 +72,16 @@ struct gossip_node {
     double  owed_w;                   /* ... in steps' weight */
     float  *xhat_self;                /* d, choco */
     float **xhat_in;                  /* nin x d, choco */
+    float **xhat_to;                  /* n or NULL, choco: the copy of an
+                                         out-edge of its own, NULL where it
+                                         shares xhat_self (gossip_node_edge.c) */
+    gossip_buf *out_to;               /* n: the message of such an edge */
+    uint8_t *defer_to;                /* n: its next message has no update */
+    uint8_t *upd_to;                  /* n: its prepared message has one */
+    unsigned *skip_to;                /* n: updates it skipped in a row */
+    int      nedges;                  /* edges of their own */
+    int      nedges_out;              /* ... among this iteration's dest */
+    uint64_t edge_bytes, edge_plain;  /* ... their messages' bytes */
     float  *ebuf;                     /* d, deepsqueeze */
     float  *sent;                     /* d, dgc: 1 where the last message
                                          carried a value (momentum mask) */
@@ -105,6 +115,23 @@ struct gossip_node {
     gossip_stats      stats;
     uint64_t          cur_sent;       /* bytes sent for the current iteration */
 };
+
+/* gossip_node_send.c: the blocks of a deferred update (every view sparse,
+ * no value) into g->comp_out; g->comp_out encoded as this iteration's
+ * GOSSIP with flags into out (deflated with +deflate), its plain length. */
+void   gossip_node_empty_blocks(gossip_node *g);
+size_t gossip_node_encode(gossip_node *g, uint16_t flags, uint64_t iter, gossip_buf *out);
+/* gossip_node_edge.c (choco's edge copies): the messages of this
+ * iteration's own edges; a destination that shares xhat_i; the terms
+ * sum_j W_ji (xhat_i - xhat_ij) of the mix into acc; edge j shares xhat_i
+ * again (a RESYNC to j); every edge does (join, restore); free. */
+int  gossip_node_edge_prepare(gossip_node *g, const float *x, uint64_t iter, char *err,
+                              size_t errlen);
+int  gossip_node_edge_shared_dest(const gossip_node *g);
+void gossip_node_edge_terms(const gossip_node *g, uint64_t iter, double *acc);
+void gossip_node_edge_share(gossip_node *g, int j);
+void gossip_node_edge_clear(gossip_node *g);
+void gossip_node_edge_free(gossip_node *g);
 
 /* The record of in-neighbour index k. */
 static inline gossip_peer *s_in(const gossip_node *g, int k)

@@ -377,6 +377,7 @@ static void s_mix_stale(gossip_node *g, float *x, uint64_t iter, int *absent, ui
         const float *xs = g->xhat_self;
         for (size_t k = 0; k < d; k++)
             acc[k] += (wii - 1.0) * xs[k];
+        gossip_node_edge_terms(g, iter, acc);
         s_mix_stale_choco(g, iter, acc, &psi_acc, absent, recv);
     } else {
         gossip_payload_axpy(&g->self_pl, L, dpsgd ? wii : wii - 1.0, acc);
@@ -463,6 +464,7 @@ static void s_mix_sync_choco(gossip_node *g, float *x, uint64_t iter, int *absen
     const float *xs = g->xhat_self;
     for (size_t k = 0; k < d; k++)
         acc[k] = (wii - 1.0) * xs[k];
+    gossip_node_edge_terms(g, iter, acc);
     for (int k = 0; k < g->nin; k++) {
         int j = g->in_ranks[k];
         if (s_absent(g, k, iter)) {

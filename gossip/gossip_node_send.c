@@ -6,8 +6,10 @@
  *
  * Owns:    nothing beyond struct gossip_node (gossip_node_int.h).
  * Exposes: gossip_node_prepare, _defer_update, _ndest, _outbox (with the
- *          kept flag where shares to that destination were kept),
- *          _resync_msg, _masks_momentum, _mask_sent.
+ *          kept flag where shares to that destination were kept; an edge
+ *          of its own gets its own message, gossip_node_edge.c),
+ *          _resync_msg, _masks_momentum, _mask_sent; to gossip_node_edge,
+ *          gossip_node_encode and _empty_blocks (gossip_node_int.h).
  * Callers: the drivers of gossip_node (gossip_sim, gossip_link, node/).
  */
 #include "gossip/gossip_node_int.h"
@@ -53,8 +55,7 @@ int gossip_node_defer_update(gossip_node *g)
     return 0;
 }
 
-/* The blocks of a deferred update: every view sparse, no value. */
-static void s_empty_blocks(gossip_node *g)
+void gossip_node_empty_blocks(gossip_node *g)
 {
     gossip_compressed *c = &g->comp_out;
     for (size_t b = 0; b < c->nblocks; b++)
@@ -69,7 +70,7 @@ static int s_compress(gossip_node *g, const float *x, uint64_t iter, uint16_t *f
 {
     *flags = (uint16_t)(g->cfg.push_sum ? GOSSIP_FLAG_PUSH_SUM : 0);
     if (g->defer) {
-        s_empty_blocks(g);
+        gossip_node_empty_blocks(g);
         *flags |= GOSSIP_FLAG_DEFERRED;
         return 0;
     }
@@ -89,25 +90,48 @@ static int s_compress(gossip_node *g, const float *x, uint64_t iter, uint16_t *f
     return gossip_compress(&cur, g->layout, v, &g->rng, &g->comp_out, err, errlen);
 }
 
-int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err, size_t errlen)
+size_t gossip_node_encode(gossip_node *g, uint16_t flags, uint64_t iter, gossip_buf *out)
 {
-    double t0 = nn_now();
-    if (iter != g->iter || g->prepared)
-        return nn_errf(err, errlen, "gossip: prepare(%llu) out of order (node %d is at iteration %llu, %s)",
-                       (unsigned long long)iter, g->rank, (unsigned long long)g->iter,
-                       g->prepared ? "already prepared" : "not prepared");
+    gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, flags, (uint32_t)g->rank, iter,
+                        g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0, g->step_us };
+    size_t plain_len = gossip_msg_encode(&h, g->comp_out.blocks, g->comp_out.nblocks, out);
+    if (g->comp.deflate)
+        gossip_msg_deflate(out, &g->zbuf, S_DEFLATE_LEVEL);
+    return plain_len;
+}
+
+/* The destinations of this iteration's message into g->dest. */
+static void s_destinations(gossip_node *g, uint64_t iter)
+{
+    g->ndest = 0;
+    memset(g->keep_now, 0, (size_t)g->n);
+    if (g->cfg.algo == GOSSIP_CHOCO) {
+        for (int a = 0; a < g->nout_union; a++)
+            if (!g->peer[g->out_union[a]].out_down)
+                g->dest[g->ndest++] = g->out_union[a];
+        return;
+    }
+    const double *w = s_w(g, iter);
+    for (int j = 0; j < g->n; j++)
+        if (j != g->rank && !g->peer[j].out_down && w[(size_t)j * g->n + g->rank] > 0.0)
+            g->dest[g->ndest++] = j;
+}
+
+/* The shared message of this iteration into g->out, and what it moves
+ * (xhat_i, the error e_i, the sent mask); its plain length, or -1. */
+static long s_shared_message(gossip_node *g, const float *x, uint64_t iter, char *err,
+                             size_t errlen)
+{
     size_t d = g->layout->numel;
+    if (g->nedges && !gossip_node_edge_shared_dest(g))
+        g->defer = 1; /* every edge its own: xhat_i waits (gossip_node_edge.c) */
     uint16_t flags;
     int rc = s_compress(g, x, iter, &flags, err, errlen);
     g->deferred_last = g->defer;
     g->defer = 0;
     if (rc < 0)
         return -1;
-    gossip_header h = { GOSSIP_VERSION, GOSSIP_MSG_GOSSIP, flags, (uint32_t)g->rank, iter,
-                        g->cfg.push_sum ? g->psi : 1.0, g->fp, 0, 0, g->step_us };
-    size_t plain_len = gossip_msg_encode(&h, g->comp_out.blocks, g->comp_out.nblocks, &g->out);
-    if (g->comp.deflate)
-        gossip_msg_deflate(&g->out, &g->zbuf, S_DEFLATE_LEVEL);
+    size_t plain_len = gossip_node_encode(g, flags, iter, &g->out);
     /* Decode our own bytes: the values we apply are exactly what receivers
      * decode (bit-identical public copies). */
     char derr[256];
@@ -123,21 +147,26 @@ int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err
     }
     if (g->sent)
         s_mark_sent(&g->self_pl, g->layout, g->sent);
-    g->ndest = 0;
-    memset(g->keep_now, 0, (size_t)g->n);
-    if (g->cfg.algo == GOSSIP_CHOCO) {
-        for (int a = 0; a < g->nout_union; a++)
-            if (!g->peer[g->out_union[a]].out_down)
-                g->dest[g->ndest++] = g->out_union[a];
-    } else {
-        const double *w = s_w(g, iter);
-        for (int j = 0; j < g->n; j++)
-            if (j != g->rank && !g->peer[j].out_down && w[(size_t)j * g->n + g->rank] > 0.0)
-                g->dest[g->ndest++] = j;
+    return (long)plain_len;
+}
+
+int gossip_node_prepare(gossip_node *g, const float *x, uint64_t iter, char *err, size_t errlen)
+{
+    double t0 = nn_now();
+    if (iter != g->iter || g->prepared)
+        return nn_errf(err, errlen, "gossip: prepare(%llu) out of order (node %d is at iteration %llu, %s)",
+                       (unsigned long long)iter, g->rank, (unsigned long long)g->iter,
+                       g->prepared ? "already prepared" : "not prepared");
+    s_destinations(g, iter);
+    long plain_len = s_shared_message(g, x, iter, err, errlen);
+    if (plain_len < 0 || gossip_node_edge_prepare(g, x, iter, err, errlen) < 0) {
+        g->ndest = 0;
+        return -1;
     }
-    g->cur_sent = (uint64_t)g->out.len * (uint64_t)g->ndest;
+    int nshared = g->ndest - g->nedges_out;
+    g->cur_sent = (uint64_t)g->out.len * (uint64_t)nshared + g->edge_bytes;
     g->stats.bytes_sent += g->cur_sent;
-    g->stats.bytes_sent_plain += (uint64_t)plain_len * (uint64_t)g->ndest;
+    g->stats.bytes_sent_plain += (uint64_t)plain_len * (uint64_t)nshared + g->edge_plain;
     g->stats.msgs_sent += (uint64_t)g->ndest;
     g->prepared = 1;
     g->stats.prepare_s = nn_now() - t0;
@@ -156,6 +185,11 @@ size_t gossip_node_outbox(gossip_node *g, int k, int *to_rank, const uint8_t **m
     int to = g->dest[k];
     if (to_rank)
         *to_rank = to;
+    if (gossip_node_edge_is_own(g, to)) {
+        if (msg)
+            *msg = g->out_to[to].data;
+        return g->out_to[to].len;
+    }
     if (msg)
         *msg = g->out.data;
     if (g->kept_from[to] < g->iter && msg) { /* announce the kept shares */
@@ -166,10 +200,11 @@ size_t gossip_node_outbox(gossip_node *g, int k, int *to_rank, const uint8_t **m
     return g->out.len;
 }
 
-size_t gossip_node_resync_msg(gossip_node *g, const uint8_t **msg)
+size_t gossip_node_resync_msg(gossip_node *g, int to, const uint8_t **msg)
 {
     if (g->cfg.algo != GOSSIP_CHOCO)
         return 0;
+    gossip_node_edge_share(g, to); /* its copy of us becomes xhat_i */
     const nn_arena *L = g->layout;
     gossip_cblock *blocks = nn_xcalloc(L->nviews, sizeof *blocks);
     for (size_t v = 0; v < L->nviews; v++)

@@ -101,6 +101,8 @@ int gossip_node_import(gossip_node *g, const gossip_node_state *s, const float *
     }
     for (int j = 0; j < g->n; j++)
         g->peer[j].out_down = 0;
+    gossip_node_edge_clear(g); /* a new process has none; a neighbour that
+                                  held one of ours restarts with a RESYNC */
     g->iter = s->iter;
     g->psi = s->psi;
     g->psi_mean = s->psi;
@@ -146,6 +148,7 @@ int gossip_node_join(gossip_node *g, const float *z, uint64_t iter, char *err, s
     gossip_node_owed_clear(g);
     if (g->xhat_self)
         memcpy(g->xhat_self, z, d * sizeof *z);
+    gossip_node_edge_clear(g);
     if (g->ebuf)
         memset(g->ebuf, 0, d * sizeof *g->ebuf);
     if (g->sent)

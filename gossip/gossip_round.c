@@ -104,22 +104,48 @@ static void s_stop_waiting_if_behind(gossip_link *l, uint64_t iter)
     }
 }
 
-/* Choco: the round's message carries no update while the path to an
- * out-neighbour is backed up (gossip_flight_backed_up; docs/gossip.md
- * "Deferred updates"). */
+/* An out-edge whose path stayed backed up this many rounds in a row gets
+ * a copy of its own (gossip_node_edge_own): scheduling jitter backs a path
+ * up for a round or two, a slow link for good. */
+#define S_EDGE_AFTER(l) ((unsigned)(l)->stale + 2u)
+
+/* Choco with S > 0 (docs/gossip.md "Deferred updates", "Edge copies"):
+ * an out-edge backed up for S_EDGE_AFTER rounds gets a copy of its own,
+ * and its messages then carry an update only when our last one to it is
+ * acknowledged and two round trips old (gossip_flight_edge_busy; within
+ * gossip_node_edge_defer's cap);
+ * while an edge that shares our update is backed up, the round's shared
+ * message carries none (every other round at most). */
 static void s_defer(gossip_link *l, uint64_t iter)
 {
-    l->round.deferred = 0;
-    if (!l->cfg.defer_updates)
+    if (!l->cfg.defer_updates || !l->choco || !gossip_flight_on(l))
         return;
-    const int j = gossip_flight_backed_up(l);
-    if (j < 0 || gossip_node_defer_update(l->g) != 0)
+    int shared = -1;
+    for (int a = 0; a < l->nnb; a++) {
+        const int j = l->nb[a];
+        gossip_link_peer *p = &l->p[j];
+        if (!p->is_out)
+            continue;
+        const int backed = gossip_flight_backed_to(l, j);
+        p->backed_rounds = backed ? p->backed_rounds + 1 : 0;
+        if (backed && p->backed_rounds >= S_EDGE_AFTER(l) && !gossip_node_edge_is_own(l->g, j) &&
+            gossip_node_edge_own(l->g, j) == 0)
+            gossip_link_log(l, "iteration %llu: %s gets an edge copy of its own (the path to it "
+                            "backed up for %u rounds)", (unsigned long long)iter,
+                            gossip_link_id(l, j), p->backed_rounds);
+        if (gossip_node_edge_is_own(l->g, j)) {
+            if (gossip_flight_edge_busy(l, j))
+                gossip_node_edge_defer(l->g, j); /* counted: edge_deferred */
+        } else if (backed && shared < 0) {
+            shared = j;
+        }
+    }
+    if (shared < 0 || gossip_node_defer_update(l->g) != 0)
         return;
-    l->round.deferred = 1;
     if (l->st.updates_deferred++ < 3)
         gossip_link_log(l, "iteration %llu: update deferred, %s has not acknowledged our update "
-                        "of %.2f s ago%s", (unsigned long long)iter, gossip_link_id(l, j),
-                        nn_now() - l->p[j].upd_t,
+                        "of %.2f s ago%s", (unsigned long long)iter, gossip_link_id(l, shared),
+                        nn_now() - l->p[shared].upd_t,
                         l->st.updates_deferred == 3 ? " (further ones only counted)" : "");
 }
 
@@ -152,7 +178,7 @@ static int s_send_to(gossip_link *l, int to, const uint8_t *msg, size_t len, cha
         return 0;
     }
     l->p[to].sent_dealer = nn_now();
-    gossip_flight_sent(l, to, gossip_node_iter(l->g), !l->round.deferred);
+    gossip_flight_sent(l, to, gossip_node_iter(l->g), gossip_node_sends_update(l->g, to));
     return 0;
 }
 
@@ -174,7 +200,7 @@ static int s_retry_unsent(gossip_link *l, char *err, size_t errlen)
             l->round.nunsent--;
             l->st.kept_sent_late++;
             l->p[to].sent_dealer = nn_now();
-            gossip_flight_sent(l, to, gossip_node_iter(l->g), !l->round.deferred);
+            gossip_flight_sent(l, to, gossip_node_iter(l->g), gossip_node_sends_update(l->g, to));
         }
     }
     return 0;

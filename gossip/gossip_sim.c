@@ -318,7 +318,7 @@ void gossip_sim_absent(gossip_sim *s, int rank)
 static int s_resync(gossip_sim *s, int from, int to, char *err, size_t errlen)
 {
     const uint8_t *m;
-    size_t len = gossip_node_resync_msg(s->nodes[from], &m);
+    size_t len = gossip_node_resync_msg(s->nodes[from], to, &m);
     return len && gossip_node_receive(s->nodes[to], m, len, err, errlen) < 0 ? -1 : 0;
 }
 

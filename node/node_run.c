@@ -56,6 +56,7 @@ static void s_write_node(FILE *f, const node_metrics *m)
         {"resyncs_sent", gs->resyncs_sent},    {"resyncs_recv", gs->resyncs_recv},
         {"psi_resets", gs->psi_resets},
         {"steps_owed", gs->steps_owed},        {"steps_repaid", gs->steps_repaid},
+        {"edges_own", gs->edges_own},          {"edge_updates_skipped", gs->edge_deferred},
     };
     s_counts(f, c, sizeof c / sizeof c[0]);
     s_counts(f, m->link, m->nlink);

@@ -506,7 +506,7 @@ static void test_messages_and_counters(void **state)
     assert_false(gossip_node_ready(late, 0));
     assert_true(gossip_node_peer_state(late, 0) & GOSSIP_PEER_WANTS_RESYNC);
     const uint8_t *rs;
-    size_t rlen = gossip_node_resync_msg(g[0], &rs);
+    size_t rlen = gossip_node_resync_msg(g[0], 1, &rs);
     assert_int_equal(gossip_node_receive(late, rs, rlen, err, sizeof err), 0);
     assert_true(gossip_node_ready(late, 0));
     assert_true(gossip_node_ready(late, 1));

@@ -166,7 +166,7 @@ static void s_resyncs(s_world *w)
                 !(gossip_node_peer_state(w->g[dst], src) & GOSSIP_PEER_WANTS_RESYNC))
                 continue;
             const uint8_t *m;
-            size_t len = gossip_node_resync_msg(w->g[src], &m);
+            size_t len = gossip_node_resync_msg(w->g[src], dst, &m);
             assert_true(len > 0);
             s_push(w, src, dst, m, len);
             w->resyncs++;
@@ -504,7 +504,7 @@ static void test_replays_refused(void **state)
     assert_int_equal(to, 1);
     uint8_t *gmsg = nn_xmalloc(glen);
     memcpy(gmsg, m, glen);
-    size_t rlen = gossip_node_resync_msg(w.g[0], &m);
+    size_t rlen = gossip_node_resync_msg(w.g[0], 1, &m);
     uint8_t *rmsg = nn_xmalloc(rlen);
     memcpy(rmsg, m, rlen);
     for (int i = 1; i < w.n; i++)
@@ -554,7 +554,7 @@ static void test_replays_refused(void **state)
     glen = gossip_node_outbox(w.g[0], 0, &to, &m);
     assert_int_equal(gossip_node_receive(w.g[1], m, glen, err, sizeof err), GOSSIP_RECV_IGNORED);
     /* its RESYNC brings it back as an in-neighbour */
-    rlen = gossip_node_resync_msg(w.g[0], &m);
+    rlen = gossip_node_resync_msg(w.g[0], 1, &m);
     assert_int_equal(gossip_node_receive(w.g[1], m, rlen, err, sizeof err), GOSSIP_RECV_OK);
     assert_int_equal(gossip_node_peer_state(w.g[1], 0), GOSSIP_PEER_OUT_DOWN);
     assert_memory_equal(gossip_node_xhat_of(w.g[1], 0), gossip_node_xhat_self(w.g[0]),

@@ -281,6 +281,82 @@ static void test_choco_deferred(void **state)
     }
 }
 
+/* Edge copies (choco): with skip >= 0 every edge into and out of node
+ * `slow` is its own and asks to skip its update on about `skip` of the
+ * rounds (a slow link), the other edges share.  Node `slow`'s stats into
+ * *st; fails unless the nodes agree on the exact average within c->tol. */
+static void s_edges_run(const char *tname, const s_case *c, int slow, double skip,
+                        gossip_stats *st)
+{
+    char err[512];
+    topo *t = tk_gossip_topo(tname);
+    nn_arena L;
+    tk_gossip_layout(&L);
+    size_t d = L.numel;
+    int n = t->n;
+    gossip_sim *sim = s_sim(c, t, &L);
+    float **x = tk_gossip_vectors(n, d, 4321);
+    double *avg = nn_xcalloc(d, sizeof(double)), amax = s_mean_of(x, n, d, avg);
+    nn_rng r;
+    nn_rng_seed(&r, 23);
+    for (int it = 0; it < c->rounds; it++) {
+        for (int i = 0; i < n && skip >= 0.0; i++)
+            for (int j = 0; j < n; j++) {
+                gossip_node *g = gossip_sim_node(sim, i);
+                if ((i != slow && j != slow) || gossip_node_edge_own(g, j) < 0)
+                    continue;
+                if (nn_rng_uniform(&r) < skip)
+                    gossip_node_edge_defer(g, j); /* -1 past the cap */
+            }
+        if (gossip_sim_step(sim, x, (uint64_t)it, err, sizeof err) < 0)
+            fail_msg("%s: %s", tname, err);
+    }
+    double maxerr = s_z_err(sim, x, n, d, avg);
+    gossip_node_stats(gossip_sim_node(sim, slow), st);
+    printf("  %-10s choco/%-12s edges skipping %.2f: max |z-avg|/max|avg| = %.2e, node %d "
+           "sent %llu B, skipped %llu\n", tname, c->comp, skip, maxerr / amax, slow,
+           (unsigned long long)st->bytes_sent, (unsigned long long)st->edge_deferred);
+    if (!(maxerr / amax <= c->tol))
+        fail_msg("%s %s edges skipping %.2f: relative error %g > %g", tname, c->comp, skip,
+                 maxerr / amax, c->tol);
+    free(avg);
+    tk_gossip_vectors_free(x, n);
+    gossip_sim_destroy(&sim);
+    nn_arena_free(&L);
+    topo_destroy(&t);
+}
+
+/* A slow node's edges with copies of their own may skip 9 updates in 10
+ * (the shared deferral diverged at 2 in 3): the exact average still holds
+ * and the slow node sends a fraction of the bytes. */
+static void test_choco_edges(void **state)
+{
+    (void)state;
+    const char *topos[] = { "ring8", "complete4" };
+    const int nout[] = { 1, 3 };
+    gossip_stats shared, own;
+    for (size_t ti = 0; ti < 2; ti++) {
+        s_case k = { GOSSIP_CHOCO, "topk:0.1+q8", 0.1, 2, "random:2", 6000, 1e-5, 0 };
+        s_edges_run(topos[ti], &k, 2, -1.0, &shared);
+        /* every edge its own, nothing skipped: the same as sharing */
+        s_edges_run(topos[ti], &k, 2, 0.0, &own);
+        assert_true(own.bytes_sent == shared.bytes_sent && own.edges_own == (uint64_t)nout[ti]);
+        s_edges_run(topos[ti], &k, 2, 0.9, &own);
+        /* asked every round: the cap (1 in a row at eta 0.1) */
+        s_edges_run(topos[ti], &k, 2, 1.0, &own);
+        assert_int_equal(own.edge_deferred, (uint64_t)(nout[ti] * k.rounds / 2));
+        /* ... at eta 0.03: 5 in a row on the ring, 2 on complete4 */
+        k.eta = 0.03;
+        k.rounds = 12000;
+        k.tol = 2e-5; /* 8e-6 on the ring with every edge shared */
+        s_edges_run(topos[ti], &k, 2, 1.0, &own);
+        int cap = ti == 0 ? 5 : 2;
+        assert_int_equal(own.edge_deferred, (uint64_t)(nout[ti] * k.rounds * cap / (cap + 1)));
+        s_case id = { GOSSIP_CHOCO, "identity", 0.3, 2, "random:2", 3000, 2e-6, 0 };
+        s_edges_run(topos[ti], &id, 2, 1.0, &own);
+    }
+}
+
 /* A deferred update is choco's only, with empty blocks; others refused. */
 static void test_deferred_refusals(void **state)
 {
@@ -773,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_choco_exact_average),
         cmocka_unit_test(test_deepsqueeze_bound),
         cmocka_unit_test(test_choco_deferred),
+        cmocka_unit_test(test_choco_edges),
         cmocka_unit_test(test_deferred_refusals),
         cmocka_unit_test(test_sgp_step_scale),
         cmocka_unit_test(test_sgp_owed_steps),

@@ -15,8 +15,8 @@
  * of its speed, or stopped two thirds of the time: all finish, sum psi is
  * exactly 4 at the end, the receivers acknowledge, and the stopped node's
  * in-neighbours keep shares for it rather than queue them.  Choco behind a
- * 1 Mbit/s link (scripts/run-local --link): the nodes next to it defer
- * updates, all finish and agree.
+ * 1 Mbit/s link (scripts/run-local --link): the edges to and from it get
+ * copies of their own and skip updates, all finish and agree.
  * Failure paths: a lone node names the in-neighbours that never said hello
  * and exits 1 within its --timeout; two nodes with different models refuse
  * each other naming the peer.
@@ -549,11 +549,14 @@ static void test_directed_ring_mixes_fresh(void **state)
 }
 
 /* choco on an undirected ring of 4 through scripts/run-local with node 2
- * behind a 1 Mbit/s, 50 ms link (netem or the link-shaper relay): its
- * neighbours (1, 3) and node 2 defer updates (the path is backed up), node
- * 0, two hops away, hardly; all finish and their models agree.  With
- * --defer-updates 0 nobody defers. */
-static void s_link_run(const char *tag, int defer, double d[4], double *spread)
+ * behind a 1 Mbit/s, 50 ms link (netem or the link-shaper relay): the
+ * edges between node 2 and its neighbours (1, 3) get copies of their own
+ * (the path is backed up) and skip most updates, node 0's edges (two hops
+ * away) share; all finish and their models agree.  With --defer-updates 0
+ * nobody defers.  own[r]: node r's edges with a copy of their own; skip[r]:
+ * its messages without an update (edges and shared). */
+static void s_link_run(const char *tag, int defer, double own[4], double skip[4],
+                       double *spread)
 {
     char topo[512], out[512], log[512], bin[4096];
     assert_non_null(realpath(tk_bin(), bin));
@@ -577,11 +580,13 @@ static void s_link_run(const char *tag, int defer, double d[4], double *spread)
     for (int r = 0; r < 4; r++) {
         char met[600];
         snprintf(met, sizeof met, "%s/metrics-%d.jsonl", out, r);
-        d[r] = s_last_num(met, "updates_deferred");
+        own[r] = s_last_num(met, "edges_own");
+        skip[r] = s_last_num(met, "edge_updates_skipped") + s_last_num(met, "updates_deferred");
     }
     *spread = tk_model_spread(out, 4, NULL);
-    print_message("%s: updates deferred %.0f %.0f %.0f %.0f of 40, max ||z - avg|| / ||avg|| "
-                  "%.4f\n", tag, d[0], d[1], d[2], d[3], *spread);
+    print_message("%s: edges of their own %.0f %.0f %.0f %.0f, updates skipped %.0f %.0f %.0f "
+                  "%.0f of 40 per edge, max ||z - avg|| / ||avg|| %.4f\n", tag, own[0], own[1],
+                  own[2], own[3], skip[0], skip[1], skip[2], skip[3], *spread);
 }
 
 static void test_deferred_behind_link(void **state)
@@ -591,14 +596,15 @@ static void test_deferred_behind_link(void **state)
         print_message("skipped under emulation\n");
         skip();
     }
-    double d[4], spread, spread0;
-    s_link_run("defer", 1, d, &spread);
-    assert_true(d[1] > 0 && d[2] > 0 && d[3] > 0);
-    assert_true(d[0] <= 5);
-    s_link_run("nodefer", 0, d, &spread0);
-    assert_true(d[0] == 0 && d[1] == 0 && d[2] == 0 && d[3] == 0);
-    /* 40 top-1% steps are far from consensus either way: deferring
-     * delays it, it must not lose it (diverging copies would) */
+    double own[4], skip[4], spread, spread0;
+    s_link_run("defer", 1, own, skip, &spread);
+    assert_true(own[1] == 1 && own[2] == 2 && own[3] == 1 && own[0] == 0);
+    assert_true(skip[1] > 10 && skip[2] > 20 && skip[3] > 10 && skip[0] <= 5);
+    s_link_run("nodefer", 0, own, skip, &spread0);
+    for (int r = 0; r < 4; r++)
+        assert_true(own[r] == 0 && skip[r] == 0);
+    /* 40 top-1% steps are far from consensus either way: skipping delays
+     * it, it must not lose it (diverging copies would) */
     assert_true(spread0 > 0 && spread > 0 && spread < 2 * spread0);
 }
 
