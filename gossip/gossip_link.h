@@ -221,7 +221,9 @@ typedef struct {
     double   late_after;
     /* bounded staleness, choco: while the path to an out-neighbour is
      * backed up (it acknowledges our full updates late although it still
-     * sends), send updates without values (gossip_node_defer_update)  [1] */
+     * sends), send updates without values (gossip_node_defer_update); one
+     * backed up for S + 2 rounds gets an edge copy of its own
+     * (gossip_node_edge_own) whose updates its ACKs clock  [1] */
     int      defer_updates;
     uint64_t iters;        /* gossip rounds of the whole run (0: unknown): an
                               iteration reported beyond it is a lie ("Re-join") */
