@@ -45,7 +45,8 @@
  * one.  The full updates on a slow link are thus clocked by its ACKs.
  *
  * Owns:    per neighbour (gossip_link_peer) flight[], flight_t[], nflight,
- *          flight_slow, upd_iter, upd_t, upd_next, upd_next_t.
+ *          flight_slow, upd_iter, upd_t, upd_next, upd_next_t, upd_last_t,
+ *          upd_rtt (backed_rounds is gossip_round's, cleared here).
  * Exposes: gossip_flight_on, _full, _sent, _on_ack, _reset, _backed_to,
  *          _edge_busy.
  * Callers: gossip_round (sending), gossip_recv (ACKs), gossip_live (down),

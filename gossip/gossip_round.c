@@ -113,9 +113,9 @@ static void s_stop_waiting_if_behind(gossip_link *l, uint64_t iter)
  * an out-edge backed up for S_EDGE_AFTER rounds gets a copy of its own,
  * and its messages then carry an update only when our last one to it is
  * acknowledged and two round trips old (gossip_flight_edge_busy; within
- * gossip_node_edge_defer's cap);
- * while an edge that shares our update is backed up, the round's shared
- * message carries none (every other round at most). */
+ * gossip_node_edge_defer's cap); while an edge that shares our update is
+ * backed up, the round's shared message carries none (every other round
+ * at most). */
 static void s_defer(gossip_link *l, uint64_t iter)
 {
     if (!l->cfg.defer_updates || !l->choco || !gossip_flight_on(l))

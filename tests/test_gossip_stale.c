@@ -219,11 +219,14 @@ static double s_z_err(gossip_sim *sim, float **x, int n, size_t d, const double 
     return e;
 }
 
-/* Consensus of case c on tname where node `slow` asks to defer its update
- * every round (every other ask is taken: never two in a row) and every
- * other node on about one round in 3 (gossip_node_defer_update); returns
- * the bytes node `slow` sent. */
-static uint64_t s_deferred_run(const char *tname, const s_case *c, int slow, int defer)
+/* A choco run's asks before each round (s_choco_run). */
+typedef void (*s_asks)(gossip_sim *sim, int n, nn_rng *r, void *ctx);
+
+/* Consensus of case c on tname with asks(ctx) before every round; node
+ * `slow`'s stats into *st; fails, naming `what`, unless the nodes agree on
+ * the exact average within c->tol. */
+static void s_choco_run(const char *tname, const s_case *c, int slow, s_asks asks, void *ctx,
+                        const char *what, gossip_stats *st)
 {
     char err[512];
     topo *t = tk_gossip_topo(tname);
@@ -236,29 +239,50 @@ static uint64_t s_deferred_run(const char *tname, const s_case *c, int slow, int
     double *avg = nn_xcalloc(d, sizeof(double)), amax = s_mean_of(x, n, d, avg);
     nn_rng r;
     nn_rng_seed(&r, 17);
-    int asked = 0; /* refused: the node's last update was deferred */
     for (int it = 0; it < c->rounds; it++) {
-        for (int i = 0; i < n && defer; i++)
-            if (i == slow || nn_rng_uniform(&r) < 0.33)
-                asked += gossip_node_defer_update(gossip_sim_node(sim, i)) == 0 ? 0 : 1;
+        asks(sim, n, &r, ctx);
         if (gossip_sim_step(sim, x, (uint64_t)it, err, sizeof err) < 0)
-            fail_msg("%s: %s", tname, err);
+            fail_msg("%s %s: %s", tname, what, err);
     }
     double maxerr = s_z_err(sim, x, n, d, avg);
-    gossip_stats st;
-    gossip_node_stats(gossip_sim_node(sim, slow), &st);
-    printf("  %-10s choco/%-12s deferred %d: max |z-avg|/max|avg| = %.2e, node %d sent %llu B\n",
-           tname, c->comp, defer, maxerr / amax, slow, (unsigned long long)st.bytes_sent);
-    if (defer && asked < c->rounds / 3) /* half the slow node's asks */
-        fail_msg("%s: %d deferrals refused, expected the second of every two in a row", tname, asked);
+    gossip_node_stats(gossip_sim_node(sim, slow), st);
+    printf("  %-10s choco/%-12s %s: max |z-avg|/max|avg| = %.2e, node %d sent %llu B, "
+           "skipped %llu on edges\n", tname, c->comp, what, maxerr / amax, slow,
+           (unsigned long long)st->bytes_sent, (unsigned long long)st->edge_deferred);
     if (!(maxerr / amax <= c->tol))
-        fail_msg("%s %s deferred %d: relative error %g > %g", tname, c->comp, defer, maxerr / amax,
-                 c->tol);
+        fail_msg("%s %s %s: relative error %g > %g", tname, c->comp, what, maxerr / amax, c->tol);
     free(avg);
     tk_gossip_vectors_free(x, n);
     gossip_sim_destroy(&sim);
     nn_arena_free(&L);
     topo_destroy(&t);
+}
+
+typedef struct {
+    int slow, defer, refused;
+} s_defer_ctx;
+
+/* Node `slow` asks to defer its update every round (every other ask is
+ * taken: never two in a row), every other node on about one round in 3
+ * (gossip_node_defer_update). */
+static void s_defer_asks(gossip_sim *sim, int n, nn_rng *r, void *ctx)
+{
+    s_defer_ctx *k = ctx;
+    for (int i = 0; i < n && k->defer; i++)
+        if (i == k->slow || nn_rng_uniform(r) < 0.33)
+            k->refused += gossip_node_defer_update(gossip_sim_node(sim, i)) == 0 ? 0 : 1;
+}
+
+/* Consensus of case c on tname with s_defer_asks (defer = 1) or none;
+ * returns the bytes node `slow` sent. */
+static uint64_t s_deferred_run(const char *tname, const s_case *c, int slow, int defer)
+{
+    s_defer_ctx k = { slow, defer, 0 };
+    gossip_stats st;
+    s_choco_run(tname, c, slow, s_defer_asks, &k, defer ? "deferred" : "not deferred", &st);
+    if (defer && k.refused < c->rounds / 3) /* half the slow node's asks */
+        fail_msg("%s: %d deferrals refused, expected the second of every two in a row", tname,
+                 k.refused);
     return st.bytes_sent;
 }
 
@@ -281,49 +305,35 @@ static void test_choco_deferred(void **state)
     }
 }
 
-/* Edge copies (choco): with skip >= 0 every edge into and out of node
- * `slow` is its own and asks to skip its update on about `skip` of the
- * rounds (a slow link), the other edges share.  Node `slow`'s stats into
- * *st; fails unless the nodes agree on the exact average within c->tol. */
+typedef struct {
+    int    slow;
+    double skip;
+} s_edge_ctx;
+
+/* With skip >= 0 every edge into and out of node `slow` is its own and
+ * asks to skip its update on about `skip` of the rounds (a slow link); the
+ * other edges share. */
+static void s_edge_asks(gossip_sim *sim, int n, nn_rng *r, void *ctx)
+{
+    const s_edge_ctx *k = ctx;
+    for (int i = 0; i < n && k->skip >= 0.0; i++)
+        for (int j = 0; j < n; j++) {
+            gossip_node *g = gossip_sim_node(sim, i);
+            if ((i != k->slow && j != k->slow) || gossip_node_edge_own(g, j) < 0)
+                continue;
+            if (nn_rng_uniform(r) < k->skip)
+                gossip_node_edge_defer(g, j); /* -1 past the cap */
+        }
+}
+
+/* Edge copies (choco): s_edge_asks on case c; node `slow`'s stats. */
 static void s_edges_run(const char *tname, const s_case *c, int slow, double skip,
                         gossip_stats *st)
 {
-    char err[512];
-    topo *t = tk_gossip_topo(tname);
-    nn_arena L;
-    tk_gossip_layout(&L);
-    size_t d = L.numel;
-    int n = t->n;
-    gossip_sim *sim = s_sim(c, t, &L);
-    float **x = tk_gossip_vectors(n, d, 4321);
-    double *avg = nn_xcalloc(d, sizeof(double)), amax = s_mean_of(x, n, d, avg);
-    nn_rng r;
-    nn_rng_seed(&r, 23);
-    for (int it = 0; it < c->rounds; it++) {
-        for (int i = 0; i < n && skip >= 0.0; i++)
-            for (int j = 0; j < n; j++) {
-                gossip_node *g = gossip_sim_node(sim, i);
-                if ((i != slow && j != slow) || gossip_node_edge_own(g, j) < 0)
-                    continue;
-                if (nn_rng_uniform(&r) < skip)
-                    gossip_node_edge_defer(g, j); /* -1 past the cap */
-            }
-        if (gossip_sim_step(sim, x, (uint64_t)it, err, sizeof err) < 0)
-            fail_msg("%s: %s", tname, err);
-    }
-    double maxerr = s_z_err(sim, x, n, d, avg);
-    gossip_node_stats(gossip_sim_node(sim, slow), st);
-    printf("  %-10s choco/%-12s edges skipping %.2f: max |z-avg|/max|avg| = %.2e, node %d "
-           "sent %llu B, skipped %llu\n", tname, c->comp, skip, maxerr / amax, slow,
-           (unsigned long long)st->bytes_sent, (unsigned long long)st->edge_deferred);
-    if (!(maxerr / amax <= c->tol))
-        fail_msg("%s %s edges skipping %.2f: relative error %g > %g", tname, c->comp, skip,
-                 maxerr / amax, c->tol);
-    free(avg);
-    tk_gossip_vectors_free(x, n);
-    gossip_sim_destroy(&sim);
-    nn_arena_free(&L);
-    topo_destroy(&t);
+    s_edge_ctx k = { slow, skip };
+    char what[64];
+    snprintf(what, sizeof what, "edges skipping %.2f", skip);
+    s_choco_run(tname, c, slow, s_edge_asks, &k, what, st);
 }
 
 /* A slow node's edges with copies of their own may skip 9 updates in 10
